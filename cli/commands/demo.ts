@@ -1,0 +1,1 @@
+export async function demo(_a: string[]): Promise<number> { return 0; }

@@ -1,0 +1,26 @@
+import { readEnvironment, temporalUiUrl } from '../../config/environment.ts';
+import { ensureControlDatabase } from '../../infra/control-database.ts';
+import { postgresStatus, startPostgres, stopPostgres } from '../../infra/local-postgres.ts';
+import { startTemporal, stopTemporal, temporalStatus } from '../../infra/temporal-dev-server.ts';
+
+export async function up(): Promise<void> {
+  const env = readEnvironment();
+  const [startedPg, startedTemporal] = await Promise.all([startPostgres(env), startTemporal(env)]);
+  await ensureControlDatabase(env);
+  console.log(`postgres: ${startedPg ? 'started' : 'already running'}`);
+  console.log(`temporal: ${startedTemporal ? 'started' : 'already running'} (UI ${temporalUiUrl(env)})`);
+}
+
+export async function down(): Promise<void> {
+  const env = readEnvironment();
+  const [t, p] = await Promise.all([stopTemporal(env), stopPostgres(env)]);
+  console.log(`temporal: ${t ? 'stopped' : 'not running'}`);
+  console.log(`postgres: ${p ? 'stopped' : 'not running'}`);
+}
+
+export async function status(): Promise<number> {
+  const env = readEnvironment();
+  const all = await Promise.all([postgresStatus(env), temporalStatus(env)]);
+  for (const s of all) console.log(`${s.name.padEnd(9)} ${s.running ? 'running' : 'stopped'}  ${s.detail}`);
+  return all.every((s) => s.running) ? 0 : 1;
+}

@@ -1,0 +1,1 @@
+export async function tasks(_a: string[]): Promise<number> { return 2; }

