@@ -9,6 +9,8 @@ const commands: Record<string, { summary: string; run: Command }> = {
   down: { summary: 'stop the local servers', run: down },
   status: { summary: 'show whether the servers run (exit 1 if not)', run: status },
   tasks: { summary: 'tasks validate <dir>: check task suites', run: async (a) => (await import('./commands/tasks.ts')).tasks(a) },
+  prepare: { summary: 'select training tasks by probe difficulty (reference-compatible flags)', run: async (a) => (await import('./commands/prepare.ts')).prepare(a) },
+  eval: { summary: 'eval aggregate|compare: metrics from episode or ThinkingBox result files', run: async (a) => (await import('./commands/eval.ts')).evaluate(a) },
   demo: { summary: 'run the main job on the embedded default', run: async (a) => (await import('./commands/demo.ts')).demo(a) },
 };
 
