@@ -57,7 +57,11 @@ export function parseYamlFile<S extends z.ZodType>(file: string, schema: S): { v
   const parsed = schema.safeParse(doc.toJS());
   if (!parsed.success) {
     return {
-      problems: parsed.error.issues.map((i) => ({ file, line: locate(i.path), field: fieldName(i.path), message: i.message })),
+      problems: parsed.error.issues.flatMap((i) => {
+        // An unknown key is reported on its parent object; name (and locate) the key itself.
+        const paths = i.code === 'unrecognized_keys' ? i.keys.map((k) => [...i.path, k]) : [i.path];
+        return paths.map((p) => ({ file, line: locate(p), field: fieldName(p), message: i.code === 'unrecognized_keys' ? 'unknown field' : i.message }));
+      }),
       lineOf: locate,
     };
   }

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { compileNamedSql } from '../core/named-sql.ts';
 
 /**
  * The native task format: the one source of truth for scenario and task files (YAML) and their types.
@@ -35,7 +36,13 @@ export const toolSchema = z
     result: z.enum(['rows', 'row', 'affected']).default('rows').describe('What the last statement returns to the agent: all rows, the first row, or the affected-row count'),
     empty_error: z.string().optional().describe('If set, a last statement that returns or affects no rows is an error with this text (and the transaction rolls back)'),
   })
-  .strict();
+  .strict()
+  .superRefine((t, ctx) => {
+    const statements = Array.isArray(t.sql) ? t.sql : [t.sql];
+    for (const name of statements.flatMap((sql) => compileNamedSql(sql).names)) {
+      if (!(name in t.input_schema.properties)) ctx.addIssue({ code: 'custom', path: ['sql'], message: `parameter :${name} is not an argument declared in input_schema.properties` });
+    }
+  });
 
 export const scenarioSchema = z
   .object({

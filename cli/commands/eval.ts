@@ -1,0 +1,623 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { z } from 'zod';
+import { formatProblem, parseYamlFile } from '../../activities/task-suite-loader.ts';
+import { priceTableSchema } from '../../config/price-table.ts';
+import { canonicalJson } from '../../core/canonical-json.ts';
+import { compareStrings, datasetGroup } from '../../core/difficulty.ts';
+import {
+  campaignCost,
+  costPerReliableTask,
+  costPerSuccessfulAttempt,
+  observedAllPass,
+  pairedComparison,
+  passAtK,
+  passHatK,
+  reportedKs,
+  ROLES,
+  summarize,
+  summarizeByDomain,
+  type Comparison,
+  type CostBreakdown,
+  type PriceTable,
+  type RoleUsage,
+  type Summary,
+  type TaskOutcome,
+  type TokenUsage,
+} from '../../core/metrics.ts';
+import {
+  consoleIo,
+  InputError,
+  jsonlRows,
+  parseInteger,
+  parseUidList,
+  readInputFile,
+  sha256,
+  show,
+  UsageError,
+  writeFileAtomic,
+  type CommandIo,
+  type JsonlRow,
+} from './prepare.ts';
+
+/**
+ * `tbt eval`: metrics from result files (our episode records or ThinkingBox result lines), behind a
+ * coverage gate: no score is printed or written unless every (task, repetition) key is present exactly
+ * once and no row is an infrastructure error.
+ */
+
+const USAGE = `usage: tbt eval <subcommand> [options]
+
+  aggregate --results FILE [--results FILE ...] --repeats K --out FILE [options]
+      Checks coverage, then reports pass@1, unbiased pass@k and pass^k, observed K/K, per domain, with
+      intervals, and cost when --prices is given.
+      --format episode|thinkingbox  default field paths (default episode):
+                                  episode:     uid, repetition, success, infrastructure_error, domain, tokens
+                                  thinkingbox: uid, (line order), test_result.result,
+                                               is_system_error + test_result.is_system_error, (uid file), usage
+      --uid-field PATH            dotted path of the task uid
+      --repetition-field PATH     dotted path of the repetition index; '' = number rows per uid in file order
+      --success-field PATH        dotted path of the success boolean
+      --system-error-field PATH   dotted path of an infrastructure-error boolean; repeatable (any true = error;
+                                  later fields are read only while earlier ones are false)
+      --domain-field PATH         dotted path of the domain; '' = the uid's dataset file (prefix before ':')
+      --tokens-field PATH         dotted path of token counts: {policy|user|judge: {input, output, cached_input}}
+                                  (input = uncached input tokens), or a list of OpenAI-style usage objects
+                                  {input_tokens, output_tokens, input_tokens_details.cached_tokens} (policy)
+      --tasks FILE                expected task uids (YAML list or one per line); every one must be present
+      --prices FILE               price table YAML {policy|user|judge: {input_per_million,
+                                  output_per_million, cached_input_per_million}}
+      --seed N                    seed of the bootstrap intervals (default 42)
+
+  compare A.json B.json [--resamples N] [--seed N] [--out FILE]
+      Paired per-task comparison of two 'aggregate' outputs over the same tasks (B minus A): pass@1 and
+      the all-attempts-pass rate, with paired bootstrap intervals.
+
+  run
+      Not built yet (needs the episode runner).`;
+
+const FORMAT_DEFAULTS = {
+  episode: {
+    uid: 'uid',
+    repetition: 'repetition',
+    success: 'success',
+    systemError: ['infrastructure_error'],
+    domain: 'domain',
+    tokens: 'tokens',
+  },
+  thinkingbox: {
+    uid: 'uid',
+    repetition: '',
+    success: 'test_result.result',
+    systemError: ['is_system_error', 'test_result.is_system_error'],
+    domain: '',
+    tokens: 'usage',
+  },
+} as const;
+
+export async function evaluate(args: string[], io: CommandIo = consoleIo): Promise<number> {
+  const [sub, ...rest] = args;
+  try {
+    switch (sub) {
+      case 'aggregate':
+        return aggregateCommand(rest, io);
+      case 'compare':
+        return compareCommand(rest, io);
+      case 'run':
+        io.err('tbt eval run: needs the episode runner (not built yet)');
+        return 2;
+      case '--help':
+      case '-h':
+        io.out(USAGE);
+        return 0;
+      default:
+        throw new UsageError(sub ? `unknown subcommand '${sub}'` : 'a subcommand is required');
+    }
+  } catch (err) {
+    if (err instanceof UsageError) {
+      io.err(`tbt eval: ${err.message}\n\n${USAGE}`);
+      return 2;
+    }
+    if (err instanceof InputError) {
+      io.err(err.message);
+      return 1;
+    }
+    throw err;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// aggregate
+
+interface AggregateConfig {
+  resultFiles: string[];
+  format: keyof typeof FORMAT_DEFAULTS;
+  uidField: string;
+  repetitionField: string | null;
+  successField: string;
+  systemErrorFields: string[];
+  domainField: string | null;
+  tokensField: string;
+  repeats: number;
+  pricesFile: string | null;
+  tasksFile: string | null;
+  out: string;
+  seed: number;
+}
+
+function parseAggregateArgs(args: string[]): AggregateConfig | 'help' {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        results: { type: 'string', multiple: true },
+        format: { type: 'string', default: 'episode' },
+        'uid-field': { type: 'string' },
+        'repetition-field': { type: 'string' },
+        'success-field': { type: 'string' },
+        'system-error-field': { type: 'string', multiple: true },
+        'domain-field': { type: 'string' },
+        'tokens-field': { type: 'string' },
+        repeats: { type: 'string' },
+        prices: { type: 'string' },
+        tasks: { type: 'string' },
+        out: { type: 'string' },
+        seed: { type: 'string', default: '42' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }));
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  if (values.help) return 'help';
+  const format = values.format;
+  if (format !== 'episode' && format !== 'thinkingbox') throw new UsageError(`--format: expected episode or thinkingbox, got '${format}'`);
+  const defaults = FORMAT_DEFAULTS[format];
+  if (!values.results?.length) throw new UsageError('--results FILE is required (repeatable)');
+  if (values.repeats === undefined) throw new UsageError('--repeats K is required');
+  if (!values.out) throw new UsageError('--out FILE is required');
+  const required = (flag: string, value: string | undefined, fallback: string): string => {
+    const v = value ?? fallback;
+    if (v.trim() === '') throw new UsageError(`${flag}: expected a dotted field path`);
+    return v;
+  };
+  const systemErrorFields = values['system-error-field'] ?? [...defaults.systemError];
+  if (systemErrorFields.some((f) => f.trim() === '')) throw new UsageError('--system-error-field: expected a dotted field path');
+  return {
+    resultFiles: values.results,
+    format,
+    uidField: required('--uid-field', values['uid-field'], defaults.uid),
+    repetitionField: (values['repetition-field'] ?? defaults.repetition) || null,
+    successField: required('--success-field', values['success-field'], defaults.success),
+    systemErrorFields,
+    domainField: (values['domain-field'] ?? defaults.domain) || null,
+    tokensField: required('--tokens-field', values['tokens-field'], defaults.tokens),
+    repeats: parseInteger('--repeats', values.repeats, 1),
+    pricesFile: values.prices ?? null,
+    tasksFile: values.tasks ?? null,
+    out: values.out,
+    seed: parseInteger('--seed', values.seed, 0),
+  };
+}
+
+interface ResultRow {
+  file: string;
+  line: number;
+  uid: string;
+  /** Canonical JSON of the repetition value, or the row's position among the uid's rows. */
+  repetition: string;
+  systemErrorField: string | null;
+  success: boolean | null;
+  domain: string;
+  tokens: RoleUsage | null;
+}
+
+const tokenCount = z.number().int().nonnegative();
+const tokenUsageSchema = z
+  .object({ input: tokenCount, output: tokenCount, cached_input: tokenCount.default(0) })
+  .strict();
+const roleUsageSchema = z.object({ policy: tokenUsageSchema.optional(), user: tokenUsageSchema.optional(), judge: tokenUsageSchema.optional() }).strict();
+const openAiUsageSchema = z.object({
+  input_tokens: tokenCount,
+  output_tokens: tokenCount,
+  input_tokens_details: z.object({ cached_tokens: tokenCount.default(0) }).nullish(),
+});
+
+function readTokens(r: JsonlRow, field: string): RoleUsage {
+  const value = r.get(field);
+  if (Array.isArray(value)) {
+    const policy: TokenUsage = { input: 0, output: 0, cached_input: 0 };
+    value.forEach((item, i) => {
+      const parsed = openAiUsageSchema.safeParse(item);
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0]!;
+        throw r.fieldError([field, i, ...issue.path].join('.'), issue.message);
+      }
+      const cached = parsed.data.input_tokens_details?.cached_tokens ?? 0;
+      if (cached > parsed.data.input_tokens) throw r.fieldError(`${field}.${i}`, `cached_tokens ${cached} exceed input_tokens ${parsed.data.input_tokens}`);
+      policy.input += parsed.data.input_tokens - cached;
+      policy.cached_input += cached;
+      policy.output += parsed.data.output_tokens;
+    });
+    return { policy };
+  }
+  const parsed = roleUsageSchema.safeParse(value);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw r.fieldError([field, ...issue.path].join('.'), `${issue.message} (got ${show(value)})`);
+  }
+  return parsed.data;
+}
+
+function readResultRows(file: string, text: string, config: AggregateConfig, withTokens: boolean): ResultRow[] {
+  const ordinal = new Map<string, number>();
+  return jsonlRows(file, text).map((r) => {
+    const uid = r.getUid(config.uidField);
+    let repetition: string;
+    if (config.repetitionField) {
+      const value = r.get(config.repetitionField);
+      if (!(typeof value === 'string' && value !== '') && !(typeof value === 'number' && Number.isInteger(value))) {
+        throw r.fieldError(config.repetitionField, `expected an integer or a non-empty string, got ${show(value)}`);
+      }
+      repetition = canonicalJson(value);
+    } else {
+      const k = ordinal.get(uid) ?? 0;
+      ordinal.set(uid, k + 1);
+      repetition = `#${k}`;
+    }
+    let systemErrorField: string | null = null;
+    for (const field of config.systemErrorFields) {
+      if (r.getBoolean(field)) {
+        systemErrorField = field;
+        break;
+      }
+    }
+    let domain = datasetGroup(uid);
+    if (config.domainField) {
+      const value = r.get(config.domainField);
+      if (typeof value !== 'string' || value === '') throw r.fieldError(config.domainField, `expected a non-empty string, got ${show(value)}`);
+      domain = value;
+    }
+    return {
+      file,
+      line: r.line,
+      uid,
+      repetition,
+      systemErrorField,
+      success: systemErrorField ? null : r.getBoolean(config.successField),
+      domain,
+      tokens: withTokens && !systemErrorField ? readTokens(r, config.tokensField) : null,
+    };
+  });
+}
+
+/** Problems that keep any score from being reported; each names file and line. */
+export function coverageProblems(rows: readonly ResultRow[], repeats: number, expectedUids: readonly string[] | null): string[] {
+  const problems: string[] = [];
+  const at = (r: ResultRow) => `${r.file}:${r.line}`;
+  const rep = (r: ResultRow) => (r.repetition.startsWith('#') ? `attempt ${Number(r.repetition.slice(1)) + 1}` : `repetition ${r.repetition}`);
+  const byKey = new Map<string, ResultRow>();
+  const byUid = new Map<string, ResultRow[]>();
+  for (const r of rows) {
+    if (r.systemErrorField) problems.push(`${at(r)}: uid ${r.uid} ${rep(r)}: infrastructure error (field ${r.systemErrorField} is true); re-run this key`);
+    const key = `${r.uid}\0${r.repetition}`;
+    const first = byKey.get(key);
+    if (first) problems.push(`${at(r)}: uid ${r.uid} ${rep(r)}: duplicate key, first seen at ${at(first)}`);
+    else byKey.set(key, r);
+    let list = byUid.get(r.uid);
+    if (!list) byUid.set(r.uid, (list = []));
+    list.push(r);
+  }
+  for (const uid of [...byUid.keys()].sort(compareStrings)) {
+    const list = byUid.get(uid)!;
+    const distinct = new Set(list.map((r) => r.repetition)).size;
+    if (distinct !== repeats) {
+      const where = list.slice(0, 4).map(at).join(', ') + (list.length > 4 ? ', ...' : '');
+      problems.push(`${where}: uid ${uid}: ${distinct} distinct repetitions, expected --repeats ${repeats}`);
+    }
+    const domains = new Set(list.map((r) => r.domain));
+    if (domains.size > 1) problems.push(`${at(list[0]!)}: uid ${uid}: rows disagree on the domain (${[...domains].sort(compareStrings).join(', ')})`);
+  }
+  if (expectedUids) {
+    const expected = new Set(expectedUids);
+    for (const uid of [...expected].sort(compareStrings)) if (!byUid.has(uid)) problems.push(`uid ${uid}: no results (expected ${repeats} repetitions)`);
+    for (const uid of [...byUid.keys()].sort(compareStrings)) {
+      if (!expected.has(uid)) problems.push(`${at(byUid.get(uid)![0]!)}: uid ${uid}: not in the task list`);
+    }
+  }
+  return problems;
+}
+
+function loadPrices(file: string): PriceTable {
+  const parsed = parseYamlFile(file, priceTableSchema);
+  if (!parsed.value) throw new InputError(parsed.problems.map(formatProblem).join('\n'));
+  return parsed.value;
+}
+
+interface TaskResult extends TaskOutcome {
+  pass_at_k: Record<string, number>;
+  pass_hat_k: Record<string, number>;
+  cost: number | null;
+}
+
+interface CostReport {
+  by_role: CostBreakdown['by_role'];
+  campaign: number;
+  passing_attempts: number;
+  reliable_tasks: number;
+  per_successful_attempt: number | null;
+  per_reliable_task: number | null;
+}
+
+function costReport(rows: readonly ResultRow[], tasks: readonly TaskOutcome[], repeats: number, prices: PriceTable): CostReport {
+  const breakdown = campaignCost(
+    rows.map((r) => r.tokens ?? {}),
+    prices,
+  );
+  const passing = rows.filter((r) => r.success === true).length;
+  const reliable = observedAllPass(tasks, repeats);
+  return {
+    by_role: breakdown.by_role,
+    campaign: breakdown.total,
+    passing_attempts: passing,
+    reliable_tasks: reliable,
+    per_successful_attempt: costPerSuccessfulAttempt(breakdown.total, passing),
+    per_reliable_task: costPerReliableTask(breakdown.total, reliable),
+  };
+}
+
+function aggregateCommand(args: string[], io: CommandIo): number {
+  const config = parseAggregateArgs(args);
+  if (config === 'help') {
+    io.out(USAGE);
+    return 0;
+  }
+  const prices = config.pricesFile ? loadPrices(config.pricesFile) : null;
+  let expected: string[] | null = null;
+  let tasksInput: { path: string; sha256: string } | null = null;
+  if (config.tasksFile) {
+    const bytes = readInputFile(config.tasksFile);
+    expected = parseUidList(config.tasksFile, bytes.toString('utf8'));
+    tasksInput = { path: config.tasksFile, sha256: sha256(bytes) };
+  }
+  const rows: ResultRow[] = [];
+  const inputs: { path: string; sha256: string; rows: number }[] = [];
+  for (const file of config.resultFiles) {
+    const bytes = readInputFile(file);
+    const fileRows = readResultRows(file, bytes.toString('utf8'), config, prices !== null);
+    rows.push(...fileRows);
+    inputs.push({ path: file, sha256: sha256(bytes), rows: fileRows.length });
+  }
+  if (rows.length === 0) throw new InputError(`${config.resultFiles.join(', ')}: no result rows`);
+
+  const problems = coverageProblems(rows, config.repeats, expected);
+  if (problems.length > 0) {
+    const shown = problems.slice(0, 50);
+    throw new InputError(
+      [
+        `coverage gate failed: ${problems.length} problem(s); no scores are reported until every (task, repetition) key is present exactly once without infrastructure errors`,
+        ...shown,
+        ...(problems.length > shown.length ? [`... and ${problems.length - shown.length} more`] : []),
+      ].join('\n'),
+    );
+  }
+
+  const byUid = new Map<string, TaskOutcome>();
+  for (const r of rows) {
+    let t = byUid.get(r.uid);
+    if (!t) byUid.set(r.uid, (t = { uid: r.uid, domain: r.domain, n: 0, c: 0 }));
+    t.n += 1;
+    if (r.success) t.c += 1;
+  }
+  const outcomes = [...byUid.values()].sort((a, b) => compareStrings(a.uid, b.uid));
+  const ks = reportedKs(config.repeats);
+  const options = { ks, seed: config.seed };
+  const overall = summarize(outcomes, options);
+  const domains = summarizeByDomain(outcomes, options);
+
+  let cost: (CostReport & { domains: Record<string, CostReport> }) | null = null;
+  const taskCost = new Map<string, number>();
+  if (prices) {
+    const domainCosts: Record<string, CostReport> = {};
+    for (const domain of Object.keys(domains)) {
+      domainCosts[domain] = costReport(
+        rows.filter((r) => r.domain === domain),
+        outcomes.filter((t) => t.domain === domain),
+        config.repeats,
+        prices,
+      );
+    }
+    cost = { ...costReport(rows, outcomes, config.repeats, prices), domains: domainCosts };
+    const usageByUid = new Map<string, RoleUsage[]>();
+    for (const r of rows) {
+      let list = usageByUid.get(r.uid);
+      if (!list) usageByUid.set(r.uid, (list = []));
+      list.push(r.tokens ?? {});
+    }
+    for (const t of outcomes) taskCost.set(t.uid, campaignCost(usageByUid.get(t.uid) ?? [], prices).total);
+  }
+  const tasks: TaskResult[] = outcomes.map((t) => ({
+    ...t,
+    pass_at_k: Object.fromEntries(ks.map((k) => [String(k), passAtK(t.n, t.c, k)])),
+    pass_hat_k: Object.fromEntries(ks.map((k) => [String(k), passHatK(t.n, t.c, k)])),
+    cost: prices ? taskCost.get(t.uid)! : null,
+  }));
+
+  const report = {
+    schema_version: 1,
+    kind: 'tbt-eval-aggregate',
+    repeats: config.repeats,
+    configuration: {
+      format: config.format,
+      uid_field: config.uidField,
+      repetition_field: config.repetitionField,
+      success_field: config.successField,
+      system_error_fields: config.systemErrorFields,
+      domain_field: config.domainField,
+      tokens_field: prices ? config.tokensField : null,
+      prices,
+      seed: config.seed,
+    },
+    inputs: { results: inputs, tasks: tasksInput, prices: config.pricesFile ? { path: config.pricesFile, sha256: sha256(readInputFile(config.pricesFile)) } : null },
+    coverage: { tasks: outcomes.length, attempts: rows.length, complete: true },
+    overall,
+    domains,
+    cost,
+    tasks,
+  };
+  const outDir = path.dirname(config.out);
+  fs.mkdirSync(outDir, { recursive: true });
+  writeFileAtomic(config.out, `${JSON.stringify(JSON.parse(canonicalJson(report)), null, 2)}\n`);
+  io.out(renderAggregate(config.repeats, overall, domains, cost));
+  io.out(`\nwrote ${config.out}`);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Readable output
+
+export function percent(x: number): string {
+  return `${(100 * x).toFixed(2)}%`;
+}
+
+/** Dollars: cents above $1, tenths of a cent below (the reference's $24.36 and $0.177). */
+export function dollars(x: number | null): string {
+  if (x === null) return 'n/a';
+  return Math.abs(x) >= 1 ? `$${x.toFixed(2)}` : `$${x.toFixed(3)}`;
+}
+
+function interval([lo, hi]: [number, number]): string {
+  return `[${(100 * lo).toFixed(1)}, ${(100 * hi).toFixed(1)}]`;
+}
+
+function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n');
+}
+
+function renderAggregate(repeats: number, overall: Summary, domains: Record<string, Summary>, cost: (CostReport & { domains: Record<string, CostReport> }) | null): string {
+  const k = repeats;
+  const header = ['domain', 'tasks', 'attempts', 'pass@1', '95% CI (tasks)', `pass@${k}`, `pass^${k}`, `observed ${k}/${k}`, 'solved >= 1'];
+  if (cost) header.push('cost', 'per success', 'per reliable');
+  const row = (name: string, s: Summary, c: CostReport | undefined): string[] => {
+    const atK = s.pass_at_k.find((x) => x.k === k)?.estimate ?? Number.NaN;
+    const hatK = s.pass_hat_k.find((x) => x.k === k)?.estimate ?? Number.NaN;
+    const cells = [
+      name,
+      String(s.tasks),
+      String(s.attempts),
+      percent(s.pass_at_1.estimate),
+      interval(s.pass_at_1.bootstrap_tasks),
+      percent(atK),
+      percent(hatK),
+      `${s.observed_all_pass.count} (${percent(s.observed_all_pass.rate)})`,
+      `${s.solved_at_least_once.count} (${percent(s.solved_at_least_once.rate)})`,
+    ];
+    if (c) cells.push(dollars(c.campaign), dollars(c.per_successful_attempt), dollars(c.per_reliable_task));
+    return cells;
+  };
+  const rows = Object.entries(domains).map(([name, s]) => row(name, s, cost?.domains[name]));
+  rows.push(row('all', overall, cost ?? undefined));
+  const lines = [
+    `coverage: ${overall.tasks} tasks x ${repeats} repetitions = ${overall.attempts} attempts, every key present once, no infrastructure errors`,
+    '',
+    table(header, rows),
+    '',
+    `pass^k is the unbiased C(c,k)/C(n,k), not (c/n)^k; observed ${k}/${k} counts tasks that passed all ${k} attempts.`,
+    `other k: ${overall.pass_at_k.map((x) => `pass@${x.k} ${percent(x.estimate)}`).join(', ')}; ${overall.pass_hat_k.map((x) => `pass^${x.k} ${percent(x.estimate)}`).join(', ')}`,
+  ];
+  if (cost) {
+    lines.push(
+      '',
+      `cost: campaign ${dollars(cost.campaign)}; per successful attempt ${dollars(cost.per_successful_attempt)} (${cost.passing_attempts} passing attempts); per reliable task ${dollars(cost.per_reliable_task)} (${cost.reliable_tasks} tasks at ${k}/${k})`,
+      ...ROLES.map((r) => {
+        const t = cost.by_role[r].tokens;
+        return `  ${r.padEnd(6)} ${dollars(cost.by_role[r].cost).padStart(10)}  input ${t.input}, cached input ${t.cached_input}, output ${t.output} tokens`;
+      }),
+    );
+  }
+  return lines.join('\n');
+}
+
+// ---------------------------------------------------------------------------------------------------
+// compare
+
+const aggregateFileSchema = z.object({
+  kind: z.literal('tbt-eval-aggregate'),
+  tasks: z.array(z.object({ uid: z.string().min(1), domain: z.string(), n: z.number().int().min(1), c: z.number().int().min(0) })).min(1),
+});
+
+function readAggregateFile(file: string): TaskOutcome[] {
+  const text = readInputFile(file).toString('utf8');
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (err) {
+    throw new InputError(`${file}: invalid JSON: ${(err as Error).message}`);
+  }
+  const parsed = aggregateFileSchema.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new InputError(`${file}: field ${issue.path.join('.') || '(root)'}: ${issue.message} (expected the output of 'tbt eval aggregate --out')`);
+  }
+  return parsed.data.tasks.map(({ uid, domain, n, c }) => ({ uid, domain, n, c }));
+}
+
+function compareCommand(args: string[], io: CommandIo): number {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args,
+      strict: true,
+      allowPositionals: true,
+      options: {
+        resamples: { type: 'string', default: '10000' },
+        seed: { type: 'string', default: '42' },
+        out: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  if (parsed.values.help) {
+    io.out(USAGE);
+    return 0;
+  }
+  if (parsed.positionals.length !== 2) throw new UsageError(`compare needs two aggregate files (A and B), got ${parsed.positionals.length}`);
+  const [fileA, fileB] = parsed.positionals as [string, string];
+  const resamples = parseInteger('--resamples', parsed.values.resamples, 1);
+  const seed = parseInteger('--seed', parsed.values.seed, 0);
+  let comparison: Comparison;
+  try {
+    comparison = pairedComparison(readAggregateFile(fileA), readAggregateFile(fileB), { resamples, seed });
+  } catch (err) {
+    if (err instanceof RangeError) throw new InputError(`${fileA} vs ${fileB}: ${err.message}`);
+    throw err;
+  }
+  if (parsed.values.out) {
+    fs.mkdirSync(path.dirname(parsed.values.out), { recursive: true });
+    writeFileAtomic(parsed.values.out, `${JSON.stringify(JSON.parse(canonicalJson({ schema_version: 1, kind: 'tbt-eval-compare', a: fileA, b: fileB, ...comparison })), null, 2)}\n`);
+  }
+  const points = (x: number) => `${x >= 0 ? '+' : ''}${(100 * x).toFixed(2)} pts`;
+  const ci = ([lo, hi]: [number, number]) => `[${points(lo)}, ${points(hi)}]`;
+  const rows = [
+    ['pass@1', percent(comparison.pass_at_1.a), percent(comparison.pass_at_1.b), points(comparison.pass_at_1.difference), ci(comparison.pass_at_1.interval)],
+    ['all attempts pass', percent(comparison.all_pass_rate.a), percent(comparison.all_pass_rate.b), points(comparison.all_pass_rate.difference), ci(comparison.all_pass_rate.interval)],
+    ...Object.entries(comparison.domains).map(([d, x]) => [`pass@1 ${d} (${x.tasks})`, percent(x.pass_at_1.a), percent(x.pass_at_1.b), points(x.pass_at_1.difference), ci(x.pass_at_1.interval)]),
+  ];
+  io.out(
+    [
+      `paired comparison over ${comparison.tasks} tasks: A = ${fileA}, B = ${fileB}`,
+      `B better on ${comparison.b_better} tasks, worse on ${comparison.b_worse}, equal on ${comparison.equal}`,
+      '',
+      table(['metric', 'A', 'B', 'B - A', `${Math.round(comparison.level * 100)}% paired bootstrap (${comparison.resamples}, seed ${comparison.seed})`], rows),
+    ].join('\n') + (parsed.values.out ? `\n\nwrote ${parsed.values.out}` : ''),
+  );
+  return 0;
+}

@@ -1,0 +1,1 @@
+export { smokeWorkflow } from './smoke-workflow.ts';
