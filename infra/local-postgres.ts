@@ -17,7 +17,8 @@ function findBinDir(): string {
   const candidates: string[] = [];
   if (process.env.TBT_PG_BIN) candidates.push(process.env.TBT_PG_BIN);
   const debian = '/usr/lib/postgresql';
-  if (fs.existsSync(debian)) {
+  // TBT_PG_SEARCH_SYSTEM=0 restricts the search to TBT_PG_BIN and PATH (tests use it to simulate a bare machine).
+  if (process.env.TBT_PG_SEARCH_SYSTEM !== '0' && fs.existsSync(debian)) {
     for (const v of fs.readdirSync(debian).sort((a, b) => Number(b) - Number(a))) candidates.push(path.join(debian, v, 'bin'));
   }
   for (const dir of (process.env.PATH ?? '').split(':')) candidates.push(dir);
