@@ -534,7 +534,7 @@ function renderAggregate(repeats: number, overall: Summary, domains: Record<stri
   if (cost) {
     lines.push(
       '',
-      `cost: campaign ${dollars(cost.campaign)}; per successful attempt ${dollars(cost.per_successful_attempt)} (${cost.passing_attempts} passing attempts); per reliable task ${dollars(cost.per_reliable_task)} (${cost.reliable_tasks} tasks at ${k}/${k})`,
+      `cost: campaign ${dollars(cost.campaign)}; per successful attempt ${dollars(cost.per_successful_attempt)} (${cost.passing_attempts} passing attempts); per reliable task ${dollars(cost.per_reliable_task)} (tasks at ${k}/${k}: ${cost.reliable_tasks})`,
       ...ROLES.map((r) => {
         const t = cost.by_role[r].tokens;
         return `  ${r.padEnd(6)} ${dollars(cost.by_role[r].cost).padStart(10)}  input ${t.input}, cached input ${t.cached_input}, output ${t.output} tokens`;

@@ -1,0 +1,127 @@
+import OpenAI from 'openai';
+import { InfrastructureError, errorMessage } from '../core/errors.ts';
+
+/**
+ * Client of an OpenAI-compatible policy server (vLLM in production, the embedded CPU server locally).
+ * Chat completions serve evaluation against any API; the token endpoints (`/v1/completions` with token ids,
+ * `/tokenize`, `/detokenize`) serve token-exact training rollouts. Every failure is an InfrastructureError.
+ */
+
+export interface Endpoint {
+  /** Base URL including `/v1`. */
+  baseUrl: string;
+  model: string;
+  /** Environment variable holding the API key; read at call time, never stored. */
+  apiKeyEnv?: string;
+  timeoutMs?: number;
+}
+
+export interface ChatMessage { role: 'system' | 'user' | 'assistant' | 'tool'; content: string; tool_call_id?: string; name?: string }
+
+export interface ChatResult {
+  content: string;
+  reasoning?: string;
+  nativeToolCalls?: { id?: string; type?: string; function: { name: string; arguments: string } }[];
+  finishReason: string;
+  usage: { input: number; output: number; cached: number };
+}
+
+export interface TokenCompletion { tokenIds: number[]; logprobs: number[]; text: string; finishReason: string }
+
+export interface SamplingParams { temperature: number; topP: number; maxTokens: number; seed?: number }
+
+function apiKey(endpoint: Endpoint): string {
+  return (endpoint.apiKeyEnv ? process.env[endpoint.apiKeyEnv] : undefined) ?? 'not-needed';
+}
+
+function serverRoot(endpoint: Endpoint): string {
+  return endpoint.baseUrl.replace(/\/v1\/?$/, '');
+}
+
+async function postJson<T>(endpoint: Endpoint, url: string, body: unknown, what: string): Promise<T> {
+  let response: Response;
+  try {
+    response = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey(endpoint)}` },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(endpoint.timeoutMs ?? 300_000),
+    });
+  } catch (err) {
+    throw new InfrastructureError(`policy server ${what}: ${errorMessage(err)}`, { cause: err });
+  }
+  const text = await response.text();
+  if (!response.ok) throw new InfrastructureError(`policy server ${what}: HTTP ${response.status}: ${text.slice(0, 500)}`);
+  return JSON.parse(text) as T;
+}
+
+export async function chatComplete(endpoint: Endpoint, messages: ChatMessage[], sampling: SamplingParams, tools?: unknown[]): Promise<ChatResult> {
+  const client = new OpenAI({ baseURL: endpoint.baseUrl, apiKey: apiKey(endpoint), timeout: endpoint.timeoutMs ?? 300_000, maxRetries: 2 });
+  try {
+    const completion = await client.chat.completions.create({
+      model: endpoint.model,
+      messages: messages as OpenAI.Chat.ChatCompletionMessageParam[],
+      temperature: sampling.temperature,
+      top_p: sampling.topP,
+      max_tokens: sampling.maxTokens,
+      ...(sampling.seed === undefined ? {} : { seed: sampling.seed }),
+      ...(tools && tools.length ? { tools: tools as OpenAI.Chat.ChatCompletionTool[] } : {}),
+    });
+    const choice = completion.choices[0];
+    if (!choice) throw new Error('no choices in the response');
+    const message = choice.message as typeof choice.message & { reasoning_content?: string };
+    return {
+      content: message.content ?? '',
+      reasoning: message.reasoning_content ?? undefined,
+      nativeToolCalls: (message.tool_calls ?? []).filter((c) => c.type === 'function').map((c) => ({ id: c.id, type: c.type, function: { name: (c as { function: { name: string } }).function.name, arguments: (c as { function: { arguments: string } }).function.arguments } })),
+      finishReason: choice.finish_reason ?? 'stop',
+      usage: {
+        input: completion.usage?.prompt_tokens ?? 0,
+        output: completion.usage?.completion_tokens ?? 0,
+        cached: completion.usage?.prompt_tokens_details?.cached_tokens ?? 0,
+      },
+    };
+  } catch (err) {
+    throw new InfrastructureError(`policy chat completion failed: ${errorMessage(err)}`, { cause: err });
+  }
+}
+
+/** Token-in/token-out: the prompt is the exact id sequence; the sampled ids and their logprobs come back. */
+export async function completeTokens(endpoint: Endpoint, prompt: number[], sampling: SamplingParams): Promise<TokenCompletion> {
+  const body = await postJson<{ choices: { text: string; token_ids?: number[]; finish_reason: string; logprobs?: { token_logprobs?: number[] } }[] }>(
+    endpoint,
+    `${endpoint.baseUrl}/completions`,
+    {
+      model: endpoint.model,
+      prompt,
+      max_tokens: sampling.maxTokens,
+      temperature: sampling.temperature,
+      top_p: sampling.topP,
+      ...(sampling.seed === undefined ? {} : { seed: sampling.seed }),
+      logprobs: 0,
+      return_token_ids: true,
+      skip_special_tokens: false,
+    },
+    'token completion',
+  );
+  const choice = body.choices[0];
+  if (!choice?.token_ids) throw new InfrastructureError('policy server token completion: no token_ids in the response (is return_token_ids supported?)');
+  const logprobs = choice.logprobs?.token_logprobs ?? [];
+  if (logprobs.length !== choice.token_ids.length) throw new InfrastructureError(`policy server token completion: ${choice.token_ids.length} token ids but ${logprobs.length} logprobs`);
+  return { tokenIds: choice.token_ids, logprobs, text: choice.text, finishReason: choice.finish_reason };
+}
+
+export async function tokenizeMessages(endpoint: Endpoint, messages: ChatMessage[], options: { addGenerationPrompt: boolean; tools?: unknown[] }): Promise<number[]> {
+  const body = await postJson<{ tokens: number[] }>(
+    endpoint,
+    `${serverRoot(endpoint)}/tokenize`,
+    { model: endpoint.model, messages, add_generation_prompt: options.addGenerationPrompt, ...(options.tools?.length ? { tools: options.tools } : {}) },
+    'tokenize',
+  );
+  return body.tokens;
+}
+
+export async function detokenize(endpoint: Endpoint, tokens: number[]): Promise<string> {
+  const body = await postJson<{ prompt: string }>(endpoint, `${serverRoot(endpoint)}/detokenize`, { model: endpoint.model, tokens }, 'detokenize');
+  return body.prompt;
+}
