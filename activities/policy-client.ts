@@ -16,7 +16,13 @@ export interface Endpoint {
   timeoutMs?: number;
 }
 
-export interface ChatMessage { role: 'system' | 'user' | 'assistant' | 'tool'; content: string; tool_call_id?: string; name?: string }
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant' | 'tool';
+  content: string;
+  tool_call_id?: string;
+  name?: string;
+  tool_calls?: { id?: string; type?: string; function: { name: string; arguments: string } }[];
+}
 
 export interface ChatResult {
   content: string;

@@ -10,7 +10,7 @@ import { chatComplete, type Endpoint } from './policy-client.ts';
 
 export type UserSimulatorConfig = { mode: 'scripted' } | { mode: 'llm'; endpoint: Endpoint; temperature?: number; maxTokens?: number };
 
-export interface UserReply { text: string; usage: { input: number; output: number; cached: number } }
+export interface UserReply { text: string; modelCall: boolean; usage: { input: number; output: number; cached: number } }
 
 export interface SimulatedUser { reply(transcript: VisibleTurn[], turn: number): Promise<UserReply | null> }
 
@@ -19,7 +19,7 @@ export function createSimulatedUser(config: UserSimulatorConfig, task: Task): Si
     return {
       async reply(_transcript, turn) {
         const text = task.user_replies?.[turn];
-        return text === undefined ? null : { text, usage: { input: 0, output: 0, cached: 0 } };
+        return text === undefined ? null : { text, modelCall: false, usage: { input: 0, output: 0, cached: 0 } };
       },
     };
   }
@@ -33,7 +33,7 @@ export function createSimulatedUser(config: UserSimulatorConfig, task: Task): Si
         ],
         { temperature: config.temperature ?? 0.3, topP: 1, maxTokens: config.maxTokens ?? 512 },
       );
-      return { text: result.content.trim(), usage: result.usage };
+      return { text: result.content.trim(), modelCall: true, usage: result.usage };
     },
   };
 }

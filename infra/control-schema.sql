@@ -26,3 +26,25 @@ CREATE TABLE IF NOT EXISTS smoke_checks (
   message     text NOT NULL,
   created_at  timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS episodes (
+  id             text PRIMARY KEY,
+  task_uid       text NOT NULL,
+  suite          text NOT NULL,
+  scenario       text NOT NULL,
+  domain         text NOT NULL,
+  purpose        text NOT NULL CHECK (purpose IN ('probe', 'train', 'eval', 'adhoc')),
+  campaign       text,
+  step           integer,
+  group_index    integer,
+  repetition     integer NOT NULL DEFAULT 0,
+  status         text NOT NULL CHECK (status IN ('running', 'success', 'agent_failure', 'infrastructure_error')),
+  reward         real,
+  finish_reason  text,
+  cause          text,
+  policy_model   text,
+  record         jsonb,
+  started_at     timestamptz NOT NULL DEFAULT now(),
+  finished_at    timestamptz
+);
+CREATE INDEX IF NOT EXISTS episodes_by_task ON episodes (task_uid, status);
+CREATE INDEX IF NOT EXISTS episodes_by_campaign ON episodes (campaign, step, purpose);

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
  */
 
 export interface ChatRequestBody { model: string; messages: { role: string; content: string }[]; temperature?: number; [k: string]: unknown }
-export type DoubleReply = string | { status: number; body?: unknown };
+export type DoubleReply = string | { status: number; body?: unknown } | { content: string; finishReason?: string; completionTokens?: number; delayMs?: number };
 
 export class OpenAIWireProtocolDouble {
   readonly requests: ChatRequestBody[] = [];
@@ -27,18 +27,26 @@ export class OpenAIWireProtocolDouble {
         }
         const body = JSON.parse(raw) as ChatRequestBody;
         const r = this.reply(body, this.requests.push(body) - 1);
-        if (typeof r !== 'string') {
+        if (typeof r !== 'string' && 'status' in r) {
           res.writeHead(r.status, { 'content-type': 'application/json' }).end(JSON.stringify(r.body ?? { error: { message: 'scripted failure', type: 'server_error' } }));
           return;
         }
-        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({
+        const reply: { content: string; finishReason?: string; completionTokens?: number; delayMs?: number } = typeof r === 'string' ? { content: r } : { ...r };
+        // Like a real server, never generate more than max_tokens: cut and report finish_reason "length".
+        const wanted = reply.completionTokens ?? Math.max(1, Math.ceil(reply.content.length / 4));
+        const cap = typeof body.max_tokens === 'number' ? body.max_tokens : Infinity;
+        const completionTokens = Math.min(wanted, cap);
+        if (wanted > cap) reply.finishReason = 'length';
+        const send = () => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({
           id: `chatcmpl-double-${this.requests.length}`,
           object: 'chat.completion',
           created: 0,
           model: body.model,
-          choices: [{ index: 0, message: { role: 'assistant', content: r }, finish_reason: 'stop', logprobs: null }],
-          usage: { prompt_tokens: 10, completion_tokens: 1, total_tokens: 11 },
+          choices: [{ index: 0, message: { role: 'assistant', content: reply.content }, finish_reason: reply.finishReason ?? 'stop', logprobs: null }],
+          usage: { prompt_tokens: 10, completion_tokens: completionTokens, total_tokens: 10 + completionTokens },
         }));
+        if (reply.delayMs) setTimeout(send, reply.delayMs);
+        else send();
       });
     });
     await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
@@ -46,6 +54,7 @@ export class OpenAIWireProtocolDouble {
   }
 
   async stop(): Promise<void> {
+    this.server?.closeAllConnections();
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
   }
 }

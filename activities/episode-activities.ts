@@ -1,0 +1,86 @@
+import { ApplicationFailure, Context } from '@temporalio/activity';
+import type { EpisodeConfig } from '../config/episode-config.ts';
+import { toEndpoint } from '../config/episode-config.ts';
+import { BadInputError } from '../core/errors.ts';
+import { withClient } from '../infra/control-database.ts';
+import { createJudge } from './judge-client.ts';
+import { runEpisode, type EpisodeDependencies, type EpisodeOptions } from './episode-runner.ts';
+import { findFinishedEpisode, markEpisodeRunning, saveEpisode, summarize, type EpisodeMeta, type EpisodeSummary } from './episode-store.ts';
+import { createChatDriver, createTokenDriver } from './policy-driver.ts';
+import type { SandboxPool } from './sandbox-pool.ts';
+import { createSimulatedUser } from './simulated-user.ts';
+import { loadSuites, formatProblem, type LoadedTask, type Suite } from './task-suite-loader.ts';
+import type { TerminalStateGrader } from './terminal-state-grader.ts';
+
+/**
+ * The episode as a Temporal activity. Its payloads carry only ids and a summary; the episode itself
+ * (messages, tool calls, diff, token ids) is stored in the control database under the episode id.
+ * Idempotent: a retry of a finished episode returns the stored summary without running it again.
+ */
+
+export interface EpisodeActivityInput extends Omit<EpisodeMeta, 'id' | 'suite' | 'scenario' | 'domain' | 'taskUid' | 'policyModel'> {
+  episodeId: string;
+  suiteDir: string;
+  taskUid: string;
+  config: EpisodeConfig;
+}
+
+const suiteCache = new Map<string, Suite>();
+
+export function findTask(suiteDir: string, uid: string): { suite: Suite; task: LoadedTask } {
+  let suite = suiteCache.get(suiteDir);
+  if (!suite) {
+    const { suites, problems } = loadSuites(suiteDir);
+    if (problems.length) throw new BadInputError(`task suite ${suiteDir} has problems:\n${problems.slice(0, 10).map(formatProblem).join('\n')}`);
+    suite = suites[0]!;
+    suiteCache.set(suiteDir, suite);
+  }
+  const task = suite.tasks.find((t) => t.uid === uid);
+  if (!task) throw new BadInputError(`task '${uid}' not found in ${suiteDir}`);
+  return { suite, task };
+}
+
+export function episodeOptions(config: EpisodeConfig): EpisodeOptions {
+  return {
+    sampling: { temperature: config.sampling.temperature, topP: config.sampling.top_p, seed: config.sampling.seed },
+    limits: { maxAgentTurns: config.limits.max_agent_turns, maxTokensPerTurn: config.limits.max_tokens_per_turn, episodeTokenBudget: config.limits.episode_token_budget, wallClockMs: config.limits.wall_clock_ms },
+    prompt: { toolsInPrompt: config.prompt.tools_in_prompt, example: config.prompt.example },
+  };
+}
+
+export function episodeDependencies(config: EpisodeConfig, pool: SandboxPool, grader: TerminalStateGrader, task: LoadedTask): EpisodeDependencies {
+  const policyEndpoint = toEndpoint(config.policy);
+  return {
+    pool,
+    grader,
+    policy: config.policy.mode === 'tokens' ? createTokenDriver(policyEndpoint) : createChatDriver(policyEndpoint),
+    user: createSimulatedUser(config.user.mode === 'llm' ? { mode: 'llm', endpoint: toEndpoint(config.user.endpoint), temperature: config.user.temperature } : { mode: 'scripted' }, task),
+    judge: config.judge ? createJudge(toEndpoint(config.judge)) : undefined,
+  };
+}
+
+export function createEpisodeActivities(deps: { pool: SandboxPool; grader: TerminalStateGrader; controlUrl: string }) {
+  return {
+    async runEpisode(input: EpisodeActivityInput): Promise<EpisodeSummary> {
+      try {
+        const { suite, task } = findTask(input.suiteDir, input.taskUid);
+        const scenario = suite.scenarios[task.scenario]!;
+        const finished = await withClient(deps.controlUrl, (c) => findFinishedEpisode(c, input.episodeId));
+        if (finished) return finished;
+        const meta: EpisodeMeta = { ...input, id: input.episodeId, suite: suite.name, scenario: scenario.name, domain: scenario.domain ?? scenario.name, policyModel: input.config.policy.model };
+        await withClient(deps.controlUrl, (c) => markEpisodeRunning(c, meta));
+        const ctx = Context.current();
+        const episodeDeps = episodeDependencies(input.config, deps.pool, deps.grader, task);
+        episodeDeps.onTurn = (progress) => ctx.heartbeat(progress);
+        const record = await runEpisode(episodeDeps, scenario, task, `episode:${input.episodeId}`, episodeOptions(input.config));
+        await withClient(deps.controlUrl, (c) => saveEpisode(c, input.episodeId, record));
+        return summarize(input.episodeId, record);
+      } catch (err) {
+        if (err instanceof BadInputError) throw ApplicationFailure.nonRetryable(err.message, 'BadInput');
+        throw err;
+      }
+    },
+  };
+}
+
+export type EpisodeActivities = ReturnType<typeof createEpisodeActivities>;

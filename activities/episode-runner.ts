@@ -1,0 +1,230 @@
+import type { Scenario, Task } from '../config/task-schema.ts';
+import { buildAgentSystemPrompt, DONE_MARKER, END_TURN_TOOL, type PromptTool } from '../core/agent-prompt.ts';
+import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
+import { interpretCompletion, interpretNativeMessage, type Interpretation } from '../core/interpret/index.ts';
+import type { VisibleTurn } from '../core/user-simulator-prompt.ts';
+import type { Judge } from './judge-client.ts';
+import { openToolSession, type ToolSession } from './mcp-tool-session.ts';
+import type { ChatMessage, SamplingParams } from './policy-client.ts';
+import type { PolicyDriver, Trajectory } from './policy-driver.ts';
+import type { Sandbox, SandboxPool } from './sandbox-pool.ts';
+import type { SimulatedUser } from './simulated-user.ts';
+import type { GradeReport, TerminalStateGrader } from './terminal-state-grader.ts';
+
+/**
+ * One full episode (REFERENCE.md section 2): fresh sandbox, its own MCP session, the agent loop with a
+ * simulated user, then terminal-state grading. It ends in exactly one outcome: success, agent failure (with
+ * a finish reason) or infrastructure error (with a cause). Nothing here waits without a deadline.
+ */
+
+export type FinishReason =
+  | 'done' | 'end_turn' | 'single_turn' | 'user_turn_limit' | 'user_finished'
+  | 'agent_turn_limit' | 'token_budget' | 'turn_token_cap' | 'wall_clock_timeout'
+  | 'infrastructure_error';
+
+/** Ends that are graded on the terminal state; the others are limits the agent hit (reward 0, REFERENCE §3). */
+const GRADED: ReadonlySet<FinishReason> = new Set(['done', 'end_turn', 'single_turn', 'user_turn_limit', 'user_finished']);
+
+export interface EpisodeLimits {
+  /** Cap on agent completions when the task sets none. */
+  maxAgentTurns: number;
+  maxTokensPerTurn: number;
+  episodeTokenBudget: number;
+  wallClockMs: number;
+}
+
+export interface EpisodeOptions {
+  sampling: Omit<SamplingParams, 'maxTokens'>;
+  limits: EpisodeLimits;
+  /** Put tool descriptions in the system prompt (templates without tool support) and show a worked example. */
+  prompt: { toolsInPrompt: boolean; example: boolean };
+}
+
+export interface RecordedToolCall { turn: number; name: string; arguments: Record<string, unknown>; result: string; isError: boolean }
+export interface RecordedCompletion { turn: number; raw: string; native?: unknown; finishReason: string; interpretation: Interpretation }
+export interface RoleUsage { calls: number; input: number; output: number; cached: number }
+
+export interface EpisodeRecord {
+  outcome: 'success' | 'agent_failure' | 'infrastructure_error';
+  reward: 0 | 1;
+  finishReason: FinishReason;
+  cause?: string;
+  messages: ChatMessage[];
+  completions: RecordedCompletion[];
+  toolCalls: RecordedToolCall[];
+  grade?: GradeReport;
+  usage: { policy: RoleUsage; user: RoleUsage; judge: RoleUsage };
+  timings: { totalMs: number; policyMs: number; toolMs: number; userMs: number; gradeMs: number; sandboxMs: number };
+  trajectory?: Trajectory;
+}
+
+export interface EpisodeDependencies {
+  pool: SandboxPool;
+  grader: TerminalStateGrader;
+  policy: PolicyDriver;
+  user: SimulatedUser;
+  judge?: Judge;
+  /** Called after every agent turn (the activity heartbeats here). */
+  onTurn?: (progress: { turn: number; toolCalls: number; userReplies: number }) => void;
+}
+
+/** `during` is set when the deadline passed while waiting on a dependency (a hang: infrastructure). */
+class WallClockExceeded extends Error {
+  constructor(readonly during?: string) {
+    super(during ? `no answer from ${during} before the episode deadline` : 'episode deadline passed');
+  }
+}
+
+function usage(): RoleUsage {
+  return { calls: 0, input: 0, output: 0, cached: 0 };
+}
+
+export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, task: Task, owner: string, options: EpisodeOptions): Promise<EpisodeRecord> {
+  const started = Date.now();
+  const deadline = started + options.limits.wallClockMs;
+  const record: EpisodeRecord = {
+    outcome: 'agent_failure', reward: 0, finishReason: 'done', messages: [], completions: [], toolCalls: [],
+    usage: { policy: usage(), user: usage(), judge: usage() },
+    timings: { totalMs: 0, policyMs: 0, toolMs: 0, userMs: 0, gradeMs: 0, sandboxMs: 0 },
+  };
+  /** Races a step against the episode deadline; the step's own client timeout bounds it as well. */
+  const timed = async <T>(what: keyof EpisodeRecord['timings'], step: () => Promise<T>): Promise<T> => {
+    const left = deadline - Date.now();
+    if (left <= 0) throw new WallClockExceeded();
+    const t = Date.now();
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([step(), new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new WallClockExceeded(what.replace(/Ms$/, ''))), left); })]);
+    } finally {
+      clearTimeout(timer);
+      record.timings[what] += Date.now() - t;
+    }
+  };
+
+  let sandbox: Sandbox | undefined;
+  let session: ToolSession | undefined;
+  try {
+    sandbox = await timed('sandboxMs', () => deps.pool.acquire(scenario, owner, { dataPatch: task.data_patch }));
+    session = await openToolSession(scenario, sandbox);
+    const tools: PromptTool[] = [...(await session.listTools()), END_TURN_TOOL];
+    const typingSpecs = tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema }));
+    const system = buildAgentSystemPrompt(scenario.instructions, tools, options.prompt);
+    record.messages.push({ role: 'system', content: system }, { role: 'user', content: task.query });
+    await timed('policyMs', () => deps.policy.start(record.messages));
+
+    const transcript: VisibleTurn[] = [{ role: 'user', text: task.query }];
+    const maxAgentTurns = task.limits.max_agent_turns ?? options.limits.maxAgentTurns;
+    const conversational = task.user_context !== undefined || task.user_replies !== undefined;
+    let userReplies = 0;
+    let finish: FinishReason | undefined;
+
+    for (let turn = 0; finish === undefined; turn++) {
+      if (turn >= maxAgentTurns) {
+        finish = 'agent_turn_limit';
+        break;
+      }
+      const room = options.limits.episodeTokenBudget - deps.policy.contextTokens();
+      if (room <= 0) {
+        finish = 'token_budget';
+        break;
+      }
+      const maxTokens = Math.min(options.limits.maxTokensPerTurn, room);
+      const generation = await timed('policyMs', () => deps.policy.generate({ ...options.sampling, maxTokens }));
+      Object.assign(record.usage.policy, {
+        calls: record.usage.policy.calls + 1,
+        input: record.usage.policy.input + generation.usage.input,
+        output: record.usage.policy.output + generation.usage.output,
+        cached: record.usage.policy.cached + generation.usage.cached,
+      });
+      const interpretation = generation.native?.length
+        ? interpretNativeMessage({ content: generation.raw, reasoning_content: generation.reasoning, tool_calls: generation.native }, typingSpecs)
+        : interpretCompletion(generation.raw, typingSpecs);
+      record.completions.push({ turn, raw: generation.raw, native: generation.native, finishReason: generation.finishReason, interpretation });
+      record.messages.push({ role: 'assistant', content: generation.raw, ...(generation.native?.length ? { tool_calls: generation.native } : {}) });
+      if (generation.finishReason === 'length') {
+        finish = maxTokens < options.limits.maxTokensPerTurn ? 'token_budget' : 'turn_token_cap';
+        break;
+      }
+
+      const observations: ChatMessage[] = [];
+      for (const call of interpretation.toolCalls) {
+        if (call.name === END_TURN_TOOL.name) {
+          finish = 'end_turn';
+          break;
+        }
+        const callId = generation.native?.[call.index]?.id;
+        let result: { text: string; isError: boolean };
+        if (call.parseError !== undefined) result = { text: `Error: could not parse the tool call: ${call.parseError}`, isError: true };
+        else result = await timed('toolMs', () => session!.callTool(call.name, call.arguments));
+        record.toolCalls.push({ turn, name: call.name, arguments: call.arguments, result: result.text, isError: result.isError });
+        observations.push({ role: 'tool', content: result.text, ...(callId ? { tool_call_id: callId } : {}) });
+      }
+      deps.onTurn?.({ turn, toolCalls: record.toolCalls.length, userReplies });
+      if (finish) break;
+      if (interpretation.toolCalls.length > 0) {
+        record.messages.push(...observations);
+        await timed('policyMs', () => deps.policy.observe(observations));
+        continue;
+      }
+      // A message without tool calls goes to the user.
+      transcript.push({ role: 'assistant', text: interpretation.text });
+      if (interpretation.text.trimEnd().endsWith(DONE_MARKER)) finish = 'done';
+      else if (!conversational) finish = 'single_turn';
+      else if (userReplies >= task.limits.max_user_turns) finish = 'user_turn_limit';
+      if (finish) break;
+      const reply = await timed('userMs', () => deps.user.reply(transcript, userReplies));
+      if (!reply) {
+        finish = 'user_finished';
+        break;
+      }
+      userReplies += 1;
+      Object.assign(record.usage.user, {
+        calls: record.usage.user.calls + (reply.modelCall ? 1 : 0),
+        input: record.usage.user.input + reply.usage.input,
+        output: record.usage.user.output + reply.usage.output,
+        cached: record.usage.user.cached + reply.usage.cached,
+      });
+      transcript.push({ role: 'user', text: reply.text });
+      const userMessage: ChatMessage = { role: 'user', content: reply.text };
+      record.messages.push(userMessage);
+      await timed('policyMs', () => deps.policy.observe([userMessage]));
+    }
+    record.finishReason = finish!;
+    record.trajectory = deps.policy.trajectory();
+    if (!GRADED.has(record.finishReason)) {
+      record.cause = `limit reached: ${record.finishReason}`;
+      return record;
+    }
+    const lastAssistantText = transcript.filter((t) => t.role === 'assistant').at(-1)?.text ?? '';
+    const grade = await timed('gradeMs', () => deps.grader.grade({ scenario, task, sandbox: sandbox!, lastAssistantText, judge: deps.judge }));
+    record.grade = grade;
+    record.outcome = grade.outcome;
+    record.reward = grade.reward;
+    record.cause = grade.cause;
+    for (const r of grade.rubrics) {
+      record.usage.judge.calls += 1;
+      record.usage.judge.input += r.usage.input;
+      record.usage.judge.output += r.usage.output;
+    }
+    if (grade.outcome === 'infrastructure_error') record.finishReason = 'infrastructure_error';
+    return record;
+  } catch (err) {
+    if (err instanceof BadInputError) throw err;
+    record.trajectory = deps.policy.trajectory();
+    // The agent's own time (between steps, or while it generates) running out is an agent failure; the
+    // deadline passing while a tool, the user simulator or a sandbox hangs is not the agent's doing.
+    if (err instanceof WallClockExceeded && (err.during === undefined || err.during === 'policy')) {
+      record.finishReason = 'wall_clock_timeout';
+      record.cause = `episode exceeded its wall-clock limit of ${options.limits.wallClockMs} ms`;
+      return record;
+    }
+    record.outcome = 'infrastructure_error';
+    record.finishReason = 'infrastructure_error';
+    record.cause = err instanceof InfrastructureError || err instanceof WallClockExceeded ? err.message : `unexpected error: ${errorMessage(err)}`;
+    return record;
+  } finally {
+    record.timings.totalMs = Date.now() - started;
+    await session?.close();
+    if (sandbox) await deps.pool.release(sandbox).catch(() => undefined);
+  }
+}

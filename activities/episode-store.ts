@@ -1,0 +1,49 @@
+import type pg from 'pg';
+import type { EpisodeRecord } from './episode-runner.ts';
+
+/**
+ * Episodes in the control database, keyed by a caller-chosen id derived from workflow ids, so a retried
+ * activity finds the finished episode instead of running (and counting) it twice.
+ */
+
+export interface EpisodeMeta {
+  id: string;
+  taskUid: string;
+  suite: string;
+  scenario: string;
+  domain: string;
+  purpose: 'probe' | 'train' | 'eval' | 'adhoc';
+  campaign?: string;
+  step?: number;
+  groupIndex?: number;
+  repetition?: number;
+  policyModel?: string;
+}
+
+export interface EpisodeSummary { id: string; outcome: EpisodeRecord['outcome']; reward: 0 | 1; finishReason: string; cause?: string; policyTokens: number }
+
+export function summarize(id: string, r: Pick<EpisodeRecord, 'outcome' | 'reward' | 'finishReason' | 'cause' | 'usage'>): EpisodeSummary {
+  return { id, outcome: r.outcome, reward: r.reward, finishReason: r.finishReason, ...(r.cause ? { cause: r.cause.slice(0, 500) } : {}), policyTokens: r.usage.policy.output };
+}
+
+/** The finished episode with this id, if any (a `running` row is a crashed attempt and does not count). */
+export async function findFinishedEpisode(db: pg.ClientBase, id: string): Promise<EpisodeSummary | undefined> {
+  const { rows } = await db.query<{ record: EpisodeRecord }>(`SELECT record FROM episodes WHERE id = $1 AND status <> 'running'`, [id]);
+  return rows[0] ? summarize(id, rows[0].record) : undefined;
+}
+
+export async function markEpisodeRunning(db: pg.ClientBase, meta: EpisodeMeta): Promise<void> {
+  await db.query(
+    `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, group_index, repetition, status, policy_model)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'running', $11)
+     ON CONFLICT (id) DO UPDATE SET status = 'running', started_at = now() WHERE episodes.status = 'running'`,
+    [meta.id, meta.taskUid, meta.suite, meta.scenario, meta.domain, meta.purpose, meta.campaign ?? null, meta.step ?? null, meta.groupIndex ?? null, meta.repetition ?? 0, meta.policyModel ?? null],
+  );
+}
+
+export async function saveEpisode(db: pg.ClientBase, id: string, record: EpisodeRecord): Promise<void> {
+  await db.query(
+    `UPDATE episodes SET status = $2, reward = $3, finish_reason = $4, cause = $5, record = $6, finished_at = now() WHERE id = $1`,
+    [id, record.outcome, record.outcome === 'infrastructure_error' ? null : record.reward, record.finishReason, record.cause ?? null, JSON.stringify(record)],
+  );
+}

@@ -1,0 +1,100 @@
+import { InfrastructureError } from '../core/errors.ts';
+import { chatComplete, completeTokens, tokenizeMessages, type ChatMessage, type ChatResult, type Endpoint, type SamplingParams } from './policy-client.ts';
+
+/**
+ * How an episode talks to the policy. `chat`: messages in, text out (evaluation against any OpenAI-compatible
+ * API). `tokens`: token ids in, token ids out (training): the prompt and every observation are rendered by
+ * the server's own tokenizer and chat template; each observation delta is rendered behind a fixed anchor
+ * conversation whose tokens are checked, so the learner trains on exactly the ids that were sampled.
+ */
+
+export interface Generation {
+  raw: string;
+  native?: ChatResult['nativeToolCalls'];
+  reasoning?: string;
+  finishReason: string;
+  usage: { input: number; output: number; cached: number };
+  /** Tokens in the context after this generation (prompt + output), for the episode budget. */
+  contextTokens: number;
+}
+
+export interface Trajectory { tokenIds: number[]; lossMask: number[]; logprobs: number[] }
+
+export interface PolicyDriver {
+  start(messages: ChatMessage[]): Promise<void>;
+  generate(sampling: SamplingParams): Promise<Generation>;
+  /** Appends what the agent observes after its turn: tool results and/or the user's reply. */
+  observe(messages: ChatMessage[]): Promise<void>;
+  contextTokens(): number;
+  trajectory(): Trajectory | undefined;
+}
+
+export function createChatDriver(endpoint: Endpoint, tools?: unknown[]): PolicyDriver {
+  const messages: ChatMessage[] = [];
+  let context = 0;
+  return {
+    async start(initial) {
+      messages.push(...initial);
+    },
+    async generate(sampling) {
+      const result = await chatComplete(endpoint, messages, sampling, tools);
+      messages.push({ role: 'assistant', content: result.content, ...(result.nativeToolCalls?.length ? { tool_calls: result.nativeToolCalls } : {}) });
+      context = result.usage.input + result.usage.output;
+      return { raw: result.content, native: result.nativeToolCalls, reasoning: result.reasoning, finishReason: result.finishReason, usage: result.usage, contextTokens: context };
+    },
+    async observe(observed) {
+      messages.push(...observed);
+    },
+    contextTokens: () => context,
+    trajectory: () => undefined,
+  };
+}
+
+/** Fixed anchor conversation: observations are rendered after it, and its own tokens must never change. */
+const ANCHOR: ChatMessage[] = [
+  { role: 'system', content: 'anchor' },
+  { role: 'user', content: 'anchor' },
+  { role: 'assistant', content: 'anchor' },
+];
+
+export function createTokenDriver(endpoint: Endpoint, tools?: unknown[]): PolicyDriver {
+  const ids: number[] = [];
+  const mask: number[] = [];
+  const logprobs: number[] = [];
+  let anchorTokens: number[] | undefined;
+  const push = (tokens: number[], m: 0 | 1, lp?: number[]) => {
+    ids.push(...tokens);
+    mask.push(...tokens.map(() => m));
+    logprobs.push(...(lp ?? tokens.map(() => 0)));
+  };
+  return {
+    async start(initial) {
+      push(await tokenizeMessages(endpoint, initial, { addGenerationPrompt: true, tools }), 0);
+      anchorTokens = await tokenizeMessages(endpoint, ANCHOR, { addGenerationPrompt: false, tools });
+    },
+    async generate(sampling) {
+      const prompt = ids.length;
+      const out = await completeTokens(endpoint, ids, sampling);
+      push(out.tokenIds, 1, out.logprobs);
+      return { raw: out.text, finishReason: out.finishReason, usage: { input: prompt, output: out.tokenIds.length, cached: 0 }, contextTokens: ids.length };
+    },
+    async observe(observed) {
+      const anchor = anchorTokens!;
+      const rendered = await tokenizeMessages(endpoint, [...ANCHOR, ...observed], { addGenerationPrompt: true, tools });
+      const mismatch = anchor.findIndex((t, i) => rendered[i] !== t);
+      if (mismatch >= 0 || rendered.length <= anchor.length) {
+        throw new InfrastructureError(`token anchor mismatch at position ${mismatch}: the chat template renders the anchor conversation differently when messages follow it; token-exact rollouts are impossible with this template`);
+      }
+      // The sampled turn ends with its stop token; the template's closing tokens after it (e.g. "\n" after
+      // <|im_end|>) were not sampled, so they are appended here as observation tokens (mask 0).
+      const last = ids[ids.length - 1]!;
+      const stopAt = anchor.lastIndexOf(last);
+      if (stopAt < 0 || anchor.length - stopAt - 1 > 4) {
+        throw new InfrastructureError(`the last sampled token ${last} is not the chat template's end-of-turn token; cannot continue the trajectory token-exactly`);
+      }
+      push([...anchor.slice(stopAt + 1), ...rendered.slice(anchor.length)], 0);
+    },
+    contextTokens: () => ids.length,
+    trajectory: () => ({ tokenIds: [...ids], lossMask: [...mask], logprobs: [...logprobs] }),
+  };
+}

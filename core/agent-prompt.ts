@@ -1,0 +1,43 @@
+/**
+ * The agent's system prompt: a generic part, the scenario's domain instructions, and (when the serving
+ * template does not render tools itself) the tools in the Hermes convention the interpreter understands.
+ */
+
+export interface PromptTool { name: string; description: string; inputSchema: Record<string, unknown> }
+
+export const DONE_MARKER = '<DONE>';
+export const END_TURN_TOOL: PromptTool = {
+  name: 'end_turn',
+  description: 'End the conversation when the task is complete or nothing more can be done.',
+  inputSchema: { type: 'object', properties: {}, required: [] },
+};
+
+const GENERIC = [
+  'You are an assistant that completes tasks for a user by calling tools.',
+  'Follow the policy below exactly. Only change what the user asked for and the policy allows.',
+  `When the task is finished, reply to the user briefly and end your message with ${DONE_MARKER}.`,
+].join(' ');
+
+export function toolsSection(tools: PromptTool[]): string {
+  const specs = tools.map((t) => JSON.stringify({ type: 'function', function: { name: t.name, description: t.description, parameters: t.inputSchema } }));
+  return [
+    '# Tools',
+    'You may call tools. The available tools are listed in <tools></tools>:',
+    `<tools>\n${specs.join('\n')}\n</tools>`,
+    'To call a tool, write a JSON object with its name and arguments inside <tool_call></tool_call> tags:',
+    '<tool_call>\n{"name": "tool_name", "arguments": {"arg": "value"}}\n</tool_call>',
+  ].join('\n');
+}
+
+/** A worked example for very small models, which follow a shown pattern far better than a described one. */
+const EXAMPLE = [
+  '# Example',
+  'User: Set the quantity of item 7 to 3.',
+  'Assistant: <tool_call>\n{"name": "set_quantity", "arguments": {"id": 7, "quantity": 3}}\n</tool_call>',
+  'Tool: {"affected": 1}',
+  `Assistant: Item 7 now has quantity 3. ${DONE_MARKER}`,
+].join('\n');
+
+export function buildAgentSystemPrompt(instructions: string, tools: PromptTool[], options: { toolsInPrompt: boolean; example: boolean }): string {
+  return [GENERIC, `# Policy\n${instructions.trim()}`, ...(options.toolsInPrompt ? [toolsSection(tools)] : []), ...(options.example ? [EXAMPLE] : [])].join('\n\n');
+}

@@ -1,0 +1,138 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { episodeConfigSchema } from '../config/episode-config.ts';
+import { scenarioSchema, taskSchema, type Task } from '../config/task-schema.ts';
+import { episodeDependencies, episodeOptions } from '../activities/episode-activities.ts';
+import { runEpisode } from '../activities/episode-runner.ts';
+import type { SandboxPool } from '../activities/sandbox-pool.ts';
+import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
+import { OpenAIWireProtocolDouble, type DoubleReply } from './helpers/openai-wire-double.ts';
+import { controlReady, newPool } from './helpers/stack.ts';
+
+/** Loop logic against a scripted policy (an OpenAI wire-protocol test double) and the real sandbox + MCP stack. */
+
+const scenario = scenarioSchema.parse({
+  name: 'loop_shop',
+  instructions: 'Approve orders when asked.',
+  schema: 'CREATE TABLE orders (id integer PRIMARY KEY, approved boolean NOT NULL DEFAULT false);',
+  seed: 'INSERT INTO orders (id) VALUES (1), (2);',
+  tools: [{ name: 'approve', description: 'Approve an order.', input_schema: { type: 'object', properties: { order_id: { type: 'integer' } }, required: ['order_id'] }, sql: 'UPDATE orders SET approved = true WHERE id = :order_id AND NOT approved RETURNING id', result: 'row', empty_error: 'order not found or already approved' }],
+});
+const task = taskSchema.parse({ uid: 'loop/approve-1', scenario: 'loop_shop', query: 'Approve order 1.', golden: [{ tool: 'approve', arguments: { order_id: 1 } }] });
+const chatty = taskSchema.parse({ ...task, uid: 'loop/chatty', user_context: 'You want order 1 approved.', user_replies: ['please go on', 'still waiting', 'hello?', 'anyone?'], limits: { max_user_turns: 2 } });
+
+const call = (name: string, args: unknown) => `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
+
+let pool: SandboxPool;
+let grader: TerminalStateGrader;
+const doubles: OpenAIWireProtocolDouble[] = [];
+before(async () => {
+  const controlUrl = await controlReady();
+  pool = newPool({ warm: 1 });
+  grader = new TerminalStateGrader(pool, controlUrl);
+});
+after(async () => {
+  await pool.close();
+  await Promise.all(doubles.map((d) => d.stop()));
+});
+
+async function episode(t: Task, script: DoubleReply[], limits: Record<string, number> = {}, user?: DoubleReply) {
+  const policy = new OpenAIWireProtocolDouble((_b, i) => script[Math.min(i, script.length - 1)]!);
+  doubles.push(policy);
+  const policyUrl = await policy.start();
+  let userConfig: unknown = { mode: 'scripted' };
+  if (user !== undefined) {
+    const userDouble = new OpenAIWireProtocolDouble(() => user);
+    doubles.push(userDouble);
+    userConfig = { mode: 'llm', endpoint: { base_url: await userDouble.start(), model: 'user-double', timeout_ms: 5000 } };
+  }
+  const config = episodeConfigSchema.parse({ policy: { base_url: policyUrl, model: 'policy-double', timeout_ms: 10_000 }, user: userConfig, limits: { max_agent_turns: 6, ...limits } });
+  const record = await runEpisode(episodeDependencies(config, pool, grader, { ...t, suite: 'test', file: 'inline', line: 1 }), scenario, t, 'test:loop', episodeOptions(config));
+  return { record, policy };
+}
+
+test('a right tool call then <DONE> ends the episode and succeeds', async () => {
+  const { record } = await episode(task, [call('approve', { order_id: 1 }), 'Order 1 is approved. <DONE>']);
+  assert.equal(record.finishReason, 'done');
+  assert.equal(record.outcome, 'success');
+  assert.equal(record.reward, 1);
+  assert.deepEqual(record.toolCalls.map((c) => [c.name, c.arguments, c.isError]), [['approve', { order_id: 1 }, false]]);
+});
+
+test('the end-turn tool ends the episode; a wrong action is graded as an agent failure with a diff', async () => {
+  const { record } = await episode(task, [`${call('approve', { order_id: 2 })}\n${call('end_turn', {})}`]);
+  assert.equal(record.finishReason, 'end_turn');
+  assert.equal(record.outcome, 'agent_failure');
+  assert.deepEqual(record.grade!.diff.map((d) => d.path).sort(), ['orders[id=1].approved', 'orders[id=2].approved']);
+});
+
+test('a task without user context ends after the first message without tool calls', async () => {
+  const { record, policy } = await episode(task, [call('approve', { order_id: 1 }), 'Approved.']);
+  assert.equal(record.finishReason, 'single_turn');
+  assert.equal(record.outcome, 'success');
+  assert.equal(policy.requests.length, 2);
+});
+
+test('tool errors, malformed arguments and unknown tools come back to the agent as tool results', async () => {
+  const { record, policy } = await episode(task, [
+    call('approve', { order_id: 9 }),
+    '<tool_call>\n{"name": "approve", "arguments": {"order_id": 1</tool_call>',
+    call('cancel_everything', {}),
+    call('approve', { order_id: 'one' }),
+    call('approve', { order_id: 1 }),
+    'Done. <DONE>',
+  ]);
+  assert.equal(record.outcome, 'success');
+  const toolMessages = (i: number) => policy.requests[i]!.messages.filter((m) => m.role === 'tool').map((m) => m.content);
+  assert.match(toolMessages(1).at(-1)!, /Error: order not found or already approved/);
+  assert.match(toolMessages(2).at(-1)!, /Error: could not parse the tool call/);
+  assert.match(toolMessages(3).at(-1)!, /Error: unknown tool 'cancel_everything'/);
+  assert.match(toolMessages(4).at(-1)!, /invalid arguments for approve: \/order_id must be integer/);
+  assert.deepEqual(record.toolCalls.map((c) => c.isError), [true, true, true, true, false]);
+});
+
+test('the agent-turn limit ends the episode as an agent failure, not graded', async () => {
+  const { record } = await episode(task, [call('approve', { order_id: 1 })], { max_agent_turns: 3 });
+  assert.equal(record.finishReason, 'agent_turn_limit');
+  assert.equal(record.outcome, 'agent_failure');
+  assert.equal(record.grade, undefined);
+  assert.equal(record.completions.length, 3);
+});
+
+test('the user-turn limit ends a conversation, which is then graded', async () => {
+  const { record } = await episode(chatty, [call('approve', { order_id: 1 }), 'Anything else?'], {});
+  assert.equal(record.finishReason, 'user_turn_limit');
+  assert.equal(record.usage.user.calls, 0, 'scripted user makes no model calls');
+  assert.deepEqual(record.messages.filter((m) => m.role === 'user').map((m) => m.content), ['Approve order 1.', 'please go on', 'still waiting']);
+  assert.equal(record.outcome, 'success');
+});
+
+test('a completion cut at the per-turn cap and an exhausted episode budget are agent failures', async () => {
+  const cut = await episode(task, [{ content: 'I will think about this for a very long time', finishReason: 'length' }], { max_tokens_per_turn: 8 });
+  assert.equal(cut.record.finishReason, 'turn_token_cap');
+  assert.equal(cut.policy.requests[0]!.max_tokens, 8);
+  const budget = await episode(task, [{ content: call('approve', { order_id: 2 }), completionTokens: 40 }], { episode_token_budget: 60 });
+  assert.equal(budget.record.finishReason, 'token_budget');
+  assert.equal(budget.record.outcome, 'agent_failure');
+  assert.equal(budget.policy.requests[1]!.max_tokens, 10, 'the next turn may only use what is left of the budget');
+});
+
+test('the whole-episode wall-clock limit stops a slow agent', async () => {
+  const { record } = await episode(task, [{ content: call('approve', { order_id: 2 }), delayMs: 400 }], { wall_clock_ms: 1000, max_agent_turns: 50 });
+  assert.equal(record.finishReason, 'wall_clock_timeout');
+  assert.equal(record.outcome, 'agent_failure');
+  assert.ok(record.timings.totalMs < 5000);
+});
+
+test('a simulated-user outage is an infrastructure error, never a failure', async () => {
+  const { record } = await episode(chatty, ['Which order?'], {}, { status: 503 });
+  assert.equal(record.outcome, 'infrastructure_error');
+  assert.equal(record.finishReason, 'infrastructure_error');
+  assert.match(record.cause!, /503/);
+});
+
+test('a policy-server outage is an infrastructure error', async () => {
+  const { record } = await episode(task, [{ status: 500 }]);
+  assert.equal(record.outcome, 'infrastructure_error');
+  assert.match(record.cause!, /policy chat completion failed/);
+});
