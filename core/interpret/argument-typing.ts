@@ -50,7 +50,7 @@ export function declaredTypes(propertySchema: unknown): string[] {
 function parseInteger(text: string): Conversion {
   if (!INTEGER_LITERAL.test(text)) return KEEP;
   const value = Number(text);
-  return Number.isSafeInteger(value) ? { ok: true, value: value } : KEEP;
+  return Number.isSafeInteger(value) ? { ok: true, value: value === 0 ? 0 : value } : KEEP;
 }
 
 function parseNumber(text: string): Conversion {
