@@ -1,3 +1,4 @@
+import os from 'node:os';
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { toEndpoint } from '../config/episode-config.ts';
@@ -73,6 +74,7 @@ export function createEpisodeActivities(deps: { pool: SandboxPool; grader: Termi
         const episodeDeps = episodeDependencies(input.config, deps.pool, deps.grader, task);
         episodeDeps.onTurn = (progress) => ctx.heartbeat(progress);
         const record = await runEpisode(episodeDeps, scenario, task, `episode:${input.episodeId}`, episodeOptions(input.config));
+        record.worker = `${os.hostname()}:${process.pid}`;
         await withClient(deps.controlUrl, (c) => saveEpisode(c, input.episodeId, record));
         return summarize(input.episodeId, record);
       } catch (err) {

@@ -56,6 +56,10 @@ export interface EpisodeRecord {
   usage: { policy: RoleUsage; user: RoleUsage; judge: RoleUsage };
   timings: { totalMs: number; policyMs: number; toolMs: number; userMs: number; gradeMs: number; sandboxMs: number };
   trajectory?: Trajectory;
+  /** Tools as the agent saw them (for re-interpretation by `tbt parity`). */
+  tools?: { name: string; inputSchema: Record<string, unknown> }[];
+  /** host:pid of the worker process that ran the episode. */
+  worker?: string;
 }
 
 export interface EpisodeDependencies {
@@ -108,6 +112,7 @@ export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, 
     session = await openToolSession(scenario, sandbox);
     const tools: PromptTool[] = [...(await session.listTools()), END_TURN_TOOL];
     const typingSpecs = tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema }));
+    record.tools = typingSpecs;
     const system = buildAgentSystemPrompt(scenario.instructions, tools, options.prompt);
     record.messages.push({ role: 'system', content: system }, { role: 'user', content: task.query });
     await timed('policyMs', () => deps.policy.start(record.messages));

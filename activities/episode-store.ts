@@ -20,10 +20,10 @@ export interface EpisodeMeta {
   policyModel?: string;
 }
 
-export interface EpisodeSummary { id: string; outcome: EpisodeRecord['outcome']; reward: 0 | 1; finishReason: string; cause?: string; policyTokens: number }
+export interface EpisodeSummary { id: string; outcome: EpisodeRecord['outcome']; reward: 0 | 1; finishReason: string; cause?: string; policyTokens: number; /** host:pid of the worker that ran it */ worker?: string }
 
-export function summarize(id: string, r: Pick<EpisodeRecord, 'outcome' | 'reward' | 'finishReason' | 'cause' | 'usage'>): EpisodeSummary {
-  return { id, outcome: r.outcome, reward: r.reward, finishReason: r.finishReason, ...(r.cause ? { cause: r.cause.slice(0, 500) } : {}), policyTokens: r.usage.policy.output };
+export function summarize(id: string, r: Pick<EpisodeRecord, 'outcome' | 'reward' | 'finishReason' | 'cause' | 'usage' | 'worker'>): EpisodeSummary {
+  return { id, outcome: r.outcome, reward: r.reward, finishReason: r.finishReason, ...(r.cause ? { cause: r.cause.slice(0, 500) } : {}), policyTokens: r.usage.policy.output, ...(r.worker ? { worker: r.worker } : {}) };
 }
 
 /** The finished episode with this id, if any (a `running` row is a crashed attempt and does not count). */

@@ -1,0 +1,35 @@
+import path from 'node:path';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import pino from 'pino';
+import { databaseUrl, readEnvironment, repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
+import { createSmokeActivities } from '../activities/smoke-activities.ts';
+import { ensureControlDatabase } from '../infra/control-database.ts';
+
+/** Orchestrator worker: runs the (deterministic) workflows and their light bookkeeping activities. */
+
+async function run(): Promise<void> {
+  const env = readEnvironment();
+  const log = pino({ name: 'orchestrator-worker', base: { pid: process.pid } });
+  const controlUrl = databaseUrl(env);
+  await ensureControlDatabase(env);
+  const connection = await NativeConnection.connect({ address: temporalAddress(env) });
+  try {
+    const worker = await Worker.create({
+      connection,
+      namespace: env.TBT_TEMPORAL_NAMESPACE,
+      taskQueue: taskQueues(env).orchestrator,
+      workflowsPath: path.join(repoRoot, 'workflows', 'index.ts'),
+      activities: { ...createSmokeActivities(controlUrl) },
+      shutdownGraceTime: '10s',
+    });
+    log.info({ taskQueue: taskQueues(env).orchestrator }, 'orchestrator worker started');
+    await worker.run();
+  } finally {
+    await connection.close();
+  }
+}
+
+run().catch((err: unknown) => {
+  console.error('orchestrator worker failed:', err);
+  process.exit(1);
+});

@@ -1,0 +1,47 @@
+import os from 'node:os';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import pino from 'pino';
+import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../config/environment.ts';
+import { createEpisodeActivities } from '../activities/episode-activities.ts';
+import { SandboxPool } from '../activities/sandbox-pool.ts';
+import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
+import { ensureControlDatabase } from '../infra/control-database.ts';
+
+/**
+ * Rollout worker: runs episodes (CPU activities) from the shared rollout task queue. Start as many as you
+ * like, on as many hosts as you like: Temporal spreads episodes across every worker polling the queue.
+ * Concurrency: TBT_ROLLOUT_CONCURRENCY (default 4) episodes at once per worker.
+ */
+
+async function run(): Promise<void> {
+  const env = readEnvironment();
+  const log = pino({ name: 'rollout-worker', base: { host: os.hostname(), pid: process.pid } });
+  const controlUrl = databaseUrl(env);
+  await ensureControlDatabase(env);
+  const pool = new SandboxPool({ controlUrl, agentPassword: env.TBT_AGENT_DB_PASSWORD, readerPassword: env.TBT_READER_DB_PASSWORD, warm: Number(process.env.TBT_SANDBOX_WARM ?? 2) });
+  const swept = await pool.sweep();
+  if (swept.dropped.length) log.info({ dropped: swept.dropped.length }, 'swept sandboxes left by crashed workers');
+  const sweeper = setInterval(() => pool.sweep().catch((err: unknown) => log.warn({ err }, 'sandbox sweep failed')), 5 * 60_000);
+  const connection = await NativeConnection.connect({ address: temporalAddress(env) });
+  try {
+    const worker = await Worker.create({
+      connection,
+      namespace: env.TBT_TEMPORAL_NAMESPACE,
+      taskQueue: taskQueues(env).rollout,
+      activities: createEpisodeActivities({ pool, grader: new TerminalStateGrader(pool, controlUrl), controlUrl }),
+      maxConcurrentActivityTaskExecutions: Number(process.env.TBT_ROLLOUT_CONCURRENCY ?? 4),
+      shutdownGraceTime: '30s',
+    });
+    log.info({ taskQueue: taskQueues(env).rollout }, 'rollout worker started');
+    await worker.run();
+  } finally {
+    clearInterval(sweeper);
+    await pool.close();
+    await connection.close();
+  }
+}
+
+run().catch((err: unknown) => {
+  console.error('rollout worker failed:', err);
+  process.exit(1);
+});
