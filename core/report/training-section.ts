@@ -1,0 +1,119 @@
+import { count, decimal, duration, percent, reward } from './format.ts';
+import type { SectionPart, StepsInput } from './report-model.ts';
+import { formats, lineChart, type LineSeries } from './svg-charts.ts';
+
+/** Training progress per step: reward, the share of groups that carry a signal, and the loss. */
+
+export const SMOOTHING_WINDOW = 5;
+
+/** Trailing mean over the last `window` values (fewer at the start). */
+export function rollingMean(values: readonly number[], window: number): number[] {
+  const out: number[] = [];
+  let sum = 0;
+  values.forEach((v, i) => {
+    sum += v;
+    if (i >= window) sum -= values[i - window]!;
+    out.push(sum / Math.min(i + 1, window));
+  });
+  return out;
+}
+
+export function trainingSection(input: StepsInput): SectionPart {
+  const steps = input.steps;
+  const first = steps[0]!;
+  const last = steps[steps.length - 1]!;
+  const n = steps.length;
+  const smoothed = rollingMean(
+    steps.map((s) => s.mean_reward),
+    SMOOTHING_WINDOW,
+  );
+  const smooth = n >= 2 * SMOOTHING_WINDOW;
+  const rewardSeries: LineSeries[] = [{ name: 'mean reward', points: steps.map((s) => ({ x: s.step, y: s.mean_reward })) }];
+  if (smooth) {
+    rewardSeries.push({ name: `trailing mean of ${SMOOTHING_WINDOW} steps`, points: steps.map((s, i) => ({ x: s.step, y: smoothed[i]! })), markers: false, dashed: true, color: '#d97706' });
+  }
+  const sum = (f: (s: (typeof steps)[number]) => number) => steps.reduce((acc, s) => acc + f(s), 0);
+  const groups = sum((s) => s.groups);
+  const refilled = sum((s) => s.infra_errors_refilled);
+  const replaced = sum((s) => s.zero_variance_replaced);
+  const wall = sum((s) => s.wall_s);
+  const meanInformative = sum((s) => s.informative_group_fraction) / n;
+  const gradNorms = steps.map((s) => s.grad_norm);
+  const rewardRange = (steps.length > 1 ? `step ${first.step}: ${reward(first.mean_reward)} → step ${last.step}: ${reward(last.mean_reward)}` : `step ${last.step}`);
+
+  return {
+    headline: [
+      {
+        label: 'Training reward',
+        value: reward(smooth ? smoothed[n - 1]! : last.mean_reward),
+        detail: `${smooth ? `mean of the last ${SMOOTHING_WINDOW} steps; ` : ''}${rewardRange} (${count(n)} steps)`,
+      },
+      {
+        label: 'Informative groups',
+        value: percent(meanInformative),
+        detail: `mean over steps; ${count(replaced)} zero-variance groups replaced, ${count(refilled)} infrastructure errors refilled`,
+      },
+    ],
+    section: {
+      id: 'training',
+      title: 'Training',
+      caption: `${count(n)} recorded steps (${first.step} to ${last.step}), ${count(groups)} groups in all, ${duration(wall)} of wall time.`,
+      figures: [
+        {
+          id: 'training-reward',
+          caption: `Mean reward of the rollouts in each step${smooth ? `, with a trailing mean over ${SMOOTHING_WINDOW} steps` : ''}.`,
+          svg: lineChart({ title: 'Mean reward per step', series: rewardSeries, xLabel: 'step', yLabel: 'mean reward', xFormat: formats.integer }),
+        },
+        {
+          id: 'training-informative',
+          caption: 'Fraction of groups whose rollouts did not all get the same reward (the groups that carry a GRPO signal).',
+          svg: lineChart({
+            title: 'Informative-group fraction per step',
+            series: [{ name: 'informative groups', points: steps.map((s) => ({ x: s.step, y: s.informative_group_fraction })), color: '#0d9488' }],
+            xLabel: 'step',
+            yLabel: 'fraction of groups',
+            xFormat: formats.integer,
+            yFormat: formats.percent,
+            yDomain: [0, 1],
+          }),
+        },
+        {
+          id: 'training-loss',
+          caption: 'Policy loss of each update step.',
+          svg: lineChart({
+            title: 'Loss per step',
+            series: [{ name: 'loss', points: steps.map((s) => ({ x: s.step, y: s.loss })), color: '#9333ea' }],
+            xLabel: 'step',
+            yLabel: 'loss',
+            xFormat: formats.integer,
+          }),
+        },
+      ],
+      tables: [
+        {
+          caption: 'Training totals',
+          header: ['quantity', 'value'],
+          align: ['left', 'right'],
+          rows: [
+            ['steps recorded', count(n)],
+            ['first / last step', `${first.step} / ${last.step}`],
+            ['mean reward, first / last step', `${reward(first.mean_reward)} / ${reward(last.mean_reward)}`],
+            ['mean informative-group fraction', percent(meanInformative)],
+            ['groups trained on', count(groups)],
+            ['zero-variance groups replaced', count(replaced)],
+            ['infrastructure errors refilled', count(refilled)],
+            ['gradient norm, median / max', `${decimal(median(gradNorms), 3)} / ${decimal(Math.max(...gradNorms), 3)}`],
+            ['wall time', duration(wall)],
+          ],
+        },
+      ],
+      notes: [],
+    },
+  };
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}

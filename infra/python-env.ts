@@ -1,0 +1,21 @@
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { repoRoot } from '../config/environment.ts';
+
+/** The Python environment scripts/setup.sh prepared (its path is recorded in .tools/python-venv). */
+
+export function pythonBinary(): string {
+  const marker = path.join(repoRoot, '.tools', 'python-venv');
+  if (!fs.existsSync(marker)) throw new Error(`Python environment not set up (${marker} missing): run \`bash scripts/setup.sh\``);
+  const python = path.join(fs.readFileSync(marker, 'utf8').trim(), 'bin', 'python');
+  if (!fs.existsSync(python)) throw new Error(`Python environment at ${python} is missing: run \`bash scripts/setup.sh\``);
+  return python;
+}
+
+export const gpuLearnerDir = path.join(repoRoot, 'gpu-learner');
+
+/** Folder of the bundled small model (converted once by scripts/setup.sh; instant afterwards). */
+export function smallModelDir(): string {
+  return execFileSync(pythonBinary(), ['-m', 'tbt_gpu.model_store'], { cwd: gpuLearnerDir, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+}
