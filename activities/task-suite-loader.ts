@@ -1,19 +1,14 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { isNode, LineCounter, parseDocument, type Document } from 'yaml';
-import type { z } from 'zod';
 import { scenarioSchema, taskFileSchema, type Scenario, type Task } from '../config/task-schema.ts';
+import { formatProblem, parseYamlFile, type TaskFileProblem } from '../config/yaml-file.ts';
+
+export { formatProblem, parseYamlFile, type TaskFileProblem };
 
 /**
  * Reads task suites from disk. A suite is a folder with `scenarios/*.yaml` and `tasks/*.yaml`. Every problem
  * is collected as a `TaskFileProblem` naming file, line and field; one bad file never hides the others.
  */
-
-export interface TaskFileProblem { file: string; line: number; field: string; message: string }
-
-export function formatProblem(p: TaskFileProblem): string {
-  return `${p.file}:${p.line}: ${p.field ? `${p.field}: ` : ''}${p.message}`;
-}
 
 export class TaskFileError extends Error {
   constructor(readonly problems: TaskFileProblem[]) {
@@ -24,49 +19,6 @@ export class TaskFileError extends Error {
 export interface LoadedTask extends Task { suite: string; file: string; line: number }
 export interface Suite { name: string; dir: string; scenarios: Record<string, Scenario>; tasks: LoadedTask[] }
 export interface LoadResult { suites: Suite[]; problems: TaskFileProblem[] }
-
-function lineOf(doc: Document, counter: LineCounter, pathParts: PropertyKey[]): number {
-  for (let n = pathParts.length; n >= 0; n--) {
-    const node = n === 0 ? doc.contents : doc.getIn(pathParts.slice(0, n) as (string | number)[], true);
-    if (isNode(node) && node.range) return counter.linePos(node.range[0]).line;
-  }
-  return 1;
-}
-
-function fieldName(parts: PropertyKey[]): string {
-  return parts.map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i ? '.' : ''}${String(p)}`)).join('');
-}
-
-/** Parses one YAML file against a schema; returns the value or the problems (with line numbers). */
-export function parseYamlFile<S extends z.ZodType>(file: string, schema: S): { value?: z.infer<S>; problems: TaskFileProblem[]; lineOf: (p: PropertyKey[]) => number } {
-  let text: string;
-  try {
-    text = fs.readFileSync(file, 'utf8');
-  } catch (err) {
-    return { problems: [{ file, line: 1, field: '', message: `cannot read file: ${(err as Error).message}` }], lineOf: () => 1 };
-  }
-  const counter = new LineCounter();
-  const doc = parseDocument(text, { lineCounter: counter, uniqueKeys: true, prettyErrors: false });
-  const locate = (p: PropertyKey[]) => lineOf(doc, counter, p);
-  if (doc.errors.length > 0) {
-    return {
-      problems: doc.errors.map((e) => ({ file, line: e.linePos?.[0]?.line ?? 1, field: '', message: `YAML syntax: ${e.message.split('\n')[0]}` })),
-      lineOf: locate,
-    };
-  }
-  const parsed = schema.safeParse(doc.toJS());
-  if (!parsed.success) {
-    return {
-      problems: parsed.error.issues.flatMap((i) => {
-        // An unknown key is reported on its parent object; name (and locate) the key itself.
-        const paths = i.code === 'unrecognized_keys' ? i.keys.map((k) => [...i.path, k]) : [i.path];
-        return paths.map((p) => ({ file, line: locate(p), field: fieldName(p), message: i.code === 'unrecognized_keys' ? 'unknown field' : i.message }));
-      }),
-      lineOf: locate,
-    };
-  }
-  return { value: parsed.data, problems: [], lineOf: locate };
-}
 
 function yamlFiles(dir: string): string[] {
   if (!fs.existsSync(dir)) return [];

@@ -11,6 +11,7 @@ const commands: Record<string, { summary: string; run: Command }> = {
   tasks: { summary: 'tasks validate <dir>: check task suites', run: async (a) => (await import('./commands/tasks.ts')).tasks(a) },
   prepare: { summary: 'select training tasks by probe difficulty (reference-compatible flags)', run: async (a) => (await import('./commands/prepare.ts')).prepare(a) },
   eval: { summary: 'eval aggregate|compare: metrics from episode or ThinkingBox result files', run: async (a) => (await import('./commands/eval.ts')).evaluate(a) },
+  episodes: { summary: 'episodes run --suite DIR ...: run episodes in-process, write result lines', run: async (a) => (await import('./commands/episodes.ts')).episodes(a) },
   parity: { summary: 'parity <episodes.jsonl | campaign>: training vs evaluation interpretation of every output', run: async (a) => (await import('./commands/parity.ts')).parity(a) },
   demo: { summary: 'run the main job on the embedded default', run: async (a) => (await import('./commands/demo.ts')).demo(a) },
 };

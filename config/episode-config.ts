@@ -14,6 +14,7 @@ export const endpointSchema = z
 export const episodeConfigSchema = z
   .object({
     policy: endpointSchema.extend({
+      base_url: z.union([z.literal('embedded'), z.string().url()]).describe("Policy server base URL including /v1; 'embedded' = the embedded CPU policy server the GPU worker runs"),
       mode: z.enum(['chat', 'tokens']).default('chat').describe('chat = messages in/text out (evaluation); tokens = token-exact (training)'),
     }),
     sampling: z

@@ -202,7 +202,7 @@ export function evalSection(input: ReportInput): SectionPart {
     yDomain: [0, 1],
   });
   const allPassChart = barChart({
-    title: `Tasks passed in all k attempts (observed k/k, k = ${kText}) by domain`,
+    title: `Observed k/k by domain (k = ${kText})`,
     categories,
     series: evals.map((e, i) => ({
       name: e.label,
@@ -226,11 +226,11 @@ export function evalSection(input: ReportInput): SectionPart {
     const series: ScatterSeries[] = withCost.map(({ e, i }) => ({
       name: e.label,
       color: colorOf(e, i),
-      points: rowsOf(e).map((r) => ({ x: r.costPerAttempt!, y: r.summary.pass_at_1.estimate, label: r.name === ALL ? `${e.label} (all)` : r.name, emphasis: r.name === ALL })),
+      points: rowsOf(e).map((r) => ({ x: r.costPerAttempt!, y: r.summary.pass_at_1.estimate, key: r.name, label: r.name === ALL ? `${e.label} (all)` : r.name, emphasis: r.name === ALL })),
     }));
     figures.push({
       id: 'eval-cost',
-      caption: `pass@1 against serving cost per attempt (campaign cost / attempts): one small point per domain, a large one per evaluation overall.`,
+      caption: `pass@1 against serving cost per attempt (campaign cost / attempts): one small point per domain, a large one per evaluation overall${withCost.length > 1 ? '; dotted lines join the same domain' : ''}.`,
       svg: scatterChart({ title: 'pass@1 against cost per attempt', series, xLabel: 'serving cost per attempt (USD)', yLabel: 'pass@1', xFormat: formats.dollars, yFormat: formats.percent, yDomain: [0, 1] }),
     });
   }

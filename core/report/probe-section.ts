@@ -36,6 +36,7 @@ export function probeSection(probe: ProbeInput): SectionPart {
     yLabel: 'tasks',
     xLabel: 'difficulty band (largest Jeffreys posterior mass)',
     yFormat: formats.integer,
+    yInteger: true,
     highlight: { categories: perBand.map((b) => b.retained), label: 'retained for training', mutedLabel: 'dropped' },
   });
   const innerEdges = BANDS.slice(1).map((b) => b.lower);

@@ -25,12 +25,12 @@ p.caption { margin: 0 0 14px; color: var(--muted); }
 .card .label { font-size: 13px; color: var(--muted); }
 .card .value { font-size: 26px; font-weight: 650; margin: 2px 0; font-variant-numeric: tabular-nums; }
 .card .detail { font-size: 12.5px; color: var(--muted); }
-.figures { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 560px), 1fr)); gap: 16px; }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(100%, 560px), 1fr)); gap: 16px; }
 figure { margin: 0; background: #fff; border: 1px solid var(--line); border-radius: 10px; padding: 10px 10px 8px; }
 figure svg { display: block; width: 100%; height: auto; }
 figcaption { font-size: 13px; color: var(--muted); padding: 4px 6px 0; }
-.table-wrap { overflow-x: auto; margin-top: 16px; background: #fff; border: 1px solid var(--line); border-radius: 10px; }
-table { border-collapse: collapse; width: 100%; font-size: 13.5px; font-variant-numeric: tabular-nums; }
+.table-wrap { width: fit-content; max-width: 100%; overflow-x: auto; margin-top: 16px; background: #fff; border: 1px solid var(--line); border-radius: 10px; }
+table { border-collapse: collapse; font-size: 13.5px; font-variant-numeric: tabular-nums; }
 caption { caption-side: top; text-align: left; font-weight: 600; padding: 10px 12px 6px; }
 th, td { padding: 6px 12px; border-top: 1px solid var(--line); white-space: nowrap; }
 th { background: #f1f5f9; font-weight: 600; text-align: left; }

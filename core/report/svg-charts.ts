@@ -50,15 +50,20 @@ function textWidth(text: string, fontSize: number): number {
   return text.length * fontSize * 0.58;
 }
 
-function niceStep(rough: number): number {
+function niceStep(rough: number, integer: boolean): number {
   const exponent = Math.floor(Math.log10(rough));
   const fraction = rough / 10 ** exponent;
   const nice = fraction <= 1 ? 1 : fraction <= 2 ? 2 : fraction <= 2.5 ? 2.5 : fraction <= 5 ? 5 : 10;
-  return nice * 10 ** exponent;
+  const step = nice * 10 ** exponent;
+  if (!integer) return step;
+  return step < 1 ? 1 : Number.isInteger(step) ? step : Math.floor(step);
 }
 
-/** Round tick values covering [min, max] with about `target` intervals; the domain widens to the outer ticks. */
-export function niceTicks(min: number, max: number, target = 5): { ticks: number[]; domain: [number, number] } {
+/**
+ * Round tick values covering [min, max] with about `target` intervals; the domain widens to the outer
+ * ticks. `integer` keeps every tick a whole number (for counts).
+ */
+export function niceTicks(min: number, max: number, target = 5, integer = false): { ticks: number[]; domain: [number, number] } {
   if (!Number.isFinite(min) || !Number.isFinite(max)) throw new RangeError(`niceTicks: non-finite range [${min}, ${max}]`);
   if (max < min) [min, max] = [max, min];
   if (max === min) {
@@ -66,7 +71,7 @@ export function niceTicks(min: number, max: number, target = 5): { ticks: number
     min -= pad;
     max += pad;
   }
-  const step = niceStep((max - min) / target);
+  const step = niceStep((max - min) / target, integer);
   const start = Math.floor(min / step + 1e-9) * step;
   const end = Math.ceil(max / step - 1e-9) * step;
   const ticks: number[] = [];
@@ -206,6 +211,8 @@ export interface BarChartOptions {
   valueFormat?: AxisFormat | null;
   /** Fixed value range of the y axis (for rates: [0, 1]). */
   yDomain?: readonly [number, number];
+  /** Counts: whole-number ticks only. */
+  yInteger?: boolean;
   /** Single-series charts: colour each bar by whether its category is highlighted, with a two-entry legend. */
   highlight?: { categories: readonly boolean[]; label: string; mutedLabel: string; color?: string; mutedColor?: string };
   width?: number;
@@ -227,15 +234,19 @@ export function barChart(options: BarChartOptions): string {
   const shown = categories.map((c) => truncate(c, 22));
   const rotate = shown.some((c) => textWidth(c, 11) > slot - 6);
   const longest = Math.max(0, ...shown.map((c) => textWidth(c, 11)));
-  const frame: Frame = { width, height: options.height ?? 340, left: 64, right: 20, top: 56, bottom: rotate ? Math.min(130, 40 + longest * 0.6) : 56 };
-  if (!options.height) frame.height += frame.bottom - 56;
+  const labelRoom = rotate ? Math.min(110, 20 + longest * 0.6) : 28;
+  const frame: Frame = { width, height: 0, left: 64, right: 20, top: 56, bottom: labelRoom + (options.xLabel ? 24 : 4) };
+  frame.height = options.height ?? 240 + frame.top + frame.bottom;
 
   const all = series.flatMap((s) => [
     ...s.values.filter((v): v is number => v !== null),
     ...(s.intervals ?? []).flatMap((i) => (i ? [i[0], i[1]] : [])),
   ]);
   const [lo, hi] = options.yDomain ?? [Math.min(0, ...all), Math.max(0, ...all)];
-  const { ticks, domain } = options.yDomain ? { ticks: niceTicks(lo, hi).ticks.filter((t) => t >= lo - 1e-9 && t <= hi + 1e-9), domain: [lo, hi] as [number, number] } : niceTicks(lo, hi === lo ? lo + 1 : hi);
+  const integer = options.yInteger ?? false;
+  const { ticks, domain } = options.yDomain
+    ? { ticks: niceTicks(lo, hi, 5, integer).ticks.filter((t) => t >= lo - 1e-9 && t <= hi + 1e-9), domain: [lo, hi] as [number, number] }
+    : niceTicks(lo, hi === lo ? lo + 1 : hi, 5, integer);
   const y = scale(domain, [frame.height - frame.bottom, frame.top]);
   const base = y(Math.max(domain[0], Math.min(0, domain[1])));
   const marks = series.reduce((s, x) => s + x.values.filter((v) => v !== null).length, 0);
@@ -394,6 +405,8 @@ export interface ScatterPoint {
   x: number;
   y: number;
   label?: string;
+  /** Points of different series with the same key are joined by a faint line (the same domain before and after). */
+  key?: string;
   /** Larger, outlined marker for summary points (for example a whole evaluation among its domains). */
   emphasis?: boolean;
 }
@@ -413,11 +426,18 @@ export interface ScatterChartOptions {
   yFormat?: AxisFormat;
   xDomain?: readonly [number, number];
   yDomain?: readonly [number, number];
-  /** Start the x axis at zero (honest for costs); default true. */
-  xFromZero?: boolean;
   width?: number;
   height?: number;
 }
+
+interface Box {
+  x0: number;
+  y0: number;
+  x1: number;
+  y1: number;
+}
+
+const overlaps = (a: Box, b: Box) => a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1;
 
 export function scatterChart(options: ScatterChartOptions): string {
   const { series } = options;
@@ -430,8 +450,12 @@ export function scatterChart(options: ScatterChartOptions): string {
   const xs = series.flatMap((s) => s.points.map((p) => p.x));
   const ys = series.flatMap((s) => s.points.map((p) => p.y));
   let [x0, x1] = options.xDomain ?? extent(xs);
-  if (!options.xDomain && options.xFromZero !== false) x0 = Math.min(0, x0);
-  if (!options.xDomain) x1 += (x1 - x0) * 0.08;
+  if (!options.xDomain) {
+    // Room on both sides for the point labels.
+    const pad = (x1 - x0 || Math.abs(x1) || 1) * 0.15;
+    x0 = Math.max(0, x0 - pad);
+    x1 += pad;
+  }
   const xt = options.xDomain ? { ticks: niceTicks(x0, x1).ticks.filter((t) => t >= x0 - 1e-12 && t <= x1 + 1e-12), domain: [x0, x1] as [number, number] } : niceTicks(x0, x1);
   const [y0, y1] = options.yDomain ?? extent(ys);
   const yt = options.yDomain ? { ticks: niceTicks(y0, y1).ticks.filter((t) => t >= y0 - 1e-9 && t <= y1 + 1e-9), domain: [y0, y1] as [number, number] } : niceTicks(y0, y1);
@@ -442,33 +466,57 @@ export function scatterChart(options: ScatterChartOptions): string {
   const yFormat = options.yFormat ?? formats.number;
   const marks = xs.length;
 
+  const placed = series.flatMap((s, si) => s.points.map((p) => ({ p, si, px: x(p.x), py: y(p.y), r: p.emphasis ? 7 : 4.5 })));
   const parts: string[] = [openSvg('scatter', options.title, frame, marks)];
   parts.push(legend(series.map((s, i) => ({ name: s.name, color: colorOf(i), shape: 'circle' as const })), frame));
   parts.push(yAxis(frame, yt.ticks, y, yFormat, options.yLabel));
   parts.push(numericXAxis(frame, xt.ticks, x, xFormat, options.xLabel));
-  parts.push('<g class="marks">');
-  const rightEdge = frame.width - frame.right;
-  series.forEach((s, si) => {
-    const color = colorOf(si);
-    for (const p of s.points) {
-      const px = x(p.x);
-      const py = y(p.y);
-      const tip = `${s.name}${p.label ? ` ${p.label}` : ''}: ${xFormat(p.x)}, ${yFormat(p.y)}`;
-      parts.push(
-        p.emphasis
-          ? `<circle class="point" cx="${num(px)}" cy="${num(py)}" r="7" fill="${color}" stroke="#ffffff" stroke-width="2"><title>${escapeXml(tip)}</title></circle>`
-          : `<circle class="point" cx="${num(px)}" cy="${num(py)}" r="4.5" fill="${color}" fill-opacity="0.75"><title>${escapeXml(tip)}</title></circle>`,
-      );
-      if (p.label) {
-        const size = p.emphasis ? 12 : 10;
-        const w = textWidth(p.label, size);
-        const left = px + 9 + w > rightEdge;
-        parts.push(
-          `<text x="${num(left ? px - 9 : px + 9)}" y="${num(py)}" dy="0.32em" text-anchor="${left ? 'end' : 'start'}" font-size="${size}"${p.emphasis ? ' font-weight="600"' : ''} fill="${p.emphasis ? TEXT : MUTED_TEXT}">${escapeXml(p.label)}</text>`,
-        );
-      }
+
+  parts.push(`<g class="links" stroke="${AXIS}" stroke-width="1.2" stroke-dasharray="2 3">`);
+  for (let si = 1; si < series.length; si++) {
+    for (const b of placed.filter((q) => q.si === si && q.p.key !== undefined)) {
+      const a = placed.find((q) => q.si === si - 1 && q.p.key === b.p.key);
+      if (a) parts.push(`<line x1="${num(a.px)}" y1="${num(a.py)}" x2="${num(b.px)}" y2="${num(b.py)}"/>`);
     }
-  });
+  }
+  parts.push('</g>');
+
+  parts.push('<g class="marks">');
+  for (const { p, si, px, py } of placed) {
+    const color = colorOf(si);
+    const tip = `${series[si]!.name}${p.label ? ` ${p.label}` : ''}: ${xFormat(p.x)}, ${yFormat(p.y)}`;
+    parts.push(
+      p.emphasis
+        ? `<circle class="point" cx="${num(px)}" cy="${num(py)}" r="7" fill="${color}" stroke="#ffffff" stroke-width="2"><title>${escapeXml(tip)}</title></circle>`
+        : `<circle class="point" cx="${num(px)}" cy="${num(py)}" r="4.5" fill="${color}" fill-opacity="0.75"><title>${escapeXml(tip)}</title></circle>`,
+    );
+  }
+  parts.push('</g>');
+
+  // Labels go to the first free spot around their point (right, left, above, below), emphasised ones first.
+  const occupied: Box[] = placed.map((q) => ({ x0: q.px - q.r, y0: q.py - q.r, x1: q.px + q.r, y1: q.py + q.r }));
+  const bounds: Box = { x0: frame.left, y0: frame.top - 10, x1: frame.width - frame.right + 20, y1: frame.height - frame.bottom };
+  const inside = (b: Box) => b.x0 >= bounds.x0 && b.x1 <= bounds.x1 && b.y0 >= bounds.y0 && b.y1 <= bounds.y1;
+  parts.push('<g class="labels">');
+  for (const q of [...placed].sort((a, b) => Number(b.p.emphasis ?? false) - Number(a.p.emphasis ?? false))) {
+    if (!q.p.label) continue;
+    const size = q.p.emphasis ? 12 : 10;
+    const w = textWidth(q.p.label, size);
+    const h = size + 2;
+    const gap = q.r + 4;
+    const candidates: (Box & { anchor: 'start' | 'end' | 'middle'; tx: number; ty: number })[] = [
+      { x0: q.px + gap, x1: q.px + gap + w, y0: q.py - h / 2, y1: q.py + h / 2, anchor: 'start', tx: q.px + gap, ty: q.py },
+      { x0: q.px - gap - w, x1: q.px - gap, y0: q.py - h / 2, y1: q.py + h / 2, anchor: 'end', tx: q.px - gap, ty: q.py },
+      { x0: q.px - w / 2, x1: q.px + w / 2, y0: q.py - gap - h, y1: q.py - gap, anchor: 'middle', tx: q.px, ty: q.py - gap - h / 2 },
+      { x0: q.px - w / 2, x1: q.px + w / 2, y0: q.py + gap, y1: q.py + gap + h, anchor: 'middle', tx: q.px, ty: q.py + gap + h / 2 },
+    ];
+    const free = candidates.find((c) => inside(c) && !occupied.some((o) => overlaps(c, o)));
+    const spot = free ?? candidates.find(inside) ?? candidates[0]!;
+    occupied.push(spot);
+    parts.push(
+      `<text x="${num(spot.tx)}" y="${num(spot.ty)}" dy="0.32em" text-anchor="${spot.anchor}" font-size="${size}"${q.p.emphasis ? ' font-weight="600"' : ''} fill="${q.p.emphasis ? TEXT : MUTED_TEXT}">${escapeXml(q.p.label)}</text>`,
+    );
+  }
   parts.push('</g>');
   if (marks === 0) parts.push(emptyNote(frame, 'no data'));
   parts.push('</svg>');
@@ -517,8 +565,8 @@ export function histogramChart(options: HistogramOptions): string {
   const x0 = bins[0]!.lower;
   const x1 = bins[bins.length - 1]!.upper;
   const x = scale([x0, x1], [frame.left, frame.width - frame.right]);
-  const yt = niceTicks(0, Math.max(1, ...bins.map((b) => b.count)), 5);
-  const ticks = yt.ticks.filter((t) => Number.isInteger(t));
+  const yt = niceTicks(0, Math.max(1, ...bins.map((b) => b.count)), 5, true);
+  const ticks = yt.ticks;
   const y = scale(yt.domain, [frame.height - frame.bottom, frame.top]);
   const xFormat = options.xFormat ?? formats.number;
   const color = options.color ?? PALETTE[1];

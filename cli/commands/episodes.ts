@@ -1,0 +1,98 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { databaseUrl, readEnvironment } from '../../config/environment.ts';
+import { episodeConfigSchema } from '../../config/episode-config.ts';
+import { episodeDependencies, episodeOptions, findTask } from '../../activities/episode-activities.ts';
+import { resultLine } from '../../activities/episode-result-line.ts';
+import { runEpisode } from '../../activities/episode-runner.ts';
+import { SandboxPool } from '../../activities/sandbox-pool.ts';
+import { TerminalStateGrader } from '../../activities/terminal-state-grader.ts';
+import { loadSuites } from '../../activities/task-suite-loader.ts';
+import { ensureControlDatabase } from '../../infra/control-database.ts';
+import { startPolicyServer } from '../../infra/embedded-policy-server.ts';
+
+const USAGE = `usage: tbt episodes run --suite DIR [--uid UID ...] [--repeats K] [--concurrency N]
+                         [--policy-url URL --model NAME | (embedded server)] [--mode chat|tokens]
+                         [--temperature T] [--max-tokens-per-turn N] [--max-agent-turns N] [--example]
+                         --out results.jsonl [--records records.jsonl]
+Runs episodes in this process (no Temporal) and writes one result line per episode, readable by
+\`tbt eval aggregate\` and \`tbt prepare\`; --records also keeps full episode records (for \`tbt parity\`).`;
+
+async function mapLimit<T>(items: T[], limit: number, fn: (item: T, i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (next < items.length) {
+      const i = next++;
+      await fn(items[i]!, i);
+    }
+  }));
+}
+
+export async function episodes(args: string[]): Promise<number> {
+  if (args[0] !== 'run') {
+    console.error(USAGE);
+    return 2;
+  }
+  const { values } = parseArgs({
+    args: args.slice(1),
+    options: {
+      suite: { type: 'string' }, uid: { type: 'string', multiple: true }, repeats: { type: 'string', default: '1' },
+      concurrency: { type: 'string', default: '2' }, 'policy-url': { type: 'string' }, model: { type: 'string' },
+      mode: { type: 'string', default: 'chat' }, temperature: { type: 'string', default: '1' },
+      'max-tokens-per-turn': { type: 'string', default: '128' }, 'max-agent-turns': { type: 'string', default: '4' },
+      example: { type: 'boolean', default: false }, out: { type: 'string' }, records: { type: 'string' },
+    },
+  });
+  if (!values.suite || !values.out) {
+    console.error(USAGE);
+    return 2;
+  }
+  const suite = loadSuites(values.suite).suites[0];
+  if (!suite) throw new Error(`no suite in ${values.suite}`);
+  const uids = values.uid ?? suite.tasks.map((t) => t.uid);
+  const repeats = Number(values.repeats);
+  const env = readEnvironment();
+  await ensureControlDatabase(env);
+  const server = values['policy-url'] ? undefined : await startPolicyServer({ logFile: path.join(os.tmpdir(), 'tbt-episodes-policy-server.log') });
+  const config = episodeConfigSchema.parse({
+    policy: { base_url: values['policy-url'] ?? server!.baseUrl, model: values.model ?? server!.model, mode: values.mode },
+    sampling: { temperature: Number(values.temperature) },
+    limits: { max_tokens_per_turn: Number(values['max-tokens-per-turn']), max_agent_turns: Number(values['max-agent-turns']), wall_clock_ms: 300_000 },
+    prompt: { tools_in_prompt: true, example: values.example },
+  });
+  const pool = new SandboxPool({ controlUrl: databaseUrl(env), agentPassword: env.TBT_AGENT_DB_PASSWORD, readerPassword: env.TBT_READER_DB_PASSWORD, warm: 2 });
+  const grader = new TerminalStateGrader(pool, databaseUrl(env));
+  const jobs = uids.flatMap((uid) => Array.from({ length: repeats }, (_, repetition) => ({ uid, repetition })));
+  const out = fs.openSync(values.out, 'w');
+  const records = values.records ? fs.openSync(values.records, 'w') : undefined;
+  const perTask = new Map<string, number[]>();
+  let done = 0;
+  try {
+    await mapLimit(jobs, Number(values.concurrency), async ({ uid, repetition }) => {
+      const { task } = findTask(values.suite!, uid);
+      const scenario = suite.scenarios[task.scenario]!;
+      const id = `adhoc:${uid}#${repetition}`;
+      const record = await runEpisode(episodeDependencies(config, pool, grader, task), scenario, task, id, episodeOptions(config));
+      fs.writeSync(out, `${JSON.stringify(resultLine(id, uid, repetition, scenario.domain ?? scenario.name, record))}\n`);
+      if (records !== undefined) fs.writeSync(records, `${JSON.stringify({ id, record })}\n`);
+      perTask.set(uid, [...(perTask.get(uid) ?? []), record.outcome === 'success' ? 1 : record.outcome === 'infrastructure_error' ? NaN : 0]);
+      done += 1;
+      process.stderr.write(`\r[${done}/${jobs.length}] ${uid}#${repetition}: ${record.outcome} (${record.finishReason})`.padEnd(100));
+    });
+  } finally {
+    process.stderr.write('\n');
+    fs.closeSync(out);
+    if (records !== undefined) fs.closeSync(records);
+    await pool.close();
+    await server?.stop();
+  }
+  const rates = [...perTask.entries()].sort(([a], [b]) => a.localeCompare(b));
+  for (const [uid, r] of rates) console.log(`${uid.padEnd(40)} ${r.filter((x) => x === 1).length}/${r.length}${r.some(Number.isNaN) ? ` (${r.filter(Number.isNaN).length} infra)` : ''}`);
+  const mixed = rates.filter(([, r]) => r.some((x) => x === 1) && r.some((x) => x === 0)).length;
+  const all = rates.filter(([, r]) => r.every((x) => x === 1)).length;
+  const none = rates.filter(([, r]) => r.every((x) => x === 0)).length;
+  console.log(`tasks=${rates.length} always=${all} never=${none} mixed=${mixed} mean_success=${(rates.flatMap(([, r]) => r).filter((x) => x === 1).length / jobs.length).toFixed(3)}`);
+  return 0;
+}

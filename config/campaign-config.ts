@@ -1,0 +1,84 @@
+import fs from 'node:fs';
+import { z } from 'zod';
+import { episodeConfigSchema } from './episode-config.ts';
+import { formatProblem, parseYamlFile } from './yaml-file.ts';
+
+/**
+ * A training campaign: which tasks, how to probe and select them, the GRPO loop, the learner's
+ * hyperparameters and topology, and the evaluation. Every field has a default or is required; the resolved
+ * config goes into the run manifest and the workflow memo.
+ */
+
+const band = z.enum(['too_hard', 'hard', 'medium', 'easy', 'too_easy']);
+
+export const learnerSchema = z
+  .object({
+    model_path: z.string().default('embedded').describe("Local HF model folder; 'embedded' = the bundled small model"),
+    nodes: z.number().int().min(1).default(1).describe('Learner nodes'),
+    gpus_per_node: z.number().int().min(1).default(1).describe('Processes per node (GPUs; CPU processes locally)'),
+    device: z.enum(['cpu', 'cuda']).default('cpu').describe('cpu = gloo + fp32; cuda = nccl + bf16'),
+    lr: z.number().positive().default(1e-6).describe('AdamW learning rate'),
+    betas: z.tuple([z.number(), z.number()]).default([0.9, 0.999]),
+    eps: z.number().positive().default(1e-8),
+    weight_decay: z.number().min(0).default(0).describe('AdamW weight decay (the reference launcher silently used 0.01)'),
+    grad_clip: z.number().positive().default(1),
+    eps_low: z.number().min(0).default(0.2).describe('PPO clip below 1'),
+    eps_high: z.number().min(0).default(0.2).describe('PPO clip above 1 (DAPO: 0.28)'),
+    dual_clip_c: z.number().gt(1).default(3).describe('Dual clip for negative advantages'),
+    micro_batch_tokens: z.number().int().positive().default(4096),
+    cpu_offload: z.boolean().default(false).describe('FSDP2 parameter and optimizer offload'),
+    activation_checkpointing: z.boolean().default(false),
+    keep_checkpoints: z.number().int().min(1).default(3),
+    hourly_price_usd: z.number().min(0).default(0).describe('Per learner process-hour, for the training cost in reports'),
+  })
+  .strict();
+
+export const campaignConfigSchema = z
+  .object({
+    name: z.string().regex(/^[a-z0-9][a-z0-9-]*$/).describe('Campaign name; the workflow id is derived from it'),
+    suite: z.string().describe('Task suite folder (scenarios/ + tasks/)'),
+    exclude_uids: z.string().optional().describe('File of uids that must never be trained on (an evaluation-only benchmark)'),
+    seed: z.number().int().default(42),
+    episode: episodeConfigSchema.describe('Episode settings; policy.base_url "embedded" = the embedded CPU policy server'),
+    probe: z
+      .object({
+        repeats: z.number().int().min(1).default(8).describe('Probe episodes per candidate task'),
+        concurrency: z.number().int().min(1).default(8),
+        min_clean_runs: z.number().int().min(1).default(3),
+        retain_bands: z.array(band).default(['hard', 'medium', 'easy']),
+        max_candidates: z.number().int().min(1).optional().describe('Probe only the first N candidates (by uid)'),
+      })
+      .strict(),
+    training: z
+      .object({
+        steps: z.number().int().min(1).describe('Optimizer steps'),
+        groups_per_step: z.number().int().min(1).describe('Informative groups per update (reference: 18)'),
+        group_size: z.number().int().min(2).describe('Episodes per group, G (reference: 8)'),
+        concurrency: z.number().int().min(1).default(8).describe('Episodes in flight per step'),
+        normalize_std: z.boolean().default(true).describe('Divide advantages by the group std (false = Dr. GRPO)'),
+        infra_refill_cap: z.number().int().min(0).default(4).describe('Extra episodes per group to replace ones lost to infrastructure errors; past it the group is dropped and replaced by a fresh task'),
+        max_replacements: z.number().int().min(0).default(8).describe('Fresh tasks pulled per step to replace zero-variance (or infrastructure-lost) groups'),
+        zero_variance_fallback: z.enum(['train_on_fewer', 'keep_zero_variance']).default('train_on_fewer').describe('After max_replacements: train on the informative groups found, or fill up with zero-variance groups (advantage 0)'),
+      })
+      .strict(),
+    learner: learnerSchema.default(learnerSchema.parse({})),
+    evaluation: z
+      .object({
+        repeats: z.number().int().min(1).default(4).describe('Attempts per task (k)'),
+        tasks: z.enum(['pool', 'all']).default('pool').describe('Evaluate on the training pool or every suite task'),
+        concurrency: z.number().int().min(1).default(8),
+        before_training: z.boolean().default(true).describe('Also evaluate the base policy'),
+      })
+      .strict()
+      .default({ repeats: 4, tasks: 'pool', concurrency: 8, before_training: true }),
+  })
+  .strict();
+
+export type CampaignConfig = z.infer<typeof campaignConfigSchema>;
+
+export function loadCampaignConfig(file: string): CampaignConfig {
+  if (!fs.existsSync(file)) throw new Error(`${file}: no such config file`);
+  const { value, problems } = parseYamlFile(file, campaignConfigSchema);
+  if (!value) throw new Error(`invalid campaign config:\n${problems.map(formatProblem).join('\n')}`);
+  return Object.freeze(value);
+}

@@ -1,0 +1,54 @@
+import fs from 'node:fs';
+import { isNode, LineCounter, parseDocument, type Document } from 'yaml';
+import type { z } from 'zod';
+
+/** A YAML file parsed against a zod schema, every problem located by file, line and field. */
+
+export interface TaskFileProblem { file: string; line: number; field: string; message: string }
+
+export function formatProblem(p: TaskFileProblem): string {
+  return `${p.file}:${p.line}: ${p.field ? `${p.field}: ` : ''}${p.message}`;
+}
+
+function lineOf(doc: Document, counter: LineCounter, pathParts: PropertyKey[]): number {
+  for (let n = pathParts.length; n >= 0; n--) {
+    const node = n === 0 ? doc.contents : doc.getIn(pathParts.slice(0, n) as (string | number)[], true);
+    if (isNode(node) && node.range) return counter.linePos(node.range[0]).line;
+  }
+  return 1;
+}
+
+function fieldName(parts: PropertyKey[]): string {
+  return parts.map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i ? '.' : ''}${String(p)}`)).join('');
+}
+
+/** Parses one YAML file against a schema; returns the value or the problems (with line numbers). */
+export function parseYamlFile<S extends z.ZodType>(file: string, schema: S): { value?: z.infer<S>; problems: TaskFileProblem[]; lineOf: (p: PropertyKey[]) => number } {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    return { problems: [{ file, line: 1, field: '', message: `cannot read file: ${(err as Error).message}` }], lineOf: () => 1 };
+  }
+  const counter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: counter, uniqueKeys: true, prettyErrors: false });
+  const locate = (p: PropertyKey[]) => lineOf(doc, counter, p);
+  if (doc.errors.length > 0) {
+    return {
+      problems: doc.errors.map((e) => ({ file, line: e.linePos?.[0]?.line ?? 1, field: '', message: `YAML syntax: ${e.message.split('\n')[0]}` })),
+      lineOf: locate,
+    };
+  }
+  const parsed = schema.safeParse(doc.toJS());
+  if (!parsed.success) {
+    return {
+      problems: parsed.error.issues.flatMap((i) => {
+        // An unknown key is reported on its parent object; name (and locate) the key itself.
+        const paths = i.code === 'unrecognized_keys' ? i.keys.map((k) => [...i.path, k]) : [i.path];
+        return paths.map((p) => ({ file, line: locate(p), field: fieldName(p), message: i.code === 'unrecognized_keys' ? 'unknown field' : i.message }));
+      }),
+      lineOf: locate,
+    };
+  }
+  return { value: parsed.data, problems: [], lineOf: locate };
+}

@@ -1,0 +1,30 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { groupAdvantages, isZeroVariance } from '../core/grpo.ts';
+import { stepTaskOrder } from '../core/seeded-choice.ts';
+
+test('GRPO advantages: c successes in 8 give (1-c/8)/std and -(c/8)/std with the unbiased std', () => {
+  const rewards = [1, 1, 1, 0, 0, 0, 0, 0];
+  const std = Math.sqrt((3 * (5 / 8) ** 2 + 5 * (3 / 8) ** 2) / 7);
+  const a = groupAdvantages(rewards);
+  assert.ok(Math.abs(a[0]! - (1 - 3 / 8) / (std + 1e-6)) < 1e-12);
+  assert.ok(Math.abs(a[7]! + 3 / 8 / (std + 1e-6)) < 1e-12);
+  assert.ok(Math.abs(a.reduce((x, y) => x + y, 0)) < 1e-12);
+});
+
+test('Dr. GRPO switch centres without dividing by std; a group of one has mean 0 and std 1; equal rewards give zeros', () => {
+  assert.deepEqual(groupAdvantages([1, 0, 0, 0], false), [0.75, -0.25, -0.25, -0.25]);
+  assert.deepEqual(groupAdvantages([1]), [1 / (1 + 1e-6)]);
+  assert.deepEqual(groupAdvantages([1, 1, 1]), [0, 0, 0]);
+  assert.equal(isZeroVariance([0, 0, 0]), true);
+  assert.equal(isZeroVariance([0, 1, 0]), false);
+});
+
+test('step task order depends on seed and step only, never on the pool input order', () => {
+  const pool = Array.from({ length: 20 }, (_, i) => `t${i}`);
+  const a = stepTaskOrder(pool, 42, 3);
+  assert.deepEqual(stepTaskOrder([...pool].reverse(), 42, 3), a);
+  assert.notDeepEqual(stepTaskOrder(pool, 42, 4), a);
+  assert.notDeepEqual(stepTaskOrder(pool, 7, 3), a);
+  assert.deepEqual([...a].sort(), [...pool].sort());
+});
