@@ -43,7 +43,7 @@ export function findTask(suiteDir: string, uid: string): { suite: Suite; task: L
 
 export function episodeOptions(config: EpisodeConfig): EpisodeOptions {
   return {
-    sampling: { temperature: config.sampling.temperature, topP: config.sampling.top_p, seed: config.sampling.seed },
+    sampling: { temperature: config.sampling.temperature, topP: config.sampling.top_p, seed: config.sampling.seed, stop: config.sampling.stop },
     limits: { maxAgentTurns: config.limits.max_agent_turns, maxTokensPerTurn: config.limits.max_tokens_per_turn, episodeTokenBudget: config.limits.episode_token_budget, wallClockMs: config.limits.wall_clock_ms },
     prompt: { toolsInPrompt: config.prompt.tools_in_prompt, example: config.prompt.example },
   };

@@ -34,7 +34,14 @@ export interface ChatResult {
 
 export interface TokenCompletion { tokenIds: number[]; logprobs: number[]; text: string; finishReason: string }
 
-export interface SamplingParams { temperature: number; topP: number; maxTokens: number; seed?: number }
+export interface SamplingParams {
+  temperature: number;
+  topP: number;
+  maxTokens: number;
+  seed?: number;
+  /** Stop strings (token mode), kept in the output so a stopped tool call stays parseable. */
+  stop?: string[];
+}
 
 function apiKey(endpoint: Endpoint): string {
   return (endpoint.apiKeyEnv ? process.env[endpoint.apiKeyEnv] : undefined) ?? 'not-needed';
@@ -104,6 +111,7 @@ export async function completeTokens(endpoint: Endpoint, prompt: number[], sampl
       temperature: sampling.temperature,
       top_p: sampling.topP,
       ...(sampling.seed === undefined ? {} : { seed: sampling.seed }),
+      ...(sampling.stop?.length ? { stop: sampling.stop, include_stop_str_in_output: true } : {}),
       logprobs: 0,
       return_token_ids: true,
       skip_special_tokens: false,
@@ -124,6 +132,11 @@ export async function tokenizeMessages(endpoint: Endpoint, messages: ChatMessage
     { model: endpoint.model, messages, add_generation_prompt: options.addGenerationPrompt, ...(options.tools?.length ? { tools: options.tools } : {}) },
     'tokenize',
   );
+  return body.tokens;
+}
+
+export async function tokenizeText(endpoint: Endpoint, text: string): Promise<number[]> {
+  const body = await postJson<{ tokens: number[] }>(endpoint, `${serverRoot(endpoint)}/tokenize`, { model: endpoint.model, prompt: text, add_special_tokens: false }, 'tokenize');
   return body.tokens;
 }
 

@@ -1,5 +1,5 @@
 import { InfrastructureError } from '../core/errors.ts';
-import { chatComplete, completeTokens, tokenizeMessages, type ChatMessage, type ChatResult, type Endpoint, type SamplingParams } from './policy-client.ts';
+import { chatComplete, completeTokens, tokenizeMessages, tokenizeText, type ChatMessage, type ChatResult, type Endpoint, type SamplingParams } from './policy-client.ts';
 
 /**
  * How an episode talks to the policy. `chat`: messages in, text out (evaluation against any OpenAI-compatible
@@ -51,18 +51,36 @@ export function createChatDriver(endpoint: Endpoint, tools?: unknown[]): PolicyD
 }
 
 /** Fixed anchor conversation: observations are rendered after it, and its own tokens must never change. */
+const ANCHOR_CONTENT = 'anchor';
 const ANCHOR: ChatMessage[] = [
-  { role: 'system', content: 'anchor' },
-  { role: 'user', content: 'anchor' },
-  { role: 'assistant', content: 'anchor' },
+  { role: 'system', content: ANCHOR_CONTENT },
+  { role: 'user', content: ANCHOR_CONTENT },
+  { role: 'assistant', content: ANCHOR_CONTENT },
 ];
+
+/**
+ * The tokens the chat template puts after an assistant message's content (e.g. `<|im_end|>`, `\n`): the
+ * anchor rendered with and without its assistant turn, minus the content's own tokens.
+ */
+async function assistantTerminator(endpoint: Endpoint, anchor: number[], tools?: unknown[]): Promise<number[]> {
+  const opened = await tokenizeMessages(endpoint, ANCHOR.slice(0, 2), { addGenerationPrompt: true, tools });
+  const content = await tokenizeText(endpoint, ANCHOR_CONTENT);
+  const body = anchor.slice(opened.length, opened.length + content.length);
+  if (opened.some((t, i) => anchor[i] !== t) || body.some((t, i) => content[i] !== t)) {
+    throw new InfrastructureError('cannot locate the assistant turn in the anchor conversation: the chat template renders an assistant turn in an unexpected way');
+  }
+  const terminator = anchor.slice(opened.length + content.length);
+  if (terminator.length === 0 || terminator.length > 4) throw new InfrastructureError(`unexpected assistant terminator of ${terminator.length} tokens in the chat template`);
+  return terminator;
+}
 
 export function createTokenDriver(endpoint: Endpoint, tools?: unknown[]): PolicyDriver {
   const ids: number[] = [];
   const mask: number[] = [];
   const logprobs: number[] = [];
   let anchorTokens: number[] | undefined;
-  let turnOpen = false; // a sampled turn that ended with a stop token, waiting for its observation
+  let terminator: number[] = [];
+  let turnOpen = false; // a sampled turn that ended with a stop token or string, waiting for its observation
   const push = (tokens: number[], m: 0 | 1, lp?: number[]) => {
     ids.push(...tokens);
     mask.push(...tokens.map(() => m));
@@ -72,6 +90,7 @@ export function createTokenDriver(endpoint: Endpoint, tools?: unknown[]): Policy
     async start(initial) {
       push(await tokenizeMessages(endpoint, initial, { addGenerationPrompt: true, tools }), 0);
       anchorTokens = await tokenizeMessages(endpoint, ANCHOR, { addGenerationPrompt: false, tools });
+      terminator = await assistantTerminator(endpoint, anchorTokens, tools);
     },
     async generate(sampling) {
       const prompt = ids.length;
@@ -89,14 +108,10 @@ export function createTokenDriver(endpoint: Endpoint, tools?: unknown[]): Policy
       if (mismatch >= 0 || rendered.length <= anchor.length) {
         throw new InfrastructureError(`token anchor mismatch at position ${mismatch}: the chat template renders the anchor conversation differently when messages follow it; token-exact rollouts are impossible with this template`);
       }
-      // The sampled turn ends with its stop token; the template's closing tokens after it (e.g. "\n" after
-      // <|im_end|>) were not sampled, so they are appended here as observation tokens (mask 0).
-      const last = ids[ids.length - 1]!;
-      const stopAt = anchor.lastIndexOf(last);
-      if (stopAt < 0 || anchor.length - stopAt - 1 > 4) {
-        throw new InfrastructureError(`the last sampled token ${last} is not the chat template's end-of-turn token; cannot continue the trajectory token-exactly`);
-      }
-      push([...anchor.slice(stopAt + 1), ...rendered.slice(anchor.length)], 0);
+      // The template closes the assistant turn after its content. A turn that ended on the end-of-turn token
+      // sampled it already; one cut by a stop string did not. What was not sampled goes in with mask 0.
+      const closing = ids[ids.length - 1] === terminator[0] ? terminator.slice(1) : terminator;
+      push([...closing, ...rendered.slice(anchor.length)], 0);
     },
     contextTokens: () => ids.length,
     trajectory: () => ({ tokenIds: [...ids], lossMask: [...mask], logprobs: [...logprobs] }),

@@ -22,9 +22,10 @@ export const episodeConfigSchema = z
         temperature: z.number().min(0).default(1).describe('Policy sampling temperature'),
         top_p: z.number().gt(0).max(1).default(1),
         seed: z.number().int().optional(),
+        stop: z.array(z.string()).default([]).describe('Stop strings (token mode), kept in the output; e.g. ["</tool_call>"] for small models that ramble after a call'),
       })
       .strict()
-      .default({ temperature: 1, top_p: 1 }),
+      .default({ temperature: 1, top_p: 1, stop: [] }),
     user: z
       .discriminatedUnion('mode', [
         z.object({ mode: z.literal('scripted') }).strict(),

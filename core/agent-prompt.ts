@@ -32,10 +32,11 @@ export function toolsSection(tools: PromptTool[]): string {
 /** A worked example for very small models, which follow a shown pattern far better than a described one. */
 const EXAMPLE = [
   '# Example',
-  'User: Set the quantity of item 7 to 3.',
-  'Assistant: <tool_call>\n{"name": "set_quantity", "arguments": {"id": 7, "quantity": 3}}\n</tool_call>',
+  'User: Rename folder 5 to reports.',
+  'Assistant: <tool_call>\n{"name": "rename_folder", "arguments": {"id": 5, "name": "reports"}}\n</tool_call>',
   'Tool: {"affected": 1}',
-  `Assistant: Item 7 now has quantity 3. ${DONE_MARKER}`,
+  `Assistant: Folder 5 is now called reports. ${DONE_MARKER}`,
+  'Use only the tools listed above, with the values the user gave.',
 ].join('\n');
 
 export function buildAgentSystemPrompt(instructions: string, tools: PromptTool[], options: { toolsInPrompt: boolean; example: boolean }): string {

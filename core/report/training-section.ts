@@ -4,7 +4,10 @@ import { formats, lineChart, type LineSeries } from './svg-charts.ts';
 
 /** Training progress per step: reward, the share of groups that carry a signal, and the loss. */
 
-export const SMOOTHING_WINDOW = 5;
+/** Window of the trailing mean: 5 steps, or a twentieth of the run when that is longer. */
+export function smoothingWindow(steps: number): number {
+  return Math.max(5, Math.round(steps / 20));
+}
 
 /** Trailing mean over the last `window` values (fewer at the start). */
 export function rollingMean(values: readonly number[], window: number): number[] {
@@ -23,14 +26,15 @@ export function trainingSection(input: StepsInput): SectionPart {
   const first = steps[0]!;
   const last = steps[steps.length - 1]!;
   const n = steps.length;
+  const window = smoothingWindow(n);
   const smoothed = rollingMean(
     steps.map((s) => s.mean_reward),
-    SMOOTHING_WINDOW,
+    window,
   );
-  const smooth = n >= 2 * SMOOTHING_WINDOW;
+  const smooth = n >= 2 * window;
   const rewardSeries: LineSeries[] = [{ name: 'mean reward', points: steps.map((s) => ({ x: s.step, y: s.mean_reward })) }];
   if (smooth) {
-    rewardSeries.push({ name: `trailing mean of ${SMOOTHING_WINDOW} steps`, points: steps.map((s, i) => ({ x: s.step, y: smoothed[i]! })), markers: false, dashed: true, color: '#d97706' });
+    rewardSeries.push({ name: `trailing mean of ${window} steps`, points: steps.map((s, i) => ({ x: s.step, y: smoothed[i]! })), markers: false, dashed: true, color: '#d97706' });
   }
   const sum = (f: (s: (typeof steps)[number]) => number) => steps.reduce((acc, s) => acc + f(s), 0);
   const groups = sum((s) => s.groups);
@@ -39,14 +43,14 @@ export function trainingSection(input: StepsInput): SectionPart {
   const wall = sum((s) => s.wall_s);
   const meanInformative = sum((s) => s.informative_group_fraction) / n;
   const gradNorms = steps.map((s) => s.grad_norm);
-  const rewardRange = (steps.length > 1 ? `step ${first.step}: ${reward(first.mean_reward)} → step ${last.step}: ${reward(last.mean_reward)}` : `step ${last.step}`);
+  const rewardRange = steps.length > 1 ? `step ${first.step}: ${reward(first.mean_reward)} → step ${last.step}: ${reward(last.mean_reward)}` : `step ${last.step}`;
 
   return {
     headline: [
       {
         label: 'Training reward',
         value: reward(smooth ? smoothed[n - 1]! : last.mean_reward),
-        detail: `${smooth ? `mean of the last ${SMOOTHING_WINDOW} steps; ` : ''}${rewardRange} (${count(n)} steps)`,
+        detail: `${smooth ? `mean of the last ${window} steps; ` : ''}${rewardRange} (${count(n)} steps)`,
       },
       {
         label: 'Informative groups',
@@ -61,7 +65,7 @@ export function trainingSection(input: StepsInput): SectionPart {
       figures: [
         {
           id: 'training-reward',
-          caption: `Mean reward of the rollouts in each step${smooth ? `, with a trailing mean over ${SMOOTHING_WINDOW} steps` : ''}.`,
+          caption: `Mean reward of the rollouts in each step${smooth ? `, with a trailing mean over ${window} steps` : ''}.`,
           svg: lineChart({ title: 'Mean reward per step', series: rewardSeries, xLabel: 'step', yLabel: 'mean reward', xFormat: formats.integer }),
         },
         {
