@@ -13,6 +13,7 @@ const commands: Record<string, { summary: string; run: Command }> = {
   eval: { summary: 'eval aggregate|compare: metrics from episode or ThinkingBox result files', run: async (a) => (await import('./commands/eval.ts')).evaluate(a) },
   episodes: { summary: 'episodes run --suite DIR ...: run episodes in-process, write result lines', run: async (a) => (await import('./commands/episodes.ts')).episodes(a) },
   parity: { summary: 'parity <episodes.jsonl | campaign>: training vs evaluation interpretation of every output', run: async (a) => (await import('./commands/parity.ts')).parity(a) },
+  report: { summary: 'report --out DIR [--probe --steps --before --after --eval --costs]: static HTML + markdown', run: async (a) => (await import('./commands/report.ts')).report(a) },
   demo: { summary: 'run the main job on the embedded default', run: async (a) => (await import('./commands/demo.ts')).demo(a) },
 };
 

@@ -45,4 +45,6 @@ mkdir -p .tools && echo "$venv" > .tools/python-venv
 log="$PWD/.tools/model-store.log"
 model_dir=$(cd gpu-learner && "$venv/bin/python" -m tbt_gpu.model_store 2>"$log") || { cat "$log" >&2; exit 1; }
 say "small model: $model_dir"
+# 5. Headless Chromium for the report and Temporal UI browser checks (Debian package; root installs it).
+[ -x /usr/bin/chromium ] || { say "installing chromium (Debian package)"; bash scripts/install-chromium.sh; }
 say "ready"

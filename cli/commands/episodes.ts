@@ -15,7 +15,7 @@ import { startPolicyServer } from '../../infra/embedded-policy-server.ts';
 
 const USAGE = `usage: tbt episodes run --suite DIR [--uid UID ...] [--repeats K] [--concurrency N]
                          [--policy-url URL --model NAME | (embedded server)] [--mode chat|tokens]
-                         [--temperature T] [--max-tokens-per-turn N] [--max-agent-turns N] [--example]
+                         [--temperature T] [--stop S ...] [--max-tokens-per-turn N] [--max-agent-turns N] [--example]
                          --out results.jsonl [--records records.jsonl]
 Runs episodes in this process (no Temporal) and writes one result line per episode, readable by
 \`tbt eval aggregate\` and \`tbt prepare\`; --records also keeps full episode records (for \`tbt parity\`).`;
@@ -40,7 +40,7 @@ export async function episodes(args: string[]): Promise<number> {
     options: {
       suite: { type: 'string' }, uid: { type: 'string', multiple: true }, repeats: { type: 'string', default: '1' },
       concurrency: { type: 'string', default: '2' }, 'policy-url': { type: 'string' }, model: { type: 'string' },
-      mode: { type: 'string', default: 'chat' }, temperature: { type: 'string', default: '1' },
+      mode: { type: 'string', default: 'chat' }, temperature: { type: 'string', default: '1' }, stop: { type: 'string', multiple: true },
       'max-tokens-per-turn': { type: 'string', default: '128' }, 'max-agent-turns': { type: 'string', default: '4' },
       example: { type: 'boolean', default: false }, out: { type: 'string' }, records: { type: 'string' },
     },
@@ -58,7 +58,7 @@ export async function episodes(args: string[]): Promise<number> {
   const server = values['policy-url'] ? undefined : await startPolicyServer({ logFile: path.join(os.tmpdir(), 'tbt-episodes-policy-server.log') });
   const config = episodeConfigSchema.parse({
     policy: { base_url: values['policy-url'] ?? server!.baseUrl, model: values.model ?? server!.model, mode: values.mode },
-    sampling: { temperature: Number(values.temperature) },
+    sampling: { temperature: Number(values.temperature), stop: values.stop ?? [] },
     limits: { max_tokens_per_turn: Number(values['max-tokens-per-turn']), max_agent_turns: Number(values['max-agent-turns']), wall_clock_ms: 300_000 },
     prompt: { tools_in_prompt: true, example: values.example },
   });
