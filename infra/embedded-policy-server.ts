@@ -26,13 +26,15 @@ async function healthy(url: string): Promise<boolean> {
   }
 }
 
-export async function startPolicyServer(options: { port?: number; modelDir?: string; chatTemplate?: string; logFile?: string; extraArgs?: string[] } = {}): Promise<PolicyServerHandle> {
+/** `detached`: the server outlives this process (the GPU worker restarts and finds it again by pid file). */
+export async function startPolicyServer(options: { port?: number; modelDir?: string; chatTemplate?: string; logFile?: string; extraArgs?: string[]; detached?: boolean } = {}): Promise<PolicyServerHandle> {
   const port = options.port ?? (await freePort());
   const modelDir = options.modelDir ?? smallModelDir();
   const model = path.basename(modelDir);
   const args = ['-m', 'tbt_gpu.policy_server', '--model', modelDir, '--host', '127.0.0.1', '--port', String(port), ...(options.chatTemplate ? ['--chat-template', options.chatTemplate] : []), ...(options.extraArgs ?? [])];
   const log = options.logFile ? fs.openSync(options.logFile, 'a') : 'ignore';
-  const child = spawn(pythonBinary(), args, { cwd: gpuLearnerDir, stdio: ['ignore', log, log] });
+  const child = spawn(pythonBinary(), args, { cwd: gpuLearnerDir, stdio: ['ignore', log, log], detached: options.detached ?? false });
+  if (options.detached) child.unref();
   const root = `http://127.0.0.1:${port}`;
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const stop = async () => {
