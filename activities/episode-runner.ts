@@ -1,5 +1,5 @@
 import type { Scenario, Task } from '../config/task-schema.ts';
-import { buildAgentSystemPrompt, DONE_MARKER, END_TURN_TOOL, type PromptTool } from '../core/agent-prompt.ts';
+import { buildAgentSystemPrompt, DONE_MARKER, END_TURN_TOOL, exampleTurns, type PromptTool } from '../core/agent-prompt.ts';
 import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
 import { interpretCompletion, interpretNativeMessage, type Interpretation } from '../core/interpret/index.ts';
 import type { VisibleTurn } from '../core/user-simulator-prompt.ts';
@@ -113,8 +113,9 @@ export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, 
     const tools: PromptTool[] = [...(await session.listTools()), END_TURN_TOOL];
     const typingSpecs = tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema }));
     record.tools = typingSpecs;
-    const system = buildAgentSystemPrompt(scenario.instructions, tools, options.prompt);
-    record.messages.push({ role: 'system', content: system }, { role: 'user', content: task.query });
+    const examples = options.prompt.example ? scenario.examples : [];
+    const system = buildAgentSystemPrompt(scenario.instructions, tools, { ...options.prompt, hasScenarioExamples: examples.length > 0 });
+    record.messages.push({ role: 'system', content: system }, ...exampleTurns(examples), { role: 'user', content: task.query });
     await timed('policyMs', () => deps.policy.start(record.messages));
 
     const transcript: VisibleTurn[] = [{ role: 'user', text: task.query }];

@@ -44,6 +44,14 @@ export const toolSchema = z
     }
   });
 
+export const exampleExchangeSchema = z
+  .object({
+    user: z.string().min(1).describe('What the user asks'),
+    calls: z.array(z.object({ tool: identifier, arguments: z.record(z.string(), z.unknown()).default({}) }).strict()).describe('The tool calls a good agent makes'),
+    reply: z.string().min(1).describe("The agent's final message"),
+  })
+  .strict();
+
 export const scenarioSchema = z
   .object({
     name: identifier.describe('Scenario name, unique within its suite; tasks refer to it'),
@@ -54,9 +62,15 @@ export const scenarioSchema = z
     seed: z.string().default('').describe('SQL that fills the initial state'),
     volatile: z.record(identifier, z.array(identifier)).default({}).describe('table -> columns excluded from state comparison (timestamps, free text)'),
     tools: z.array(toolSchema).min(1).describe('Tools exposed to the agent over MCP'),
+    examples: z.array(exampleExchangeSchema).default([]).describe('Worked exchanges shown before the task when prompt.example is on (for very small models); use values no task uses'),
   })
   .strict()
   .superRefine((s, ctx) => {
+    for (const [i, e] of s.examples.entries()) {
+      for (const [j, c] of e.calls.entries()) {
+        if (!s.tools.some((t) => t.name === c.tool)) ctx.addIssue({ code: 'custom', path: ['examples', i, 'calls', j, 'tool'], message: `unknown tool '${c.tool}'` });
+      }
+    }
     const seen = new Set<string>();
     for (const [i, t] of s.tools.entries()) {
       if (seen.has(t.name)) ctx.addIssue({ code: 'custom', path: ['tools', i, 'name'], message: `duplicate tool name '${t.name}'` });

@@ -39,6 +39,23 @@ const EXAMPLE = [
   'Use only the tools listed above, with the values the user gave.',
 ].join('\n');
 
-export function buildAgentSystemPrompt(instructions: string, tools: PromptTool[], options: { toolsInPrompt: boolean; example: boolean }): string {
-  return [GENERIC, `# Policy\n${instructions.trim()}`, ...(options.toolsInPrompt ? [toolsSection(tools)] : []), ...(options.example ? [EXAMPLE] : [])].join('\n\n');
+export interface ExampleExchange { user: string; calls: { tool: string; arguments: Record<string, unknown> }[]; reply: string }
+
+/** With scenario examples, the worked example is shown as earlier turns (small models copy turns best). */
+export function buildAgentSystemPrompt(instructions: string, tools: PromptTool[], options: { toolsInPrompt: boolean; example: boolean; hasScenarioExamples?: boolean }): string {
+  const generic = options.example && !options.hasScenarioExamples;
+  return [GENERIC, `# Policy\n${instructions.trim()}`, ...(options.toolsInPrompt ? [toolsSection(tools)] : []), ...(generic ? [EXAMPLE] : [])].join('\n\n');
+}
+
+export function renderToolCall(tool: string, args: Record<string, unknown>): string {
+  return `<tool_call>\n${JSON.stringify({ name: tool, arguments: args })}\n</tool_call>`;
+}
+
+/** Example exchanges as chat turns: user, assistant tool calls, tool results, assistant reply. */
+export function exampleTurns(examples: ExampleExchange[]): { role: 'user' | 'assistant' | 'tool'; content: string }[] {
+  return examples.flatMap((e) => [
+    { role: 'user' as const, content: e.user },
+    ...(e.calls.length ? [{ role: 'assistant' as const, content: e.calls.map((c) => renderToolCall(c.tool, c.arguments)).join('\n') }, ...e.calls.map(() => ({ role: 'tool' as const, content: '{"ok": true}' }))] : []),
+    { role: 'assistant' as const, content: `${e.reply} ${DONE_MARKER}` },
+  ]);
 }

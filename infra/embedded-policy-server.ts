@@ -35,6 +35,8 @@ export async function startPolicyServer(options: { port?: number; modelDir?: str
   const log = options.logFile ? fs.openSync(options.logFile, 'a') : 'ignore';
   const child = spawn(pythonBinary(), args, { cwd: gpuLearnerDir, stdio: ['ignore', log, log], detached: options.detached ?? false });
   if (options.detached) child.unref();
+  // A child server must not outlive its parent (an interrupted CLI or test would leave it holding a core).
+  else process.once('exit', () => child.kill('SIGKILL'));
   const root = `http://127.0.0.1:${port}`;
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const stop = async () => {
