@@ -48,3 +48,10 @@ CREATE TABLE IF NOT EXISTS episodes (
 );
 CREATE INDEX IF NOT EXISTS episodes_by_task ON episodes (task_uid, status);
 CREATE INDEX IF NOT EXISTS episodes_by_campaign ON episodes (campaign, step, purpose);
+CREATE TABLE IF NOT EXISTS campaign_steps (
+  campaign    text NOT NULL,
+  step        integer NOT NULL,
+  record      jsonb NOT NULL,
+  recorded_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (campaign, step)
+);

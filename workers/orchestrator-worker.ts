@@ -2,6 +2,7 @@ import path from 'node:path';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import pino from 'pino';
 import { databaseUrl, readEnvironment, repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
+import { createCampaignActivities } from '../activities/campaign-activities.ts';
 import { createSmokeActivities } from '../activities/smoke-activities.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 
@@ -19,7 +20,7 @@ async function run(): Promise<void> {
       namespace: env.TBT_TEMPORAL_NAMESPACE,
       taskQueue: taskQueues(env).orchestrator,
       workflowsPath: path.join(repoRoot, 'workflows', 'index.ts'),
-      activities: { ...createSmokeActivities(controlUrl) },
+      activities: { ...createSmokeActivities(controlUrl), ...createCampaignActivities({ controlUrl, stateDir: env.TBT_STATE_DIR }) },
       shutdownGraceTime: '10s',
     });
     log.info({ taskQueue: taskQueues(env).orchestrator }, 'orchestrator worker started');

@@ -1,0 +1,144 @@
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { ApplicationFailure } from '@temporalio/activity';
+import { parse as parseYaml } from 'yaml';
+import { repoRoot } from '../config/environment.ts';
+import { withClient } from '../infra/control-database.ts';
+import { resultLine } from './episode-result-line.ts';
+import type { EpisodeRecord } from './episode-runner.ts';
+import { loadSuites } from './task-suite-loader.ts';
+
+/**
+ * Bookkeeping activities of a campaign (orchestrator queue): ingest candidates, select the pool from
+ * probe episodes, record steps, aggregate evaluations and write the report. Selection, aggregation and
+ * reporting run the same `tbt prepare` / `tbt eval aggregate` / `tbt report` commands users run.
+ */
+
+export interface StepRecord {
+  campaignId: string;
+  step: number;
+  groups: { uid: string; rewards: number[]; episodeIds: string[] }[];
+  informativeGroups: number;
+  zeroVarianceGroups: number;
+  replacements: number;
+  lostGroups: number;
+  infraErrors: number;
+  leakedInfraEpisodes: number;
+  fallback: 'train_on_fewer' | 'keep_zero_variance' | null;
+  meanReward: number;
+  update: Record<string, unknown>;
+  repeatedUpdate: boolean;
+  checkpoint: string;
+  exportPath: string;
+  weightVersion: number | null;
+}
+
+const run = promisify(execFile);
+
+async function tbt(args: string[]): Promise<string> {
+  try {
+    const { stdout } = await run(path.join(repoRoot, 'node_modules', '.bin', 'tsx'), [path.join(repoRoot, 'cli', 'tbt.ts'), ...args], { maxBuffer: 64 << 20, timeout: 30 * 60_000 });
+    return stdout;
+  } catch (err) {
+    const e = err as { stderr?: string; code?: number };
+    // Exit 1 = the input is wrong (names file/line/field); retrying cannot help.
+    if (e.code === 1 || e.code === 2) throw ApplicationFailure.nonRetryable(`tbt ${args[0]} failed: ${(e.stderr ?? '').trim().slice(0, 2000)}`, 'BadInput');
+    throw err;
+  }
+}
+
+export function createCampaignActivities(deps: { controlUrl: string; stateDir: string }) {
+  const runDir = (campaignId: string) => {
+    const dir = path.join(deps.stateDir, 'campaigns', campaignId.replace(/[^A-Za-z0-9_.-]/g, '_'));
+    fs.mkdirSync(dir, { recursive: true });
+    return dir;
+  };
+
+  async function writeResultLines(episodeIds: { id: string; key?: string }[], file: string): Promise<number> {
+    const rows = await withClient(deps.controlUrl, (c) => c.query<{ id: string; task_uid: string; repetition: number; domain: string; record: EpisodeRecord }>(`SELECT id, task_uid, repetition, domain, record FROM episodes WHERE id = ANY($1) AND status <> 'running'`, [episodeIds.map((e) => e.id)]));
+    const byId = new Map(rows.rows.map((r) => [r.id, r]));
+    const lines = episodeIds.flatMap(({ id }) => {
+      const r = byId.get(id);
+      return r ? [JSON.stringify(resultLine(id, r.task_uid, r.repetition, r.domain, r.record))] : [];
+    });
+    fs.writeFileSync(file, lines.length ? `${lines.join('\n')}\n` : '');
+    return lines.length;
+  }
+
+  return {
+    async ingestCandidates(input: { campaignId: string; suiteDir: string; excludeUidsFile?: string; maxCandidates?: number }): Promise<{ uids: string[]; excluded: number }> {
+      const { suites, problems } = loadSuites(input.suiteDir);
+      if (problems.length || !suites[0]) throw ApplicationFailure.nonRetryable(`suite ${input.suiteDir} has problems: ${problems.slice(0, 5).map((p) => `${p.file}:${p.line}: ${p.field} ${p.message}`).join('; ')}`, 'BadInput');
+      let excluded = new Set<string>();
+      if (input.excludeUidsFile) {
+        const list = parseYaml(fs.readFileSync(input.excludeUidsFile, 'utf8')) as unknown;
+        if (!Array.isArray(list)) throw ApplicationFailure.nonRetryable(`${input.excludeUidsFile}: expected a YAML list of uids`, 'BadInput');
+        excluded = new Set(list.map(String));
+      }
+      const all = suites[0].tasks.map((t) => t.uid).sort();
+      const uids = all.filter((u) => !excluded.has(u)).slice(0, input.maxCandidates ?? Infinity);
+      fs.writeFileSync(path.join(runDir(input.campaignId), 'candidates.yaml'), uids.map((u) => `- ${JSON.stringify(u)}`).join('\n') + '\n');
+      return { uids, excluded: all.length - all.filter((u) => !excluded.has(u)).length };
+    },
+
+    /** Difficulty selection over this campaign's probe episodes, by `tbt prepare` (reference semantics). */
+    async selectPool(input: { campaignId: string; probeEpisodeIds: string[]; minCleanRuns: number; retainBands: string[] }): Promise<{ pool: string[]; bands: Record<string, number>; aggregates: string }> {
+      const dir = runDir(input.campaignId);
+      const results = path.join(dir, 'probe-results.jsonl');
+      await writeResultLines(input.probeEpisodeIds.map((id) => ({ id })), results);
+      const out = path.join(dir, 'prepare');
+      await tbt(['prepare', '--policy', results, '--output-dir', out, '--uid-field', 'uid', '--success-field', 'success', '--system-error-field', 'infrastructure_error', '--min-clean-runs', String(input.minCleanRuns), ...input.retainBands.flatMap((b) => ['--retain-band', b])]);
+      const pool = (parseYaml(fs.readFileSync(path.join(out, 'selected.yaml'), 'utf8')) as string[]) ?? [];
+      const bands: Record<string, number> = {};
+      for (const line of fs.readFileSync(path.join(out, 'aggregates.jsonl'), 'utf8').split('\n').filter(Boolean)) {
+        const d = (JSON.parse(line) as { difficulty: string }).difficulty;
+        bands[d] = (bands[d] ?? 0) + 1;
+      }
+      return { pool, bands, aggregates: path.join(out, 'aggregates.jsonl') };
+    },
+
+    async recordStep(record: StepRecord): Promise<void> {
+      await withClient(deps.controlUrl, (c) => c.query(`INSERT INTO campaign_steps (campaign, step, record) VALUES ($1, $2, $3) ON CONFLICT (campaign, step) DO UPDATE SET record = EXCLUDED.record`, [record.campaignId, record.step, JSON.stringify(record)]));
+      const steps = path.join(runDir(record.campaignId), 'steps.jsonl');
+      const rows = await withClient(deps.controlUrl, (c) => c.query<{ record: StepRecord }>(`SELECT record FROM campaign_steps WHERE campaign = $1 ORDER BY step`, [record.campaignId]));
+      fs.writeFileSync(steps, rows.rows.map(({ record: r }) => JSON.stringify({
+        step: r.step, mean_reward: r.meanReward, informative_group_fraction: r.groups.length ? r.informativeGroups / Math.max(r.groups.length, r.informativeGroups) : 0,
+        loss: Number(r.update.loss ?? 0), grad_norm: Number(r.update.grad_norm ?? 0), groups: r.groups.length, infra_errors_refilled: r.infraErrors,
+        zero_variance_replaced: r.replacements, wall_s: Number(r.update.time_s ?? 0),
+      })).join('\n') + '\n');
+    },
+
+    /** Coverage-gated aggregation of an evaluation, by `tbt eval aggregate`. */
+    async aggregateEvaluation(input: { campaignId: string; label: string; episodeIds: string[]; uids: string[]; repeats: number }): Promise<{ aggregate: string; summary: string }> {
+      const dir = runDir(input.campaignId);
+      const results = path.join(dir, `eval-${input.label}.jsonl`);
+      await writeResultLines(input.episodeIds.map((id) => ({ id })), results);
+      const tasks = path.join(dir, `eval-${input.label}-tasks.yaml`);
+      fs.writeFileSync(tasks, input.uids.map((u) => `- ${JSON.stringify(u)}`).join('\n') + '\n');
+      const aggregate = path.join(dir, `eval-${input.label}.json`);
+      const summary = await tbt(['eval', 'aggregate', '--results', results, '--repeats', String(input.repeats), '--tasks', tasks, '--out', aggregate]);
+      return { aggregate, summary: summary.slice(0, 4000) };
+    },
+
+    async writeReport(input: { campaignId: string; title: string; before?: string; after?: string; probe?: string }): Promise<{ html: string; markdown: string }> {
+      const dir = runDir(input.campaignId);
+      const out = path.join(dir, 'report');
+      const steps = path.join(dir, 'steps.jsonl');
+      await tbt(['report', '--out', out, '--title', input.title, '--campaign', input.campaignId,
+        ...(input.probe ? ['--probe', input.probe] : []), ...(fs.existsSync(steps) ? ['--steps', steps] : []),
+        ...(input.before && input.after ? ['--before', input.before, '--after', input.after] : input.after ? ['--eval', input.after] : [])]);
+      return { html: path.join(out, 'index.html'), markdown: path.join(out, 'summary.md') };
+    },
+
+    async writeManifest(input: { campaignId: string; manifest: Record<string, unknown> }): Promise<string> {
+      const file = path.join(runDir(input.campaignId), 'manifest.json');
+      fs.writeFileSync(file, `${JSON.stringify(input.manifest, null, 2)}\n`);
+      return file;
+    },
+
+  };
+}
+
+export type CampaignActivities = ReturnType<typeof createCampaignActivities>;

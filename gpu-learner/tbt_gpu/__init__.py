@@ -1,0 +1,1 @@
+"""thinkingbox-temporal Python side: model store, embedded CPU policy server and learner."""

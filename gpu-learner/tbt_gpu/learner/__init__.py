@@ -1,0 +1,1 @@
+"""The torchrun learner service: FSDP2 GRPO updates driven over a local HTTP control endpoint."""

@@ -1,0 +1,264 @@
+"""Resumable sharded checkpoints (torch.distributed.checkpoint) and serving exports, both atomic.
+
+Layout under `checkpoint.dir` (a folder every node can reach):
+    step-<n>/            .metadata + *.distcp (model and optimizer shards), rng-rank<r>.pt,
+                         trainer_state.json (step, ledger), manifest.json (sizes + sha256 of every file)
+    step-<n>.tmp/        a save in progress; renamed to step-<n> only when complete, deleted on start
+    exports/step-<n>/    model.safetensors + config and tokenizer files (a Hugging Face folder)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import pathlib
+import random
+import shutil
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed.checkpoint as dcp
+from safetensors.torch import save_file
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+
+from . import faults
+from .distributed import barrier, broadcast_object
+from .model import DTYPES
+from .trainer import Trainer, TrainerState
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+TRAINER_STATE = "trainer_state.json"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".safetensors.index.json")
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+def _sha256(path: pathlib.Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: pathlib.Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: pathlib.Path, data: Any) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _step_of(name: str) -> int | None:
+    if not name.startswith("step-"):
+        return None
+    tail = name[len("step-") :]
+    return int(tail) if tail.isdigit() else None
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def verify(folder: pathlib.Path, *, checksums: bool) -> dict[str, Any]:
+    """The manifest of a committed checkpoint after checking its files; CheckpointError if anything is off."""
+    manifest_path = folder / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{folder}: unreadable {MANIFEST} ({err})") from err
+    if manifest.get("format") != FORMAT_VERSION or manifest.get("step") != _step_of(folder.name):
+        raise CheckpointError(f"{folder}: manifest format/step mismatch")
+    for name, meta in manifest["files"].items():
+        path = folder / name
+        if not path.is_file():
+            raise CheckpointError(f"{folder}: missing {name}")
+        if path.stat().st_size != meta["size"]:
+            raise CheckpointError(f"{folder}: {name} has {path.stat().st_size} bytes, manifest says {meta['size']}")
+        if checksums and _sha256(path) != meta["sha256"]:
+            raise CheckpointError(f"{folder}: {name} fails its sha256 check")
+    return manifest
+
+
+class Checkpointer:
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.info = trainer.info
+        self.cfg = trainer.cfg.checkpoint
+        self.root = pathlib.Path(self.cfg.dir)
+        self.export_root = self.root / self.cfg.export_subdir
+        if self.info.is_main:
+            self.root.mkdir(parents=True, exist_ok=True)
+        barrier()
+
+    def step_dir(self, step: int) -> pathlib.Path:
+        return self.root / f"step-{step}"
+
+    def export_dir(self, step: int) -> pathlib.Path:
+        return self.export_root / f"step-{step}"
+
+    def committed_steps(self) -> list[int]:
+        steps = [_step_of(p.name) for p in self.root.iterdir() if p.is_dir()] if self.root.exists() else []
+        return sorted(s for s in steps if s is not None)
+
+    def save(self) -> pathlib.Path:
+        """Write the trainer's current state as step-<last_step>; every rank calls this."""
+        step = self.trainer.state.last_step
+        final = self.step_dir(step)
+        tmp = self.root / f"step-{step}.tmp"
+        if self.info.is_main:
+            if final.exists():
+                raise CheckpointError(f"{final} already exists; a step is checkpointed once")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        barrier()
+        started = time.perf_counter()
+        model_sd, optim_sd = get_state_dict(self.trainer.model, self.trainer.optimizer)
+        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(tmp))
+        torch.save(_rng_state(), tmp / f"rng-rank{self.info.rank}.pt")
+        barrier()
+        if self.info.is_main:
+            _write_json(tmp / TRAINER_STATE, self.trainer.state.to_json())
+            files = sorted(p for p in tmp.rglob("*") if p.is_file() and p.name != MANIFEST)
+            manifest = {
+                "format": FORMAT_VERSION,
+                "step": step,
+                "world_size": self.info.world_size,
+                "created_unix": time.time(),
+                "hyperparameters": self.info.config.to_manifest(),
+                "files": {
+                    str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files
+                },
+            }
+            _write_json(tmp / MANIFEST, manifest)
+            _fsync_dir(tmp)
+            faults.pause_before_commit(step, self.root)
+            os.rename(tmp, final)
+            _fsync_dir(self.root)
+            self._prune()
+        barrier()
+        logger.info("checkpoint %s written in %.2fs", final, time.perf_counter() - started)
+        return final
+
+    def _prune(self) -> None:
+        steps = self.committed_steps()
+        for old in steps[: max(0, len(steps) - self.cfg.keep_last)]:
+            shutil.rmtree(self.step_dir(old), ignore_errors=True)
+            logger.info("pruned checkpoint step-%s", old)
+
+    def _choose_latest(self) -> int | None:
+        """Rank 0: drop unfinished saves, then the newest checkpoint that verifies."""
+        if not self.root.exists():
+            return None
+        for stale in self.root.glob("step-*.tmp"):
+            logger.warning("removing unfinished checkpoint %s", stale)
+            shutil.rmtree(stale, ignore_errors=True)
+        for step in reversed(self.committed_steps()):
+            try:
+                verify(self.step_dir(step), checksums=self.cfg.verify_checksums)
+                return step
+            except CheckpointError as err:
+                logger.error("skipping invalid checkpoint: %s", err)
+        return None
+
+    def has_checkpoints(self) -> bool:
+        return bool(self.committed_steps())
+
+    def load_latest(self) -> int | None:
+        """Restore model, optimizer, RNG and trainer state from the newest valid checkpoint (all ranks)."""
+        step = broadcast_object(self._choose_latest() if self.info.is_main else None)
+        if step is None:
+            return None
+        folder = self.step_dir(step)
+        model_sd, optim_sd = get_state_dict(self.trainer.model, self.trainer.optimizer)
+        state = {"model": model_sd, "optimizer": optim_sd}
+        dcp.load(state, checkpoint_id=str(folder))
+        set_state_dict(
+            self.trainer.model,
+            self.trainer.optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
+        )
+        rng_file = folder / f"rng-rank{self.info.rank}.pt"
+        if rng_file.exists():
+            _set_rng_state(torch.load(rng_file, weights_only=False))
+        self.trainer.state = TrainerState.from_json(json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8")))
+        barrier()
+        logger.info("resumed from %s (last applied step %s)", folder, self.trainer.state.last_step)
+        return step
+
+    def export(self, step: int) -> pathlib.Path:
+        """Gather the full weights to rank 0 and write a Hugging Face folder atomically (all ranks call)."""
+        if step != self.trainer.state.last_step:
+            raise CheckpointError(f"export of step {step}: the weights in memory are step {self.trainer.state.last_step}")
+        final = self.export_dir(step)
+        full = get_model_state_dict(
+            self.trainer.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        if self.info.is_main:
+            tmp = final.with_name(final.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            dtype = DTYPES[self.info.config.model.export_dtype]
+            if self.trainer.model_info.tied_embeddings:
+                full.pop("lm_head.weight", None)
+            tensors = {name: t.detach().to(dtype).contiguous() for name, t in full.items()}
+            save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt", "step": str(step)})
+            self._copy_model_files(tmp, dtype)
+            _write_json(tmp / "tbt_export.json", {"step": step, "dtype": str(dtype).removeprefix("torch.")})
+            _fsync_dir(tmp)
+            shutil.rmtree(final, ignore_errors=True)
+            os.rename(tmp, final)
+            _fsync_dir(self.export_root)
+        barrier()
+        logger.info("exported step %s to %s", step, final)
+        return final
+
+    def _copy_model_files(self, dest: pathlib.Path, dtype: torch.dtype) -> None:
+        source = pathlib.Path(self.info.config.model.path)
+        for path in sorted(source.iterdir()):
+            if not path.is_file() or path.name.startswith(".") or path.name.endswith(WEIGHT_SUFFIXES):
+                continue
+            if path.name == "config.json":
+                config = json.loads(path.read_text(encoding="utf-8"))
+                config["dtype"] = str(dtype).removeprefix("torch.")
+                config.pop("torch_dtype", None)
+                _write_json(dest / "config.json", config)
+            else:
+                shutil.copy2(path, dest / path.name)

@@ -1,0 +1,98 @@
+"""GRPO/PPO clipped surrogate with dual clip, aggregated as a token-mean over the global batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .config import LossConfig
+
+LOG_RATIO_CLAMP = 20.0
+"""|logp_new - logp_old| is clamped here before exp() so one wild token cannot overflow (as verl does)."""
+
+
+@dataclass(slots=True)
+class LossSums:
+    """Sums over mask-1 tokens; divide by the global token count after summing over micro-batches and ranks."""
+
+    loss: float = 0.0
+    clipped: float = 0.0
+    dual_clipped: float = 0.0
+    entropy: float = 0.0
+    tokens: float = 0.0
+
+    def add(self, other: LossSums) -> None:
+        self.loss += other.loss
+        self.clipped += other.clipped
+        self.dual_clipped += other.dual_clipped
+        self.entropy += other.entropy
+        self.tokens += other.tokens
+
+    def as_list(self) -> list[float]:
+        return [self.loss, self.clipped, self.dual_clipped, self.entropy, self.tokens]
+
+    @classmethod
+    def from_list(cls, values: list[float]) -> LossSums:
+        return cls(*values)
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p(input_ids[:, t+1] | <= t), entropy of that distribution), both [B, T-1] in float32.
+
+    The entropy is a metric only and carries no gradient (no entropy bonus).
+    """
+    logits = logits[:, :-1, :].float()
+    targets = input_ids[:, 1:].unsqueeze(-1)
+    log_norm = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, targets).squeeze(-1) - log_norm
+    with torch.no_grad():
+        probs = torch.softmax(logits, dim=-1)
+        entropy = log_norm - (probs * logits).sum(dim=-1)
+    return logp, entropy
+
+
+def policy_loss(
+    *,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    has_old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: LossConfig,
+    global_tokens: int,
+    entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, LossSums]:
+    """Per-token `-min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A)`, dual-clipped at `c*|A|` for A < 0.
+
+    `logp`, `old_logp`, `mask` are [B, T']; `advantages` and `has_old_logp` are [B]. Rows without old
+    log-probabilities use the detached current ones (on-policy, rho = 1). The returned loss is this
+    micro-batch's share of the global token-mean: sum(per-token loss * mask) / global_tokens, so summing
+    it over all micro-batches and ranks gives the mean over every mask-1 token of the batch.
+    """
+    if global_tokens <= 0:
+        raise ValueError(f"global_tokens: must be > 0, got {global_tokens}")
+    mask = mask.to(logp.dtype)
+    old = torch.where(has_old_logp.unsqueeze(-1), old_logp.to(logp.dtype), logp.detach())
+    log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    adv = advantages.to(logp.dtype).unsqueeze(-1)
+
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high)
+    surrogate = torch.maximum(unclipped, clipped)
+    dual_bound = -adv * cfg.dual_clip_c
+    dual = torch.minimum(dual_bound, surrogate)
+    negative = adv < 0
+    per_token = torch.where(negative, dual, surrogate)
+
+    loss = (per_token * mask).sum() / global_tokens
+    with torch.no_grad():
+        sums = LossSums(
+            loss=float((per_token * mask).sum()),
+            clipped=float(((clipped > unclipped).to(mask.dtype) * mask).sum()),
+            dual_clipped=float(((negative & (surrogate > dual_bound)).to(mask.dtype) * mask).sum()),
+            entropy=float((entropy * mask).sum()) if entropy is not None else 0.0,
+            tokens=float(mask.sum()),
+        )
+    return loss, sums

@@ -1,0 +1,208 @@
+"""One GRPO update per step: forward/backward over micro-batches, clip, guard, optimizer step."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from . import faults
+from .batch import Batch, collate, load_batch, pack_micro_batches, plan_rank_micro_batches
+from .distributed import DistInfo, any_rank, sum_across_ranks
+from .errors import NonFiniteError, StepCancelled, StepRefused
+from .loss import LossSums, policy_loss, token_logprobs
+from .model import fsdp_modules, load_model
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class TrainerState:
+    """What the trainer knows beyond the weights; saved with every checkpoint."""
+
+    last_step: int = 0
+    """Id of the last applied step (0 = none)."""
+    ledger: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Result of every applied step by id, returned again when a finished step is requested."""
+    trajectories_seen: int = 0
+    tokens_seen: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "last_step": self.last_step,
+            "ledger": {str(k): v for k, v in sorted(self.ledger.items())},
+            "trajectories_seen": self.trajectories_seen,
+            "tokens_seen": self.tokens_seen,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrainerState:
+        return cls(
+            last_step=int(data["last_step"]),
+            ledger={int(k): v for k, v in data["ledger"].items()},
+            trajectories_seen=int(data["trajectories_seen"]),
+            tokens_seen=int(data["tokens_seen"]),
+        )
+
+
+class Trainer:
+    def __init__(self, info: DistInfo) -> None:
+        self.info = info
+        self.cfg = info.config
+        self.model, self.model_info = self._build_model()
+        self.optimizer = self._build_optimizer()
+        self.state = TrainerState()
+        self.cancel_requested = threading.Event()
+        """Set (on rank 0) by the control endpoint; every rank sees it at the next micro-batch boundary."""
+
+    def _build_model(self) -> tuple[torch.nn.Module, Any]:
+        return load_model(self.info)
+
+    def _build_optimizer(self) -> torch.optim.Optimizer:
+        opt = self.cfg.optimizer
+        return torch.optim.AdamW(
+            self.model.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay
+        )
+
+    def load_batch(self, path: str) -> Batch:
+        return load_batch(path, vocab_size=self.model_info.vocab_size, max_seq_len=self.model_info.max_seq_len)
+
+    def train_step(self, step_id: int, batch: Batch) -> dict[str, Any]:
+        """Apply step `step_id` (must be last_step + 1) on every rank; returns the step's metrics."""
+        if step_id != self.state.last_step + 1:
+            raise StepRefused(step_id, self.state.last_step)
+        started = time.perf_counter()
+        if batch.all_zero_advantage:
+            # Even a zero gradient would move the weights through Adam's momentum, so no step at all.
+            result = self._skipped_result(batch)
+        else:
+            result = self._update(step_id, batch)
+        result["time_s"] = round(time.perf_counter() - started, 6)
+        result["step_id"] = step_id
+        self.state.last_step = step_id
+        self.state.ledger[step_id] = result
+        self.state.trajectories_seen += len(batch.trajectories)
+        self.state.tokens_seen += batch.token_count
+        logger.info("step %s done: %s", step_id, result)
+        return result
+
+    def _skipped_result(self, batch: Batch) -> dict[str, Any]:
+        return {
+            "loss": 0.0,
+            "grad_norm": 0.0,
+            "clip_fraction": 0.0,
+            "dual_clip_fraction": 0.0,
+            "entropy": None,
+            "tokens": batch.token_count,
+            "trajectories": len(batch.trajectories),
+            "micro_batches": 0,
+            "skipped": True,
+            "lr": self.cfg.optimizer.lr,
+        }
+
+    def _update(self, step_id: int, batch: Batch) -> dict[str, Any]:
+        info = self.info
+        global_tokens = batch.token_count
+        micro_batches = plan_rank_micro_batches(
+            batch,
+            rank=info.rank,
+            world_size=info.world_size,
+            token_budget=self.cfg.train.micro_batch_tokens,
+            pad_id=self.model_info.pad_id,
+        )
+        # FSDP averages gradients over ranks; the loss is already a share of the global token-mean,
+        # so scaling by the world size turns that average into the sum the token-mean needs.
+        scale = float(info.world_size)
+        local = LossSums()
+        self.optimizer.zero_grad(set_to_none=True)
+        try:
+            for index, mb in enumerate(micro_batches):
+                faults.micro_batch_delay()
+                mb = mb.to(info.device)
+                logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+                logp, entropy = token_logprobs(logits, mb.input_ids)
+                del logits
+                loss, sums = policy_loss(
+                    logp=logp,
+                    old_logp=mb.old_logprobs,
+                    has_old_logp=mb.has_old_logprobs,
+                    advantages=mb.advantages,
+                    mask=mb.loss_mask,
+                    cfg=self.cfg.loss,
+                    global_tokens=global_tokens,
+                    entropy=entropy,
+                )
+                cancel, non_finite = any_rank(self.cancel_requested.is_set(), not math.isfinite(sums.loss))
+                if non_finite:
+                    raise NonFiniteError(f"step {step_id} refused: non-finite loss in micro-batch {index + 1}")
+                if cancel:
+                    raise StepCancelled(step_id, index + 1, len(micro_batches))
+                (loss * scale).backward()
+                local.add(sums)
+            (cancel,) = any_rank(self.cancel_requested.is_set())
+            if cancel:
+                raise StepCancelled(step_id, len(micro_batches), len(micro_batches))
+            totals = LossSums.from_list(sum_across_ranks(local.as_list()))
+            if int(totals.tokens) != global_tokens:
+                raise RuntimeError(f"step {step_id}: ranks trained {totals.tokens} tokens, batch has {global_tokens}")
+            grad_norm = self._grad_norm()
+            loss_value = totals.loss / global_tokens
+            if not math.isfinite(loss_value) or not math.isfinite(grad_norm):
+                raise NonFiniteError(
+                    f"step {step_id} refused: loss {loss_value} grad_norm {grad_norm}; no optimizer step"
+                )
+            params = [p for p in self.model.parameters() if p.grad is not None]
+            torch.nn.utils.clip_grads_with_norm_(
+                params, self.cfg.train.grad_clip, torch.tensor(grad_norm, device=params[0].grad.device)
+            )
+            self.optimizer.step()
+        except BaseException:
+            self._abandon_pass()
+            raise
+        finally:
+            self.optimizer.zero_grad(set_to_none=True)
+        return {
+            "loss": loss_value,
+            "grad_norm": grad_norm,
+            "clip_fraction": totals.clipped / global_tokens,
+            "dual_clip_fraction": totals.dual_clipped / global_tokens,
+            "entropy": totals.entropy / global_tokens,
+            "tokens": global_tokens,
+            "trajectories": len(batch.trajectories),
+            "micro_batches": len(micro_batches),
+            "skipped": False,
+            "lr": self.cfg.optimizer.lr,
+        }
+
+    def _abandon_pass(self) -> None:
+        """After an aborted step, drop gathered parameters so the next step starts from a clean state."""
+        for module in fsdp_modules(self.model):
+            module.reshard()
+
+    def _grad_norm(self) -> float:
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        total = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+        if isinstance(total, DTensor):
+            total = total.full_tensor()
+        return float(total)
+
+    @torch.no_grad()
+    def sequence_logprobs(self, batch: Batch) -> dict[str, float]:
+        """Sum of log-probabilities of every trajectory's mask-1 tokens under the current weights.
+
+        Every rank computes all trajectories (same passes on every rank, as FSDP requires).
+        """
+        out: dict[str, float] = {}
+        for group in pack_micro_batches(list(batch.trajectories), self.cfg.train.micro_batch_tokens):
+            mb = collate(group, self.model_info.pad_id).to(self.info.device)
+            logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+            logp, _ = token_logprobs(logits, mb.input_ids)
+            for row, traj in enumerate(group):
+                out[traj.trajectory_id] = float((logp[row] * mb.loss_mask[row]).sum())
+        return out

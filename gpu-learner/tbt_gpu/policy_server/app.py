@@ -1,0 +1,174 @@
+"""HTTP routing: stdlib ThreadingHTTPServer, JSON in and out, errors as ``{error: {...}}``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from . import protocol
+from .batcher import Batcher
+from .config import ServerConfig
+from .engine import Engine, read_chat_template
+from .errors import ApiError, BadRequest, MethodNotAllowed, NotFound
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 << 20
+
+Handler = Callable[[Any], dict[str, Any]]
+
+
+class PolicyServer:
+    """Owns the engine, the batcher and the HTTP listener."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.started_at = time.time()
+        template = read_chat_template(config.chat_template) if config.chat_template else None
+        self.engine = Engine(config.model, threads=config.threads, max_model_len=config.max_model_len,
+                             chat_template=template)
+        self.batcher = Batcher(self.engine, max_batch=config.max_batch, batch_wait_s=config.batch_wait_ms / 1000)
+        self.routes: dict[str, dict[str, Handler]] = {
+            "/health": {"GET": self._health},
+            "/v1/models": {"GET": self._models},
+            "/v1/completions": {"POST": self._completions},
+            "/v1/chat/completions": {"POST": self._chat_completions},
+            "/tokenize": {"POST": self._tokenize},
+            "/detokenize": {"POST": self._detokenize},
+            "/reload_weights": {"POST": self._reload_weights},
+        }
+        self.httpd = ThreadingHTTPServer((config.host, config.port), _RequestHandler)
+        self.httpd.daemon_threads = True
+        self.httpd.app = self  # type: ignore[attr-defined]
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+    def serve_forever(self) -> None:
+        self.batcher.start()
+        try:
+            self.httpd.serve_forever(poll_interval=0.2)
+        finally:
+            self.batcher.close()
+            self.httpd.server_close()
+
+    def shutdown(self) -> None:
+        """Stop serving; call from a thread other than the one in ``serve_forever``."""
+        self.httpd.shutdown()
+
+    def route(self, method: str, path: str) -> Handler:
+        methods = self.routes.get(path.rstrip("/") or "/")
+        if methods is None:
+            raise NotFound(f"no route {path}")
+        handler = methods.get(method)
+        if handler is None:
+            raise MethodNotAllowed(f"{method} is not allowed on {path}; use {', '.join(methods)}")
+        return handler
+
+    # ---- handlers --------------------------------------------------------------------------------
+
+    def _health(self, _: None) -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "model": self.config.model_name,
+            **self.engine.describe(),
+            "load_seconds": round(self.engine.load_seconds, 2),
+            "uptime_seconds": round(time.time() - self.started_at, 1),
+            "batcher": self.batcher.stats(),
+        }
+
+    def _models(self, _: None) -> dict[str, Any]:
+        return {"object": "list", "data": [{
+            "id": self.config.model_name, "object": "model", "created": int(self.started_at),
+            "owned_by": "thinkingbox-temporal", "root": str(self.config.model),
+            "max_model_len": self.engine.max_model_len,
+        }]}  # fmt: skip
+
+    def _completions(self, data: Any) -> dict[str, Any]:
+        body = protocol.Body(data)
+        protocol.check_model_name(body, self.config.model_name)
+        parsed = protocol.parse_completion(body, self.engine)
+        result = self.batcher.generate(parsed.request).result()
+        return protocol.completion_response(parsed, result, self.engine, self.config.model_name)
+
+    def _chat_completions(self, data: Any) -> dict[str, Any]:
+        body = protocol.Body(data)
+        protocol.check_model_name(body, self.config.model_name)
+        parsed = protocol.parse_chat(body, self.engine)
+        result = self.batcher.generate(parsed.request).result()
+        return protocol.chat_response(parsed, result, self.engine, self.config.model_name)
+
+    def _tokenize(self, data: Any) -> dict[str, Any]:
+        return protocol.tokenize(protocol.Body(data), self.engine)
+
+    def _detokenize(self, data: Any) -> dict[str, Any]:
+        return protocol.detokenize(protocol.Body(data), self.engine)
+
+    def _reload_weights(self, data: Any) -> dict[str, Any]:
+        path, version = protocol.reload_request(protocol.Body(data))
+        started = time.monotonic()
+        new_version = self.batcher.reload(Path(path), version).result()
+        return {"weight_version": new_version, "path": path, "seconds": round(time.monotonic() - started, 2)}
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "tbt-policy-server/1"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        app: PolicyServer = self.server.app  # type: ignore[attr-defined]
+        path = urlsplit(self.path).path
+        try:
+            data = self._read_json() if method == "POST" else None
+            handler = app.route(method, path)
+            status, payload = 200, handler(data)
+        except ApiError as exc:
+            status, payload = exc.status, exc.body()
+        except Exception as exc:  # noqa: BLE001 - a bug must still answer with JSON
+            logger.exception("%s %s failed", method, path)
+            status, payload = 500, ApiError(f"internal error: {type(exc).__name__}: {exc}").body()
+        if status >= 400:
+            self.close_connection = True  # the request body may be unread: do not reuse the connection
+        self._send(status, payload)
+
+    def _read_json(self) -> Any:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            raise BadRequest("chunked request bodies are not supported; send Content-Length")
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            raise BadRequest("bad Content-Length header") from None
+        if length > MAX_BODY_BYTES:
+            raise BadRequest(f"request body over {MAX_BODY_BYTES} bytes")
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            raise BadRequest("the request body is empty; send a JSON object")
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        body = json.dumps(payload, allow_nan=False, separators=(",", ":")).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+        logger.debug("%s - %s", self.address_string(), format % args)

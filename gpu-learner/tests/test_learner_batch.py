@@ -1,0 +1,130 @@
+"""Batch files: validation names file, line and field; sharding and micro-batching are deterministic."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from learner_support import trajectory
+from tbt_gpu.learner.batch import (
+    BatchError,
+    load_batch,
+    pack_micro_batches,
+    plan_rank_micro_batches,
+    shard_for_ranks,
+)
+
+GOOD = trajectory("a", [5, 6, 7, 8], 2, 1.0)
+
+
+def write_lines(tmp_path: pathlib.Path, *records: object) -> pathlib.Path:
+    path = tmp_path / "batch.jsonl"
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in records) + "\n")
+    return path
+
+
+def load(path: pathlib.Path):
+    return load_batch(path, vocab_size=50, max_seq_len=8)
+
+
+@pytest.mark.parametrize(
+    ("bad", "field", "fragment"),
+    [
+        ("{not json", None, "not valid JSON"),
+        ([1, 2], None, "must be a JSON object"),
+        ({k: v for k, v in GOOD.items() if k != "advantage"}, "advantage", "is missing"),
+        ({**GOOD, "advantage": "high"}, "advantage", "finite number"),
+        ({**GOOD, "advantage": True}, "advantage", "finite number"),
+        ({**GOOD, "trajectory_id": ""}, "trajectory_id", "non-empty string"),
+        ({**GOOD, "input_ids": [5, 99, 7, 8]}, "input_ids", "item 1 is 99"),
+        ({**GOOD, "input_ids": [5, 6.5, 7, 8]}, "input_ids", "item 1"),
+        ({**GOOD, "input_ids": list(range(9)), "loss_mask": [0] * 9}, "input_ids", "longer than the model context of 8"),
+        ({**GOOD, "loss_mask": [0, 1, 1]}, "loss_mask", "as long as input_ids (4), got 3"),
+        ({**GOOD, "loss_mask": [0, 2, 1, 1]}, "loss_mask", "item 1 is 2"),
+        ({**GOOD, "loss_mask": [1, 1, 1, 1]}, "loss_mask", "item 0 must be 0"),
+        ({**GOOD, "old_logprobs": [0, -1, -1]}, "old_logprobs", "as long as input_ids"),
+        ({**GOOD, "old_logprobs": [0, 0, 0.5, -1]}, "old_logprobs", "item 2 is 0.5"),
+        ({**GOOD, "old_logprobs": [0, 0, "x", -1]}, "old_logprobs", "item 2"),
+        ({**GOOD, "trajectory_id": "first"}, "trajectory_id", "'first' repeats line 1"),
+    ],
+)
+def test_malformed_line_names_file_line_and_field(tmp_path, bad, field, fragment) -> None:
+    path = write_lines(tmp_path, {**GOOD, "trajectory_id": "first"}, "", bad)
+    with pytest.raises(BatchError) as info:
+        load(path)
+    err = info.value
+    assert (err.path, err.line, err.field) == (str(path), 3, field)
+    message = str(err)
+    assert message.startswith(f"{path}:3:")
+    if field:
+        assert f"field '{field}'" in message
+    assert fragment in message
+
+
+def test_file_level_errors(tmp_path) -> None:
+    with pytest.raises(BatchError, match="does not exist"):
+        load(tmp_path / "missing.jsonl")
+    with pytest.raises(BatchError, match="holds no trajectories"):
+        load(write_lines(tmp_path, ""))
+    no_tokens = trajectory("z", [5, 6, 7], 3, 1.0)
+    with pytest.raises(BatchError, match="nothing to train"):
+        load(write_lines(tmp_path, no_tokens))
+
+
+def test_valid_batch_counts_and_zero_advantage(tmp_path) -> None:
+    extra = {**trajectory("b", [1, 2, 3], 1, 0.0, old=[0.0, -0.5, -0.25]), "group": "g1"}  # extra keys are fine
+    batch = load(write_lines(tmp_path, GOOD, extra))
+    assert batch.token_count == 4
+    assert not batch.all_zero_advantage
+    assert batch.trajectories[1].old_logprobs == (0.0, -0.5, -0.25)
+    zero = load(write_lines(tmp_path, {**GOOD, "advantage": 0.0}, extra))
+    assert zero.all_zero_advantage
+
+
+def make_batch(tmp_path: pathlib.Path, lengths: list[int]):
+    records = [trajectory(f"t{i}", [3] * n, 1, 1.0) for i, n in enumerate(lengths)]
+    return load_batch(write_lines(tmp_path, *records), vocab_size=50, max_seq_len=64)
+
+
+def test_shards_are_disjoint_complete_balanced_and_deterministic(tmp_path) -> None:
+    batch = make_batch(tmp_path, [30, 5, 17, 17, 9, 2, 40, 11])
+    shares = shard_for_ranks(batch.trajectories, 3)
+    ids = [t.trajectory_id for share in shares for t in share]
+    assert sorted(ids) == sorted(t.trajectory_id for t in batch.trajectories)
+    assert len(ids) == len(set(ids))
+    loads = [sum(t.length for t in share) for share in shares]
+    assert max(loads) - min(loads) <= 40
+    assert shard_for_ranks(batch.trajectories, 3) == shares
+
+
+def test_micro_batches_respect_the_padded_token_budget(tmp_path) -> None:
+    batch = make_batch(tmp_path, [30, 5, 17, 17, 9, 2, 40, 11])
+    groups = pack_micro_batches(list(batch.trajectories), 48)
+    assert sorted(t.trajectory_id for g in groups for t in g) == sorted(t.trajectory_id for t in batch.trajectories)
+    for group in groups:
+        assert len(group) * max(t.length for t in group) <= 48 or len(group) == 1
+    # a sequence longer than the budget still trains, alone
+    assert [len(g) for g in pack_micro_batches(list(batch.trajectories), 10)][:2] == [1, 1]
+
+
+def test_every_rank_runs_the_same_number_of_micro_batches(tmp_path) -> None:
+    batch = make_batch(tmp_path, [30, 5, 17])
+    plans = [plan_rank_micro_batches(batch, rank=r, world_size=4, token_budget=32, pad_id=0) for r in range(4)]
+    assert len({len(p) for p in plans}) == 1
+    assert sum(mb.tokens for p in plans for mb in p) == batch.token_count
+    filler = plans[3][0]
+    assert filler.tokens == 0 and float(filler.loss_mask.sum()) == 0.0
+
+
+def test_collated_shapes_and_shifted_masks(tmp_path) -> None:
+    records = [trajectory("a", [3, 4, 5, 6], 2, 1.0, old=[0.0, 0.0, -0.5, -0.7]), trajectory("b", [3, 4], 1, -1.0)]
+    batch = load_batch(write_lines(tmp_path, *records), vocab_size=50, max_seq_len=64)
+    (mb,) = plan_rank_micro_batches(batch, rank=0, world_size=1, token_budget=64, pad_id=0)
+    assert mb.input_ids.tolist() == [[3, 4, 5, 6], [3, 4, 0, 0]]
+    assert mb.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert mb.loss_mask.tolist() == [[0, 1, 1], [1, 0, 0]]
+    assert mb.old_logprobs.flatten().tolist() == pytest.approx([0.0, -0.5, -0.7, 0.0, 0.0, 0.0])
+    assert mb.has_old_logprobs.tolist() == [True, False]
+    assert mb.tokens == 3

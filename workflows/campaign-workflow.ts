@@ -1,0 +1,153 @@
+import {
+  condition, continueAsNew, defineQuery, defineSignal, executeChild, log, proxyActivities, setHandler, upsertMemo, upsertSearchAttributes, workflowInfo,
+} from '@temporalio/workflow';
+import type { CampaignActivities, StepRecord } from '../activities/campaign-activities.ts';
+import type { GpuActivities } from '../activities/gpu-activities.ts';
+import type { CampaignConfig } from '../config/campaign-config.ts';
+import type { EpisodeConfig } from '../config/episode-config.ts';
+import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow.ts';
+import { probeWorkflow, type ProbeResult } from './probe-workflow.ts';
+import { campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
+import { trainingStepWorkflow } from './training-step-workflow.ts';
+
+/**
+ * The six-stage loop as one durable workflow: ingest -> probe -> select -> training steps -> evaluation ->
+ * report. Each training step is a child workflow `<campaign>/step-<n>`; the campaign continues as new after
+ * every step with a compact state, so its history stays small however long it runs. Signals pause,
+ * resume and stop-after-step; the `status` query answers at any time.
+ */
+
+export type Stage = 'ingest' | 'probe' | 'evaluate-before' | 'train' | 'evaluate-after' | 'report' | 'done' | 'stopped';
+
+export interface CampaignState {
+  stage: Stage;
+  step: number;
+  candidates?: number;
+  probe?: Omit<ProbeResult, 'pool'>;
+  pool?: string[];
+  manifest?: string;
+  weightsPath?: string;
+  lastStep?: Pick<StepRecord, 'step' | 'meanReward' | 'informativeGroups' | 'infraErrors' | 'leakedInfraEpisodes' | 'fallback'> & { loss: unknown };
+  evalBefore?: EvaluationResult;
+  evalAfter?: EvaluationResult;
+  report?: { html: string; markdown: string };
+  paused: boolean;
+  stopAfterStep: boolean;
+}
+
+export interface CampaignInput {
+  campaignId: string;
+  config: CampaignConfig;
+  /** Absolute suite folder (resolved by the CLI). */
+  suiteDir: string;
+  excludeUidsFile?: string;
+  queues: { rollout: string; gpu: string };
+  state?: CampaignState;
+}
+
+export interface CampaignStatus extends Omit<CampaignState, 'pool'> { campaignId: string; poolSize: number; steps: number }
+
+export const pauseSignal = defineSignal('pause');
+export const resumeSignal = defineSignal('resume');
+export const stopAfterStepSignal = defineSignal('stopAfterStep');
+export const statusQuery = defineQuery<CampaignStatus>('status');
+
+const bookkeeping = proxyActivities<CampaignActivities>({ startToCloseTimeout: '30 minutes', retry: { maximumAttempts: 10, nonRetryableErrorTypes: ['BadInput'] } });
+
+export async function campaignWorkflow(input: CampaignInput): Promise<CampaignStatus> {
+  const { campaignId, config } = input;
+  const state: CampaignState = input.state ?? { stage: 'ingest', step: 0, paused: false, stopAfterStep: false };
+  const gpu = proxyActivities<GpuActivities>({
+    taskQueue: input.queues.gpu,
+    startToCloseTimeout: '1 hour',
+    heartbeatTimeout: '10 minutes',
+    retry: { maximumAttempts: 10, initialInterval: '5 seconds', maximumInterval: '1 minute', nonRetryableErrorTypes: ['BadInput'] },
+  });
+  const status = (): CampaignStatus => {
+    const { pool, ...rest } = state;
+    return { ...rest, campaignId, poolSize: pool?.length ?? 0, steps: config.training.steps };
+  };
+  setHandler(statusQuery, status);
+  setHandler(pauseSignal, () => void (state.paused = true));
+  setHandler(resumeSignal, () => void (state.paused = false));
+  setHandler(stopAfterStepSignal, () => void (state.stopAfterStep = true));
+  const enter = (stage: Stage) => {
+    state.stage = stage;
+    upsertSearchAttributes([{ key: campaignKey, value: campaignId }, { key: stageKey, value: stage }, { key: stepKey, value: state.step }]);
+    log.info('campaign stage', { campaignId, stage, step: state.step });
+  };
+  if (!input.state) upsertMemo({ config });
+
+  /** The episode config with the policy endpoint resolved (the embedded server may move after a restart). */
+  const episodeConfig = async (): Promise<{ episode: EpisodeConfig; policyBaseUrl?: string }> => {
+    if (config.episode.policy.base_url !== 'embedded') return { episode: config.episode };
+    const server = await gpu.ensurePolicyServer({ campaignId, weightsPath: state.weightsPath });
+    return { episode: { ...config.episode, policy: { ...config.episode.policy, base_url: server.baseUrl, model: server.model } }, policyBaseUrl: server.baseUrl };
+  };
+  const keyed = async (episode: EpisodeConfig, uids: string[], repeats: number, concurrency: number) => ({
+    uids, repeats, concurrency, episode, suiteDir: input.suiteDir, campaignId, rolloutQueue: input.queues.rollout, maxReruns: 3,
+  });
+
+  if (state.stage === 'ingest') {
+    enter('ingest');
+    const { uids } = await bookkeeping.ingestCandidates({ campaignId, suiteDir: input.suiteDir, excludeUidsFile: input.excludeUidsFile, maxCandidates: config.probe.max_candidates });
+    state.candidates = uids.length;
+    const learner = await gpu.startLearner({ campaignId, learner: config.learner, seed: config.seed });
+    state.manifest = await bookkeeping.writeManifest({ campaignId, manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest } });
+    enter('probe');
+    const { episode } = await episodeConfig();
+    const probe = await executeChild(probeWorkflow, {
+      workflowId: `${campaignId}/probe`,
+      args: [{ ...(await keyed(episode, uids, config.probe.repeats, config.probe.concurrency)), minCleanRuns: config.probe.min_clean_runs, retainBands: config.probe.retain_bands }],
+    });
+    const { pool, ...probeSummary } = probe;
+    state.pool = pool;
+    state.probe = probeSummary;
+    state.stage = config.evaluation.before_training ? 'evaluate-before' : 'train';
+  }
+  const evalUids = () => (config.evaluation.tasks === 'pool' ? state.pool! : []);
+  if (state.stage === 'evaluate-before') {
+    enter('evaluate-before');
+    const { episode } = await episodeConfig();
+    state.evalBefore = await executeChild(evaluationWorkflow, {
+      workflowId: `${campaignId}/eval-before`,
+      args: [{ ...(await keyed(episode, evalUids(), config.evaluation.repeats, config.evaluation.concurrency)), label: 'before' }],
+    });
+    state.stage = 'train';
+    await continueAsNew<typeof campaignWorkflow>({ ...input, state });
+  }
+  if (state.stage === 'train') {
+    if (state.step < config.training.steps && !state.stopAfterStep) {
+      enter('train');
+      await condition(() => !state.paused);
+      const step = state.step + 1;
+      const { episode, policyBaseUrl } = await episodeConfig();
+      const record = await executeChild(trainingStepWorkflow, {
+        workflowId: `${campaignId}/step-${step}`,
+        args: [{ campaignId, step, pool: state.pool!, suiteDir: input.suiteDir, episode, training: config.training, learner: config.learner, seed: config.seed, rolloutQueue: input.queues.rollout, gpuQueue: input.queues.gpu, policyBaseUrl }],
+      });
+      state.step = step;
+      state.weightsPath = record.exportPath;
+      state.lastStep = { step, meanReward: record.meanReward, informativeGroups: record.informativeGroups, infraErrors: record.infraErrors, leakedInfraEpisodes: record.leakedInfraEpisodes, fallback: record.fallback, loss: record.update.loss };
+      // Signals that arrived during the step are part of `state` and survive the continue-as-new.
+      await continueAsNew<typeof campaignWorkflow>({ ...input, state });
+    }
+    state.stage = state.step < config.training.steps ? 'stopped' : 'evaluate-after';
+  }
+  if (state.stage === 'evaluate-after') {
+    enter('evaluate-after');
+    const { episode } = await episodeConfig();
+    state.evalAfter = await executeChild(evaluationWorkflow, {
+      workflowId: `${campaignId}/eval-after`,
+      args: [{ ...(await keyed(episode, evalUids(), config.evaluation.repeats, config.evaluation.concurrency)), label: 'after' }],
+    });
+    state.stage = 'report';
+  }
+  if (state.stage === 'report' || state.stage === 'stopped') {
+    const stopped = state.stage === 'stopped';
+    enter('report');
+    state.report = await bookkeeping.writeReport({ campaignId, title: `Campaign ${campaignId}`, probe: state.probe?.aggregates, before: state.evalBefore?.aggregate, after: state.evalAfter?.aggregate });
+    enter(stopped ? 'stopped' : 'done');
+  }
+  return status();
+}

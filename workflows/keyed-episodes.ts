@@ -1,0 +1,51 @@
+import { condition } from '@temporalio/workflow';
+import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
+import type { EpisodeSummary } from '../activities/episode-store.ts';
+import type { EpisodeConfig } from '../config/episode-config.ts';
+import { episodeActivities } from './episode-batch-workflow.ts';
+
+/**
+ * Runs `uid#rep` keys as episodes with bounded concurrency. A key whose episode ends in an infrastructure
+ * error is re-run under a new episode id (`...~retry-<n>`) up to `maxReruns` times; the result per key is
+ * its last attempt. Ids are deterministic, so a replay never runs or counts an episode twice.
+ */
+
+export interface KeyedEpisodesInput {
+  idPrefix: string;
+  uids: string[];
+  repeats: number;
+  suiteDir: string;
+  episode: EpisodeConfig;
+  purpose: EpisodeActivityInput['purpose'];
+  campaignId: string;
+  rolloutQueue: string;
+  concurrency: number;
+  maxReruns: number;
+}
+
+export interface KeyedResult { key: string; uid: string; repetition: number; attempts: number; final: EpisodeSummary }
+
+export async function runKeyedEpisodes(input: KeyedEpisodesInput): Promise<KeyedResult[]> {
+  const { runEpisode } = episodeActivities(input.rolloutQueue, input.episode.limits.wall_clock_ms);
+  let inFlight = 0;
+  const runKey = async (uid: string, repetition: number): Promise<KeyedResult> => {
+    const key = `${uid}#${repetition}`;
+    let attempts = 0;
+    for (;;) {
+      await condition(() => inFlight < input.concurrency);
+      inFlight += 1;
+      let final: EpisodeSummary;
+      try {
+        final = await runEpisode({
+          episodeId: `${input.idPrefix}/${key}${attempts ? `~retry-${attempts}` : ''}`,
+          suiteDir: input.suiteDir, taskUid: uid, purpose: input.purpose, campaign: input.campaignId, repetition, config: input.episode,
+        });
+      } finally {
+        inFlight -= 1;
+      }
+      attempts += 1;
+      if (final.outcome !== 'infrastructure_error' || attempts > input.maxReruns) return { key, uid, repetition, attempts, final };
+    }
+  };
+  return Promise.all(input.uids.flatMap((uid) => Array.from({ length: input.repeats }, (_, rep) => runKey(uid, rep))));
+}
