@@ -14,6 +14,9 @@ const commands: Record<string, { summary: string; run: Command }> = {
   episodes: { summary: 'episodes run --suite DIR ...: run episodes in-process, write result lines', run: async (a) => (await import('./commands/episodes.ts')).episodes(a) },
   parity: { summary: 'parity <episodes.jsonl | campaign>: training vs evaluation interpretation of every output', run: async (a) => (await import('./commands/parity.ts')).parity(a) },
   report: { summary: 'report --out DIR [--probe --steps --before --after --eval --costs]: static HTML + markdown', run: async (a) => (await import('./commands/report.ts')).report(a) },
+  train: { summary: 'train --config F [--dry-run] [--wait]: start (or follow) a training campaign', run: async (a) => (await import('./commands/campaign.ts')).train(a) },
+  campaign: { summary: 'campaign status|pause|resume|stop|follow ID', run: async (a) => (await import('./commands/campaign.ts')).campaign(a) },
+  workers: { summary: 'workers up|down|status: the orchestrator, rollout and gpu workers as local processes', run: async (a) => (await import('./commands/workers.ts')).workers(a) },
   demo: { summary: 'run the main job on the embedded default', run: async (a) => (await import('./commands/demo.ts')).demo(a) },
 };
 

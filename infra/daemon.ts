@@ -44,10 +44,10 @@ export async function waitFor(what: string, check: () => Promise<boolean>, timeo
 }
 
 /** Starts a detached process that outlives this one; stdout and stderr go to logFile. */
-export function spawnDetached(command: string, args: string[], logFile: string, pidFile: string, env?: NodeJS.ProcessEnv): number {
+export function spawnDetached(command: string, args: string[], logFile: string, pidFile: string, env?: NodeJS.ProcessEnv, cwd?: string): number {
   fs.mkdirSync(path.dirname(logFile), { recursive: true });
   const out = fs.openSync(logFile, 'a');
-  const child = spawn(command, args, { detached: true, stdio: ['ignore', out, out], env: env ?? process.env });
+  const child = spawn(command, args, { detached: true, stdio: ['ignore', out, out], env: env ?? process.env, cwd });
   fs.closeSync(out);
   if (child.pid === undefined) throw new Error(`could not start ${command}`);
   child.unref();

@@ -1,17 +1,29 @@
 import path from 'node:path';
 import { readEnvironment, repoRoot, temporalUiUrl } from '../../config/environment.ts';
+import { startWorkers, workerKinds, workerLog } from '../../infra/local-workers.ts';
+import { startCampaign } from './campaign.ts';
 import { up } from './infra.ts';
-import { validate } from './tasks.ts';
 
 /**
- * `npm run demo`: the main job on the embedded default. Today it brings the stack up and proves the
- * episode backend end to end on the tiny suite; the training campaign plugs in here when it lands.
+ * `npm run demo`: the main job on the embedded default. Brings up local Temporal + Postgres and the three
+ * workers, then runs (or, if one is already running, follows) a complete short campaign of
+ * config/local.yaml: ingest, probe, select, evaluate, 2 training steps of the real small model, evaluate, report.
  */
-export async function demo(_args: string[]): Promise<number> {
+export async function demo(args: string[]): Promise<number> {
+  const started = Date.now();
+  const env = readEnvironment();
   await up();
-  console.log('\n== tiny suite: sandboxes, MCP tools, golden replay and grading ==');
-  const code = await validate([path.join(repoRoot, 'tasks', 'tiny')]);
-  if (code !== 0) return code;
-  console.log(`\ncampaign: not implemented yet (the Temporal campaign is the next issue). Temporal UI: ${temporalUiUrl(readEnvironment())}`);
+  const spawned = startWorkers(env);
+  for (const k of workerKinds) console.log(`worker ${k.padEnd(12)} ${spawned.includes(k) ? 'started' : 'already running'} (log ${workerLog(env, k)})`);
+  const config = args[0] ?? path.join(repoRoot, 'config', 'local.yaml');
+  const { workflowId, status } = await startCampaign(config, { wait: true });
+  const minutes = ((Date.now() - started) / 60_000).toFixed(1);
+  console.log(`\ncampaign ${workflowId}: ${status?.stage} after ${status?.step} steps, ${minutes} min`);
+  if (status?.report) {
+    console.log(`report:      ${status.report.html}`);
+    console.log(`summary:     ${status.report.markdown}`);
+  }
+  console.log(`Temporal UI: ${temporalUiUrl(env)} (search: TbtCampaign = "${workflowId}")`);
+  console.log('workers keep running in the background; stop them with `npx tbt workers down`, the servers with `npx tbt down`.');
   return 0;
 }

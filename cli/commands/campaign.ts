@@ -1,0 +1,167 @@
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
+import { readEnvironment, repoRoot, taskQueues, temporalAddress, temporalUiUrl, type Environment } from '../../config/environment.ts';
+import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
+import { gpuHost, learnerConfigJson } from '../../activities/gpu-activities.ts';
+import { withClient } from '../../infra/control-database.ts';
+import { databaseUrl } from '../../config/environment.ts';
+import { gpuLearnerDir, pythonBinary } from '../../infra/python-env.ts';
+import { campaignWorkflow, pauseSignal, resumeSignal, statusQuery, stopAfterStepSignal, type CampaignInput, type CampaignStatus } from '../../workflows/campaign-workflow.ts';
+
+/** `tbt train` and `tbt campaign status|pause|resume|stop`. */
+
+async function connect(env: Environment): Promise<{ client: Client; close: () => Promise<void> }> {
+  const connection = await Connection.connect({ address: temporalAddress(env) });
+  return { client: new Client({ connection, namespace: env.TBT_TEMPORAL_NAMESPACE }), close: () => connection.close() };
+}
+
+export function workflowUrl(env: Environment, workflowId: string): string {
+  return `${temporalUiUrl(env)}/namespaces/${env.TBT_TEMPORAL_NAMESPACE}/workflows/${encodeURIComponent(workflowId)}`;
+}
+
+function currentFile(env: Environment, name: string): string {
+  return path.join(env.TBT_STATE_DIR, 'campaigns', `${name}.current`);
+}
+
+function campaignInput(env: Environment, config: CampaignConfig, campaignId: string, configFile: string): CampaignInput {
+  const base = path.dirname(path.resolve(configFile));
+  const resolve = (p: string) => [path.resolve(base, p), path.resolve(repoRoot, p)].find((x) => fs.existsSync(x)) ?? path.resolve(repoRoot, p);
+  const suiteDir = resolve(config.suite);
+  if (!fs.existsSync(path.join(suiteDir, 'scenarios'))) throw new Error(`${configFile}: field suite: ${config.suite} is not a task suite folder`);
+  const excludeUidsFile = config.exclude_uids ? resolve(config.exclude_uids) : undefined;
+  if (excludeUidsFile && !fs.existsSync(excludeUidsFile)) throw new Error(`${configFile}: field exclude_uids: ${config.exclude_uids} does not exist`);
+  return { campaignId, config, suiteDir, excludeUidsFile, queues: { rollout: taskQueues(env).rollout, gpu: taskQueues(env).gpu(gpuHost()) } };
+}
+
+function dryRun(input: CampaignInput, configFile: string): void {
+  const c = input.config;
+  const t = c.training;
+  console.log(`campaign ${input.campaignId} (dry run: nothing is started)`);
+  console.log(`  suite        ${input.suiteDir}${input.excludeUidsFile ? ` (excluding uids in ${input.excludeUidsFile})` : ''}`);
+  console.log(`  stages       ingest -> probe (${c.probe.repeats} episodes per candidate${c.probe.max_candidates ? `, first ${c.probe.max_candidates} candidates` : ''}) -> select (bands ${c.probe.retain_bands.join('/')}, min clean runs ${c.probe.min_clean_runs})`);
+  console.log(`               -> ${c.evaluation.before_training ? `evaluate base policy (${c.evaluation.repeats} repeats) -> ` : ''}${t.steps} training steps x ${t.groups_per_step} groups x ${t.group_size} episodes = ${t.groups_per_step * t.group_size} per update -> evaluate (${c.evaluation.repeats} repeats) -> report`);
+  console.log(`  refill       up to ${t.infra_refill_cap} extra episodes per group for infrastructure errors, then the group is replaced`);
+  console.log(`  zero variance  up to ${t.max_replacements} replacement tasks per step, then fallback: ${t.zero_variance_fallback}`);
+  console.log(`  policy       ${c.episode.policy.base_url} (${c.episode.policy.model}, ${c.episode.policy.mode} mode, temperature ${c.episode.sampling.temperature})`);
+  console.log(`  queues       rollout ${input.queues.rollout}, gpu ${input.queues.gpu}`);
+  console.log('  hyperparameters (learner):');
+  for (const [k, v] of Object.entries(c.learner)) console.log(`    ${k.padEnd(24)} ${JSON.stringify(v)}`);
+  // The learner's own launch plan: exact torchrun command per node and its resolved hyperparameters.
+  const tmp = path.join(os.tmpdir(), `tbt-learner-${process.pid}.json`);
+  const learner = learnerConfigJson(c.learner, c.seed);
+  fs.writeFileSync(tmp, JSON.stringify({ ...learner, checkpoint: { ...(learner.checkpoint as object), dir: `<state>/learners/${input.campaignId}/checkpoints` } }, null, 2));
+  try {
+    const plan = execFileSync(pythonBinary(), ['-m', 'tbt_gpu.learner.launch', '--nodes', String(c.learner.nodes), '--gpus-per-node', String(c.learner.gpus_per_node), '--master-addr', c.learner.nodes > 1 ? 'NODE0_ADDRESS' : '127.0.0.1', '--config', tmp, '--dry-run'], { cwd: gpuLearnerDir, encoding: 'utf8' });
+    console.log(plan.trimEnd().split('\n').map((l) => `  ${l}`).join('\n'));
+  } finally {
+    fs.rmSync(tmp, { force: true });
+  }
+  void configFile;
+}
+
+async function episodeCount(campaignId: string, env: Environment): Promise<number> {
+  return withClient(databaseUrl(env), async (c) => Number((await c.query<{ n: string }>(`SELECT count(*) AS n FROM episodes WHERE campaign = $1 AND status <> 'running'`, [campaignId])).rows[0]!.n)).catch(() => -1);
+}
+
+/** Follows a campaign until it ends, redrawing one progress line (stage, step bar, episodes). */
+export async function follow(client: Client, env: Environment, workflowId: string): Promise<CampaignStatus> {
+  const handle = client.workflow.getHandle(workflowId);
+  const tty = process.stdout.isTTY;
+  let last = '';
+  for (;;) {
+    const description = await handle.describe();
+    if (description.status.name !== 'RUNNING') {
+      if (tty) process.stdout.write('\n');
+      if (description.status.name !== 'COMPLETED' && description.status.name !== 'CONTINUED_AS_NEW') throw new Error(`campaign ${workflowId} ended ${description.status.name}: see ${workflowUrl(env, workflowId)}`);
+      return (await handle.result()) as CampaignStatus;
+    }
+    const s = await handle.query(statusQuery).catch(() => undefined);
+    if (s) {
+      const width = 20;
+      const filled = Math.round((s.step / Math.max(1, s.steps)) * width);
+      const line = `[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] step ${s.step}/${s.steps}  stage ${s.stage.padEnd(15)} episodes ${await episodeCount(s.campaignId, env)}${s.lastStep ? `  last reward ${s.lastStep.meanReward.toFixed(2)}` : ''}${s.paused ? '  (paused)' : ''}`;
+      if (line !== last) {
+        process.stdout.write(tty ? `\r${line.padEnd(110)}` : `${line}\n`);
+        last = line;
+      }
+    }
+    await new Promise((r) => setTimeout(r, 3000));
+  }
+}
+
+export async function startCampaign(configFile: string, options: { wait: boolean; id?: string }): Promise<{ workflowId: string; status?: CampaignStatus }> {
+  const env = readEnvironment();
+  const config = loadCampaignConfig(configFile);
+  const { client, close } = await connect(env);
+  try {
+    const current = currentFile(env, config.name);
+    let workflowId: string | undefined = options.id;
+    if (!workflowId && fs.existsSync(current)) {
+      const id = fs.readFileSync(current, 'utf8').trim();
+      const running = await client.workflow.getHandle(id).describe().then((d) => d.status.name === 'RUNNING', (err: unknown) => (err instanceof WorkflowNotFoundError ? false : Promise.reject(err)));
+      if (running) {
+        workflowId = id;
+        console.log(`campaign ${id} is already running: following it`);
+      }
+    }
+    if (!workflowId || options.id) {
+      workflowId ??= `${config.name}-${new Date().toISOString().replace(/[-:]/g, '').replace(/\..*/, '').replace('T', '-')}`;
+      const input = campaignInput(env, config, workflowId, configFile);
+      await client.workflow.start(campaignWorkflow, { workflowId, taskQueue: taskQueues(env).orchestrator, args: [input], memo: { config }, workflowIdReusePolicy: 'ALLOW_DUPLICATE_FAILED_ONLY' }).catch((err: unknown) => {
+        if ((err as Error).name !== 'WorkflowExecutionAlreadyStartedError') throw err;
+        console.log(`campaign ${workflowId} is already running: following it`);
+      });
+      fs.mkdirSync(path.dirname(current), { recursive: true });
+      fs.writeFileSync(current, workflowId);
+    }
+    console.log(`campaign workflow: ${workflowId}`);
+    console.log(`Temporal UI:       ${workflowUrl(env, workflowId)}`);
+    const status = options.wait ? await follow(client, env, workflowId) : undefined;
+    return { workflowId, status };
+  } finally {
+    await close();
+  }
+}
+
+export async function train(args: string[]): Promise<number> {
+  const { values } = parseArgs({ args, options: { config: { type: 'string' }, 'dry-run': { type: 'boolean', default: false }, wait: { type: 'boolean', default: false }, id: { type: 'string' } } });
+  if (!values.config) {
+    console.error('usage: tbt train --config FILE [--dry-run] [--wait] [--id WORKFLOW_ID]');
+    return 2;
+  }
+  if (values['dry-run']) {
+    const env = readEnvironment();
+    const config = loadCampaignConfig(values.config);
+    dryRun(campaignInput(env, config, values.id ?? `${config.name}-<timestamp>`, values.config), values.config);
+    return 0;
+  }
+  const { status } = await startCampaign(values.config, { wait: values.wait, id: values.id });
+  if (status) console.log(JSON.stringify(status, null, 2));
+  return 0;
+}
+
+export async function campaign(args: string[]): Promise<number> {
+  const [sub, id] = args;
+  if (!sub || !id || !['status', 'pause', 'resume', 'stop', 'follow'].includes(sub)) {
+    console.error('usage: tbt campaign status|pause|resume|stop|follow WORKFLOW_ID');
+    return 2;
+  }
+  const env = readEnvironment();
+  const { client, close } = await connect(env);
+  try {
+    const handle = client.workflow.getHandle(id);
+    if (sub === 'status') console.log(JSON.stringify(await handle.query(statusQuery), null, 2));
+    else if (sub === 'follow') console.log(JSON.stringify(await follow(client, env, id), null, 2));
+    else {
+      await handle.signal(sub === 'pause' ? pauseSignal : sub === 'resume' ? resumeSignal : stopAfterStepSignal);
+      console.log(`${sub === 'stop' ? 'stop-after-step' : sub} sent to ${id}`);
+    }
+    return 0;
+  } finally {
+    await close();
+  }
+}

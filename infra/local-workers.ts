@@ -1,0 +1,47 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { repoRoot, type Environment } from '../config/environment.ts';
+import { readPid, spawnDetached, stopPid } from './daemon.ts';
+
+/** The three workers as local background processes (the embedded default runs all of them on one machine). */
+
+export const workerKinds = ['orchestrator', 'rollout', 'gpu'] as const;
+export type WorkerKind = (typeof workerKinds)[number];
+
+function files(env: Environment, kind: WorkerKind) {
+  const dir = path.join(env.TBT_STATE_DIR, 'workers');
+  return { dir, pid: path.join(dir, `${kind}.pid`), log: path.join(dir, `${kind}.log`) };
+}
+
+export function workerPid(env: Environment, kind: WorkerKind): number | undefined {
+  return readPid(files(env, kind).pid);
+}
+
+/** Starts any of the workers not already running; returns the ones it started. */
+export function startWorkers(env: Environment, kinds: readonly WorkerKind[] = workerKinds): WorkerKind[] {
+  const started: WorkerKind[] = [];
+  for (const kind of kinds) {
+    const f = files(env, kind);
+    if (readPid(f.pid) !== undefined) continue;
+    fs.mkdirSync(f.dir, { recursive: true });
+    // `node --import tsx` keeps the worker in this pid (the tsx launcher would add a relay process).
+    spawnDetached(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'workers', `${kind}-worker.ts`)], f.log, f.pid, { ...process.env, OMP_WAIT_POLICY: 'PASSIVE' }, repoRoot);
+    started.push(kind);
+  }
+  return started;
+}
+
+export async function stopWorkers(env: Environment, kinds: readonly WorkerKind[] = workerKinds): Promise<WorkerKind[]> {
+  const stopped: WorkerKind[] = [];
+  for (const kind of kinds) {
+    const pid = readPid(files(env, kind).pid);
+    if (pid === undefined) continue;
+    await stopPid(pid, 40_000);
+    stopped.push(kind);
+  }
+  return stopped;
+}
+
+export function workerLog(env: Environment, kind: WorkerKind): string {
+  return files(env, kind).log;
+}
