@@ -132,6 +132,17 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
       return { html: path.join(out, 'index.html'), markdown: path.join(out, 'summary.md') };
     },
 
+    /** The newest exported checkpoint of a campaign and its task pool (for scheduled re-evaluation). */
+    async latestCheckpoint(input: { campaignId: string; needPool: boolean }): Promise<{ step: number; exportPath: string | null; pool: string[] }> {
+      const rows = await withClient(deps.controlUrl, (c) => c.query<{ step: number; record: StepRecord }>(`SELECT step, record FROM campaign_steps WHERE campaign = $1 ORDER BY step DESC LIMIT 1`, [input.campaignId]));
+      const selected = path.join(runDir(input.campaignId), 'prepare', 'selected.yaml');
+      const latest = rows.rows[0];
+      if (!input.needPool) return { step: latest?.step ?? 0, exportPath: latest?.record.exportPath ?? null, pool: [] };
+      if (!fs.existsSync(selected)) throw ApplicationFailure.nonRetryable(`campaign ${input.campaignId} has no selected pool (${selected} missing): was it probed?`, 'BadInput');
+      const pool = (parseYaml(fs.readFileSync(selected, 'utf8')) as string[]) ?? [];
+      return { step: latest?.step ?? 0, exportPath: latest?.record.exportPath ?? null, pool };
+    },
+
     async writeManifest(input: { campaignId: string; manifest: Record<string, unknown> }): Promise<string> {
       const file = path.join(runDir(input.campaignId), 'manifest.json');
       fs.writeFileSync(file, `${JSON.stringify(input.manifest, null, 2)}\n`);

@@ -4,3 +4,4 @@ export { campaignWorkflow } from './campaign-workflow.ts';
 export { trainingStepWorkflow } from './training-step-workflow.ts';
 export { probeWorkflow } from './probe-workflow.ts';
 export { evaluationWorkflow } from './evaluation-workflow.ts';
+export { scheduledEvaluationWorkflow } from './scheduled-evaluation-workflow.ts';

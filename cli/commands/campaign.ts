@@ -10,6 +10,7 @@ import { gpuHost, learnerConfigJson } from '../../activities/gpu-activities.ts';
 import { withClient } from '../../infra/control-database.ts';
 import { databaseUrl } from '../../config/environment.ts';
 import { gpuLearnerDir, pythonBinary } from '../../infra/python-env.ts';
+import { scheduledEvaluationWorkflow } from '../../workflows/scheduled-evaluation-workflow.ts';
 import { campaignWorkflow, pauseSignal, resumeSignal, statusQuery, stopAfterStepSignal, type CampaignInput, type CampaignStatus } from '../../workflows/campaign-workflow.ts';
 
 /** `tbt train` and `tbt campaign status|pause|resume|stop`. */
@@ -142,6 +143,66 @@ export async function train(args: string[]): Promise<number> {
   const { status } = await startCampaign(values.config, { wait: values.wait, id: values.id });
   if (status) console.log(JSON.stringify(status, null, 2));
   return 0;
+}
+
+/** `tbt eval run`: evaluate a campaign's latest checkpoint (or the base policy) on tasks x repeats, coverage-gated. */
+export async function runEvaluation(args: string[]): Promise<number> {
+  const { values } = parseArgs({ args, options: { config: { type: 'string' }, campaign: { type: 'string' }, repeats: { type: 'string' }, tasks: { type: 'string' } } });
+  if (!values.config) {
+    console.error('usage: tbt eval run --config FILE [--campaign WORKFLOW_ID] [--repeats K] [--tasks all|FILE.yaml]   (default tasks: the campaign pool)');
+    return 2;
+  }
+  const env = readEnvironment();
+  const config = loadCampaignConfig(values.config);
+  const campaignId = values.campaign ?? `${config.name}-eval`;
+  const input = campaignInput(env, config, campaignId, values.config);
+  let uids: string[] | undefined;
+  if (values.tasks === 'all') uids = (await import('../../activities/task-suite-loader.ts')).loadSuites(input.suiteDir).suites[0]!.tasks.map((t) => t.uid);
+  else if (values.tasks) uids = (await import('yaml')).parse(fs.readFileSync(values.tasks, 'utf8')) as string[];
+  const { client, close } = await connect(env);
+  try {
+    const workflowId = `${campaignId}/eval-run-${Date.now()}`;
+    console.log(`evaluation workflow: ${workflowId}\nTemporal UI: ${workflowUrl(env, workflowId)}`);
+    const result = await client.workflow.execute(scheduledEvaluationWorkflow, { workflowId, taskQueue: taskQueues(env).orchestrator, args: [{ campaignId, config, suiteDir: input.suiteDir, queues: input.queues, repeats: Number(values.repeats ?? config.evaluation.repeats), uids, labelPrefix: 'run' }] });
+    console.log(result.summary);
+    console.log(`aggregate: ${result.aggregate}`);
+    return 0;
+  } finally {
+    await close();
+  }
+}
+
+/** `tbt eval schedule`: a Temporal Schedule that re-evaluates a campaign's latest checkpoint. */
+export async function scheduleEvaluation(args: string[]): Promise<number> {
+  const { values } = parseArgs({ args, options: { campaign: { type: 'string' }, config: { type: 'string' }, cron: { type: 'string' }, repeats: { type: 'string' }, id: { type: 'string' } } });
+  if (!values.campaign || !values.config || !values.cron) {
+    console.error('usage: tbt eval schedule --campaign WORKFLOW_ID --config FILE --cron "EXPR" [--repeats K] [--id SCHEDULE_ID]');
+    return 2;
+  }
+  const env = readEnvironment();
+  const config = loadCampaignConfig(values.config);
+  const input = campaignInput(env, config, values.campaign, values.config);
+  const scheduleId = values.id ?? `${values.campaign}-reeval`;
+  const { client, close } = await connect(env);
+  try {
+    await client.schedule.create({
+      scheduleId,
+      spec: { cronExpressions: [values.cron] },
+      action: {
+        type: 'startWorkflow',
+        workflowType: 'scheduledEvaluationWorkflow',
+        taskQueue: taskQueues(env).orchestrator,
+        args: [{ campaignId: values.campaign, config, suiteDir: input.suiteDir, queues: input.queues, repeats: Number(values.repeats ?? config.evaluation.repeats) }],
+      },
+      // A slow evaluation is never doubled by the next tick.
+      policies: { overlap: 'SKIP' },
+    });
+    console.log(`schedule ${scheduleId}: cron "${values.cron}" re-evaluates the latest checkpoint of ${values.campaign}`);
+    console.log(`Temporal UI: ${temporalUiUrl(env)}/namespaces/${env.TBT_TEMPORAL_NAMESPACE}/schedules/${encodeURIComponent(scheduleId)}`);
+    return 0;
+  } finally {
+    await close();
+  }
 }
 
 export async function campaign(args: string[]): Promise<number> {

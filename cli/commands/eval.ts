@@ -105,8 +105,9 @@ export async function evaluate(args: string[], io: CommandIo = consoleIo): Promi
       case 'compare':
         return compareCommand(rest, io);
       case 'run':
-        io.err('tbt eval run: needs the episode runner (not built yet)');
-        return 2;
+        return (await import('./campaign.ts')).runEvaluation(rest);
+      case 'schedule':
+        return (await import('./campaign.ts')).scheduleEvaluation(rest);
       case '--help':
       case '-h':
         io.out(USAGE);

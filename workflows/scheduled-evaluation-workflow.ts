@@ -1,0 +1,42 @@
+import { executeChild, proxyActivities, workflowInfo } from '@temporalio/workflow';
+import type { CampaignActivities } from '../activities/campaign-activities.ts';
+import type { GpuActivities } from '../activities/gpu-activities.ts';
+import type { CampaignConfig } from '../config/campaign-config.ts';
+import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow.ts';
+
+/**
+ * Evaluates a campaign's latest checkpoint, or the base policy when it has none (`tbt eval run`, and a
+ * Temporal Schedule made by `tbt eval schedule`). An
+ * embedded policy server of its own (`<campaign>-eval`) loads the newest export, so a running campaign's
+ * server is never disturbed.
+ */
+
+export interface ScheduledEvaluationInput {
+  campaignId: string;
+  config: CampaignConfig;
+  suiteDir: string;
+  queues: { rollout: string; gpu: string };
+  repeats: number;
+  /** Tasks to evaluate; default: the campaign's selected pool. */
+  uids?: string[];
+  /** Label prefix of the evaluation (`scheduled` for schedules, `run` for `tbt eval run`). */
+  labelPrefix?: string;
+}
+
+const bookkeeping = proxyActivities<CampaignActivities>({ startToCloseTimeout: '10 minutes', retry: { maximumAttempts: 5, nonRetryableErrorTypes: ['BadInput'] } });
+
+export async function scheduledEvaluationWorkflow(input: ScheduledEvaluationInput): Promise<EvaluationResult & { step: number }> {
+  const gpu = proxyActivities<GpuActivities>({ taskQueue: input.queues.gpu, startToCloseTimeout: '1 hour', retry: { maximumAttempts: 5, nonRetryableErrorTypes: ['BadInput'] } });
+  const latest = await bookkeeping.latestCheckpoint({ campaignId: input.campaignId, needPool: !input.uids });
+  let episode = input.config.episode;
+  if (episode.policy.base_url === 'embedded') {
+    const server = await gpu.ensurePolicyServer({ campaignId: `${input.campaignId}-eval`, weightsPath: latest.exportPath ?? undefined });
+    episode = { ...episode, policy: { ...episode.policy, base_url: server.baseUrl, model: server.model } };
+  }
+  const label = `${input.labelPrefix ?? 'scheduled'}-step${latest.step}-${workflowInfo().runId.slice(0, 8)}`;
+  const result = await executeChild(evaluationWorkflow, {
+    workflowId: `${input.campaignId}/eval-${label}`,
+    args: [{ label, uids: input.uids ?? latest.pool, repeats: input.repeats, suiteDir: input.suiteDir, episode, campaignId: input.campaignId, rolloutQueue: input.queues.rollout, concurrency: input.config.evaluation.concurrency, maxReruns: 3 }],
+  });
+  return { ...result, step: latest.step };
+}
