@@ -25,6 +25,8 @@ export interface CampaignState {
   candidates?: number;
   probe?: Omit<ProbeResult, 'pool'>;
   pool?: string[];
+  /** Every candidate, kept only when evaluation.tasks is 'all'. */
+  allTasks?: string[];
   manifest?: string;
   weightsPath?: string;
   lastStep?: Pick<StepRecord, 'step' | 'meanReward' | 'informativeGroups' | 'infraErrors' | 'leakedInfraEpisodes' | 'fallback'> & { loss: unknown };
@@ -64,7 +66,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
     retry: { maximumAttempts: 10, initialInterval: '5 seconds', maximumInterval: '1 minute', nonRetryableErrorTypes: ['BadInput'] },
   });
   const status = (): CampaignStatus => {
-    const { pool, ...rest } = state;
+    const { pool, allTasks: _all, ...rest } = state;
     return { ...rest, campaignId, poolSize: pool?.length ?? 0, steps: config.training.steps };
   };
   setHandler(statusQuery, status);
@@ -84,7 +86,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
     const server = await gpu.ensurePolicyServer({ campaignId, weightsPath: state.weightsPath });
     return { episode: { ...config.episode, policy: { ...config.episode.policy, base_url: server.baseUrl, model: server.model } }, policyBaseUrl: server.baseUrl };
   };
-  const keyed = async (episode: EpisodeConfig, uids: string[], repeats: number, concurrency: number) => ({
+  const keyed = (episode: EpisodeConfig, uids: string[], repeats: number, concurrency: number) => ({
     uids, repeats, concurrency, episode, suiteDir: input.suiteDir, campaignId, rolloutQueue: input.queues.rollout, maxReruns: 3,
   });
 
@@ -92,27 +94,31 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
     enter('ingest');
     const { uids } = await bookkeeping.ingestCandidates({ campaignId, suiteDir: input.suiteDir, excludeUidsFile: input.excludeUidsFile, maxCandidates: config.probe.max_candidates });
     state.candidates = uids.length;
+    if (config.evaluation.tasks === 'all') state.allTasks = uids;
     const learner = await gpu.startLearner({ campaignId, learner: config.learner, seed: config.seed });
     state.manifest = await bookkeeping.writeManifest({ campaignId, manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest } });
     enter('probe');
     const { episode } = await episodeConfig();
     const probe = await executeChild(probeWorkflow, {
       workflowId: `${campaignId}/probe`,
-      args: [{ ...(await keyed(episode, uids, config.probe.repeats, config.probe.concurrency)), minCleanRuns: config.probe.min_clean_runs, retainBands: config.probe.retain_bands }],
+      args: [{ ...(keyed(episode, uids, config.probe.repeats, config.probe.concurrency)), minCleanRuns: config.probe.min_clean_runs, retainBands: config.probe.retain_bands }],
     });
     const { pool, ...probeSummary } = probe;
     state.pool = pool;
     state.probe = probeSummary;
     state.stage = config.evaluation.before_training ? 'evaluate-before' : 'train';
   }
-  const evalUids = () => (config.evaluation.tasks === 'pool' ? state.pool! : []);
-  if (state.stage === 'evaluate-before') {
-    enter('evaluate-before');
+  const evalUids = () => (config.evaluation.tasks === 'pool' ? state.pool! : state.allTasks!);
+  const evaluate = async (label: 'before' | 'after'): Promise<EvaluationResult> => {
+    enter(`evaluate-${label}`);
     const { episode } = await episodeConfig();
-    state.evalBefore = await executeChild(evaluationWorkflow, {
-      workflowId: `${campaignId}/eval-before`,
-      args: [{ ...(await keyed(episode, evalUids(), config.evaluation.repeats, config.evaluation.concurrency)), label: 'before' }],
+    return executeChild(evaluationWorkflow, {
+      workflowId: `${campaignId}/eval-${label}`,
+      args: [{ ...(keyed(episode, evalUids(), config.evaluation.repeats, config.evaluation.concurrency)), label }],
     });
+  };
+  if (state.stage === 'evaluate-before') {
+    state.evalBefore = await evaluate('before');
     state.stage = 'train';
     await continueAsNew<typeof campaignWorkflow>({ ...input, state });
   }
@@ -135,12 +141,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
     state.stage = state.step < config.training.steps ? 'stopped' : 'evaluate-after';
   }
   if (state.stage === 'evaluate-after') {
-    enter('evaluate-after');
-    const { episode } = await episodeConfig();
-    state.evalAfter = await executeChild(evaluationWorkflow, {
-      workflowId: `${campaignId}/eval-after`,
-      args: [{ ...(await keyed(episode, evalUids(), config.evaluation.repeats, config.evaluation.concurrency)), label: 'after' }],
-    });
+    state.evalAfter = await evaluate('after');
     state.stage = 'report';
   }
   if (state.stage === 'report' || state.stage === 'stopped') {
