@@ -17,6 +17,7 @@ const commands: Record<string, { summary: string; run: Command }> = {
   train: { summary: 'train --config F [--dry-run] [--wait]: start (or follow) a training campaign', run: async (a) => (await import('./commands/campaign.ts')).train(a) },
   campaign: { summary: 'campaign status|pause|resume|stop|follow ID', run: async (a) => (await import('./commands/campaign.ts')).campaign(a) },
   workers: { summary: 'workers up|down|status: the orchestrator, rollout and gpu workers as local processes', run: async (a) => (await import('./commands/workers.ts')).workers(a) },
+  'ui-screenshot': { summary: 'ui-screenshot --campaign ID --out FILE.png: find a campaign in the Temporal UI by search attribute', run: async (a) => (await import('./commands/ui-screenshot.ts')).uiScreenshot(a) },
   demo: { summary: 'run the main job on the embedded default', run: async (a) => (await import('./commands/demo.ts')).demo(a) },
 };
 
