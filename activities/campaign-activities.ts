@@ -5,6 +5,8 @@ import { promisify } from 'node:util';
 import { ApplicationFailure } from '@temporalio/activity';
 import { parse as parseYaml } from 'yaml';
 import { repoRoot } from '../config/environment.ts';
+import { priceTableSchema } from '../config/price-table.ts';
+import { campaignCost } from '../core/metrics.ts';
 import { withClient } from '../infra/control-database.ts';
 import { resultLine } from './episode-result-line.ts';
 import type { EpisodeRecord } from './episode-runner.ts';
@@ -111,23 +113,40 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
     },
 
     /** Coverage-gated aggregation of an evaluation, by `tbt eval aggregate`. */
-    async aggregateEvaluation(input: { campaignId: string; label: string; episodeIds: string[]; uids: string[]; repeats: number }): Promise<{ aggregate: string; summary: string }> {
+    async aggregateEvaluation(input: { campaignId: string; label: string; episodeIds: string[]; uids: string[]; repeats: number; prices?: string }): Promise<{ aggregate: string; summary: string }> {
       const dir = runDir(input.campaignId);
       const results = path.join(dir, `eval-${input.label}.jsonl`);
       await writeResultLines(input.episodeIds.map((id) => ({ id })), results);
       const tasks = path.join(dir, `eval-${input.label}-tasks.yaml`);
       fs.writeFileSync(tasks, input.uids.map((u) => `- ${JSON.stringify(u)}`).join('\n') + '\n');
       const aggregate = path.join(dir, `eval-${input.label}.json`);
-      const summary = await tbt(['eval', 'aggregate', '--results', results, '--repeats', String(input.repeats), '--tasks', tasks, '--out', aggregate]);
+      const summary = await tbt(['eval', 'aggregate', '--results', results, '--repeats', String(input.repeats), '--tasks', tasks, '--out', aggregate, ...(input.prices ? ['--prices', input.prices] : [])]);
       return { aggregate, summary: summary.slice(0, 4000) };
     },
 
-    async writeReport(input: { campaignId: string; title: string; before?: string; after?: string; probe?: string }): Promise<{ html: string; markdown: string }> {
+    /**
+     * What the reference leaves out: probing cost (probe episode tokens x prices) and training cost (training
+     * episode tokens x prices + learner process-seconds x the hourly price). Evaluation cost comes from the
+     * evaluation aggregates.
+     */
+    async campaignCosts(input: { campaignId: string; prices: string; hourlyPriceUsd: number; learnerProcesses: number }): Promise<string> {
+      const prices = priceTableSchema.parse(parseYaml(fs.readFileSync(input.prices, 'utf8')));
+      const rows = await withClient(deps.controlUrl, (c) => c.query<{ purpose: string; id: string; task_uid: string; repetition: number; domain: string; record: EpisodeRecord }>(`SELECT purpose, id, task_uid, repetition, domain, record FROM episodes WHERE campaign = $1 AND record IS NOT NULL`, [input.campaignId]));
+      const tokenCost = (purpose: string) => campaignCost(rows.rows.filter((r) => r.purpose === purpose).map((r) => resultLine(r.id, r.task_uid, r.repetition, r.domain, r.record).tokens), prices).total;
+      const steps = await withClient(deps.controlUrl, (c) => c.query<{ record: StepRecord }>(`SELECT record FROM campaign_steps WHERE campaign = $1`, [input.campaignId]));
+      const learnerSeconds = steps.rows.reduce((a, r) => a + Number(r.record.update.time_s ?? 0), 0);
+      const costs = { probing: tokenCost('probe'), training: tokenCost('train') + (learnerSeconds * input.learnerProcesses * input.hourlyPriceUsd) / 3600 };
+      const file = path.join(runDir(input.campaignId), 'costs.json');
+      fs.writeFileSync(file, `${JSON.stringify(costs, null, 2)}\n`);
+      return file;
+    },
+
+    async writeReport(input: { campaignId: string; title: string; before?: string; after?: string; probe?: string; costs?: string }): Promise<{ html: string; markdown: string }> {
       const dir = runDir(input.campaignId);
       const out = path.join(dir, 'report');
       const steps = path.join(dir, 'steps.jsonl');
       await tbt(['report', '--out', out, '--title', input.title, '--campaign', input.campaignId,
-        ...(input.probe ? ['--probe', input.probe] : []), ...(fs.existsSync(steps) ? ['--steps', steps] : []),
+        ...(input.probe ? ['--probe', input.probe] : []), ...(fs.existsSync(steps) ? ['--steps', steps] : []), ...(input.costs ? ['--costs', input.costs] : []),
         ...(input.before && input.after ? ['--before', input.before, '--after', input.after] : input.after ? ['--eval', input.after] : [])]);
       return { html: path.join(out, 'index.html'), markdown: path.join(out, 'summary.md') };
     },

@@ -39,6 +39,7 @@ export const campaignConfigSchema = z
     suite: z.string().describe('Task suite folder (scenarios/ + tasks/)'),
     exclude_uids: z.string().optional().describe('File of uids that must never be trained on (an evaluation-only benchmark)'),
     seed: z.number().int().default(42),
+    prices: z.string().optional().describe('Price table YAML (USD per million tokens per role, config/price-table.ts) for costs in evaluations and the report'),
     episode: episodeConfigSchema.describe('Episode settings; policy.base_url "embedded" = the embedded CPU policy server'),
     probe: z
       .object({

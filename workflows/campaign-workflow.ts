@@ -43,6 +43,8 @@ export interface CampaignInput {
   /** Absolute suite folder (resolved by the CLI). */
   suiteDir: string;
   excludeUidsFile?: string;
+  /** Absolute price table file (resolved by the CLI from config.prices). */
+  pricesFile?: string;
   queues: { rollout: string; gpu: string };
   state?: CampaignState;
 }
@@ -114,7 +116,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
     const { episode } = await episodeConfig();
     return executeChild(evaluationWorkflow, {
       workflowId: `${campaignId}/eval-${label}`,
-      args: [{ ...(keyed(episode, evalUids(), config.evaluation.repeats, config.evaluation.concurrency)), label }],
+      args: [{ ...(keyed(episode, evalUids(), config.evaluation.repeats, config.evaluation.concurrency)), label, prices: input.pricesFile }],
     });
   };
   if (state.stage === 'evaluate-before') {
@@ -147,7 +149,10 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
   if (state.stage === 'report' || state.stage === 'stopped') {
     const stopped = state.stage === 'stopped';
     enter('report');
-    state.report = await bookkeeping.writeReport({ campaignId, title: `Campaign ${campaignId}`, probe: state.probe?.aggregates, before: state.evalBefore?.aggregate, after: state.evalAfter?.aggregate });
+    const costs = input.pricesFile
+      ? await bookkeeping.campaignCosts({ campaignId, prices: input.pricesFile, hourlyPriceUsd: config.learner.hourly_price_usd, learnerProcesses: config.learner.nodes * config.learner.gpus_per_node })
+      : undefined;
+    state.report = await bookkeeping.writeReport({ campaignId, title: `Campaign ${campaignId}`, probe: state.probe?.aggregates, before: state.evalBefore?.aggregate, after: state.evalAfter?.aggregate, costs });
     enter(stopped ? 'stopped' : 'done');
   }
   return status();

@@ -8,7 +8,7 @@ import { runKeyedEpisodes, type KeyedEpisodesInput } from './keyed-episodes.ts';
  * must pass before any score is computed.
  */
 
-export interface EvaluationInput extends Omit<KeyedEpisodesInput, 'idPrefix' | 'purpose'> { label: string }
+export interface EvaluationInput extends Omit<KeyedEpisodesInput, 'idPrefix' | 'purpose'> { label: string; prices?: string }
 export interface EvaluationResult { label: string; aggregate: string; summary: string; episodes: number; reruns: number }
 
 const bookkeeping = proxyActivities<CampaignActivities>({ startToCloseTimeout: '30 minutes', retry: { maximumAttempts: 5, nonRetryableErrorTypes: ['BadInput'] } });
@@ -22,6 +22,6 @@ export async function evaluationWorkflow(input: EvaluationInput): Promise<Evalua
       'CoverageGate',
     );
   }
-  const { aggregate, summary } = await bookkeeping.aggregateEvaluation({ campaignId: input.campaignId, label: input.label, episodeIds: results.map((r) => r.final.id), uids: input.uids, repeats: input.repeats });
+  const { aggregate, summary } = await bookkeeping.aggregateEvaluation({ campaignId: input.campaignId, label: input.label, episodeIds: results.map((r) => r.final.id), uids: input.uids, repeats: input.repeats, prices: input.prices });
   return { label: input.label, aggregate, summary, episodes: results.reduce((a, r) => a + r.attempts, 0), reruns: results.reduce((a, r) => a + r.attempts - 1, 0) };
 }

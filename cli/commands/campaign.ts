@@ -35,7 +35,9 @@ function campaignInput(env: Environment, config: CampaignConfig, campaignId: str
   if (!fs.existsSync(path.join(suiteDir, 'scenarios'))) throw new Error(`${configFile}: field suite: ${config.suite} is not a task suite folder`);
   const excludeUidsFile = config.exclude_uids ? resolve(config.exclude_uids) : undefined;
   if (excludeUidsFile && !fs.existsSync(excludeUidsFile)) throw new Error(`${configFile}: field exclude_uids: ${config.exclude_uids} does not exist`);
-  return { campaignId, config, suiteDir, excludeUidsFile, queues: { rollout: taskQueues(env).rollout, gpu: taskQueues(env).gpu(gpuHost()) } };
+  const pricesFile = config.prices ? resolve(config.prices) : undefined;
+  if (pricesFile && !fs.existsSync(pricesFile)) throw new Error(`${configFile}: field prices: ${config.prices} does not exist`);
+  return { campaignId, config, suiteDir, excludeUidsFile, pricesFile, queues: { rollout: taskQueues(env).rollout, gpu: taskQueues(env).gpu(gpuHost()) } };
 }
 
 function dryRun(input: CampaignInput, configFile: string): void {
