@@ -93,3 +93,19 @@ export async function stopLearner(files: LearnerFiles): Promise<void> {
   const pid = readPid(files.pid);
   if (pid !== undefined) await stopPid(pid, 30_000);
 }
+
+/** Stops every learner and embedded policy server started under this state folder; returns how many. */
+export async function stopDetachedGpuProcesses(stateDir: string): Promise<number> {
+  const root = path.join(stateDir, 'learners');
+  if (!fs.existsSync(root)) return 0;
+  let stopped = 0;
+  for (const dir of fs.readdirSync(root)) {
+    for (const pidFile of ['learner.pid', 'policy-server.pid']) {
+      const pid = readPid(path.join(root, dir, pidFile));
+      if (pid === undefined) continue;
+      await stopPid(-pid, 20_000); // the whole process group: torchrun and its ranks
+      stopped += 1;
+    }
+  }
+  return stopped;
+}

@@ -1,4 +1,5 @@
 import { readEnvironment } from '../../config/environment.ts';
+import { stopDetachedGpuProcesses } from '../../activities/learner-process.ts';
 import { startWorkers, stopWorkers, workerKinds, workerLog, workerPid } from '../../infra/local-workers.ts';
 
 export async function workers(args: string[]): Promise<number> {
@@ -11,7 +12,10 @@ export async function workers(args: string[]): Promise<number> {
   }
   if (sub === 'down') {
     const stopped = await stopWorkers(env);
+    // Learners and policy servers run detached so they survive a GPU-worker crash; `down` stops them too.
+    const detached = await stopDetachedGpuProcesses(env.TBT_STATE_DIR);
     console.log(stopped.length ? `stopped: ${stopped.join(', ')}` : 'no worker was running');
+    if (detached) console.log(`stopped ${detached} learner / policy server process(es)`);
     return 0;
   }
   if (sub === 'status') {
