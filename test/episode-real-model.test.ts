@@ -102,8 +102,8 @@ test('tbt parity passes on the recorded real episodes and fails when the two pat
 
 test('a chat template that renders the anchor differently when messages follow it fails loudly', async () => {
   const template = path.join(os.tmpdir(), `tbt-unstable-template-${process.pid}.jinja`);
-  // The system line mentions how many messages follow: the anchor's tokens change as the conversation grows.
-  fs.writeFileSync(template, "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + (' (' ~ messages|length ~ ')' if loop.first else '') + '<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}");
+  // Like Qwen3 dropping earlier <think> blocks: an assistant turn renders differently once others follow it.
+  fs.writeFileSync(template, "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + ('' if loop.last or message['role'] != 'assistant' else ' [earlier]') + '<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}");
   const unstable = await startPolicyServer({ chatTemplate: template, logFile: path.join(os.tmpdir(), 'tbt-policy-server-unstable.log') });
   const start = [{ role: 'system' as const, content: 'You help.' }, { role: 'user' as const, content: 'Hi.' }];
   const observation = [{ role: 'tool' as const, content: '{"affected": 1}' }];

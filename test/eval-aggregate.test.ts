@@ -206,8 +206,16 @@ test('compare: paired per-task differences of two aggregates, deterministic unde
   assert.match(mismatch.stderr, /2 only in A \(retail\/t2, travel\/t1\), 0 only in B/);
 });
 
-test('eval run is a reserved slot that says what it needs', async () => {
-  const r = await run(['run']);
-  assert.equal(r.code, 2);
-  assert.equal(r.stderr, 'tbt eval run: needs the episode runner (not built yet)');
+test('eval run and eval schedule without their required flags print usage and exit 2', async () => {
+  const printed: string[] = [];
+  const original = console.error;
+  console.error = (...a: unknown[]) => void printed.push(a.join(' '));
+  try {
+    assert.equal((await run(['run'])).code, 2);
+    assert.equal((await run(['schedule', '--campaign', 'x'])).code, 2);
+  } finally {
+    console.error = original;
+  }
+  assert.match(printed[0]!, /^usage: tbt eval run --config FILE/);
+  assert.match(printed[1]!, /^usage: tbt eval schedule --campaign WORKFLOW_ID --config FILE --cron/);
 });
