@@ -91,24 +91,43 @@ export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, 
     usage: { policy: usage(), user: usage(), judge: usage() },
     timings: { totalMs: 0, policyMs: 0, toolMs: 0, userMs: 0, gradeMs: 0, sandboxMs: 0 },
   };
-  /** Races a step against the episode deadline; the step's own client timeout bounds it as well. */
-  const timed = async <T>(what: keyof EpisodeRecord['timings'], step: () => Promise<T>): Promise<T> => {
+  /**
+   * Bounds a step by the episode deadline. Generation is the agent's own time: it runs to its end (bounded by
+   * the client timeout, which the runner caps at the time left plus a grace period, so a hung server is an
+   * infrastructure error) and the deadline is checked after it. Every other step races the deadline, and
+   * losing that race is an infrastructure error: the agent does not make a tool or the user simulator hang.
+   */
+  const timed = async <T>(what: keyof EpisodeRecord['timings'], step: () => Promise<T>, onLateResult?: (value: T) => void): Promise<T> => {
     const left = deadline - Date.now();
     if (left <= 0) throw new WallClockExceeded();
     const t = Date.now();
     let timer: NodeJS.Timeout | undefined;
     try {
-      return await Promise.race([step(), new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new WallClockExceeded(what.replace(/Ms$/, ''))), left); })]);
+      if (what === 'policyMs') {
+        const value = await step();
+        if (Date.now() > deadline) throw new WallClockExceeded();
+        return value;
+      }
+      const running = step();
+      return await Promise.race([running, new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          if (onLateResult) running.then(onLateResult, () => undefined);
+          reject(new WallClockExceeded(what.replace(/Ms$/, '')));
+        }, left);
+      })]);
     } finally {
       clearTimeout(timer);
       record.timings[what] += Date.now() - t;
     }
   };
+  /** Client timeout for one policy call: what is left of the episode plus a grace period. */
+  const callTimeoutMs = () => Math.max(1000, deadline - Date.now() + 30_000);
 
   let sandbox: Sandbox | undefined;
   let session: ToolSession | undefined;
   try {
-    sandbox = await timed('sandboxMs', () => deps.pool.acquire(scenario, owner, { dataPatch: task.data_patch }));
+    // A lease that arrives after the deadline is released at once rather than left to the sweeper.
+    sandbox = await timed('sandboxMs', () => deps.pool.acquire(scenario, owner, { dataPatch: task.data_patch }), (late) => void deps.pool.release(late).catch(() => undefined));
     session = await openToolSession(scenario, sandbox);
     const tools: PromptTool[] = [...(await session.listTools()), END_TURN_TOOL];
     const typingSpecs = tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema }));
@@ -116,7 +135,7 @@ export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, 
     const examples = options.prompt.example ? scenario.examples : [];
     const system = buildAgentSystemPrompt(scenario.instructions, tools, { ...options.prompt, hasScenarioExamples: examples.length > 0 });
     record.messages.push({ role: 'system', content: system }, ...exampleTurns(examples), { role: 'user', content: task.query });
-    await timed('policyMs', () => deps.policy.start(record.messages));
+    await timed('toolMs', () => deps.policy.start(record.messages));
 
     const transcript: VisibleTurn[] = [{ role: 'user', text: task.query }];
     const maxAgentTurns = task.limits.max_agent_turns ?? options.limits.maxAgentTurns;
@@ -135,7 +154,7 @@ export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, 
         break;
       }
       const maxTokens = Math.min(options.limits.maxTokensPerTurn, room);
-      const generation = await timed('policyMs', () => deps.policy.generate({ ...options.sampling, maxTokens }));
+      const generation = await timed('policyMs', () => deps.policy.generate({ ...options.sampling, maxTokens, timeoutMs: callTimeoutMs() }));
       Object.assign(record.usage.policy, {
         calls: record.usage.policy.calls + 1,
         input: record.usage.policy.input + generation.usage.input,
@@ -169,7 +188,7 @@ export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, 
       if (finish) break;
       if (interpretation.toolCalls.length > 0) {
         record.messages.push(...observations);
-        await timed('policyMs', () => deps.policy.observe(observations));
+        await timed('toolMs', () => deps.policy.observe(observations));
         continue;
       }
       // A message without tool calls goes to the user.
@@ -193,7 +212,7 @@ export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, 
       transcript.push({ role: 'user', text: reply.text });
       const userMessage: ChatMessage = { role: 'user', content: reply.text };
       record.messages.push(userMessage);
-      await timed('policyMs', () => deps.policy.observe([userMessage]));
+      await timed('toolMs', () => deps.policy.observe([userMessage]));
     }
     record.finishReason = finish!;
     record.trajectory = deps.policy.trajectory();
@@ -217,9 +236,9 @@ export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, 
   } catch (err) {
     if (err instanceof BadInputError) throw err;
     record.trajectory = deps.policy.trajectory();
-    // The agent's own time (between steps, or while it generates) running out is an agent failure; the
-    // deadline passing while a tool, the user simulator or a sandbox hangs is not the agent's doing.
-    if (err instanceof WallClockExceeded && (err.during === undefined || err.during === 'policy')) {
+    // The agent's own time running out is an agent failure; the deadline passing while a tool, the user
+    // simulator, the tokenizer or a sandbox hangs is not the agent's doing.
+    if (err instanceof WallClockExceeded && err.during === undefined) {
       record.finishReason = 'wall_clock_timeout';
       record.cause = `episode exceeded its wall-clock limit of ${options.limits.wallClockMs} ms`;
       return record;

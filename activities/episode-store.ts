@@ -32,18 +32,24 @@ export async function findFinishedEpisode(db: pg.ClientBase, id: string): Promis
   return rows[0] ? summarize(id, rows[0].record) : undefined;
 }
 
-export async function markEpisodeRunning(db: pg.ClientBase, meta: EpisodeMeta): Promise<void> {
+/** Claims the episode for one attempt (a later attempt takes over a crashed one). */
+export async function markEpisodeRunning(db: pg.ClientBase, meta: EpisodeMeta, attempt: string): Promise<void> {
   await db.query(
-    `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, group_index, repetition, status, policy_model)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'running', $11)
-     ON CONFLICT (id) DO UPDATE SET status = 'running', started_at = now() WHERE episodes.status = 'running'`,
-    [meta.id, meta.taskUid, meta.suite, meta.scenario, meta.domain, meta.purpose, meta.campaign ?? null, meta.step ?? null, meta.groupIndex ?? null, meta.repetition ?? 0, meta.policyModel ?? null],
+    `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, group_index, repetition, status, policy_model, attempt)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'running', $11, $12)
+     ON CONFLICT (id) DO UPDATE SET status = 'running', started_at = now(), attempt = EXCLUDED.attempt WHERE episodes.status = 'running'`,
+    [meta.id, meta.taskUid, meta.suite, meta.scenario, meta.domain, meta.purpose, meta.campaign ?? null, meta.step ?? null, meta.groupIndex ?? null, meta.repetition ?? 0, meta.policyModel ?? null, attempt],
   );
 }
 
-export async function saveEpisode(db: pg.ClientBase, id: string, record: EpisodeRecord): Promise<void> {
-  await db.query(
-    `UPDATE episodes SET status = $2, reward = $3, finish_reason = $4, cause = $5, record = $6, finished_at = now() WHERE id = $1`,
-    [id, record.outcome, record.outcome === 'infrastructure_error' ? null : record.reward, record.finishReason, record.cause ?? null, JSON.stringify(record)],
+/**
+ * Stores the finished episode if this attempt still owns it. Returns false when another attempt took over
+ * or finished first: its record (trajectory and reward together) is the one that counts.
+ */
+export async function saveEpisode(db: pg.ClientBase, id: string, record: EpisodeRecord, attempt: string): Promise<boolean> {
+  const r = await db.query(
+    `UPDATE episodes SET status = $2, reward = $3, finish_reason = $4, cause = $5, record = $6, finished_at = now() WHERE id = $1 AND status = 'running' AND attempt = $7`,
+    [id, record.outcome, record.outcome === 'infrastructure_error' ? null : record.reward, record.finishReason, record.cause ?? null, JSON.stringify(record), attempt],
   );
+  return r.rowCount === 1;
 }

@@ -5,7 +5,7 @@ import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { withClient } from '../infra/control-database.ts';
-import { readPid } from '../infra/daemon.ts';
+import { readPid, stopPid } from '../infra/daemon.ts';
 import { startPolicyServer } from '../infra/embedded-policy-server.ts';
 import { smallModelDir } from '../infra/python-env.ts';
 import type { Trajectory } from './policy-driver.ts';
@@ -43,6 +43,17 @@ function nonRetryable(err: unknown): never {
   throw err;
 }
 
+/** Heartbeats every 10 s while `work` runs: learner start-up, exports and weight syncs can take minutes. */
+async function heartbeating<T>(work: () => Promise<T>, details: () => unknown = () => ({})): Promise<T> {
+  const ctx = Context.current();
+  const beat = setInterval(() => ctx.heartbeat(details()), 10_000);
+  try {
+    return await work();
+  } finally {
+    clearInterval(beat);
+  }
+}
+
 export function createGpuActivities(deps: { stateDir: string; controlUrl: string }) {
   const files = (campaignId: string) => learnerFiles(deps.stateDir, campaignId);
 
@@ -65,17 +76,25 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
 
   return {
     async startLearner(input: { campaignId: string; learner: CampaignConfig['learner']; seed: number }): Promise<{ controlUrl: string; manifest: Record<string, unknown> }> {
-      const url = await ensureLearner(files(input.campaignId), learnerConfigJson(input.learner, input.seed), input.learner.gpus_per_node);
-      return { controlUrl: url, manifest: await learnerRequest(url, 'GET', '/manifest') };
+      return heartbeating(async () => {
+        const url = await ensureLearner(files(input.campaignId), learnerConfigJson(input.learner, input.seed), input.learner.gpus_per_node);
+        return { controlUrl: url, manifest: await learnerRequest(url, 'GET', '/manifest') };
+      });
     },
 
     async trainStep(input: TrainStepInput & { seed: number }): Promise<TrainStepResult> {
       const ctx = Context.current();
-      const batchRef = await writeBatch(input);
-      // A learner that died (kill -9, OOM) is restarted from its last checkpoint; the step id makes the retry exact.
-      const url = await ensureLearner(files(input.campaignId), learnerConfigJson(input.learner, input.seed), input.learner.gpus_per_node);
       const started = Date.now();
       const beat = setInterval(() => ctx.heartbeat({ stepId: input.stepId, seconds: Math.round((Date.now() - started) / 1000) }), 5000);
+      const batchRef = await writeBatch(input).catch((err: unknown) => {
+        clearInterval(beat);
+        throw err;
+      });
+      // A learner that died (kill -9, OOM) is restarted from its last checkpoint; the step id makes the retry exact.
+      const url = await ensureLearner(files(input.campaignId), learnerConfigJson(input.learner, input.seed), input.learner.gpus_per_node).catch((err: unknown) => {
+        clearInterval(beat);
+        throw err;
+      });
       const cancelled = ctx.cancelled.catch(async (err: unknown) => {
         await learnerRequest(url, 'POST', '/cancel', {}, 10_000).catch(() => undefined);
         throw err;
@@ -94,45 +113,57 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     },
 
     async exportWeights(input: { campaignId: string; stepId: number }): Promise<{ path: string }> {
-      const url = await ensureLearnerRunning(files(input.campaignId));
-      try {
-        const answer = await learnerRequest<{ path: string }>(url, 'POST', '/export', { step_id: input.stepId }, 30 * 60_000);
-        return { path: answer.path };
-      } catch (err) {
-        return nonRetryable(err);
-      }
+      return heartbeating(async () => {
+        const url = await ensureLearnerRunning(files(input.campaignId));
+        try {
+          const answer = await learnerRequest<{ path: string }>(url, 'POST', '/export', { step_id: input.stepId }, 30 * 60_000);
+          return { path: answer.path };
+        } catch (err) {
+          return nonRetryable(err);
+        }
+      });
     },
 
     /** The embedded CPU policy server for this campaign (local default), serving `weightsPath` if given. */
     async ensurePolicyServer(input: { campaignId: string; weightsPath?: string }): Promise<{ baseUrl: string; model: string }> {
-      const dir = files(input.campaignId).dir;
-      fs.mkdirSync(dir, { recursive: true });
-      const pidFile = path.join(dir, 'policy-server.pid');
-      const urlFile = path.join(dir, 'policy-server.json');
-      let server: { baseUrl: string; model: string } | undefined;
-      if (readPid(pidFile) !== undefined && fs.existsSync(urlFile)) {
-        const known = JSON.parse(fs.readFileSync(urlFile, 'utf8')) as { baseUrl: string; model: string };
-        const ok = await fetch(known.baseUrl.replace(/\/v1$/, '/health'), { signal: AbortSignal.timeout(3000) }).then((r) => r.ok, () => false);
-        if (ok) server = known;
-      }
-      if (!server) {
-        const handle = await startPolicyServer({ logFile: path.join(dir, 'policy-server.log'), detached: true });
-        server = { baseUrl: handle.baseUrl, model: handle.model };
-        fs.writeFileSync(pidFile, String(handle.process.pid));
-        fs.writeFileSync(urlFile, JSON.stringify(server));
-      }
-      if (input.weightsPath) await syncWeightsTo(server.baseUrl, input.weightsPath);
-      return server;
+      return heartbeating(() => ensurePolicyServerNow(input));
     },
 
     async syncWeights(input: { baseUrl: string; path: string }): Promise<{ weightVersion: number }> {
-      return syncWeightsTo(input.baseUrl, input.path);
+      return heartbeating(() => syncWeightsTo(input.baseUrl, input.path));
     },
 
+    /** Stops the campaign's learner and its embedded policy server (when the campaign ends). */
     async stopLearner(input: { campaignId: string }): Promise<void> {
       await stopLearner(files(input.campaignId));
+      const pid = readPid(path.join(files(input.campaignId).dir, 'policy-server.pid'));
+      if (pid !== undefined) await stopPid(-pid, 20_000);
     },
   };
+
+  async function ensurePolicyServerNow(input: { campaignId: string; weightsPath?: string }): Promise<{ baseUrl: string; model: string }> {
+    const dir = files(input.campaignId).dir;
+    fs.mkdirSync(dir, { recursive: true });
+    const pidFile = path.join(dir, 'policy-server.pid');
+    const urlFile = path.join(dir, 'policy-server.json');
+    let server: { baseUrl: string; model: string } | undefined;
+    if (readPid(pidFile) !== undefined && fs.existsSync(urlFile)) {
+      const known = JSON.parse(fs.readFileSync(urlFile, 'utf8')) as { baseUrl: string; model: string };
+      const ok = await fetch(known.baseUrl.replace(/\/v1$/, '/health'), { signal: AbortSignal.timeout(3000) }).then((r) => r.ok, () => false);
+      if (ok) server = known;
+    }
+    if (!server) {
+      // An old server that is alive but not answering is replaced, not left running beside the new one.
+      const stale = readPid(pidFile);
+      if (stale !== undefined) await stopPid(-stale, 20_000);
+      const handle = await startPolicyServer({ logFile: path.join(dir, 'policy-server.log'), detached: true });
+      server = { baseUrl: handle.baseUrl, model: handle.model };
+      fs.writeFileSync(pidFile, String(handle.process.pid));
+      fs.writeFileSync(urlFile, JSON.stringify(server));
+    }
+    if (input.weightsPath) await syncWeightsTo(server.baseUrl, input.weightsPath);
+    return server;
+  }
 
   async function ensureLearnerRunning(f: ReturnType<typeof files>): Promise<string> {
     const config = JSON.parse(fs.readFileSync(f.config, 'utf8')) as Record<string, unknown> & { distributed: { world_size: number } };

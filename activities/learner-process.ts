@@ -66,7 +66,7 @@ export async function ensureLearner(files: LearnerFiles, learnerConfig: Record<s
     try {
       await waitFor('learner control endpoint', async () => !isAlive(pid) || (await healthy(controlUrl(files))), startTimeoutMs, files.log);
     } catch {
-      await stopPid(pid, 5000);
+      await stopPid(-pid, 5000); // the whole group: torchrun and its ranks, or orphaned ranks hold memory
     }
     if (isAlive(pid) && (await healthy(controlUrl(files)))) return controlUrl(files)!;
   }
@@ -91,7 +91,7 @@ export async function stopLearner(files: LearnerFiles): Promise<void> {
   const url = controlUrl(files);
   if (url) await learnerRequest(url, 'POST', '/shutdown', {}, 30_000).catch(() => undefined);
   const pid = readPid(files.pid);
-  if (pid !== undefined) await stopPid(pid, 30_000);
+  if (pid !== undefined) await stopPid(-pid, 30_000);
 }
 
 /** Stops every learner and embedded policy server started under this state folder; returns how many. */

@@ -41,6 +41,8 @@ export interface SamplingParams {
   seed?: number;
   /** Stop strings (token mode), kept in the output so a stopped tool call stays parseable. */
   stop?: string[];
+  /** Per-call timeout overriding the endpoint's (the episode passes what is left of its wall clock). */
+  timeoutMs?: number;
 }
 
 function apiKey(endpoint: Endpoint): string {
@@ -51,14 +53,14 @@ function serverRoot(endpoint: Endpoint): string {
   return endpoint.baseUrl.replace(/\/v1\/?$/, '');
 }
 
-async function postJson<T>(endpoint: Endpoint, url: string, body: unknown, what: string): Promise<T> {
+async function postJson<T>(endpoint: Endpoint, url: string, body: unknown, what: string, timeoutMs?: number): Promise<T> {
   let response: Response;
   try {
     response = await fetch(url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey(endpoint)}` },
       body: JSON.stringify(body),
-      signal: AbortSignal.timeout(endpoint.timeoutMs ?? 300_000),
+      signal: AbortSignal.timeout(timeoutMs ?? endpoint.timeoutMs ?? 300_000),
     });
   } catch (err) {
     throw new InfrastructureError(`policy server ${what}: ${errorMessage(err)}`, { cause: err });
@@ -69,7 +71,9 @@ async function postJson<T>(endpoint: Endpoint, url: string, body: unknown, what:
 }
 
 export async function chatComplete(endpoint: Endpoint, messages: ChatMessage[], sampling: SamplingParams, tools?: unknown[]): Promise<ChatResult> {
-  const client = new OpenAI({ baseURL: endpoint.baseUrl, apiKey: apiKey(endpoint), timeout: endpoint.timeoutMs ?? 300_000, maxRetries: 2 });
+  const timeout = Math.min(sampling.timeoutMs ?? Infinity, endpoint.timeoutMs ?? 300_000);
+  // One retry inside the call, and only while the episode has time for it.
+  const client = new OpenAI({ baseURL: endpoint.baseUrl, apiKey: apiKey(endpoint), timeout, maxRetries: sampling.timeoutMs === undefined ? 2 : 0 });
   try {
     const completion = await client.chat.completions.create({
       model: endpoint.model,
@@ -117,6 +121,7 @@ export async function completeTokens(endpoint: Endpoint, prompt: number[], sampl
       skip_special_tokens: false,
     },
     'token completion',
+    sampling.timeoutMs === undefined ? undefined : Math.min(sampling.timeoutMs, endpoint.timeoutMs ?? 300_000),
   );
   const choice = body.choices[0];
   if (!choice?.token_ids) throw new InfrastructureError('policy server token completion: no token_ids in the response (is return_token_ids supported?)');

@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS episodes (
   started_at     timestamptz NOT NULL DEFAULT now(),
   finished_at    timestamptz
 );
+ALTER TABLE episodes ADD COLUMN IF NOT EXISTS attempt text;
 CREATE INDEX IF NOT EXISTS episodes_by_task ON episodes (task_uid, status);
 CREATE INDEX IF NOT EXISTS episodes_by_campaign ON episodes (campaign, step, purpose);
 CREATE TABLE IF NOT EXISTS campaign_steps (

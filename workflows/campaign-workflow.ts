@@ -127,7 +127,9 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
   if (state.stage === 'train') {
     if (state.step < config.training.steps && !state.stopAfterStep) {
       enter('train');
-      await condition(() => !state.paused);
+      await condition(() => !state.paused || state.stopAfterStep);
+    }
+    if (state.step < config.training.steps && !state.stopAfterStep) {
       const step = state.step + 1;
       const { episode, policyBaseUrl } = await episodeConfig();
       const record = await executeChild(trainingStepWorkflow, {
@@ -153,6 +155,8 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
       ? await bookkeeping.campaignCosts({ campaignId, prices: input.pricesFile, hourlyPriceUsd: config.learner.hourly_price_usd, learnerProcesses: config.learner.nodes * config.learner.gpus_per_node })
       : undefined;
     state.report = await bookkeeping.writeReport({ campaignId, title: `Campaign ${campaignId}`, probe: state.probe?.aggregates, before: state.evalBefore?.aggregate, after: state.evalAfter?.aggregate, costs });
+    // The learner and the embedded policy server hold a GPU (or CPU cores): release them.
+    await gpu.stopLearner({ campaignId });
     enter(stopped ? 'stopped' : 'done');
   }
   return status();

@@ -1,4 +1,4 @@
-import { proxyActivities } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, proxyActivities } from '@temporalio/workflow';
 import type { EpisodeActivities, EpisodeActivityInput } from '../activities/episode-activities.ts';
 import type { EpisodeSummary } from '../activities/episode-store.ts';
 
@@ -23,15 +23,29 @@ export function episodeActivities(rolloutQueue: string, wallClockMs: number) {
   });
 }
 
+/**
+ * Runs one episode; an activity that still fails after its retries (worker crashes, heartbeat timeouts,
+ * control-database outages) becomes an infrastructure-error summary, so refill and re-run logic handle it
+ * instead of failing the whole step. Bad input still fails at once.
+ */
+export async function runEpisodeOrInfraError(rolloutQueue: string, input: EpisodeActivityInput): Promise<EpisodeSummary> {
+  const { runEpisode } = episodeActivities(rolloutQueue, input.config.limits.wall_clock_ms);
+  try {
+    return await runEpisode(input);
+  } catch (err) {
+    if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'BadInput') throw err;
+    if (!(err instanceof ActivityFailure)) throw err;
+    return { id: input.episodeId, outcome: 'infrastructure_error', reward: 0, finishReason: 'infrastructure_error', cause: `episode activity failed after its retries: ${err.cause?.message ?? err.message}`.slice(0, 500), policyTokens: 0 };
+  }
+}
+
 export async function runEpisodeBatch(input: EpisodeBatchInput): Promise<EpisodeSummary[]> {
   const results: EpisodeSummary[] = new Array(input.episodes.length);
   let next = 0;
   const lane = async () => {
     while (next < input.episodes.length) {
       const i = next++;
-      const episode = input.episodes[i]!;
-      const { runEpisode } = episodeActivities(input.rolloutQueue, episode.config.limits.wall_clock_ms);
-      results[i] = await runEpisode(episode);
+      results[i] = await runEpisodeOrInfraError(input.rolloutQueue, input.episodes[i]!);
     }
   };
   await Promise.all(Array.from({ length: Math.max(1, Math.min(input.concurrency, input.episodes.length)) }, lane));

@@ -2,7 +2,7 @@ import { condition } from '@temporalio/workflow';
 import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
 import type { EpisodeSummary } from '../activities/episode-store.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
-import { episodeActivities } from './episode-batch-workflow.ts';
+import { runEpisodeOrInfraError } from './episode-batch-workflow.ts';
 
 /**
  * Runs `uid#rep` keys as episodes with bounded concurrency. A key whose episode ends in an infrastructure
@@ -26,7 +26,6 @@ export interface KeyedEpisodesInput {
 export interface KeyedResult { key: string; uid: string; repetition: number; attempts: number; final: EpisodeSummary }
 
 export async function runKeyedEpisodes(input: KeyedEpisodesInput): Promise<KeyedResult[]> {
-  const { runEpisode } = episodeActivities(input.rolloutQueue, input.episode.limits.wall_clock_ms);
   let inFlight = 0;
   const runKey = async (uid: string, repetition: number): Promise<KeyedResult> => {
     const key = `${uid}#${repetition}`;
@@ -36,7 +35,7 @@ export async function runKeyedEpisodes(input: KeyedEpisodesInput): Promise<Keyed
       inFlight += 1;
       let final: EpisodeSummary;
       try {
-        final = await runEpisode({
+        final = await runEpisodeOrInfraError(input.rolloutQueue, {
           episodeId: `${input.idPrefix}/${key}${attempts ? `~retry-${attempts}` : ''}`,
           suiteDir: input.suiteDir, taskUid: uid, purpose: input.purpose, campaign: input.campaignId, repetition, config: input.episode,
         });

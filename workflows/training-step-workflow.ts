@@ -7,7 +7,7 @@ import type { CampaignConfig } from '../config/campaign-config.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { groupAdvantages, isZeroVariance } from '../core/grpo.ts';
 import { stepTaskOrder } from '../core/seeded-choice.ts';
-import { episodeActivities } from './episode-batch-workflow.ts';
+import { runEpisodeOrInfraError } from './episode-batch-workflow.ts';
 
 /**
  * One GRPO training step (child workflow `<campaign>/step-<n>`): seeded task choice, groups of G episodes,
@@ -36,7 +36,6 @@ interface GroupResult { uid: string; episodes: EpisodeSummary[]; lost: boolean; 
 
 export async function trainingStepWorkflow(input: TrainingStepInput): Promise<StepRecord> {
   const t = input.training;
-  const { runEpisode } = episodeActivities(input.rolloutQueue, input.episode.limits.wall_clock_ms);
   const gpu = proxyActivities<GpuActivities>({
     taskQueue: input.gpuQueue,
     startToCloseTimeout: '4 hours',
@@ -55,7 +54,7 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
         episodeId: `${input.campaignId}/step-${input.step}/${uid}#${rep}`,
         suiteDir: input.suiteDir, taskUid: uid, purpose: 'train', campaign: input.campaignId, step: input.step, repetition: rep, config: input.episode,
       };
-      return await runEpisode(activityInput);
+      return await runEpisodeOrInfraError(input.rolloutQueue, activityInput);
     } finally {
       inFlight -= 1;
     }

@@ -74,7 +74,7 @@ export async function episodes(args: string[]): Promise<number> {
       const { task } = findTask(values.suite!, uid);
       const scenario = suite.scenarios[task.scenario]!;
       const id = `adhoc:${uid}#${repetition}`;
-      const record = await runEpisode(episodeDependencies(config, pool, grader, task), scenario, task, id, episodeOptions(config));
+      const record = await runEpisode(episodeDependencies(config, pool, grader, task, scenario), scenario, task, id, episodeOptions(config, id));
       fs.writeSync(out, `${JSON.stringify(resultLine(id, uid, repetition, scenario.domain ?? scenario.name, record))}\n`);
       if (records !== undefined) fs.writeSync(records, `${JSON.stringify({ id, record })}\n`);
       perTask.set(uid, [...(perTask.get(uid) ?? []), record.outcome === 'success' ? 1 : record.outcome === 'infrastructure_error' ? NaN : 0]);
