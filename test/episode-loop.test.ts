@@ -136,3 +136,9 @@ test('a policy-server outage is an infrastructure error', async () => {
   assert.equal(record.outcome, 'infrastructure_error');
   assert.match(record.cause!, /policy chat completion failed/);
 });
+
+test('a simulated user that hangs past the episode deadline is an infrastructure error, not a failure', async () => {
+  const { record } = await episode(chatty, ['Which order?'], { wall_clock_ms: 1500 }, { content: 'order 1', delayMs: 4000 });
+  assert.equal(record.outcome, 'infrastructure_error');
+  assert.match(record.cause!, /no answer from user before the episode deadline/);
+});
