@@ -68,13 +68,22 @@ export async function episodes(args: string[]): Promise<number> {
   const out = fs.openSync(values.out, 'w');
   const records = values.records ? fs.openSync(values.records, 'w') : undefined;
   const perTask = new Map<string, number[]>();
+  const failures: string[] = [];
   let done = 0;
   try {
     await mapLimit(jobs, Number(values.concurrency), async ({ uid, repetition }) => {
       const { task } = findTask(values.suite!, uid);
       const scenario = suite.scenarios[task.scenario]!;
       const id = `adhoc:${uid}#${repetition}`;
-      const record = await runEpisode(episodeDependencies(config, pool, grader, task, scenario), scenario, task, id, episodeOptions(config, id));
+      let record;
+      try {
+        record = await runEpisode(episodeDependencies(config, pool, grader, task, scenario), scenario, task, id, episodeOptions(config, id));
+      } catch (err) {
+        // A task defect (e.g. rubrics without a judge) is reported and the run goes on with the other tasks.
+        process.stderr.write(`\n${uid}#${repetition}: ${(err as Error).message}\n`);
+        failures.push(`${uid}#${repetition}: ${(err as Error).message}`);
+        return;
+      }
       fs.writeSync(out, `${JSON.stringify(resultLine(id, uid, repetition, scenario.domain ?? scenario.name, record))}\n`);
       if (records !== undefined) fs.writeSync(records, `${JSON.stringify({ id, record })}\n`);
       perTask.set(uid, [...(perTask.get(uid) ?? []), record.outcome === 'success' ? 1 : record.outcome === 'infrastructure_error' ? NaN : 0]);
@@ -93,6 +102,7 @@ export async function episodes(args: string[]): Promise<number> {
   const mixed = rates.filter(([, r]) => r.some((x) => x === 1) && r.some((x) => x === 0)).length;
   const all = rates.filter(([, r]) => r.every((x) => x === 1)).length;
   const none = rates.filter(([, r]) => r.every((x) => x === 0)).length;
+  for (const f of failures) console.log(`not run: ${f}`);
   console.log(`tasks=${rates.length} always=${all} never=${none} mixed=${mixed} mean_success=${(rates.flatMap(([, r]) => r).filter((x) => x === 1).length / jobs.length).toFixed(3)}`);
-  return 0;
+  return failures.length ? 1 : 0;
 }
