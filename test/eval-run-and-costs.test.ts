@@ -67,7 +67,8 @@ test('tbt eval run: every key once, an injected outage re-run, coverage gate pas
   process.env.TBT_TASK_QUEUE_PREFIX = prefix;
   const campaignId = `evalrun-${process.pid}`;
   try {
-    const code = await Promise.all(workers.map((w) => w.runUntil(runEvaluation(['--config', configFile, '--campaign', campaignId, '--tasks', tasksFile])))).then((r) => r[0]);
+    const evaluation = runEvaluation(['--config', configFile, '--campaign', campaignId, '--tasks', tasksFile]);
+    const code = await Promise.all(workers.map((w) => w.runUntil(evaluation))).then((r) => r[0]);
     assert.equal(code, 0);
     const files = fs.readdirSync(path.join(dir, 'campaigns', campaignId)).filter((f) => /^eval-run-.*\.json$/.test(f));
     assert.equal(files.length, 1);

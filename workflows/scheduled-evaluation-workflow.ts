@@ -33,7 +33,8 @@ export async function scheduledEvaluationWorkflow(input: ScheduledEvaluationInpu
     const server = await gpu.ensurePolicyServer({ campaignId: `${input.campaignId}-eval`, weightsPath: latest.exportPath ?? undefined });
     episode = { ...episode, policy: { ...episode.policy, base_url: server.baseUrl, model: server.model } };
   }
-  const label = `${input.labelPrefix ?? 'scheduled'}-step${latest.step}-${workflowInfo().runId.slice(0, 8)}`;
+  // The whole run id: its first characters are a timestamp (UUIDv7) shared by runs started close together.
+  const label = `${input.labelPrefix ?? 'scheduled'}-step${latest.step}-${workflowInfo().runId}`;
   const result = await executeChild(evaluationWorkflow, {
     workflowId: `${input.campaignId}/eval-${label}`,
     args: [{ label, uids: input.uids ?? latest.pool, repeats: input.repeats, suiteDir: input.suiteDir, episode, campaignId: input.campaignId, rolloutQueue: input.queues.rollout, concurrency: input.config.evaluation.concurrency, maxReruns: 3 }],
