@@ -37,6 +37,7 @@ import {
   show,
   UsageError,
   writeFileAtomic,
+  commandErrorExit,
   type CommandIo,
   type JsonlRow,
 } from './prepare.ts';
@@ -116,15 +117,7 @@ export async function evaluate(args: string[], io: CommandIo = consoleIo): Promi
         throw new UsageError(sub ? `unknown subcommand '${sub}'` : 'a subcommand is required');
     }
   } catch (err) {
-    if (err instanceof UsageError) {
-      io.err(`tbt eval: ${err.message}\n\n${USAGE}`);
-      return 2;
-    }
-    if (err instanceof InputError) {
-      io.err(err.message);
-      return 1;
-    }
-    throw err;
+    return commandErrorExit(err, 'eval', USAGE, io);
   }
 }
 

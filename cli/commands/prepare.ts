@@ -72,6 +72,19 @@ export class UsageError extends Error {
 // ---------------------------------------------------------------------------------------------------
 // JSONL input shared with `tbt eval`
 
+/** A command's error as its exit code: bad flags 2 (with the usage), bad input 1; anything else is rethrown. */
+export function commandErrorExit(err: unknown, command: string, usage: string, io: CommandIo): number {
+  if (err instanceof UsageError) {
+    io.err(`tbt ${command}: ${err.message}\n\n${usage}`);
+    return 2;
+  }
+  if (err instanceof InputError) {
+    io.err(err.message);
+    return 1;
+  }
+  throw err;
+}
+
 export type DottedLookup = { found: true; value: unknown } | { found: false; reason: string };
 
 function describeKind(value: unknown): string {
@@ -344,15 +357,7 @@ export async function prepare(args: string[], io: CommandIo = consoleIo): Promis
     runPrepare(config, io);
     return 0;
   } catch (err) {
-    if (err instanceof UsageError) {
-      io.err(`tbt prepare: ${err.message}\n\n${USAGE}`);
-      return 2;
-    }
-    if (err instanceof InputError) {
-      io.err(err.message);
-      return 1;
-    }
-    throw err;
+    return commandErrorExit(err, 'prepare', USAGE, io);
   }
 }
 

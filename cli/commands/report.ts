@@ -6,7 +6,7 @@ import { parseCosts, parseEvalAggregate, parseProbeAggregates, parseTrainingStep
 import { renderHtml } from '../../core/report/render-html.ts';
 import { renderMarkdown } from '../../core/report/render-markdown.ts';
 import { buildReportModel, type ReportInput } from '../../core/report/report-model.ts';
-import { consoleIo, InputError, readInputFile, UsageError, writeFileAtomic, type CommandIo } from './prepare.ts';
+import { commandErrorExit, consoleIo, InputError, readInputFile, UsageError, writeFileAtomic, type CommandIo } from './prepare.ts';
 
 /**
  * `tbt report`: one static HTML page (inline SVG plots, no scripts, no network) and a markdown summary
@@ -122,14 +122,6 @@ export async function report(args: string[], io: CommandIo = consoleIo): Promise
     io.out(`wrote ${written.html}\nwrote ${written.markdown}`);
     return 0;
   } catch (err) {
-    if (err instanceof UsageError) {
-      io.err(`tbt report: ${err.message}\n\n${USAGE}`);
-      return 2;
-    }
-    if (err instanceof InputError) {
-      io.err(err.message);
-      return 1;
-    }
-    throw err;
+    return commandErrorExit(err, 'report', USAGE, io);
   }
 }
