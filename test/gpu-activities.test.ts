@@ -58,7 +58,7 @@ after(async () => {
 });
 
 test('train steps apply exactly once, survive a kill -9 of the learner, and export a serving copy', { timeout: 900_000 }, async () => {
-  const started = await activities.startLearner({ campaignId, learner, seed: 1 });
+  const started = await run(() => activities.startLearner({ campaignId, learner, seed: 1 })).result;
   assert.equal((started.manifest.optimizer as { lr: number }).lr, 1e-4);
   assert.equal((started.manifest.optimizer as { weight_decay: number }).weight_decay, 0);
 
