@@ -46,6 +46,20 @@ export async function learnerRequest<T>(url: string, method: 'GET' | 'POST', rou
   return payload as T;
 }
 
+/**
+ * torchrun starts each rank in its own session, so killing torchrun's process group (or kill -9 of torchrun)
+ * leaves the ranks running. Rank 0 records its pid in control.json; an orphan must be gone before a new
+ * learner resumes from the same checkpoints.
+ */
+async function stopOrphanedRankZero(files: LearnerFiles): Promise<void> {
+  try {
+    const { pid } = JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as { pid?: number };
+    if (typeof pid === 'number' && isAlive(pid)) await stopPid(pid, 10_000);
+  } catch {
+    // no control file: no rank 0 ever came up
+  }
+}
+
 async function healthy(url: string | undefined): Promise<boolean> {
   if (!url) return false;
   try {
@@ -70,6 +84,7 @@ export async function ensureLearner(files: LearnerFiles, learnerConfig: Record<s
     }
     if (isAlive(pid) && (await healthy(controlUrl(files)))) return controlUrl(files)!;
   }
+  await stopOrphanedRankZero(files);
   fs.mkdirSync(files.checkpoints, { recursive: true });
   fs.writeFileSync(files.config, JSON.stringify({ ...learnerConfig, checkpoint: { ...(learnerConfig.checkpoint as object), dir: files.checkpoints } }, null, 2));
   fs.rmSync(path.join(files.checkpoints, 'control.json'), { force: true });
@@ -92,6 +107,7 @@ export async function stopLearner(files: LearnerFiles): Promise<void> {
   if (url) await learnerRequest(url, 'POST', '/shutdown', {}, 30_000).catch(() => undefined);
   const pid = readPid(files.pid);
   if (pid !== undefined) await stopPid(-pid, 30_000);
+  await stopOrphanedRankZero(files);
 }
 
 /** Stops every learner and embedded policy server started under this state folder; returns how many. */

@@ -9,7 +9,7 @@ import { learnerSchema } from '../config/campaign-config.ts';
 import { createGpuActivities } from '../activities/gpu-activities.ts';
 import { learnerFiles, learnerRequest, controlUrl, stopLearner } from '../activities/learner-process.ts';
 import { withClient } from '../infra/control-database.ts';
-import { readPid } from '../infra/daemon.ts';
+import { isAlive, readPid } from '../infra/daemon.ts';
 import { controlReady } from './helpers/stack.ts';
 
 /**
@@ -75,11 +75,13 @@ test('train steps apply exactly once, survive a kill -9 of the learner, and expo
   // kill -9 the whole learner process group; the next step restarts it from its checkpoint and applies once.
   const files = learnerFiles(stateDir, campaignId);
   const pid = readPid(files.pid)!;
-  process.kill(-pid, 'SIGKILL');
+  const rankZero = (JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as { pid: number }).pid;
+  process.kill(-pid, 'SIGKILL'); // torchrun's group; its ranks live in their own sessions and survive this
   await new Promise((r) => setTimeout(r, 1000));
   const r2 = await run(async () => activities.trainStep({ campaignId, stepId: 2, items: await insertEpisodes(2, 4), learner, seed: 1 })).result;
   assert.equal(r2.repeated, false);
   assert.notEqual(readPid(files.pid), pid, 'a new learner process');
+  assert.equal(isAlive(rankZero), false, 'the orphaned rank 0 of the killed learner was stopped before the restart');
   const health = await learnerRequest<{ step: number }>(controlUrl(files)!, 'GET', '/health');
   assert.equal(health.step, 2);
 
