@@ -31,13 +31,14 @@ import {
   InputError,
   jsonlRows,
   parseInteger,
-  parseUidList,
   readInputFile,
   sha256,
   show,
   UsageError,
   writeFileAtomic,
   commandErrorExit,
+  parseFlags,
+  readUidListInput,
   type CommandIo,
   type JsonlRow,
 } from './prepare.ts';
@@ -141,32 +142,22 @@ interface AggregateConfig {
 }
 
 function parseAggregateArgs(args: string[]): AggregateConfig | 'help' {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        results: { type: 'string', multiple: true },
-        format: { type: 'string', default: 'episode' },
-        'uid-field': { type: 'string' },
-        'repetition-field': { type: 'string' },
-        'success-field': { type: 'string' },
-        'system-error-field': { type: 'string', multiple: true },
-        'domain-field': { type: 'string' },
-        'tokens-field': { type: 'string' },
-        repeats: { type: 'string' },
-        prices: { type: 'string' },
-        tasks: { type: 'string' },
-        out: { type: 'string' },
-        seed: { type: 'string', default: '42' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    }));
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
+  const values = parseFlags(args, {
+    results: { type: 'string', multiple: true },
+    format: { type: 'string', default: 'episode' },
+    'uid-field': { type: 'string' },
+    'repetition-field': { type: 'string' },
+    'success-field': { type: 'string' },
+    'system-error-field': { type: 'string', multiple: true },
+    'domain-field': { type: 'string' },
+    'tokens-field': { type: 'string' },
+    repeats: { type: 'string' },
+    prices: { type: 'string' },
+    tasks: { type: 'string' },
+    out: { type: 'string' },
+    seed: { type: 'string', default: '42' },
+    help: { type: 'boolean', short: 'h' },
+  });
   if (values.help) return 'help';
   const format = values.format;
   if (format !== 'episode' && format !== 'thinkingbox') throw new UsageError(`--format: expected episode or thinkingbox, got '${format}'`);
@@ -373,11 +364,7 @@ function aggregateCommand(args: string[], io: CommandIo): number {
   const prices = config.pricesFile ? loadPrices(config.pricesFile) : null;
   let expected: string[] | null = null;
   let tasksInput: { path: string; sha256: string } | null = null;
-  if (config.tasksFile) {
-    const bytes = readInputFile(config.tasksFile);
-    expected = parseUidList(config.tasksFile, bytes.toString('utf8'));
-    tasksInput = { path: config.tasksFile, sha256: sha256(bytes) };
-  }
+  if (config.tasksFile) ({ uids: expected, input: tasksInput } = readUidListInput(config.tasksFile));
   const rows: ResultRow[] = [];
   const inputs: { path: string; sha256: string; rows: number }[] = [];
   for (const file of config.resultFiles) {

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { isScalar, isSeq, LineCounter, parseDocument, stringify } from 'yaml';
 import { canonicalJson } from '../../core/canonical-json.ts';
 import {
@@ -71,6 +71,21 @@ export class UsageError extends Error {
 
 // ---------------------------------------------------------------------------------------------------
 // JSONL input shared with `tbt eval`
+
+/** Strict flag parsing (no positionals); a bad flag is a UsageError (exit 2 with the usage). */
+export function parseFlags<const O extends NonNullable<ParseArgsConfig['options']>>(args: string[], options: O) {
+  try {
+    return parseArgs({ args, options, strict: true, allowPositionals: false }).values;
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+/** A uid list file (YAML list or one per line) and its input record (path + sha256) for manifests. */
+export function readUidListInput(file: string): { uids: string[]; input: { path: string; sha256: string } } {
+  const bytes = readInputFile(file);
+  return { uids: parseUidList(file, bytes.toString('utf8')), input: { path: file, sha256: sha256(bytes) } };
+}
 
 /** A command's error as its exit code: bad flags 2 (with the usage), bad input 1; anything else is rethrown. */
 export function commandErrorExit(err: unknown, command: string, usage: string, io: CommandIo): number {
@@ -256,30 +271,20 @@ export function parseInteger(flag: string, text: string, min: number): number {
 }
 
 function parsePrepareArgs(args: string[]): PrepareConfig | 'help' {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        policy: { type: 'string', multiple: true },
-        'exclude-uids': { type: 'string' },
-        'output-dir': { type: 'string' },
-        'uid-field': { type: 'string', default: 'uid' },
-        'success-field': { type: 'string', default: 'test_result.result' },
-        'system-error-field': { type: 'string' },
-        'min-clean-runs': { type: 'string', default: String(DEFAULT_MIN_CLEAN_RUNS) },
-        'retain-band': { type: 'string', multiple: true },
-        mode: { type: 'string', default: 'selection' },
-        'test-fraction': { type: 'string', default: String(DEFAULT_TEST_FRACTION) },
-        seed: { type: 'string', default: String(DEFAULT_SEED) },
-        help: { type: 'boolean', short: 'h' },
-      },
-    }));
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
+  const values = parseFlags(args, {
+    policy: { type: 'string', multiple: true },
+    'exclude-uids': { type: 'string' },
+    'output-dir': { type: 'string' },
+    'uid-field': { type: 'string', default: 'uid' },
+    'success-field': { type: 'string', default: 'test_result.result' },
+    'system-error-field': { type: 'string' },
+    'min-clean-runs': { type: 'string', default: String(DEFAULT_MIN_CLEAN_RUNS) },
+    'retain-band': { type: 'string', multiple: true },
+    mode: { type: 'string', default: 'selection' },
+    'test-fraction': { type: 'string', default: String(DEFAULT_TEST_FRACTION) },
+    seed: { type: 'string', default: String(DEFAULT_SEED) },
+    help: { type: 'boolean', short: 'h' },
+  });
   if (values.help) return 'help';
   const policyFiles = values.policy ?? [];
   if (policyFiles.length === 0) throw new UsageError('--policy FILE is required (repeatable)');
@@ -364,11 +369,7 @@ export async function prepare(args: string[], io: CommandIo = consoleIo): Promis
 function runPrepare(config: PrepareConfig, io: CommandIo): void {
   let exclusions: string[] = [];
   let exclusionInput: { path: string; sha256: string } | null = null;
-  if (config.excludeUidsFile) {
-    const bytes = readInputFile(config.excludeUidsFile);
-    exclusions = parseUidList(config.excludeUidsFile, bytes.toString('utf8'));
-    exclusionInput = { path: config.excludeUidsFile, sha256: sha256(bytes) };
-  }
+  if (config.excludeUidsFile) ({ uids: exclusions, input: exclusionInput } = readUidListInput(config.excludeUidsFile));
 
   const outcomes: ProbeOutcome[] = [];
   const policyInputs: { path: string; sha256: string; rows: number }[] = [];

@@ -1,12 +1,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { BadInputError } from '../../core/errors.ts';
 import { parseCosts, parseEvalAggregate, parseProbeAggregates, parseTrainingSteps } from '../../core/report/parse-inputs.ts';
 import { renderHtml } from '../../core/report/render-html.ts';
 import { renderMarkdown } from '../../core/report/render-markdown.ts';
 import { buildReportModel, type ReportInput } from '../../core/report/report-model.ts';
-import { commandErrorExit, consoleIo, InputError, readInputFile, UsageError, writeFileAtomic, type CommandIo } from './prepare.ts';
+import { commandErrorExit, parseFlags, consoleIo, InputError, readInputFile, UsageError, writeFileAtomic, type CommandIo } from './prepare.ts';
 
 /**
  * `tbt report`: one static HTML page (inline SVG plots, no scripts, no network) and a markdown summary
@@ -78,28 +77,18 @@ export function writeReport(input: ReportInput, outDir: string): { html: string;
 }
 
 function parseReportArgs(args: string[]): (ReportFiles & { out: string }) | 'help' {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        out: { type: 'string' },
-        probe: { type: 'string' },
-        steps: { type: 'string' },
-        before: { type: 'string' },
-        after: { type: 'string' },
-        eval: { type: 'string' },
-        costs: { type: 'string' },
-        title: { type: 'string' },
-        campaign: { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    }));
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
+  const values = parseFlags(args, {
+    out: { type: 'string' },
+    probe: { type: 'string' },
+    steps: { type: 'string' },
+    before: { type: 'string' },
+    after: { type: 'string' },
+    eval: { type: 'string' },
+    costs: { type: 'string' },
+    title: { type: 'string' },
+    campaign: { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  });
   if (values.help) return 'help';
   if (!values.out) throw new UsageError('--out DIR is required');
   for (const flag of ['title', 'campaign'] as const) {
