@@ -79,6 +79,8 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
         if (!Array.isArray(list)) throw ApplicationFailure.nonRetryable(`${input.excludeUidsFile}: expected a YAML list of uids`, 'BadInput');
         excluded = new Set(list.map(String));
       }
+      // Imported tasks marked evaluation-only (an evaluation-only benchmark) never enter a training pool either.
+      for (const t of suites[0].tasks) if ('evaluation_only' in t && t.evaluation_only) excluded.add(t.uid);
       const all = suites[0].tasks.map((t) => t.uid).sort();
       const uids = all.filter((u) => !excluded.has(u)).slice(0, input.maxCandidates ?? Infinity);
       fs.writeFileSync(path.join(runDir(input.campaignId), 'candidates.yaml'), uids.map((u) => `- ${JSON.stringify(u)}`).join('\n') + '\n');

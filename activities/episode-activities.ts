@@ -2,20 +2,25 @@ import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { EpisodeConfig } from '../config/episode-config.ts';
-import { toEndpoint } from '../config/episode-config.ts';
-import { END_TURN_TOOL } from '../core/agent-prompt.ts';
+import { thinkingboxSettingsSchema, toEndpoint, type ThinkingboxSettings } from '../config/episode-config.ts';
+import { repoRoot } from '../config/environment.ts';
+import type { ImportedTask } from '../config/thinkingbox-schema.ts';
 import { BadInputError } from '../core/errors.ts';
 import { cyrb53 } from '../core/seeded-choice.ts';
 import type { Scenario } from '../config/task-schema.ts';
 import { withClient } from '../infra/control-database.ts';
+import { sandboxEnvironment, type EpisodeEnvironment, type EpisodeTask } from './episode-environment.ts';
 import { createJudge } from './judge-client.ts';
 import { runEpisode, type EpisodeDependencies, type EpisodeOptions } from './episode-runner.ts';
 import { findFinishedEpisode, markEpisodeRunning, saveEpisode, summarize, type EpisodeMeta, type EpisodeSummary } from './episode-store.ts';
 import { createChatDriver, createTokenDriver } from './policy-driver.ts';
 import type { SandboxPool } from './sandbox-pool.ts';
 import { createSimulatedUser } from './simulated-user.ts';
-import { loadSuites, formatProblem, type LoadedTask, type Suite } from './task-suite-loader.ts';
+import { loadSuites, formatProblem, taskDomain, type AnySuite, type LoadedTask, type Suite, type ThinkingBoxSuite } from './task-suite-loader.ts';
 import type { TerminalStateGrader } from './terminal-state-grader.ts';
+import { datasetPython } from './thinkingbox/dataset-python.ts';
+import { datasetPythonBin, StdioServerPool } from './thinkingbox/stdio-server-pool.ts';
+import { thinkingboxEnvironment, type ThinkingBoxResources } from './thinkingbox/thinkingbox-environment.ts';
 
 /**
  * The episode as a Temporal activity. Its payloads carry only ids and a summary; the episode itself
@@ -30,9 +35,11 @@ export interface EpisodeActivityInput extends Omit<EpisodeMeta, 'id' | 'suite' |
   config: EpisodeConfig;
 }
 
-const suiteCache = new Map<string, Suite>();
+export type AnyTask = LoadedTask | ThinkingBoxSuite['tasks'][number];
 
-export function findTask(suiteDir: string, uid: string): { suite: Suite; task: LoadedTask } {
+const suiteCache = new Map<string, AnySuite>();
+
+export function findTask(suiteDir: string, uid: string): { suite: AnySuite; task: AnyTask } {
   let suite = suiteCache.get(suiteDir);
   if (!suite) {
     const { suites, problems } = loadSuites(suiteDir);
@@ -40,9 +47,16 @@ export function findTask(suiteDir: string, uid: string): { suite: Suite; task: L
     suite = suites[0]!;
     suiteCache.set(suiteDir, suite);
   }
-  const task = suite.tasks.find((t) => t.uid === uid);
+  const task = (suite.tasks as AnyTask[]).find((t) => t.uid === uid);
   if (!task) throw new BadInputError(`task '${uid}' not found in ${suiteDir}`);
   return { suite, task };
+}
+
+/** The native task of a native suite (tools that only handle native tasks). */
+export function findNativeTask(suiteDir: string, uid: string): { suite: Suite; task: LoadedTask; scenario: Scenario } {
+  const { suite, task } = findTask(suiteDir, uid);
+  if (suite.kind !== 'native') throw new BadInputError(`${suiteDir} is an imported ThinkingBox suite; this needs a native suite`);
+  return { suite, task: task as LoadedTask, scenario: suite.scenarios[(task as LoadedTask).scenario]! };
 }
 
 /**
@@ -58,42 +72,64 @@ export function episodeOptions(config: EpisodeConfig, episodeId = ''): EpisodeOp
   };
 }
 
-export function episodeDependencies(config: EpisodeConfig, pool: SandboxPool, grader: TerminalStateGrader, task: LoadedTask, scenario?: Scenario): EpisodeDependencies {
-  const policyEndpoint = toEndpoint(config.policy);
-  // Tools not described in the system prompt go to the server, whose chat template renders them.
-  const tools = config.prompt.tools_in_prompt || !scenario
-    ? undefined
-    : [...scenario.tools.map((t) => ({ name: t.name, description: t.description, inputSchema: t.input_schema as Record<string, unknown> })), END_TURN_TOOL]
-        .map((t) => ({ type: 'function', function: { name: t.name, description: t.description, parameters: t.inputSchema } }));
+/** What a worker holds to open episode backends: the sandbox pool for native tasks, tool servers for imported ones. */
+export interface EpisodeBackends {
+  pool: SandboxPool;
+  grader: TerminalStateGrader;
+  /** Created on first use (starting tool servers costs nothing until an imported task runs). */
+  thinkingbox?: (config: EpisodeConfig) => ThinkingBoxResources;
+}
+
+export function episodeEnvironment(backends: EpisodeBackends, config: EpisodeConfig, suite: AnySuite, task: AnyTask): EpisodeEnvironment {
+  if (suite.kind === 'native') return sandboxEnvironment(backends.pool, backends.grader, suite.scenarios[task.scenario]!, task as LoadedTask);
+  if (!backends.thinkingbox) throw new BadInputError('this worker cannot run imported ThinkingBox tasks');
+  return thinkingboxEnvironment(backends.thinkingbox(config), suite, task as ImportedTask);
+}
+
+export function episodeDependencies(config: EpisodeConfig, environment: EpisodeEnvironment, task: EpisodeTask): EpisodeDependencies {
   return {
-    pool,
-    grader,
-    policy: config.policy.mode === 'tokens' ? createTokenDriver(policyEndpoint, tools) : createChatDriver(policyEndpoint, tools),
+    environment,
+    policy: config.policy.mode === 'tokens' ? createTokenDriver(toEndpoint(config.policy)) : createChatDriver(toEndpoint(config.policy)),
     user: createSimulatedUser(config.user.mode === 'llm' ? { mode: 'llm', endpoint: toEndpoint(config.user.endpoint), temperature: config.user.temperature } : { mode: 'scripted' }, task),
     judge: config.judge ? createJudge(toEndpoint(config.judge)) : undefined,
   };
 }
 
-export function createEpisodeActivities(deps: { pool: SandboxPool; grader: TerminalStateGrader; controlUrl: string }) {
+export function thinkingboxResources(settings: ThinkingboxSettings = thinkingboxSettingsSchema.parse(undefined)): ThinkingBoxResources {
+  return {
+    servers: new StdioServerPool({ warm: settings.warm_processes, startTimeoutMs: settings.server_start_timeout_ms, pathPrefix: datasetPythonBin(repoRoot) }),
+    python: datasetPython(),
+    testTimeoutMs: settings.test_timeout_ms,
+    nativeGrading: settings.native_grading,
+  };
+}
+
+/** Tool-server resources for imported tasks, created by the first such episode and shared by the worker's others. */
+export function thinkingboxResourcesFactory(): (config: EpisodeConfig) => ThinkingBoxResources {
+  let resources: ThinkingBoxResources | undefined;
+  return (config) => (resources ??= thinkingboxResources(config.thinkingbox));
+}
+
+export function createEpisodeActivities(deps: { pool: SandboxPool; grader: TerminalStateGrader; controlUrl: string; thinkingbox?: EpisodeBackends['thinkingbox'] }) {
+  const backends: EpisodeBackends = { pool: deps.pool, grader: deps.grader, thinkingbox: deps.thinkingbox ?? thinkingboxResourcesFactory() };
   return {
     async runEpisode(input: EpisodeActivityInput): Promise<EpisodeSummary> {
       try {
         const { suite, task } = findTask(input.suiteDir, input.taskUid);
-        const scenario = suite.scenarios[task.scenario]!;
         const finished = await withClient(deps.controlUrl, (c) => findFinishedEpisode(c, input.episodeId));
         if (finished) return finished;
-        const meta: EpisodeMeta = { ...input, id: input.episodeId, suite: suite.name, scenario: scenario.name, domain: scenario.domain ?? scenario.name, policyModel: input.config.policy.model };
+        const meta: EpisodeMeta = { ...input, id: input.episodeId, suite: suite.name, scenario: task.scenario, domain: taskDomain(suite, task.scenario), policyModel: input.config.policy.model };
         const ctx = Context.current();
         const attempt = `${os.hostname()}:${process.pid}:${ctx.info.attempt}:${randomUUID()}`;
         await withClient(deps.controlUrl, (c) => markEpisodeRunning(c, meta, attempt));
-        const episodeDeps = episodeDependencies(input.config, deps.pool, deps.grader, task, scenario);
+        const episodeDeps = episodeDependencies(input.config, episodeEnvironment(backends, input.config, suite, task), task);
         let progress: unknown = { phase: 'starting' };
         episodeDeps.onTurn = (p) => ctx.heartbeat((progress = p));
         // Heartbeat on a timer too: set-up, a long generation or grading must not look like a dead worker.
         const beat = setInterval(() => ctx.heartbeat(progress), 20_000);
         let record;
         try {
-          record = await runEpisode(episodeDeps, scenario, task, `episode:${input.episodeId}`, episodeOptions(input.config, input.episodeId));
+          record = await runEpisode(episodeDeps, task, `episode:${input.episodeId}`, episodeOptions(input.config, input.episodeId));
         } finally {
           clearInterval(beat);
         }

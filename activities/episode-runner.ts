@@ -1,18 +1,16 @@
-import type { Scenario, Task } from '../config/task-schema.ts';
 import { buildAgentSystemPrompt, DONE_MARKER, END_TURN_TOOL, exampleTurns, type PromptTool } from '../core/agent-prompt.ts';
 import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
 import { interpretCompletion, interpretNativeMessage, type Interpretation } from '../core/interpret/index.ts';
 import type { VisibleTurn } from '../core/user-simulator-prompt.ts';
 import type { Judge } from './judge-client.ts';
-import { openToolSession, type ToolSession } from './mcp-tool-session.ts';
+import type { EpisodeEnvironment, EpisodeTask, OpenedEnvironment } from './episode-environment.ts';
 import type { ChatMessage, SamplingParams } from './policy-client.ts';
 import type { PolicyDriver, Trajectory } from './policy-driver.ts';
-import type { Sandbox, SandboxPool } from './sandbox-pool.ts';
 import type { SimulatedUser } from './simulated-user.ts';
-import type { GradeReport, TerminalStateGrader } from './terminal-state-grader.ts';
+import type { GradeReport } from './terminal-state-grader.ts';
 
 /**
- * One full episode (REFERENCE.md section 2): fresh sandbox, its own MCP session, the agent loop with a
+ * One full episode (REFERENCE.md section 2): a fresh backend (sandbox database or tool-server processes), its own MCP session, the agent loop with a
  * simulated user, then terminal-state grading. It ends in exactly one outcome: success, agent failure (with
  * a finish reason) or infrastructure error (with a cause). Nothing here waits without a deadline.
  */
@@ -63,8 +61,7 @@ export interface EpisodeRecord {
 }
 
 export interface EpisodeDependencies {
-  pool: SandboxPool;
-  grader: TerminalStateGrader;
+  environment: EpisodeEnvironment;
   policy: PolicyDriver;
   user: SimulatedUser;
   judge?: Judge;
@@ -83,7 +80,7 @@ function usage(): RoleUsage {
   return { calls: 0, input: 0, output: 0, cached: 0 };
 }
 
-export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, task: Task, owner: string, options: EpisodeOptions): Promise<EpisodeRecord> {
+export async function runEpisode(deps: EpisodeDependencies, task: EpisodeTask, owner: string, options: EpisodeOptions): Promise<EpisodeRecord> {
   const started = Date.now();
   const deadline = started + options.limits.wallClockMs;
   const record: EpisodeRecord = {
@@ -123,21 +120,23 @@ export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, 
   /** Client timeout for one policy call: what is left of the episode plus a grace period. */
   const callTimeoutMs = () => Math.max(1000, deadline - Date.now() + 30_000);
 
-  let sandbox: Sandbox | undefined;
-  let session: ToolSession | undefined;
+  let opened: OpenedEnvironment | undefined;
   try {
-    // A lease that arrives after the deadline is released at once rather than left to the sweeper.
-    sandbox = await timed('sandboxMs', () => deps.pool.acquire(scenario, owner, { dataPatch: task.data_patch }), (late) => void deps.pool.release(late).catch(() => undefined));
-    session = await openToolSession(scenario, sandbox);
-    const tools: PromptTool[] = [...(await session.listTools()), END_TURN_TOOL];
+    // A backend that arrives after the deadline is released at once rather than left to the sweeper.
+    opened = await timed('sandboxMs', () => deps.environment.open(owner), (late) => void late.close());
+    const session = opened.tools;
+    const tools: PromptTool[] = [...(await timed('toolMs', () => session.listTools())), END_TURN_TOOL];
     const typingSpecs = tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema }));
     record.tools = typingSpecs;
-    const examples = options.prompt.example ? scenario.examples : [];
-    const system = buildAgentSystemPrompt(scenario.instructions, tools, { ...options.prompt, hasScenarioExamples: examples.length > 0 });
-    record.messages.push({ role: 'system', content: system }, ...exampleTurns(examples), { role: 'user', content: task.query });
-    await timed('toolMs', () => deps.policy.start(record.messages));
+    const examples = options.prompt.example ? deps.environment.examples : [];
+    const system = buildAgentSystemPrompt(deps.environment.instructions, tools, { ...options.prompt, hasScenarioExamples: examples.length > 0 });
+    const history = task.history ?? [];
+    record.messages.push({ role: 'system', content: system }, ...exampleTurns(examples), ...history, { role: 'user', content: task.query });
+    // Tools not described in the system prompt go to the server, whose chat template renders them.
+    const serverTools = options.prompt.toolsInPrompt ? undefined : tools.map((t) => ({ type: 'function', function: { name: t.name, description: t.description, parameters: t.inputSchema } }));
+    await timed('toolMs', () => deps.policy.start(record.messages, serverTools));
 
-    const transcript: VisibleTurn[] = [{ role: 'user', text: task.query }];
+    const transcript: VisibleTurn[] = [...history.map((m) => ({ role: m.role, text: m.content })), { role: 'user', text: task.query }];
     const maxAgentTurns = task.limits.max_agent_turns ?? options.limits.maxAgentTurns;
     const conversational = task.user_context !== undefined || task.user_replies !== undefined;
     let userReplies = 0;
@@ -180,7 +179,7 @@ export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, 
         const callId = generation.native?.[call.index]?.id;
         let result: { text: string; isError: boolean };
         if (call.parseError !== undefined) result = { text: `Error: could not parse the tool call: ${call.parseError}`, isError: true };
-        else result = await timed('toolMs', () => session!.callTool(call.name, call.arguments));
+        else result = await timed('toolMs', () => session.callTool(call.name, call.arguments));
         record.toolCalls.push({ turn, name: call.name, arguments: call.arguments, result: result.text, isError: result.isError });
         observations.push({ role: 'tool', content: result.text, ...(callId ? { tool_call_id: callId } : {}) });
       }
@@ -221,7 +220,7 @@ export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, 
       return record;
     }
     const lastAssistantText = transcript.filter((t) => t.role === 'assistant').at(-1)?.text ?? '';
-    const grade = await timed('gradeMs', () => deps.grader.grade({ scenario, task, sandbox: sandbox!, lastAssistantText, judge: deps.judge }));
+    const grade = await timed('gradeMs', () => opened!.grade({ lastAssistantText, toolCalls: record.toolCalls, judge: deps.judge }));
     record.grade = grade;
     record.outcome = grade.outcome;
     record.reward = grade.reward;
@@ -249,7 +248,6 @@ export async function runEpisode(deps: EpisodeDependencies, scenario: Scenario, 
     return record;
   } finally {
     record.timings.totalMs = Date.now() - started;
-    await session?.close();
-    if (sandbox) await deps.pool.release(sandbox).catch(() => undefined);
+    await opened?.close();
   }
 }

@@ -21,7 +21,8 @@ export interface Generation {
 export interface Trajectory { tokenIds: number[]; lossMask: number[]; logprobs: number[] }
 
 export interface PolicyDriver {
-  start(messages: ChatMessage[]): Promise<void>;
+  /** `tools` (OpenAI function specs) go to the server, whose chat template renders them; omit when the prompt lists them. */
+  start(messages: ChatMessage[], tools?: unknown[]): Promise<void>;
   generate(sampling: SamplingParams): Promise<Generation>;
   /** Appends what the agent observes after its turn: tool results and/or the user's reply. */
   observe(messages: ChatMessage[]): Promise<void>;
@@ -29,11 +30,13 @@ export interface PolicyDriver {
   trajectory(): Trajectory | undefined;
 }
 
-export function createChatDriver(endpoint: Endpoint, tools?: unknown[]): PolicyDriver {
+export function createChatDriver(endpoint: Endpoint): PolicyDriver {
   const messages: ChatMessage[] = [];
   let context = 0;
+  let tools: unknown[] | undefined;
   return {
-    async start(initial) {
+    async start(initial, offered) {
+      tools = offered;
       messages.push(...initial);
     },
     async generate(sampling) {
@@ -74,7 +77,8 @@ async function assistantTerminator(endpoint: Endpoint, anchor: number[], tools?:
   return terminator;
 }
 
-export function createTokenDriver(endpoint: Endpoint, tools?: unknown[]): PolicyDriver {
+export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
+  let tools: unknown[] | undefined;
   const ids: number[] = [];
   const mask: number[] = [];
   const logprobs: number[] = [];
@@ -87,7 +91,8 @@ export function createTokenDriver(endpoint: Endpoint, tools?: unknown[]): Policy
     logprobs.push(...(lp ?? tokens.map(() => 0)));
   };
   return {
-    async start(initial) {
+    async start(initial, offered) {
+      tools = offered;
       push(await tokenizeMessages(endpoint, initial, { addGenerationPrompt: true, tools }), 0);
       anchorTokens = await tokenizeMessages(endpoint, ANCHOR, { addGenerationPrompt: false, tools });
       terminator = await assistantTerminator(endpoint, anchorTokens, tools);

@@ -14,7 +14,7 @@ export interface UserReply { text: string; modelCall: boolean; usage: { input: n
 
 export interface SimulatedUser { reply(transcript: VisibleTurn[], turn: number): Promise<UserReply | null> }
 
-export function createSimulatedUser(config: UserSimulatorConfig, task: Task): SimulatedUser {
+export function createSimulatedUser(config: UserSimulatorConfig, task: Pick<Task, 'user_context' | 'user_replies'>): SimulatedUser {
   if (config.mode === 'scripted') {
     return {
       async reply(_transcript, turn) {

@@ -2,11 +2,13 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { scenarioSchema, taskFileSchema, type Scenario, type Task } from '../config/task-schema.ts';
 import { formatProblem, parseYamlFile, type TaskFileProblem } from '../config/yaml-file.ts';
+import { isImportedSuiteDir, loadImportedSuite, type ThinkingBoxSuite } from './thinkingbox/imported-suite.ts';
 
-export { formatProblem, parseYamlFile, type TaskFileProblem };
+export { formatProblem, parseYamlFile, type TaskFileProblem, type ThinkingBoxSuite };
 
 /**
- * Reads task suites from disk. A suite is a folder with `scenarios/*.yaml` and `tasks/*.yaml`. Every problem
+ * Reads task suites from disk. A native suite is a folder with `scenarios/*.yaml` and `tasks/*.yaml`; an imported
+ * ThinkingBox suite is a folder with `thinkingbox-suite.json` (written by `tbt tasks import-thinkingbox`). Every problem
  * is collected as a `TaskFileProblem` naming file, line and field; one bad file never hides the others.
  */
 
@@ -17,8 +19,9 @@ export class TaskFileError extends Error {
 }
 
 export interface LoadedTask extends Task { suite: string; file: string; line: number }
-export interface Suite { name: string; dir: string; scenarios: Record<string, Scenario>; tasks: LoadedTask[] }
-export interface LoadResult { suites: Suite[]; problems: TaskFileProblem[] }
+export interface Suite { kind: 'native'; name: string; dir: string; scenarios: Record<string, Scenario>; tasks: LoadedTask[] }
+export type AnySuite = Suite | ThinkingBoxSuite;
+export interface LoadResult { suites: AnySuite[]; problems: TaskFileProblem[] }
 
 function yamlFiles(dir: string): string[] {
   if (!fs.existsSync(dir)) return [];
@@ -30,7 +33,7 @@ function yamlFiles(dir: string): string[] {
 
 export function loadSuite(dir: string): { suite: Suite; problems: TaskFileProblem[] } {
   const problems: TaskFileProblem[] = [];
-  const suite: Suite = { name: path.basename(dir), dir, scenarios: {}, tasks: [] };
+  const suite: Suite = { kind: 'native', name: path.basename(dir), dir, scenarios: {}, tasks: [] };
   const scenarioFiles = yamlFiles(path.join(dir, 'scenarios'));
   if (scenarioFiles.length === 0) problems.push({ file: path.join(dir, 'scenarios'), line: 1, field: '', message: 'a suite needs at least one scenario file' });
   for (const file of scenarioFiles) {
@@ -69,18 +72,33 @@ export function loadSuite(dir: string): { suite: Suite; problems: TaskFileProble
   return { suite, problems };
 }
 
-/** Loads every suite under `root`: `root` itself if it has scenarios/, else each sub-folder that does. */
+const isSuiteDir = (dir: string) => fs.existsSync(path.join(dir, 'scenarios')) || isImportedSuiteDir(dir);
+
+/** Loads every suite under `root`: `root` itself if it is a suite, else each sub-folder that is. */
 export function loadSuites(root: string): LoadResult {
   if (!fs.existsSync(root)) return { suites: [], problems: [{ file: root, line: 1, field: '', message: 'no such folder' }] };
-  const dirs = fs.existsSync(path.join(root, 'scenarios'))
+  const dirs = isSuiteDir(root)
     ? [root]
-    : fs.readdirSync(root, { withFileTypes: true }).filter((d) => d.isDirectory() && fs.existsSync(path.join(root, d.name, 'scenarios'))).map((d) => path.join(root, d.name)).sort();
-  if (dirs.length === 0) return { suites: [], problems: [{ file: root, line: 1, field: '', message: 'no task suite found (a suite is a folder with scenarios/ and tasks/)' }] };
+    : fs.readdirSync(root, { withFileTypes: true }).filter((d) => d.isDirectory() && isSuiteDir(path.join(root, d.name))).map((d) => path.join(root, d.name)).sort();
+  if (dirs.length === 0) return { suites: [], problems: [{ file: root, line: 1, field: '', message: 'no task suite found (a suite is a folder with scenarios/ and tasks/, or an imported thinkingbox-suite.json)' }] };
   const result: LoadResult = { suites: [], problems: [] };
   for (const dir of dirs) {
-    const { suite, problems } = loadSuite(dir);
-    result.suites.push(suite);
+    const { suite, problems } = isImportedSuiteDir(dir) ? loadImportedSuite(dir) : loadSuite(dir);
+    if (suite) result.suites.push(suite);
     result.problems.push(...problems);
   }
   return result;
+}
+
+/** Loads the native suites under `root`; an imported suite there is a problem (for native-only tools). */
+export function loadNativeSuites(root: string): { suites: Suite[]; problems: TaskFileProblem[] } {
+  const { suites, problems } = loadSuites(root);
+  const native = suites.filter((s): s is Suite => s.kind === 'native');
+  for (const s of suites) if (s.kind !== 'native') problems.push({ file: s.dir, line: 1, field: '', message: 'an imported ThinkingBox suite is not supported here' });
+  return { suites: native, problems };
+}
+
+/** Domain of a task for per-domain reports. */
+export function taskDomain(suite: AnySuite, scenarioName: string): string {
+  return suite.kind === 'native' ? (suite.scenarios[scenarioName]?.domain ?? scenarioName) : scenarioName;
 }

@@ -18,8 +18,11 @@ export interface TaskValidation {
   noChange: boolean;
   /** Null agent behaved as required: failed on a change task, passed on a no-change task. */
   nullOk: boolean;
+  /** A one-row mutation of the golden state fails grading (native tasks; not applicable to imported ones). */
   mutationFail: boolean;
   problems: string[];
+  /** Noted, not failing. */
+  warnings?: string[];
 }
 
 const CHANGE_BY_TYPE: [RegExp, (col: string) => string][] = [

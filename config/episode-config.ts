@@ -11,6 +11,17 @@ export const endpointSchema = z
   })
   .strict();
 
+export const thinkingboxSettingsSchema = z
+  .object({
+    warm_processes: z.number().int().min(0).default(2).describe('Started tool-server processes kept ready per server (imported ThinkingBox tasks)'),
+    server_start_timeout_ms: z.number().int().min(1).default(30_000).describe('Spawn to MCP initialize; longer is an infrastructure error'),
+    test_timeout_ms: z.number().int().min(1).default(60_000).describe('Test-code run limit; longer is an infrastructure error'),
+    native_grading: z.boolean().default(true).describe('Grade the common hash-and-rubrics test body natively instead of in Python'),
+  })
+  .strict()
+  .default({ warm_processes: 2, server_start_timeout_ms: 30_000, test_timeout_ms: 60_000, native_grading: true })
+  .describe('Imported ThinkingBox tasks: tool-server pool and test-code grading');
+
 export const episodeConfigSchema = z
   .object({
     policy: endpointSchema.extend({
@@ -50,11 +61,13 @@ export const episodeConfigSchema = z
       })
       .strict()
       .default({ tools_in_prompt: true, example: false }),
+    thinkingbox: thinkingboxSettingsSchema,
   })
   .strict();
 
 export type EndpointConfig = z.infer<typeof endpointSchema>;
 export type EpisodeConfig = z.infer<typeof episodeConfigSchema>;
+export type ThinkingboxSettings = z.infer<typeof thinkingboxSettingsSchema>;
 
 export function toEndpoint(e: EndpointConfig) {
   return { baseUrl: e.base_url, model: e.model, apiKeyEnv: e.api_key_env, timeoutMs: e.timeout_ms };

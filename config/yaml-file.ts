@@ -22,6 +22,33 @@ function fieldName(parts: PropertyKey[]): string {
   return parts.map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i ? '.' : ''}${String(p)}`)).join('');
 }
 
+/** Parses YAML text that starts at line `firstLine` of `file` (embedded YAML); no schema. */
+export function parseYamlText(text: string, file: string, firstLine = 1): { value?: unknown; problems: TaskFileProblem[]; lineOf: (p: PropertyKey[]) => number } {
+  const counter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: counter, uniqueKeys: true, prettyErrors: false });
+  const locate = (p: PropertyKey[]) => lineOf(doc, counter, p) + firstLine - 1;
+  if (doc.errors.length > 0) {
+    return {
+      problems: doc.errors.map((e) => ({ file, line: (e.linePos?.[0]?.line ?? counter.linePos(e.pos[0]).line) + firstLine - 1, field: '', message: `YAML syntax: ${e.message.split('\n')[0]}` })),
+      lineOf: locate,
+    };
+  }
+  return { value: doc.toJS() as unknown, problems: [], lineOf: locate };
+}
+
+/** Checks a parsed value against a schema; problems are located with `locate` (file line of a field path). */
+export function validateParsed<S extends z.ZodType>(value: unknown, schema: S, file: string, locate: (p: PropertyKey[]) => number): { value?: z.infer<S>; problems: TaskFileProblem[] } {
+  const parsed = schema.safeParse(value);
+  if (parsed.success) return { value: parsed.data, problems: [] };
+  return {
+    problems: parsed.error.issues.flatMap((i) => {
+      // An unknown key is reported on its parent object; name (and locate) the key itself.
+      const paths = i.code === 'unrecognized_keys' ? i.keys.map((k) => [...i.path, k]) : [i.path];
+      return paths.map((p) => ({ file, line: locate(p), field: fieldName(p), message: i.code === 'unrecognized_keys' ? 'unknown field' : i.message }));
+    }),
+  };
+}
+
 /** Parses one YAML file against a schema; returns the value or the problems (with line numbers). */
 export function parseYamlFile<S extends z.ZodType>(file: string, schema: S): { value?: z.infer<S>; problems: TaskFileProblem[]; lineOf: (p: PropertyKey[]) => number } {
   let text: string;
@@ -30,25 +57,7 @@ export function parseYamlFile<S extends z.ZodType>(file: string, schema: S): { v
   } catch (err) {
     return { problems: [{ file, line: 1, field: '', message: `cannot read file: ${(err as Error).message}` }], lineOf: () => 1 };
   }
-  const counter = new LineCounter();
-  const doc = parseDocument(text, { lineCounter: counter, uniqueKeys: true, prettyErrors: false });
-  const locate = (p: PropertyKey[]) => lineOf(doc, counter, p);
-  if (doc.errors.length > 0) {
-    return {
-      problems: doc.errors.map((e) => ({ file, line: e.linePos?.[0]?.line ?? 1, field: '', message: `YAML syntax: ${e.message.split('\n')[0]}` })),
-      lineOf: locate,
-    };
-  }
-  const parsed = schema.safeParse(doc.toJS());
-  if (!parsed.success) {
-    return {
-      problems: parsed.error.issues.flatMap((i) => {
-        // An unknown key is reported on its parent object; name (and locate) the key itself.
-        const paths = i.code === 'unrecognized_keys' ? i.keys.map((k) => [...i.path, k]) : [i.path];
-        return paths.map((p) => ({ file, line: locate(p), field: fieldName(p), message: i.code === 'unrecognized_keys' ? 'unknown field' : i.message }));
-      }),
-      lineOf: locate,
-    };
-  }
-  return { value: parsed.data, problems: [], lineOf: locate };
+  const parsed = parseYamlText(text, file);
+  if (parsed.problems.length) return parsed as { problems: TaskFileProblem[]; lineOf: (p: PropertyKey[]) => number };
+  return { ...validateParsed(parsed.value, schema, file, parsed.lineOf), lineOf: parsed.lineOf };
 }

@@ -3,6 +3,7 @@ import { after, before, test } from 'node:test';
 import { episodeConfigSchema } from '../config/episode-config.ts';
 import { scenarioSchema, taskSchema, type Task } from '../config/task-schema.ts';
 import { episodeDependencies, episodeOptions } from '../activities/episode-activities.ts';
+import { sandboxEnvironment } from '../activities/episode-environment.ts';
 import { runEpisode } from '../activities/episode-runner.ts';
 import type { SandboxPool } from '../activities/sandbox-pool.ts';
 import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
@@ -47,7 +48,7 @@ async function episode(t: Task, script: DoubleReply[], limits: Record<string, nu
     userConfig = { mode: 'llm', endpoint: { base_url: await userDouble.start(), model: 'user-double', timeout_ms: 5000 } };
   }
   const config = episodeConfigSchema.parse({ policy: { base_url: policyUrl, model: 'policy-double', timeout_ms: 10_000 }, user: userConfig, limits: { max_agent_turns: 6, ...limits } });
-  const record = await runEpisode(episodeDependencies(config, pool, grader, { ...t, suite: 'test', file: 'inline', line: 1 }), scenario, t, 'test:loop', episodeOptions(config));
+  const record = await runEpisode(episodeDependencies(config, sandboxEnvironment(pool, grader, scenario, t), t), t, 'test:loop', episodeOptions(config));
   return { record, policy };
 }
 

@@ -5,7 +5,8 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { episodeConfigSchema } from '../config/episode-config.ts';
 import { repoRoot } from '../config/environment.ts';
-import { episodeDependencies, episodeOptions, findTask } from '../activities/episode-activities.ts';
+import { episodeDependencies, episodeOptions, findNativeTask } from '../activities/episode-activities.ts';
+import { sandboxEnvironment } from '../activities/episode-environment.ts';
 import { runEpisode, type EpisodeRecord } from '../activities/episode-runner.ts';
 import { detokenize, tokenizeMessages } from '../activities/policy-client.ts';
 import { createTokenDriver } from '../activities/policy-driver.ts';
@@ -36,14 +37,14 @@ after(async () => {
 });
 
 async function episode(uid: string, mode: 'tokens' | 'chat', baseUrl = server.baseUrl) {
-  const { suite, task } = findTask(tiny, uid);
+  const { task, scenario } = findNativeTask(tiny, uid);
   const config = episodeConfigSchema.parse({
     policy: { base_url: baseUrl, model: server.model, mode, timeout_ms: 120_000 },
     sampling: { temperature: 0 },
     limits: { max_agent_turns: 3, max_tokens_per_turn: 96, wall_clock_ms: 240_000 },
     prompt: { tools_in_prompt: true, example: true },
   });
-  return runEpisode(episodeDependencies(config, pool, grader, task), suite.scenarios[task.scenario]!, task, `test:real:${uid}`, episodeOptions(config));
+  return runEpisode(episodeDependencies(config, sandboxEnvironment(pool, grader, scenario, task), task), task, `test:real:${uid}`, episodeOptions(config));
 }
 
 test('a real token-exact episode: prompt and observations rendered by the server, sampled ids with mask 1 and their logprobs', async () => {

@@ -8,7 +8,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
 import { episodeConfigSchema } from '../config/episode-config.ts';
 import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
-import { loadSuites, type LoadedTask } from '../activities/task-suite-loader.ts';
+import { loadNativeSuites, type LoadedTask } from '../activities/task-suite-loader.ts';
 import { withClient } from '../infra/control-database.ts';
 import { episodeBatchWorkflow } from '../workflows/episode-batch-workflow.ts';
 import { OpenAIWireProtocolDouble, type ChatRequestBody, type DoubleReply } from './helpers/openai-wire-double.ts';
@@ -92,7 +92,7 @@ after(async () => {
 
 test('two rollout worker processes share one episode batch, and every episode succeeds', { timeout: 90_000 }, async (t) => {
   t.signal.addEventListener('abort', killRolloutWorkersNow, { once: true });
-  const { suites, problems } = loadSuites(tinySuite);
+  const { suites, problems } = loadNativeSuites(tinySuite);
   assert.deepEqual(problems, []);
   const todo = suites[0]!.tasks.filter((task) => task.scenario === 'todo');
   assert.ok(todo.length >= 8, 'the tiny suite has 8 todo tasks');

@@ -104,4 +104,9 @@ test('the valid base suite loads without problems, and a line number points at t
   assert.equal(bad.problems.length, 1);
   assert.equal(bad.problems[0]!.line, 7);
   assert.equal(bad.problems[0]!.field, 'tasks[0].golden[0].arguments');
+  // A YAML syntax error names the line it is on, not the top of the file.
+  fs.writeFileSync(path.join(dir, 'tasks', 'shop.yaml'), 'tasks:\n  - uid: a\n    scenario: shop\n    query: q\n    query: again\n');
+  const duplicate = loadSuites(dir);
+  assert.equal(duplicate.problems.length, 1);
+  assert.equal(duplicate.problems[0]!.line, 5);
 });

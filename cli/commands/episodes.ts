@@ -4,12 +4,12 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { databaseUrl, readEnvironment } from '../../config/environment.ts';
 import { episodeConfigSchema } from '../../config/episode-config.ts';
-import { episodeDependencies, episodeOptions, findTask } from '../../activities/episode-activities.ts';
+import { episodeDependencies, episodeEnvironment, episodeOptions, findTask, thinkingboxResourcesFactory, type EpisodeBackends } from '../../activities/episode-activities.ts';
 import { resultLine } from '../../activities/episode-result-line.ts';
 import { runEpisode } from '../../activities/episode-runner.ts';
 import { SandboxPool } from '../../activities/sandbox-pool.ts';
 import { TerminalStateGrader } from '../../activities/terminal-state-grader.ts';
-import { loadSuites } from '../../activities/task-suite-loader.ts';
+import { loadSuites, taskDomain } from '../../activities/task-suite-loader.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
 import { startPolicyServer } from '../../infra/embedded-policy-server.ts';
 
@@ -63,7 +63,7 @@ export async function episodes(args: string[]): Promise<number> {
     prompt: { tools_in_prompt: true, example: values.example },
   });
   const pool = new SandboxPool({ controlUrl: databaseUrl(env), agentPassword: env.TBT_AGENT_DB_PASSWORD, readerPassword: env.TBT_READER_DB_PASSWORD, warm: 2 });
-  const grader = new TerminalStateGrader(pool, databaseUrl(env));
+  const backends: EpisodeBackends = { pool, grader: new TerminalStateGrader(pool, databaseUrl(env)), thinkingbox: thinkingboxResourcesFactory() };
   const jobs = uids.flatMap((uid) => Array.from({ length: repeats }, (_, repetition) => ({ uid, repetition })));
   const out = fs.openSync(values.out, 'w');
   const records = values.records ? fs.openSync(values.records, 'w') : undefined;
@@ -73,18 +73,17 @@ export async function episodes(args: string[]): Promise<number> {
   try {
     await mapLimit(jobs, Number(values.concurrency), async ({ uid, repetition }) => {
       const { task } = findTask(values.suite!, uid);
-      const scenario = suite.scenarios[task.scenario]!;
       const id = `adhoc:${uid}#${repetition}`;
       let record;
       try {
-        record = await runEpisode(episodeDependencies(config, pool, grader, task, scenario), scenario, task, id, episodeOptions(config, id));
+        record = await runEpisode(episodeDependencies(config, episodeEnvironment(backends, config, suite, task), task), task, id, episodeOptions(config, id));
       } catch (err) {
         // A task defect (e.g. rubrics without a judge) is reported and the run goes on with the other tasks.
         process.stderr.write(`\n${uid}#${repetition}: ${(err as Error).message}\n`);
         failures.push(`${uid}#${repetition}: ${(err as Error).message}`);
         return;
       }
-      fs.writeSync(out, `${JSON.stringify(resultLine(id, uid, repetition, scenario.domain ?? scenario.name, record))}\n`);
+      fs.writeSync(out, `${JSON.stringify(resultLine(id, uid, repetition, taskDomain(suite, task.scenario), record))}\n`);
       if (records !== undefined) fs.writeSync(records, `${JSON.stringify({ id, record })}\n`);
       perTask.set(uid, [...(perTask.get(uid) ?? []), record.outcome === 'success' ? 1 : record.outcome === 'infrastructure_error' ? NaN : 0]);
       done += 1;
@@ -95,6 +94,7 @@ export async function episodes(args: string[]): Promise<number> {
     fs.closeSync(out);
     if (records !== undefined) fs.closeSync(records);
     await pool.close();
+    await backends.thinkingbox?.(config).servers.close();
     await server?.stop();
   }
   const rates = [...perTask.entries()].sort(([a], [b]) => a.localeCompare(b));

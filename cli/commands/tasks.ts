@@ -5,14 +5,24 @@ import { z } from 'zod';
 import { databaseUrl, readEnvironment } from '../../config/environment.ts';
 import { scenarioSchema, taskFileSchema } from '../../config/task-schema.ts';
 import { SandboxPool } from '../../activities/sandbox-pool.ts';
-import { formatProblem, loadSuites } from '../../activities/task-suite-loader.ts';
+import { formatProblem, loadSuites, taskDomain } from '../../activities/task-suite-loader.ts';
+import { thinkingboxResources } from '../../activities/episode-activities.ts';
+import { validateImportedTask } from '../../activities/thinkingbox/imported-task-validation.ts';
+import { importThinkingboxDataset } from '../../activities/thinkingbox/dataset-importer.ts';
+import { IMPORTED_SUITE_FILE } from '../../config/thinkingbox-schema.ts';
+import { commandErrorExit, consoleIo, InputError, parseFlags, readUidListInput, UsageError, type CommandIo } from './prepare.ts';
 import { validateTask, type TaskValidation } from '../../activities/task-validation.ts';
 import { TerminalStateGrader } from '../../activities/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
 
 const USAGE = `usage:
   tbt tasks validate <dir> [--concurrency N]   check suites: schema, golden replay, null agent, one-row mutation
-  tbt tasks schema --out <dir>                 write JSON Schema files for editors`;
+  tbt tasks schema --out <dir>                 write JSON Schema files for editors
+  tbt tasks import-thinkingbox --data DATASET_DIR --list TESTLIST.yaml [--servers servers.yaml]
+        [--exclude-uids FILE] [--out DIR] [--name NAME]
+                                               import a ThinkingBox-format dataset as a suite (default out:
+                                               $TBT_STATE_DIR/imported/<name>); uids in --exclude-uids are
+                                               marked evaluation-only and never enter a training pool`;
 
 async function mapLimit<T, R>(items: T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
   const results: R[] = new Array(items.length);
@@ -40,22 +50,31 @@ export async function validate(args: string[]): Promise<number> {
   const pool = new SandboxPool({ controlUrl: databaseUrl(env), agentPassword: env.TBT_AGENT_DB_PASSWORD, readerPassword: env.TBT_READER_DB_PASSWORD, warm: 2 });
   const grader = new TerminalStateGrader(pool, databaseUrl(env));
   const results: TaskValidation[] = [];
+  const thinkingbox = thinkingboxResources();
+  let imported = 0;
   try {
     for (const suite of suites) {
-      const checked = await mapLimit(suite.tasks, Number(values.concurrency), (task) => validateTask(pool, grader, suite.scenarios[task.scenario]!, task));
+      const tasks: { file: string; line: number }[] = suite.tasks;
+      const checked = suite.kind === 'native'
+        ? await mapLimit(suite.tasks, Number(values.concurrency), (task) => validateTask(pool, grader, suite.scenarios[task.scenario]!, task))
+        : await mapLimit(suite.tasks, Number(values.concurrency), (task) => validateImportedTask(thinkingbox, suite, task));
+      if (suite.kind !== 'native') imported += checked.length;
       for (const [i, r] of checked.entries()) {
-        const task = suite.tasks[i]!;
+        const task = tasks[i]!;
         for (const p of r.problems) console.error(`${path.relative(process.cwd(), task.file)}:${task.line}: task ${r.uid}: ${p}`);
+        for (const w of r.warnings ?? []) console.error(`warning: ${path.relative(process.cwd(), task.file)}:${task.line}: task ${r.uid}: ${w}`);
       }
       results.push(...checked);
     }
   } finally {
     await pool.close();
+    await thinkingbox.servers.close();
   }
-  const domains = new Set(suites.flatMap((s) => Object.values(s.scenarios).map((sc) => sc.domain ?? sc.name)));
+  const domains = new Set(suites.flatMap((s) => Object.keys(s.scenarios).map((name) => taskDomain(s, name))));
   const count = (f: (r: TaskValidation) => boolean) => results.filter(f).length;
   const changeTasks = results.filter((r) => !r.noChange);
   console.log(`no_change_tasks=${count((r) => r.noChange)} file_problems=${problems.length} task_problems=${count((r) => r.problems.length > 0)}`);
+  if (imported) console.log(`imported_tasks=${imported} (no one-row mutation check: their state lives in the dataset's tool servers)`);
   console.log(`tasks=${results.length} domains=${domains.size} golden_pass=${count((r) => r.goldenPass)} null_fail=${changeTasks.filter((r) => r.nullOk).length} mutation_fail=${count((r) => r.mutationFail)}`);
   return problems.length === 0 && results.every((r) => r.problems.length === 0) && results.length > 0 ? 0 : 1;
 }
@@ -75,9 +94,33 @@ function writeSchemas(args: string[]): number {
   return 0;
 }
 
+/** Writes the imported suite even when some files or tasks had problems (they are listed; exit 1). */
+export function importThinkingbox(args: string[], io: CommandIo = consoleIo): number {
+  try {
+    const flags = parseFlags(args, { data: { type: 'string' }, list: { type: 'string' }, servers: { type: 'string' }, 'exclude-uids': { type: 'string' }, out: { type: 'string' }, name: { type: 'string' } });
+    if (!flags.data || !flags.list) throw new UsageError('--data and --list are required');
+    if (!fs.existsSync(flags.data) || !fs.statSync(flags.data).isDirectory()) throw new InputError(`--data ${flags.data}: no such folder`);
+    const evaluationOnly = new Set(flags['exclude-uids'] ? readUidListInput(flags['exclude-uids']).uids : []);
+    const result = importThinkingboxDataset({ dataDir: flags.data, listFile: flags.list, serversFile: flags.servers, evaluationOnly, name: flags.name });
+    const out = path.resolve(flags.out ?? path.join(readEnvironment().TBT_STATE_DIR, 'imported', result.suite.name));
+    fs.mkdirSync(out, { recursive: true });
+    fs.writeFileSync(path.join(out, IMPORTED_SUITE_FILE), `${JSON.stringify(result.suite, null, 2)}\n`);
+    for (const w of result.warnings) io.err(`warning: ${formatProblem(w)}`);
+    for (const p of result.problems) io.err(formatProblem(p));
+    const excluded = result.suite.tasks.filter((t) => t.evaluation_only).length;
+    const unmatched = [...evaluationOnly].filter((u) => !result.suite.tasks.some((t) => t.uid === u)).length;
+    io.out(`imported ${result.suite.tasks.length} of ${result.listed} listed tasks (${Object.keys(result.suite.scenarios).length} scenarios, servers: ${Object.keys(result.suite.servers).join(', ') || 'none'}); evaluation-only ${excluded}${unmatched ? ` (${unmatched} excluded uids not in the list)` : ''}; problems ${result.problems.length}`);
+    io.out(`suite written to ${out}`);
+    return result.problems.length ? 1 : 0;
+  } catch (err) {
+    return commandErrorExit(err, 'tasks import-thinkingbox', USAGE, io);
+  }
+}
+
 export async function tasks(args: string[]): Promise<number> {
   const [sub, ...rest] = args;
   if (sub === 'validate') return validate(rest);
+  if (sub === 'import-thinkingbox') return importThinkingbox(rest);
   if (sub === 'schema') return writeSchemas(rest);
   console.error(USAGE);
   return 2;

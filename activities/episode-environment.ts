@@ -1,0 +1,68 @@
+import type { Scenario, Task } from '../config/task-schema.ts';
+import type { ExampleExchange } from '../core/agent-prompt.ts';
+import type { Judge } from './judge-client.ts';
+import { openToolSession, type ToolSession } from './mcp-tool-session.ts';
+import type { SandboxPool } from './sandbox-pool.ts';
+import type { GradeReport, TerminalStateGrader } from './terminal-state-grader.ts';
+
+/**
+ * What an episode runs against: a backend opened fresh for one episode (a Postgres sandbox with our SQL tools,
+ * or a ThinkingBox dataset's MCP tool-server processes), its tool session, and the grading of the state it was
+ * left in. The episode loop (episode-runner.ts) is the same for every backend.
+ */
+
+export interface ToolCallMade { name: string; arguments: Record<string, unknown>; result: string; isError: boolean }
+
+export interface GradeRequest {
+  /** Last visible assistant message (rubrics, `x.response`). */
+  lastAssistantText: string;
+  toolCalls: ToolCallMade[];
+  judge?: Judge;
+}
+
+export interface OpenedEnvironment {
+  tools: ToolSession;
+  grade(request: GradeRequest): Promise<GradeReport>;
+  /** Releases the backend; never throws. */
+  close(): Promise<void>;
+}
+
+/** The task fields the episode loop reads, whatever the task format. */
+export type EpisodeTask = Pick<Task, 'uid' | 'query' | 'user_context' | 'user_replies' | 'limits'> & {
+  /** Earlier turns of the conversation, shown before the query. */
+  history?: { role: 'user' | 'assistant'; content: string }[];
+};
+
+export interface EpisodeEnvironment {
+  /** Domain policy appended to the agent system prompt. */
+  instructions: string;
+  examples: ExampleExchange[];
+  /** Acquires a fresh backend for one episode; `owner` names the episode in leases and logs. */
+  open(owner: string): Promise<OpenedEnvironment>;
+}
+
+/** A native task: a sandbox database cloned from the scenario template, SQL tools, terminal-state grading. */
+export function sandboxEnvironment(pool: SandboxPool, grader: TerminalStateGrader, scenario: Scenario, task: Task): EpisodeEnvironment {
+  return {
+    instructions: scenario.instructions,
+    examples: scenario.examples,
+    async open(owner) {
+      const sandbox = await pool.acquire(scenario, owner, { dataPatch: task.data_patch });
+      let tools: ToolSession;
+      try {
+        tools = await openToolSession(scenario, sandbox);
+      } catch (err) {
+        await pool.release(sandbox).catch(() => undefined);
+        throw err;
+      }
+      return {
+        tools,
+        grade: ({ lastAssistantText, judge }) => grader.grade({ scenario, task, sandbox, lastAssistantText, judge }),
+        async close() {
+          await tools.close();
+          await pool.release(sandbox).catch(() => undefined);
+        },
+      };
+    },
+  };
+}

@@ -1,0 +1,54 @@
+import type { ImportedTask } from '../../config/thinkingbox-schema.ts';
+import { errorMessage } from '../../core/errors.ts';
+import type { Judge } from '../judge-client.ts';
+import type { ToolCallMade } from '../episode-environment.ts';
+import type { TaskValidation } from '../task-validation.ts';
+import type { ThinkingBoxSuite } from './imported-suite.ts';
+import { thinkingboxEnvironment, type ThinkingBoxResources } from './thinkingbox-environment.ts';
+
+/**
+ * Golden validation of an imported task: replaying the golden calls found in `init` through the agent's own
+ * tool session passes the task's test, and a null agent (no calls) fails it unless the golden replay changes
+ * nothing. Rubrics are not what is checked here (no judge during validation): judge questions are answered
+ * yes, so the check is about the state the tests grade. A custom test body may also check the final answer,
+ * which a replay has none of: for those, the golden replay passes when every server's state matches its
+ * golden state, and a failing body is reported as a warning.
+ */
+
+const ASSUME_YES: Judge = {
+  async ask(question) {
+    return { question, answer: 'yes (validation does not ask the judge)', yes: true, usage: { input: 0, output: 0 } };
+  },
+};
+
+export async function validateImportedTask(resources: ThinkingBoxResources, suite: ThinkingBoxSuite, task: ImportedTask): Promise<TaskValidation> {
+  const v: TaskValidation = { uid: task.uid, goldenPass: false, noChange: false, nullOk: false, mutationFail: false, problems: [] };
+  const environment = thinkingboxEnvironment(resources, suite, task);
+  const run = async (calls: ImportedTask['golden']) => {
+    const opened = await environment.open(`validate:${task.uid}`);
+    try {
+      const made: ToolCallMade[] = [];
+      for (const [i, call] of calls.entries()) {
+        const result = await opened.tools.callTool(call.tool, call.arguments);
+        if (result.isError) throw new Error(`golden[${i}] ${call.tool} failed: ${result.text}`);
+        made.push({ name: call.tool, arguments: call.arguments, result: result.text, isError: false });
+      }
+      return await opened.grade({ lastAssistantText: '', toolCalls: made, judge: ASSUME_YES });
+    } finally {
+      await opened.close();
+    }
+  };
+  try {
+    const golden = await run(task.golden);
+    v.goldenPass = golden.outcome === 'success' || (!task.test.native && golden.outcome === 'agent_failure' && golden.stateMatches);
+    if (!v.goldenPass) v.problems.push(`golden replay does not pass: ${golden.cause ?? golden.outcome}`);
+    else if (golden.outcome !== 'success') v.warnings = [`golden state reached, but the custom test body fails without a final answer: ${golden.cause}`];
+    const nothing = await run([]);
+    v.noChange = task.golden.length === 0 || nothing.stateMatches;
+    v.nullOk = v.noChange ? nothing.outcome === 'success' : nothing.outcome === 'agent_failure';
+    if (!v.nullOk) v.problems.push(v.noChange ? `no-change task, but a null agent does not pass: ${nothing.cause}` : `a null agent does not fail: ${nothing.outcome}`);
+  } catch (err) {
+    v.problems.push(errorMessage(err));
+  }
+  return v;
+}

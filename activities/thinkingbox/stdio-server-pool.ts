@@ -1,0 +1,133 @@
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import type { ServerSpec } from '../../config/thinkingbox-schema.ts';
+import { canonicalJson } from '../../core/canonical-json.ts';
+import { InfrastructureError, errorMessage } from '../../core/errors.ts';
+
+/**
+ * ThinkingBox tool servers: MCP servers the dataset ships, one fresh process per server per episode (that is
+ * the isolation). Their start-up (an interpreter and the MCP SDK: about a second each) is hidden by a warm
+ * pool of started, initialised processes per server; a process is used by one episode and then stopped,
+ * never reused. A server that does not start, dies or does not answer within its timeout is an
+ * infrastructure error, never an agent failure.
+ */
+
+export interface StartedServer {
+  name: string;
+  client: Client;
+  pid: number | null;
+  /** Milliseconds from spawn to a completed MCP initialize. */
+  startMs: number;
+  /** Last lines the process wrote to stderr (for error messages). */
+  stderrTail(): string;
+  stop(): Promise<void>;
+}
+
+export interface StdioServerPoolOptions {
+  /** Started processes kept ready per server (0 = start on demand). */
+  warm: number;
+  startTimeoutMs?: number;
+  /** Folders put first on PATH for server commands (the dataset Python environment). */
+  pathPrefix?: string[];
+}
+
+/** The folder of the Python environment `scripts/setup.sh` prepares for dataset tool servers, if any. */
+export function datasetPythonBin(repoRoot: string): string[] {
+  const marker = path.join(repoRoot, '.tools', 'thinkingbox-venv');
+  if (!fs.existsSync(marker)) return [];
+  return [path.join(fs.readFileSync(marker, 'utf8').trim(), 'bin')];
+}
+
+async function startServer(name: string, spec: ServerSpec, options: StdioServerPoolOptions): Promise<StartedServer> {
+  const started = Date.now();
+  const env = { ...getDefaultEnvironment(), ...spec.env };
+  if (options.pathPrefix?.length) env.PATH = [...options.pathPrefix, env.PATH ?? ''].join(path.delimiter);
+  const transport = new StdioClientTransport({ command: spec.command, args: spec.args, env, cwd: spec.cwd, stderr: 'pipe' });
+  let stderr = '';
+  transport.stderr?.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString('utf8')).slice(-4000);
+  });
+  const client = new Client({ name: 'tbt-thinkingbox', version: '1.0.0' });
+  const stop = async () => {
+    await client.close().catch(() => undefined);
+    const pid = transport.pid;
+    // The SDK ends stdin and signals; make sure nothing outlives the episode.
+    if (pid) setTimeout(() => { try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ } }, 2000).unref();
+  };
+  const timeoutMs = options.startTimeoutMs ?? 30_000;
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      client.connect(transport, { timeout: timeoutMs }),
+      new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`no MCP initialize answer within ${timeoutMs} ms`)), timeoutMs); }),
+    ]);
+  } catch (err) {
+    await stop();
+    const tail = stderr.trim().split('\n').slice(-5).join(' | ');
+    throw new InfrastructureError(`tool server '${name}' (${[spec.command, ...spec.args].join(' ')}) did not start: ${errorMessage(err)}${tail ? `; stderr: ${tail}` : ''}`, { cause: err });
+  } finally {
+    clearTimeout(timer);
+  }
+  return { name, client, pid: transport.pid, startMs: Date.now() - started, stderrTail: () => stderr.trim().split('\n').slice(-5).join(' | '), stop };
+}
+
+interface Idle { server: StartedServer; alive: boolean }
+
+export class StdioServerPool {
+  private readonly idle = new Map<string, Idle[]>();
+  private readonly starting = new Map<string, number>();
+  private closed = false;
+
+  constructor(private readonly options: StdioServerPoolOptions) {}
+
+  private key(name: string, spec: ServerSpec): string {
+    return `${name}:${createHash('sha256').update(canonicalJson(spec)).digest('hex').slice(0, 16)}`;
+  }
+
+  /** A started, initialised process for one episode: warm if one is ready, else started now. */
+  async acquire(name: string, spec: ServerSpec): Promise<StartedServer> {
+    const key = this.key(name, spec);
+    const ready = this.idle.get(key) ?? [];
+    let server: StartedServer | undefined;
+    while (ready.length && !server) {
+      const next = ready.shift()!;
+      if (next.alive) server = next.server;
+      else await next.server.stop();
+    }
+    this.refill(key, name, spec);
+    return server ?? startServer(name, spec, this.options);
+  }
+
+  /** Starts processes in the background until `warm` are ready or starting for this server. */
+  private refill(key: string, name: string, spec: ServerSpec): void {
+    const ready = this.idle.get(key) ?? [];
+    this.idle.set(key, ready);
+    while (!this.closed && ready.length + (this.starting.get(key) ?? 0) < this.options.warm) {
+      this.starting.set(key, (this.starting.get(key) ?? 0) + 1);
+      startServer(name, spec, this.options).then(
+        (server) => {
+          const entry: Idle = { server, alive: true };
+          server.client.onclose = () => { entry.alive = false; };
+          if (this.closed) void server.stop();
+          else ready.push(entry);
+        },
+        () => undefined, // a warm start that fails is retried by the next acquire, which reports the error
+      ).finally(() => this.starting.set(key, (this.starting.get(key) ?? 1) - 1));
+    }
+  }
+
+  /** Warm processes ready now, per server (for progress and tests). */
+  readyCounts(): Record<string, number> {
+    return Object.fromEntries([...this.idle].map(([k, v]) => [k.split(':')[0]!, v.filter((e) => e.alive).length]));
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const all = [...this.idle.values()].flat();
+    this.idle.clear();
+    await Promise.all(all.map((e) => e.server.stop()));
+  }
+}

@@ -1,0 +1,243 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { createCampaignActivities } from '../activities/campaign-activities.ts';
+import { episodeDependencies, episodeEnvironment, episodeOptions, findTask, thinkingboxResources, type EpisodeBackends } from '../activities/episode-activities.ts';
+import { runEpisode } from '../activities/episode-runner.ts';
+import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
+import { importThinkingboxDataset } from '../activities/thinkingbox/dataset-importer.ts';
+import { loadImportedSuite, type ThinkingBoxSuite } from '../activities/thinkingbox/imported-suite.ts';
+import { validateImportedTask } from '../activities/thinkingbox/imported-task-validation.ts';
+import { runTestCase } from '../activities/thinkingbox/test-case-runner.ts';
+import { gradeNatively, type ServerEffects } from '../activities/thinkingbox/thinkingbox-environment.ts';
+import { datasetPython } from '../activities/thinkingbox/dataset-python.ts';
+import { importThinkingbox } from '../cli/commands/tasks.ts';
+import { episodeConfigSchema } from '../config/episode-config.ts';
+import { repoRoot } from '../config/environment.ts';
+import { IMPORTED_SUITE_FILE, type ImportedTask } from '../config/thinkingbox-schema.ts';
+import { OpenAIWireProtocolDouble, type DoubleReply } from './helpers/openai-wire-double.ts';
+import { controlReady, newPool } from './helpers/stack.ts';
+
+/**
+ * ThinkingBox-format datasets end to end on our own fixture (examples/thinkingbox-fixture): import, parse
+ * errors with file and line, the dataset's real MCP stdio servers per episode, golden validation, the judge on
+ * a rubric task, a broken server as an infrastructure error, native and Python grading agreeing, and
+ * evaluation-only uids kept out of a training pool.
+ */
+
+const fixture = path.join(repoRoot, 'examples', 'thinkingbox-fixture');
+const work = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-thinkingbox-'));
+const imported = path.join(work, 'imported');
+const resources = thinkingboxResources({ warm_processes: 1, server_start_timeout_ms: 30_000, test_timeout_ms: 30_000, native_grading: true });
+const doubles: OpenAIWireProtocolDouble[] = [];
+let suite: ThinkingBoxSuite;
+
+const capture = () => {
+  const io = { lines: [] as string[], errors: [] as string[], out: (s: string) => io.lines.push(s), err: (s: string) => io.errors.push(s) };
+  return io;
+};
+
+before(async () => {
+  const io = capture();
+  const exclude = path.join(work, 'benchmark.yaml');
+  fs.writeFileSync(exclude, '- stacks/shelving.py:test_move_silent_spring\n');
+  const code = importThinkingbox(['--data', fixture, '--list', path.join(fixture, 'tests.yaml'), '--out', imported, '--exclude-uids', exclude], io);
+  assert.equal(code, 0, io.errors.join('\n'));
+  suite = loadImportedSuite(imported).suite!;
+});
+after(async () => {
+  await resources.servers.close();
+  await Promise.all(doubles.map((d) => d.stop()));
+});
+
+const task = (uid: string) => {
+  const t = suite.tasks.find((x) => x.uid === uid);
+  assert.ok(t, `fixture task ${uid}`);
+  return t;
+};
+const withNative = (pred: (t: ImportedTask) => boolean) => suite.tasks.find((t) => t.test.native && pred(t))!;
+
+test('import keeps the original uids, merges init into world_state and marks --exclude-uids evaluation-only', () => {
+  const listed = (fs.readFileSync(path.join(fixture, 'tests.yaml'), 'utf8').match(/^- .+$/gm) ?? []).map((l) => l.slice(2).trim());
+  assert.deepEqual(suite.tasks.map((t) => t.uid), listed);
+  assert.ok(suite.tasks.some((t) => t.uid.includes('/')), 'a task from a sub-folder of test_case/ keeps its relative path in the uid');
+  assert.deepEqual(suite.tasks.filter((t) => t.evaluation_only).map((t) => t.uid), ['stacks/shelving.py:test_move_silent_spring']);
+  for (const t of suite.tasks) {
+    const scenario = suite.scenarios[t.scenario]!;
+    for (const [server, config] of Object.entries(scenario.world_state)) {
+      // Lists concatenate: every row of the scenario's state is still there, in front of what init adds.
+      const base = (config.state ?? {}) as Record<string, unknown[]>;
+      const merged = (t.world_state[server]!.state ?? {}) as Record<string, unknown[]>;
+      for (const [table, rows] of Object.entries(base)) assert.deepEqual(merged[table]!.slice(0, rows.length), rows, `${t.uid}: ${server}.${table}`);
+    }
+  }
+  assert.ok(suite.tasks.some((t) => t.golden.length === 0), 'a no-change task');
+  assert.ok(suite.tasks.some((t) => !t.test.native), 'a task with a custom test body');
+  assert.ok(suite.tasks.some((t) => t.test.native?.rubrics), 'a rubric task');
+});
+
+test('files and tasks that cannot be parsed are reported with file and line; the rest still import', () => {
+  const broken = path.join(work, 'broken-dataset');
+  fs.cpSync(fixture, broken, { recursive: true });
+  fs.writeFileSync(path.join(broken, 'test_case', 'syntax.py'), '"""!\nscenario: circulation_desk\n"""\n\ndef test_a(x):\n    """!\n    query: hi\n    """\n    assert (\n');
+  fs.writeFileSync(path.join(broken, 'test_case', 'yaml_errors.py'), [
+    '"""!',
+    'scenario: circulation_desk',
+    '"""',
+    '',
+    'def test_bad_yaml(x):',
+    '    """!',
+    '    query: a: b',
+    '    """',
+    '',
+    'def test_unknown_scenario(x):',
+    '    """!',
+    '    query: Hello',
+    '    scenario: no_such_scenario',
+    '    """',
+    '',
+    'def test_fine(x):',
+    '    """!',
+    '    query: Hello there',
+    '    """',
+    '    assert True',
+    '',
+  ].join('\n'));
+  const list = path.join(broken, 'list.yaml');
+  fs.writeFileSync(list, `${fs.readFileSync(path.join(fixture, 'tests.yaml'), 'utf8')}- syntax.py:test_a\n- yaml_errors.py:test_bad_yaml\n- yaml_errors.py:test_unknown_scenario\n- yaml_errors.py:test_fine\n- missing.py:test_x\n`);
+  const result = importThinkingboxDataset({ dataDir: broken, listFile: list });
+  const at = (file: string) => result.problems.filter((p) => p.file.endsWith(file)).map((p) => `${p.line}: ${p.message}`);
+  assert.match(at('syntax.py').join('\n'), /^9: .*(syntax|never closed|was not closed)/im, 'a Python syntax error names its line');
+  assert.match(at('yaml_errors.py').join('\n'), /^7: .*YAML syntax/m, 'a YAML error inside a docstring names the .py line');
+  assert.match(at('yaml_errors.py').join('\n'), /^13: task yaml_errors\.py:test_unknown_scenario: unknown scenario 'no_such_scenario'/m);
+  assert.match(at('list.yaml').join('\n'), /missing\.py:test_x: no such test file/);
+  assert.equal(result.suite.tasks.length, suite.tasks.length + 1, 'every good task still imports (the fixture tasks and test_fine)');
+  assert.ok(result.suite.tasks.some((t) => t.uid === 'yaml_errors.py:test_fine' && t.scenario === 'circulation_desk'), 'module defaults apply');
+});
+
+test('golden validation: replaying the golden calls found in init passes; a null agent fails (or passes a no-change task)', { timeout: 300_000 }, async () => {
+  const picks = [
+    withNative((t) => t.golden.length > 0 && Object.keys(t.world_state).length > 1 && t.test.native!.servers.length > 1),
+    withNative((t) => t.golden.length === 0),
+    withNative((t) => !!t.test.native!.rubrics),
+    suite.tasks.find((t) => !t.test.native)!,
+  ];
+  for (const t of picks) {
+    const v = await validateImportedTask(resources, suite, t);
+    assert.deepEqual(v.problems, [], t.uid);
+    assert.equal(v.goldenPass, true, `${t.uid}: golden passes`);
+    assert.equal(v.nullOk, true, `${t.uid}: null agent ${v.noChange ? 'passes (no change)' : 'fails'}`);
+    assert.equal(v.noChange, t.golden.length === 0, `${t.uid}: no-change iff no golden calls`);
+  }
+});
+
+function startDouble(reply: (body: unknown, i: number) => DoubleReply): Promise<string> {
+  const d = new OpenAIWireProtocolDouble(reply);
+  doubles.push(d);
+  return d.start();
+}
+
+const toolCall = (name: string, args: unknown) => `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
+
+async function episode(t: ImportedTask, script: string[], options: { judgeSays?: string; dir?: string } = {}) {
+  const policyUrl = await startDouble((_b, i) => script[Math.min(i, script.length - 1)]!);
+  const judgeUrl = options.judgeSays ? await startDouble(() => options.judgeSays!) : undefined;
+  const config = episodeConfigSchema.parse({
+    policy: { base_url: policyUrl, model: 'policy-double', timeout_ms: 10_000 },
+    limits: { max_agent_turns: 6, wall_clock_ms: 120_000 },
+    ...(judgeUrl ? { judge: { base_url: judgeUrl, model: 'judge-double', timeout_ms: 10_000 } } : {}),
+  });
+  const found = findTask(options.dir ?? imported, t.uid);
+  const pool = newPool();
+  const backends: EpisodeBackends = { pool, grader: new TerminalStateGrader(pool, await controlReady()), thinkingbox: () => resources };
+  try {
+    return await runEpisode(episodeDependencies(config, episodeEnvironment(backends, config, found.suite, found.task), t), t, `test:tb:${t.uid}`, episodeOptions(config));
+  } finally {
+    await pool.close();
+  }
+}
+
+test('an episode against the real tool servers: golden calls succeed, doing nothing fails, only visible tools are offered', { timeout: 120_000 }, async () => {
+  const t = withNative((x) => x.golden.length > 0 && !x.test.native!.rubrics);
+  const good = await episode(t, [...t.golden.map((c) => toolCall(c.tool, c.arguments)), 'All done. <DONE>']);
+  assert.equal(good.outcome, 'success', good.cause);
+  assert.equal(good.toolCalls.length, t.golden.length);
+  const offered = good.tools!.map((x) => x.name).filter((n) => n !== 'end_turn').sort();
+  assert.deepEqual(offered, suite.scenarios[t.scenario]!.tools.map((x) => x.name).sort(), 'exactly the scenario\'s visible tools');
+  assert.ok(!offered.some((n) => n.startsWith('__reserved__')));
+
+  const idle = await episode(t, ['I cannot help with that. <DONE>']);
+  assert.equal(idle.outcome, 'agent_failure');
+  assert.match(idle.cause ?? '', /differs from the golden state/);
+
+  // move_book is served by the catalog server but not visible at the circulation desk.
+  const desk = withNative((x) => x.scenario === 'circulation_desk' && 'catalog' in x.world_state);
+  assert.ok(!suite.scenarios.circulation_desk!.tools.some((x) => x.name === 'move_book'));
+  const sneaky = await episode(desk, [toolCall('move_book', { book_id: 'B001', shelf: 'Z9' }), 'Done. <DONE>']);
+  assert.equal(sneaky.toolCalls[0]!.isError, true, 'a tool the scenario does not make visible cannot be called');
+  assert.match(sneaky.toolCalls[0]!.result, /unknown tool 'move_book'/);
+});
+
+test('a rubric task asks the judge: yes passes, no fails', { timeout: 120_000 }, async () => {
+  const t = withNative((x) => !!x.test.native!.rubrics);
+  const script = [...t.golden.map((c) => toolCall(c.tool, c.arguments)), 'Sorry, that loan cannot be renewed again. <DONE>'];
+  const yes = await episode(t, script, { judgeSays: 'yes' });
+  assert.equal(yes.outcome, 'success', yes.cause);
+  assert.ok(yes.grade!.rubrics.length >= 1, 'the judge was asked');
+  assert.equal(yes.usage.judge.calls, yes.grade!.rubrics.length);
+  const no = await episode(t, script, { judgeSays: 'No.' });
+  assert.equal(no.outcome, 'agent_failure');
+  assert.match(no.cause ?? '', /rubric answered no/);
+});
+
+test('a broken tool server is an infrastructure error, not a failure', { timeout: 120_000 }, async () => {
+  const dir = path.join(work, 'broken-server');
+  const data = JSON.parse(fs.readFileSync(path.join(imported, IMPORTED_SUITE_FILE), 'utf8'));
+  data.servers.loans = { ...data.servers.loans, args: ['-c', 'import sys; sys.stderr.write("loans server: cannot open its database\\n"); sys.exit(3)'] };
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, IMPORTED_SUITE_FILE), JSON.stringify(data));
+  const t = withNative((x) => 'loans' in x.world_state && x.golden.length > 0);
+  const record = await episode(t, [toolCall(t.golden[0]!.tool, t.golden[0]!.arguments), 'Done. <DONE>'], { dir });
+  assert.equal(record.outcome, 'infrastructure_error');
+  assert.match(record.cause ?? '', /tool server 'loans'.*did not start.*cannot open its database/s);
+});
+
+test('native grading and the Python test body agree (pass, state mismatch, rubric yes and no)', { timeout: 180_000 }, async () => {
+  // A fixed-answer judge: the point is that both paths ask it the same questions and act on the answer alike.
+  const judge = (answer: string) => ({ ask: async (question: string) => ({ question, answer, yes: answer === 'yes', usage: { input: 0, output: 0 } }) });
+  let compared = 0;
+  for (const t of suite.tasks.filter((x) => x.test.native)) {
+    for (const match of [true, false]) {
+      for (const answer of t.test.native!.rubrics ? ['yes', 'no'] : ['yes']) {
+        const effects: Record<string, ServerEffects> = {};
+        for (const server of Object.keys(t.world_state)) {
+          effects[server] = { result_hash: match ? 'h1' : 'h2', golden_hash: 'h1', initial_hash: 'h0', diff: [], rubrics: t.test.native!.rubrics ? ['Did the assistant explain the renewal limit?'] : [] };
+        }
+        const native = await gradeNatively(t.test.native!, effects, 'an answer', judge(answer));
+        const python = await runTestCase({ file: t.test.file, function: t.test.function, context: { effects, response: 'an answer', tool_calls: [] }, judge: judge(answer), timeoutMs: 30_000, python: datasetPython() });
+        assert.equal(native.status, python.status, `${t.uid} match=${match} judge=${answer}`);
+        assert.equal(native.verdicts.length, python.verdicts.length, `${t.uid}: same judge calls`);
+        compared += 1;
+      }
+    }
+  }
+  assert.ok(compared >= 10, `${compared} comparisons`);
+});
+
+test('evaluation-only uids never enter a training pool, even when the campaign lists no exclusions', async () => {
+  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-tb-ingest-'));
+  const activities = createCampaignActivities({ controlUrl: await controlReady(), stateDir });
+  const campaignId = `tb-ingest-${process.pid}`;
+  const { uids, excluded } = await activities.ingestCandidates({ campaignId, suiteDir: imported });
+  assert.ok(!uids.includes('stacks/shelving.py:test_move_silent_spring'), 'the evaluation-only task is not a candidate');
+  assert.equal(excluded, 1);
+  assert.equal(uids.length, suite.tasks.length - 1);
+  // An exclusion file at ingestion removes more.
+  const file = path.join(stateDir, 'more.yaml');
+  fs.writeFileSync(file, `- ${JSON.stringify(uids[0])}\n`);
+  const second = await activities.ingestCandidates({ campaignId: `${campaignId}-b`, suiteDir: imported, excludeUidsFile: file });
+  assert.ok(!second.uids.includes(uids[0]!) && !second.uids.includes('stacks/shelving.py:test_move_silent_spring'));
+  assert.equal(second.excluded, 2);
+});
