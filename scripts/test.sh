@@ -20,7 +20,7 @@ if [ -n "$files" ]; then
 fi
 venv=$(cat .tools/python-venv)
 if [ -z "${TBT_TEST_FILTER:-}" ] && ls gpu-learner/tests/test_*.py >/dev/null 2>&1; then
-  "$venv/bin/python" -m pytest gpu-learner/tests -q -p no:cacheprovider 2>&1 | tee .state/python-tests.log
+  "$venv/bin/python" -m pytest gpu-learner/tests thinkingbox/tests -q -p no:cacheprovider 2>&1 | tee .state/python-tests.log
   p=$(grep -oE '[0-9]+ passed' .state/python-tests.log | tail -1 | awk '{print $1}'); f=$(grep -oE '[0-9]+ (failed|error)' .state/python-tests.log | awk '{s+=$1} END {print s+0}')
   [ -z "$p" ] && [ "${f:-0}" = 0 ] && f=1
   pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))

@@ -1,0 +1,225 @@
+"""Grading subprocess: runs one ThinkingBox test function against an episode's terminal context.
+
+Protocol (one JSON object per line):
+  stdin, first line:  {"file": PATH, "function": NAME,
+                       "context": {"effects": {server: object}, "response": str,
+                                   "tool_calls": [{"name", "arguments", "result", "is_error"}]}}
+  stdout, per judge() call:  {"type": "judge", "question": Q, "text": T}
+  stdin, the answer:         {"yes": bool, "answer": str}  or  {"error": str}
+  stdout, last line:         {"type": "result", "status": "pass"|"fail"|"error", "message": str,
+                              "traceback": str, "error_type": str}
+
+pass = the function returned; fail = AssertionError (message = str(error), or the failing assert's source
+line when that is empty); error = anything else (import errors, judge outage, sys.exit, bad input).
+``error_type`` is the exception's class name ("" on pass) so the caller can tell a judge outage
+("JudgeUnavailable") from a broken test. Exit code 0 whenever the result line was written.
+
+The protocol uses private duplicates of file descriptors 0 and 1; during the test fd 1 (and sys.stdout)
+point at stderr and fd 0 at /dev/null, so test code that prints or reads cannot corrupt the protocol.
+Network access is blocked (best effort, not a sandbox) before the test module is loaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import re
+import socket
+import sys
+import traceback
+from typing import Any, Callable, TextIO
+
+
+class JudgeUnavailable(Exception):
+    """The judge could not answer (outage, refusal, bad reply): an infrastructure error, never a fail."""
+
+
+class Context:
+    """The ``x`` a test function sees."""
+
+    def __init__(self, effects: dict[str, Any], response: str, tool_calls: list[dict[str, Any]]):
+        self.effects = effects
+        self.response = response
+        self.tool_calls = tool_calls
+
+    def __repr__(self) -> str:
+        return f"Context(effects={list(self.effects)}, response={self.response!r:.80}, tool_calls={len(self.tool_calls)})"
+
+
+NETWORK_DISABLED = "network access is disabled in test code"
+
+
+def block_network() -> None:
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise PermissionError(NETWORK_DISABLED)
+
+    socket.socket.connect = refuse  # type: ignore[method-assign]
+    socket.socket.connect_ex = refuse  # type: ignore[method-assign]
+    socket.socket.sendto = refuse  # type: ignore[method-assign]
+    socket.create_connection = refuse  # type: ignore[assignment]
+    socket.getaddrinfo = refuse  # type: ignore[assignment]
+
+
+def make_judge(proto_in: TextIO, proto_out: TextIO, default_text: Callable[[], str]) -> Callable[..., bool]:
+    def judge(question: str, text: str | None = None) -> bool:
+        if not isinstance(question, str):
+            raise TypeError(f"judge() question must be a string, got {type(question).__name__}")
+        if text is None:
+            text = default_text()
+        elif not isinstance(text, str):
+            text = str(text)
+        proto_out.write(json.dumps({"type": "judge", "question": question, "text": text}, ensure_ascii=False) + "\n")
+        proto_out.flush()
+        line = proto_in.readline()
+        if not line:
+            raise JudgeUnavailable("no judge answer (input closed)")
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise JudgeUnavailable(f"unreadable judge answer: {e}") from None
+        if not isinstance(reply, dict):
+            raise JudgeUnavailable("judge answer is not an object")
+        if "error" in reply:
+            raise JudgeUnavailable(str(reply["error"]))
+        if not isinstance(reply.get("yes"), bool):
+            raise JudgeUnavailable("judge answer has no boolean 'yes'")
+        return reply["yes"]
+
+    return judge
+
+
+def _module_name(path: str) -> str:
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if (stem.isidentifier() and stem not in sys.modules and stem not in sys.stdlib_module_names
+            and not stem.startswith("tbt_")):
+        return stem
+    return "tbt_testcase_" + re.sub(r"\W", "_", stem)
+
+
+def load_function(path: str, function: str) -> Callable[..., Any]:
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = _module_name(path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    func = getattr(module, function, None)
+    if func is None:
+        raise LookupError(f"{os.path.basename(path)} has no function {function!r}")
+    if not callable(func):
+        raise TypeError(f"{function} is not a function")
+    if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        raise TypeError(f"{function}: async test functions are not supported")
+    if inspect.isgeneratorfunction(func):
+        raise TypeError(f"{function}: generator test functions are not supported")
+    return func
+
+
+def call_test(func: Callable[..., Any], x: Context, judge: Callable[..., bool]) -> None:
+    provided = {"x": x, "judge": judge}
+    kwargs: dict[str, Any] = {}
+    params = inspect.signature(func).parameters
+    for p in params.values():
+        if p.name in provided and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            kwargs[p.name] = provided[p.name]
+        elif p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.default is not p.empty:
+            continue
+        else:
+            raise TypeError(f"unsupported test parameter {p.name!r} (test functions take x and/or judge)")
+    # Names the function does not take as parameters are injected as globals unless the module defines them.
+    g = getattr(func, "__globals__", None)
+    if isinstance(g, dict):
+        for key, value in provided.items():
+            if key not in kwargs and key not in g:
+                g[key] = value
+    func(**kwargs)
+
+
+def _assert_message(e: AssertionError) -> str:
+    text = str(e)
+    if text:
+        return text
+    frames = traceback.extract_tb(e.__traceback__)
+    if frames and frames[-1].line:
+        return frames[-1].line.strip()
+    return "assertion failed"
+
+
+def _trimmed_traceback(e: BaseException) -> str:
+    """The traceback without this module's own frames at the top."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(e), e, tb))
+
+
+def run(proto_in: TextIO, proto_out: TextIO) -> dict[str, Any]:
+    line = proto_in.readline()
+    try:
+        request = json.loads(line)
+        path, function, context = request["file"], request["function"], request.get("context") or {}
+        if not isinstance(path, str) or not isinstance(function, str) or not isinstance(context, dict):
+            raise TypeError("file and function must be strings, context an object")
+        effects = context.get("effects") or {}
+        response = context.get("response") or ""
+        tool_calls = context.get("tool_calls") or []
+        if not isinstance(effects, dict) or not isinstance(response, str) or not isinstance(tool_calls, list):
+            raise TypeError("context.effects must be an object, response a string, tool_calls a list")
+    except Exception as e:  # noqa: BLE001 - any malformed request is reported as an error result
+        return {"status": "error", "message": f"bad request: {e}", "traceback": "", "error_type": "BadRequest"}
+
+    x = Context(effects, response, tool_calls)
+    judge = make_judge(proto_in, proto_out, lambda: x.response)
+    try:
+        block_network()
+        func = load_function(path, function)
+        call_test(func, x, judge)
+    except AssertionError as e:
+        return {"status": "fail", "message": _assert_message(e), "traceback": _trimmed_traceback(e),
+                "error_type": type(e).__name__}
+    except SystemExit as e:
+        return {"status": "error", "message": f"test code called sys.exit({e.code!r})",
+                "traceback": _trimmed_traceback(e), "error_type": "SystemExit"}
+    except BaseException as e:  # noqa: BLE001 - everything else is a system error, including KeyboardInterrupt
+        return {"status": "error", "message": f"{type(e).__name__}: {e}", "traceback": _trimmed_traceback(e),
+                "error_type": type(e).__name__}
+    return {"status": "pass", "message": "", "traceback": "", "error_type": ""}
+
+
+def main() -> int:
+    sys.stdout.flush()
+    # Private protocol channels, then fd 1 -> stderr and fd 0 -> /dev/null for the test code.
+    proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout = sys.stderr
+    sys.stdin = open(os.devnull, "r", encoding="utf-8")
+
+    result = run(proto_in, proto_out)
+    try:
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    proto_out.write(json.dumps({"type": "result", **result}, ensure_ascii=False) + "\n")
+    proto_out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    # Leave at once: threads or atexit hooks left behind by test code must not hold the grader open.
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(code)
