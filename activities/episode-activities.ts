@@ -3,7 +3,6 @@ import os from 'node:os';
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { thinkingboxSettingsSchema, toEndpoint, type ThinkingboxSettings } from '../config/episode-config.ts';
-import { repoRoot } from '../config/environment.ts';
 import type { ImportedTask } from '../config/thinkingbox-schema.ts';
 import { BadInputError } from '../core/errors.ts';
 import { cyrb53 } from '../core/seeded-choice.ts';
@@ -18,8 +17,8 @@ import type { SandboxPool } from './sandbox-pool.ts';
 import { createSimulatedUser } from './simulated-user.ts';
 import { loadSuites, formatProblem, taskDomain, type AnySuite, type LoadedTask, type Suite, type ThinkingBoxSuite } from './task-suite-loader.ts';
 import type { TerminalStateGrader } from './terminal-state-grader.ts';
-import { datasetPython } from './thinkingbox/dataset-python.ts';
-import { datasetPythonBin, StdioServerPool } from './thinkingbox/stdio-server-pool.ts';
+import { datasetPathPrefix, datasetPython } from './thinkingbox/dataset-python.ts';
+import { StdioServerPool } from './thinkingbox/stdio-server-pool.ts';
 import { thinkingboxEnvironment, type ThinkingBoxResources } from './thinkingbox/thinkingbox-environment.ts';
 
 /**
@@ -97,7 +96,7 @@ export function episodeDependencies(config: EpisodeConfig, environment: EpisodeE
 
 export function thinkingboxResources(settings: ThinkingboxSettings = thinkingboxSettingsSchema.parse(undefined)): ThinkingBoxResources {
   return {
-    servers: new StdioServerPool({ warm: settings.warm_processes, startTimeoutMs: settings.server_start_timeout_ms, pathPrefix: datasetPythonBin(repoRoot) }),
+    servers: new StdioServerPool({ warm: settings.warm_processes, startTimeoutMs: settings.server_start_timeout_ms, pathPrefix: datasetPathPrefix() }),
     python: datasetPython(),
     testTimeoutMs: settings.test_timeout_ms,
     nativeGrading: settings.native_grading,

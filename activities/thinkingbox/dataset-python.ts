@@ -3,14 +3,24 @@ import path from 'node:path';
 import { repoRoot } from '../../config/environment.ts';
 
 /**
- * The Python that runs dataset code (tool servers, test functions, the test-file parser): the environment
- * `scripts/setup.sh` prepares from thinkingbox/requirements.txt, else `python3` from PATH.
+ * The Python environment for dataset code (tool servers, test functions, the test-file parser) that
+ * `scripts/setup.sh` prepares from thinkingbox/requirements.txt and records in .tools/thinkingbox-venv.
  */
-export function datasetPython(): string {
+
+function datasetVenv(): string | undefined {
   const marker = path.join(repoRoot, '.tools', 'thinkingbox-venv');
-  if (fs.existsSync(marker)) {
-    const python = path.join(fs.readFileSync(marker, 'utf8').trim(), 'bin', 'python');
-    if (fs.existsSync(python)) return python;
-  }
-  return 'python3';
+  const venv = fs.existsSync(marker) ? fs.readFileSync(marker, 'utf8').trim() : '';
+  return venv && fs.existsSync(path.join(venv, 'bin', 'python')) ? venv : undefined;
+}
+
+/** Its interpreter, else `python3` from PATH. */
+export function datasetPython(): string {
+  const venv = datasetVenv();
+  return venv ? path.join(venv, 'bin', 'python') : 'python3';
+}
+
+/** Folders to put first on PATH for server commands (so `python` in servers.yaml is that interpreter). */
+export function datasetPathPrefix(): string[] {
+  const venv = datasetVenv();
+  return venv ? [path.join(venv, 'bin')] : [];
 }

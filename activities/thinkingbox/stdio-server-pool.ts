@@ -1,5 +1,4 @@
 import { createHash } from 'node:crypto';
-import fs from 'node:fs';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -32,13 +31,6 @@ export interface StdioServerPoolOptions {
   startTimeoutMs?: number;
   /** Folders put first on PATH for server commands (the dataset Python environment). */
   pathPrefix?: string[];
-}
-
-/** The folder of the Python environment `scripts/setup.sh` prepares for dataset tool servers, if any. */
-export function datasetPythonBin(repoRoot: string): string[] {
-  const marker = path.join(repoRoot, '.tools', 'thinkingbox-venv');
-  if (!fs.existsSync(marker)) return [];
-  return [path.join(fs.readFileSync(marker, 'utf8').trim(), 'bin')];
 }
 
 async function startServer(name: string, spec: ServerSpec, options: StdioServerPoolOptions): Promise<StartedServer> {
