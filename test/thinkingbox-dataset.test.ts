@@ -241,3 +241,26 @@ test('evaluation-only uids never enter a training pool, even when the campaign l
   assert.ok(!second.uids.includes(uids[0]!) && !second.uids.includes('stacks/shelving.py:test_move_silent_spring'));
   assert.equal(second.excluded, 2);
 });
+
+test('test code has no network, and a test that hangs is killed as an infrastructure error', { timeout: 60_000 }, async () => {
+  const listening = await startDouble(() => 'yes');
+  const file = path.join(work, 'hostile_tests.py');
+  fs.writeFileSync(file, [
+    'import time, urllib.request',
+    '',
+    'def test_phone_home(x, judge):',
+    `    urllib.request.urlopen(${JSON.stringify(listening.replace(/\/v1$/, '/'))}, timeout=5).read()`,
+    '',
+    'def test_hangs(x, judge):',
+    '    time.sleep(60)',
+    '',
+  ].join('\n'));
+  const context = { effects: {}, response: '', tool_calls: [] };
+  await assert.rejects(runTestCase({ file, function: 'test_phone_home', context, timeoutMs: 20_000, python: datasetPython() }), (err: Error) => {
+    assert.equal(err.name, 'InfrastructureError');
+    assert.match(err.message, /test .*test_phone_home raised an error/);
+    return true;
+  });
+  // Had it not been killed it would have passed after its sleep: the timeout, not the test, ended it.
+  await assert.rejects(runTestCase({ file, function: 'test_hangs', context, timeoutMs: 2_000, python: datasetPython() }), /did not finish within 2000 ms/);
+});
