@@ -103,10 +103,17 @@ export function thinkingboxResources(settings: ThinkingboxSettings = thinkingbox
   };
 }
 
+export interface LazyThinkingboxResources {
+  (config: EpisodeConfig): ThinkingBoxResources;
+  /** Stops the warm tool-server processes (they would keep the process alive). */
+  close(): Promise<void>;
+}
+
 /** Tool-server resources for imported tasks, created by the first such episode and shared by the worker's others. */
-export function thinkingboxResourcesFactory(): (config: EpisodeConfig) => ThinkingBoxResources {
+export function thinkingboxResourcesFactory(): LazyThinkingboxResources {
   let resources: ThinkingBoxResources | undefined;
-  return (config) => (resources ??= thinkingboxResources(config.thinkingbox));
+  const get = (config: EpisodeConfig) => (resources ??= thinkingboxResources(config.thinkingbox));
+  return Object.assign(get, { close: async () => resources?.servers.close() });
 }
 
 export function createEpisodeActivities(deps: { pool: SandboxPool; grader: TerminalStateGrader; controlUrl: string; thinkingbox?: EpisodeBackends['thinkingbox'] }) {

@@ -3,8 +3,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+import { NativeConnection, Worker } from '@temporalio/worker';
 import { createCampaignActivities } from '../activities/campaign-activities.ts';
-import { episodeDependencies, episodeEnvironment, episodeOptions, findTask, thinkingboxResources, type EpisodeBackends } from '../activities/episode-activities.ts';
+import { createEpisodeActivities, episodeDependencies, episodeEnvironment, episodeOptions, findTask, thinkingboxResources, thinkingboxResourcesFactory, type EpisodeBackends } from '../activities/episode-activities.ts';
 import { runEpisode } from '../activities/episode-runner.ts';
 import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
 import { importThinkingboxDataset } from '../activities/thinkingbox/dataset-importer.ts';
@@ -15,10 +16,12 @@ import { gradeNatively, type ServerEffects } from '../activities/thinkingbox/thi
 import { datasetPython } from '../activities/thinkingbox/dataset-python.ts';
 import { importThinkingbox } from '../cli/commands/tasks.ts';
 import { episodeConfigSchema } from '../config/episode-config.ts';
-import { repoRoot } from '../config/environment.ts';
+import { repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
+import { withClient } from '../infra/control-database.ts';
+import { episodeBatchWorkflow } from '../workflows/episode-batch-workflow.ts';
 import { IMPORTED_SUITE_FILE, type ImportedTask } from '../config/thinkingbox-schema.ts';
 import { OpenAIWireProtocolDouble, type DoubleReply } from './helpers/openai-wire-double.ts';
-import { controlReady, newPool } from './helpers/stack.ts';
+import { controlReady, env, newPool, temporalClient, workflowBundle } from './helpers/stack.ts';
 
 /**
  * ThinkingBox-format datasets end to end on our own fixture (examples/thinkingbox-fixture): import, parse
@@ -263,4 +266,39 @@ test('test code has no network, and a test that hangs is killed as an infrastruc
   });
   // Had it not been killed it would have passed after its sleep: the timeout, not the test, ended it.
   await assert.rejects(runTestCase({ file, function: 'test_hangs', context, timeoutMs: 2_000, python: datasetPython() }), /did not finish within 2000 ms/);
+});
+
+test('imported tasks run as Temporal episode activities on a rollout worker, stored under their original uids', { timeout: 180_000 }, async () => {
+  const picks = suite.tasks.filter((t) => t.test.native && !t.test.native.rubrics).slice(0, 3);
+  // A scripted policy that plays each task's golden calls (found by the task's query), then says it is done.
+  const policyUrl = await startDouble((body) => {
+    const messages = (body as { messages: { role: string; content: string }[] }).messages;
+    const at = messages.findIndex((m) => m.role === 'user' && picks.some((t) => t.query === m.content));
+    const t = picks.find((x) => x.query === messages[at]!.content)!;
+    const turn = messages.slice(at).filter((m) => m.role === 'assistant').length;
+    return turn < t.golden.length ? toolCall(t.golden[turn]!.tool, t.golden[turn]!.arguments) : 'Done. <DONE>';
+  });
+  const config = episodeConfigSchema.parse({ policy: { base_url: policyUrl, model: 'policy-double', timeout_ms: 15_000 }, limits: { max_agent_turns: 6, wall_clock_ms: 120_000 }, thinkingbox: { warm_processes: 1 } });
+  const controlUrl = await controlReady();
+  const prefix = `test-tb-${process.pid}`;
+  const queues = taskQueues({ TBT_TASK_QUEUE_PREFIX: prefix });
+  const pool = newPool();
+  const connection = await NativeConnection.connect({ address: temporalAddress(env) });
+  const { client, connection: clientConnection } = await temporalClient();
+  const thinkingbox = thinkingboxResourcesFactory();
+  const rollout = await Worker.create({ connection, taskQueue: queues.rollout, activities: createEpisodeActivities({ pool, grader: new TerminalStateGrader(pool, controlUrl), controlUrl, thinkingbox }) });
+  const orchestrator = await Worker.create({ connection, taskQueue: queues.orchestrator, workflowBundle: await workflowBundle() });
+  try {
+    const episodes = picks.map((t, i) => ({ episodeId: `${prefix}/episode-${i}`, suiteDir: imported, taskUid: t.uid, purpose: 'adhoc' as const, config }));
+    const run = client.workflow.execute(episodeBatchWorkflow, { taskQueue: queues.orchestrator, workflowId: `${prefix}/batch`, args: [{ rolloutQueue: queues.rollout, episodes, concurrency: 2 }] });
+    const summaries = await Promise.all([rollout.runUntil(run), orchestrator.runUntil(run)]).then((r) => r[0]);
+    assert.deepEqual(summaries.map((s) => s.outcome), picks.map(() => 'success'), JSON.stringify(summaries));
+    const stored = await withClient(controlUrl, (c) => c.query<{ task_uid: string; suite: string; status: string }>(`SELECT task_uid, suite, status FROM episodes WHERE id LIKE $1 ORDER BY id`, [`${prefix}/%`]));
+    assert.deepEqual(stored.rows.map((r) => [r.task_uid, r.suite, r.status]), picks.map((t) => [t.uid, suite.name, 'success']));
+  } finally {
+    await clientConnection.close();
+    await connection.close();
+    await pool.close();
+    await thinkingbox.close();
+  }
 });

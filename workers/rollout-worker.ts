@@ -2,7 +2,7 @@ import os from 'node:os';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import pino from 'pino';
 import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../config/environment.ts';
-import { createEpisodeActivities } from '../activities/episode-activities.ts';
+import { createEpisodeActivities, thinkingboxResourcesFactory } from '../activities/episode-activities.ts';
 import { SandboxPool } from '../activities/sandbox-pool.ts';
 import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
@@ -23,12 +23,13 @@ async function run(): Promise<void> {
   if (swept.dropped.length) log.info({ dropped: swept.dropped.length }, 'swept sandboxes left by crashed workers');
   const sweeper = setInterval(() => pool.sweep().catch((err: unknown) => log.warn({ err }, 'sandbox sweep failed')), 5 * 60_000);
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });
+  const thinkingbox = thinkingboxResourcesFactory(); // tool servers of imported ThinkingBox tasks, on first use
   try {
     const worker = await Worker.create({
       connection,
       namespace: env.TBT_TEMPORAL_NAMESPACE,
       taskQueue: taskQueues(env).rollout,
-      activities: createEpisodeActivities({ pool, grader: new TerminalStateGrader(pool, controlUrl), controlUrl }),
+      activities: createEpisodeActivities({ pool, grader: new TerminalStateGrader(pool, controlUrl), controlUrl, thinkingbox }),
       maxConcurrentActivityTaskExecutions: Number(process.env.TBT_ROLLOUT_CONCURRENCY ?? 4),
       shutdownGraceTime: '30s',
     });
@@ -36,6 +37,7 @@ async function run(): Promise<void> {
     await worker.run();
   } finally {
     clearInterval(sweeper);
+    await thinkingbox.close();
     await pool.close();
     await connection.close();
   }

@@ -63,7 +63,8 @@ export async function episodes(args: string[]): Promise<number> {
     prompt: { tools_in_prompt: true, example: values.example },
   });
   const pool = new SandboxPool({ controlUrl: databaseUrl(env), agentPassword: env.TBT_AGENT_DB_PASSWORD, readerPassword: env.TBT_READER_DB_PASSWORD, warm: 2 });
-  const backends: EpisodeBackends = { pool, grader: new TerminalStateGrader(pool, databaseUrl(env)), thinkingbox: thinkingboxResourcesFactory() };
+  const thinkingbox = thinkingboxResourcesFactory();
+  const backends: EpisodeBackends = { pool, grader: new TerminalStateGrader(pool, databaseUrl(env)), thinkingbox };
   const jobs = uids.flatMap((uid) => Array.from({ length: repeats }, (_, repetition) => ({ uid, repetition })));
   const out = fs.openSync(values.out, 'w');
   const records = values.records ? fs.openSync(values.records, 'w') : undefined;
@@ -94,7 +95,7 @@ export async function episodes(args: string[]): Promise<number> {
     fs.closeSync(out);
     if (records !== undefined) fs.closeSync(records);
     await pool.close();
-    await backends.thinkingbox?.(config).servers.close();
+    await thinkingbox.close();
     await server?.stop();
   }
   const rates = [...perTask.entries()].sort(([a], [b]) => a.localeCompare(b));
