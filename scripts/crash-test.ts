@@ -36,6 +36,7 @@ const { values: opts } = parseArgs({
     only: { type: 'string' },
     baseline: { type: 'string' },
     'timeout-min': { type: 'string', default: '25' },
+    'keep-checkpoints': { type: 'boolean', default: false },
   },
 });
 
@@ -245,6 +246,21 @@ async function checks(id: string, end: Awaited<ReturnType<typeof waitForEnd>>, b
   return { list, f, realUpdates, retrained };
 }
 
+/**
+ * A run's learner checkpoints are about 8.5 GB (4 x 1.6 GB of weights + AdamW state, 4 x 0.5 GB of exports): once
+ * checked, keep only the small lineage files (manifest.json, trainer_state.json) and the logs, or a few runs fill
+ * the disk (seen: a full disk made the learner's checkpoint write fail).
+ */
+function pruneCheckpoints(id: string): void {
+  if (opts['keep-checkpoints']) return;
+  const { checkpoints } = learnerFiles(env.TBT_STATE_DIR, id);
+  if (!fs.existsSync(checkpoints)) return;
+  fs.rmSync(path.join(checkpoints, 'exports'), { recursive: true, force: true });
+  for (const entry of fs.readdirSync(checkpoints, { recursive: true, withFileTypes: true })) {
+    if (entry.isFile() && (entry.name.endsWith('.distcp') || /^rng-rank\d+\.pt$/.test(entry.name))) fs.rmSync(path.join(entry.parentPath, entry.name), { force: true });
+  }
+}
+
 // --- Victims ------------------------------------------------------------------------------------------------
 function kill(pid: number | undefined, what: string, killed: string[]): void {
   if (pid === undefined || !isAlive(pid)) return;
@@ -327,6 +343,7 @@ async function runCampaign(victim: Victim | 'none', baseline?: Facts): Promise<{
   const end = await waitForEnd(campaignId, started);
   const wallS = secs(now() - started);
   const { list, f, realUpdates, retrained } = await checks(campaignId, end, baseline);
+  if (!end.status.startsWith('TIMED_OUT')) pruneCheckpoints(campaignId); // a hung run keeps its files for diagnosis
   if (plan && killPoint && killPoint.killed.length === 0) list.push({ name: 'the victim was killed', pass: false, detail: 'no process to kill at the chosen point' });
   for (const c of list) log(`  ${c.pass ? 'PASS' : 'FAIL'} ${c.name}: ${c.detail}`);
   const summary: RunSummary = { run: victim === 'none' ? 'baseline' : `kill ${victim}`, campaignId, victim, killPoint, restartS, wallS, realUpdates, retrainedBeforeCommit: retrained, checks: list, passed: list.every((c) => c.pass) };
