@@ -2,7 +2,8 @@
 
 Layout under `checkpoint.dir` (a folder every node can reach):
     step-<n>/            .metadata + *.distcp (model and optimizer shards), rng-rank<r>.pt,
-                         trainer_state.json (step, ledger), manifest.json (sizes + sha256 of every file)
+                         trainer_state.json (step, ledger), manifest.json (sizes + sha256 of every file,
+                         parent_step + sha256 of the parent's manifest: the lineage)
     step-<n>.tmp/        a save in progress; renamed to step-<n> only when complete, deleted on start
     exports/step-<n>/    model.safetensors + config and tokenizer files (a Hugging Face folder)
 """
@@ -156,9 +157,14 @@ class Checkpointer:
         if self.info.is_main:
             _write_json(tmp / TRAINER_STATE, self.trainer.state.to_json())
             files = sorted(p for p in tmp.rglob("*") if p.is_file() and p.name != MANIFEST)
+            # Lineage: the committed checkpoint this step was applied on (none for the first step).
+            parent = self.trainer.state.ledger.get(step, {}).get("parent_step")
+            parent_manifest = self.step_dir(parent) / MANIFEST if parent else None
             manifest = {
                 "format": FORMAT_VERSION,
                 "step": step,
+                "parent_step": parent,
+                "parent_manifest_sha256": _sha256(parent_manifest) if parent_manifest and parent_manifest.is_file() else None,
                 "world_size": self.info.world_size,
                 "created_unix": time.time(),
                 "hyperparameters": self.info.config.to_manifest(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import threading
@@ -51,6 +52,12 @@ class TrainerState:
         )
 
 
+def batch_ids_sha256(batch: Batch) -> str:
+    """sha256 of the batch's sorted trajectory ids, one per line: which episodes a step trained on."""
+    ids = sorted(t.trajectory_id for t in batch.trajectories)
+    return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
+
+
 class Trainer:
     def __init__(self, info: DistInfo) -> None:
         self.info = info
@@ -85,6 +92,9 @@ class Trainer:
             result = self._update(step_id, batch)
         result["time_s"] = round(time.perf_counter() - started, 6)
         result["step_id"] = step_id
+        # Lineage: the step these weights were applied on, and which trajectories went in (sorted ids).
+        result["parent_step"] = self.state.last_step
+        result["batch_ids_sha256"] = batch_ids_sha256(batch)
         self.state.last_step = step_id
         self.state.ledger[step_id] = result
         self.state.trajectories_seen += len(batch.trajectories)
