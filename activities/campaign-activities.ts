@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { ApplicationFailure } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
 import { parse as parseYaml } from 'yaml';
 import { repoRoot } from '../config/environment.ts';
 import { priceTableSchema } from '../config/price-table.ts';
@@ -51,6 +51,28 @@ async function tbt(args: string[]): Promise<string> {
   }
 }
 
+/**
+ * Every bookkeeping activity heartbeats every 10 s while it runs, so a killed orchestrator worker is noticed
+ * at the heartbeat timeout (1 minute, workflows/activity-options.ts) rather than at the end of its long
+ * start-to-close limit. Called outside an activity (tests, tools), the functions just run.
+ */
+function withHeartbeats<T extends Record<string, (...args: never[]) => Promise<unknown>>>(activities: T): T {
+  return Object.fromEntries(Object.entries(activities).map(([name, fn]) => [name, async (...args: never[]) => {
+    let ctx: Context | undefined;
+    try {
+      ctx = Context.current();
+    } catch {
+      return fn(...args);
+    }
+    const beat = setInterval(() => ctx!.heartbeat(), 10_000);
+    try {
+      return await fn(...args);
+    } finally {
+      clearInterval(beat);
+    }
+  }])) as T;
+}
+
 export function createCampaignActivities(deps: { controlUrl: string; stateDir: string }) {
   const runDir = (campaignId: string) => {
     const dir = path.join(deps.stateDir, 'campaigns', campaignId.replace(/[^A-Za-z0-9_.-]/g, '_'));
@@ -69,7 +91,7 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
     return lines.length;
   }
 
-  return {
+  return withHeartbeats({
     async ingestCandidates(input: { campaignId: string; suiteDir: string; excludeUidsFile?: string; maxCandidates?: number }): Promise<{ uids: string[]; excluded: number }> {
       const { suites, problems } = loadSuites(input.suiteDir);
       if (problems.length || !suites[0]) throw ApplicationFailure.nonRetryable(`suite ${input.suiteDir} has problems: ${problems.slice(0, 5).map((p) => `${p.file}:${p.line}: ${p.field} ${p.message}`).join('; ')}`, 'BadInput');
@@ -170,7 +192,7 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
       return file;
     },
 
-  };
+  });
 }
 
 export type CampaignActivities = ReturnType<typeof createCampaignActivities>;

@@ -9,6 +9,7 @@ import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow
 import { probeWorkflow, type ProbeResult } from './probe-workflow.ts';
 import { campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
 import { trainingStepWorkflow } from './training-step-workflow.ts';
+import { bookkeepingOptions } from './activity-options.ts';
 
 /**
  * The six-stage loop as one durable workflow: ingest -> probe -> select -> training steps -> evaluation ->
@@ -56,7 +57,7 @@ export const resumeSignal = defineSignal('resume');
 export const stopAfterStepSignal = defineSignal('stopAfterStep');
 export const statusQuery = defineQuery<CampaignStatus>('status');
 
-const bookkeeping = proxyActivities<CampaignActivities>({ startToCloseTimeout: '30 minutes', retry: { maximumAttempts: 10, nonRetryableErrorTypes: ['BadInput'] } });
+const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('30 minutes', 10));
 
 export async function campaignWorkflow(input: CampaignInput): Promise<CampaignStatus> {
   const { campaignId, config } = input;
@@ -64,7 +65,7 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
   const gpu = proxyActivities<GpuActivities>({
     taskQueue: input.queues.gpu,
     startToCloseTimeout: '1 hour',
-    heartbeatTimeout: '10 minutes',
+    heartbeatTimeout: '2 minutes', // every GPU activity heartbeats at least every 10 s
     retry: { maximumAttempts: 10, initialInterval: '5 seconds', maximumInterval: '1 minute', nonRetryableErrorTypes: ['BadInput'] },
   });
   const status = (): CampaignStatus => {

@@ -18,7 +18,8 @@ export function episodeActivities(rolloutQueue: string, wallClockMs: number) {
     taskQueue: rolloutQueue,
     // The episode enforces its own wall clock; the activity gets that plus room for set-up and grading.
     startToCloseTimeout: wallClockMs + 5 * 60_000,
-    heartbeatTimeout: '5 minutes',
+    // The episode heartbeats every 20 s and per turn: a killed rollout worker's episodes are retried within 90 s.
+    heartbeatTimeout: '90 seconds',
     retry: { maximumAttempts: 5, initialInterval: '2 seconds', backoffCoefficient: 2, nonRetryableErrorTypes: ['BadInput'] },
   });
 }

@@ -1,6 +1,7 @@
 import { ApplicationFailure, proxyActivities } from '@temporalio/workflow';
 import type { CampaignActivities } from '../activities/campaign-activities.ts';
 import { runKeyedEpisodes, type KeyedEpisodesInput } from './keyed-episodes.ts';
+import { bookkeepingOptions } from './activity-options.ts';
 
 /**
  * Evaluation of one policy on tasks x repeats (`uid#rep` keys). Missing or infrastructure-errored keys are
@@ -11,7 +12,7 @@ import { runKeyedEpisodes, type KeyedEpisodesInput } from './keyed-episodes.ts';
 export interface EvaluationInput extends Omit<KeyedEpisodesInput, 'idPrefix' | 'purpose'> { label: string; prices?: string }
 export interface EvaluationResult { label: string; aggregate: string; summary: string; episodes: number; reruns: number }
 
-const bookkeeping = proxyActivities<CampaignActivities>({ startToCloseTimeout: '30 minutes', retry: { maximumAttempts: 5, nonRetryableErrorTypes: ['BadInput'] } });
+const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('30 minutes', 5));
 
 export async function evaluationWorkflow(input: EvaluationInput): Promise<EvaluationResult> {
   const results = await runKeyedEpisodes({ ...input, idPrefix: `${input.campaignId}/eval-${input.label}`, purpose: 'eval' });

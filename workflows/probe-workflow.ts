@@ -1,6 +1,7 @@
 import { proxyActivities } from '@temporalio/workflow';
 import type { CampaignActivities } from '../activities/campaign-activities.ts';
 import { runKeyedEpisodes, type KeyedEpisodesInput } from './keyed-episodes.ts';
+import { bookkeepingOptions } from './activity-options.ts';
 
 /**
  * Offline difficulty probing: n episodes per candidate with the base policy, then selection by Jeffreys
@@ -11,7 +12,7 @@ import { runKeyedEpisodes, type KeyedEpisodesInput } from './keyed-episodes.ts';
 export interface ProbeInput extends Omit<KeyedEpisodesInput, 'idPrefix' | 'purpose'> { minCleanRuns: number; retainBands: string[] }
 export interface ProbeResult { pool: string[]; bands: Record<string, number>; aggregates: string; episodes: number }
 
-const bookkeeping = proxyActivities<CampaignActivities>({ startToCloseTimeout: '30 minutes', retry: { maximumAttempts: 5, nonRetryableErrorTypes: ['BadInput'] } });
+const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('30 minutes', 5));
 
 export async function probeWorkflow(input: ProbeInput): Promise<ProbeResult> {
   const results = await runKeyedEpisodes({ ...input, idPrefix: `${input.campaignId}/probe`, purpose: 'probe' });

@@ -3,6 +3,7 @@ import type { CampaignActivities } from '../activities/campaign-activities.ts';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow.ts';
+import { bookkeepingOptions } from './activity-options.ts';
 
 /**
  * Evaluates a campaign's latest checkpoint, or the base policy when it has none (`tbt eval run`, and a
@@ -23,10 +24,10 @@ export interface ScheduledEvaluationInput {
   labelPrefix?: string;
 }
 
-const bookkeeping = proxyActivities<CampaignActivities>({ startToCloseTimeout: '10 minutes', retry: { maximumAttempts: 5, nonRetryableErrorTypes: ['BadInput'] } });
+const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('10 minutes', 5));
 
 export async function scheduledEvaluationWorkflow(input: ScheduledEvaluationInput): Promise<EvaluationResult & { step: number }> {
-  const gpu = proxyActivities<GpuActivities>({ taskQueue: input.queues.gpu, startToCloseTimeout: '1 hour', retry: { maximumAttempts: 5, nonRetryableErrorTypes: ['BadInput'] } });
+  const gpu = proxyActivities<GpuActivities>({ taskQueue: input.queues.gpu, startToCloseTimeout: '1 hour', heartbeatTimeout: '2 minutes', retry: { maximumAttempts: 5, nonRetryableErrorTypes: ['BadInput'] } });
   const latest = await bookkeeping.latestCheckpoint({ campaignId: input.campaignId, needPool: !input.uids });
   let episode = input.config.episode;
   if (episode.policy.base_url === 'embedded') {

@@ -8,6 +8,7 @@ import type { EpisodeConfig } from '../config/episode-config.ts';
 import { groupAdvantages, isZeroVariance } from '../core/grpo.ts';
 import { stepTaskOrder } from '../core/seeded-choice.ts';
 import { runEpisodeOrInfraError } from './episode-batch-workflow.ts';
+import { bookkeepingOptions } from './activity-options.ts';
 
 /**
  * One GRPO training step (child workflow `<campaign>/step-<n>`): seeded task choice, groups of G episodes,
@@ -42,7 +43,7 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
     heartbeatTimeout: '2 minutes',
     retry: { maximumAttempts: 10, initialInterval: '5 seconds', maximumInterval: '2 minutes', nonRetryableErrorTypes: ['BadInput'] },
   });
-  const bookkeeping = proxyActivities<CampaignActivities>({ startToCloseTimeout: '10 minutes', retry: { maximumAttempts: 10, nonRetryableErrorTypes: ['BadInput'] } });
+  const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('10 minutes', 10));
 
   // Episodes in flight across all groups of this step, bounded by training.concurrency.
   let inFlight = 0;
