@@ -4,7 +4,8 @@
  * Runs the 4-step campaign of config/crash-test.yaml (tiny suite, the bundled SmolLM2-135M on CPU, real learner
  * updates) once uninterrupted as the baseline, then once per victim: the rollout worker, the GPU worker together
  * with its learner (torchrun and its rank 0), the orchestrator worker, the Temporal dev server. Each victim gets
- * SIGKILL at a seeded random point (a random delay after the campaign starts a random training step), is
+ * SIGKILL at a seeded random point (a random delay after the campaign enters a random phase: the probe, one of the
+ * training steps, the evaluation after training or the report; `--phases train` for training steps only), is
  * restarted (`tbt workers up` / `tbt up`), and the campaign must complete. Checks per run, each PASS/FAIL:
  * completion, one campaign_steps row per step 1..4, the learner's checkpoint lineage (one update per step, each
  * on its predecessor, on exactly the recorded episodes), the per-step training episode keys equal the baseline's,
@@ -37,6 +38,7 @@ const { values: opts } = parseArgs({
     baseline: { type: 'string' },
     'timeout-min': { type: 'string', default: '25' },
     'keep-checkpoints': { type: 'boolean', default: false },
+    phases: { type: 'string', default: 'all' },
   },
 });
 
@@ -53,8 +55,33 @@ fs.mkdirSync(outDir, { recursive: true });
 
 type Victim = 'rollout' | 'gpu' | 'orchestrator' | 'temporal';
 const allVictims: Victim[] = ['rollout', 'gpu', 'orchestrator', 'temporal'];
-/** Seconds after the chosen step starts; the rollout window is where episodes are in flight. */
+/** Seconds after the chosen training step starts; the rollout window is where episodes are in flight. */
 const delayWindow: Record<Victim, [number, number]> = { rollout: [2, 25], gpu: [5, 60], orchestrator: [0, 60], temporal: [0, 60] };
+
+/** Where a kill may land: a training step, or (with --phases all) the probe, the evaluation after training, the report. */
+type Phase = { kind: 'step'; step: number } | { kind: 'probe' | 'evaluate-after' | 'report' };
+const STAGE_ORDER = ['ingest', 'probe', 'evaluate-before', 'train', 'evaluate-after', 'report', 'done'];
+/** Seconds after the phase begins, for phases other than training steps (they are shorter). */
+const phaseWindow = { probe: [2, 30], 'evaluate-after': [1, 20], report: [0, 3] } as const;
+const phaseLabel = (p: Phase) => (p.kind === 'step' ? `training step ${p.step}` : p.kind);
+
+function drawPlan(victim: Victim): { phase: Phase; delayS: number } {
+  if (!['all', 'train'].includes(opts.phases!)) throw new Error(`--phases must be all or train, not ${opts.phases}`);
+  const phases: Phase[] = [
+    ...(opts.phases === 'all' ? [{ kind: 'probe' } as const] : []),
+    ...Array.from({ length: STEPS }, (_, i) => ({ kind: 'step', step: i + 1 }) as const),
+    ...(opts.phases === 'all' ? [{ kind: 'evaluate-after' } as const, { kind: 'report' } as const] : []),
+  ];
+  const phase = phases[Math.floor(random() * phases.length)]!;
+  const [lo, hi] = phase.kind === 'step' ? delayWindow[victim] : phaseWindow[phase.kind];
+  return { phase, delayS: Math.round((lo + random() * (hi - lo)) * 10) / 10 };
+}
+
+/** True once the campaign is in (or past) the phase. A training step runs while the status says stage 'train', step = n - 1. */
+function reached(s: CampaignStatus, phase: Phase): boolean {
+  if (phase.kind === 'step') return (s.stage === 'train' && s.step >= phase.step - 1) || s.step >= phase.step || s.stage === 'done';
+  return STAGE_ORDER.indexOf(s.stage) >= STAGE_ORDER.indexOf(phase.kind);
+}
 
 /** mulberry32: a small seeded RNG, so a failing run can be repeated with --seed. */
 function rng(s: number): () => number {
@@ -304,7 +331,7 @@ interface RunSummary {
   run: string;
   campaignId: string;
   victim: Victim | 'none';
-  killPoint?: { step: number; delayS: number; observed: string; killed: string[] };
+  killPoint?: { phase: string; delayS: number; observed: string; killed: string[] };
   restartS?: number;
   wallS: number;
   realUpdates: number;
@@ -317,23 +344,22 @@ async function runCampaign(victim: Victim | 'none', baseline?: Facts): Promise<{
   const campaignId = `crash-${victim === 'none' ? 'baseline' : victim}-${stamp}`;
   let killPoint: RunSummary['killPoint'];
   let restartS: number | undefined;
-  const plan = victim === 'none' ? undefined : { step: 1 + Math.floor(random() * STEPS), delayS: Math.round((delayWindow[victim][0] + random() * (delayWindow[victim][1] - delayWindow[victim][0])) * 10) / 10 };
-  log(`run ${campaignId}: ${plan ? `kill -9 ${victim} ${plan.delayS}s after training step ${plan.step} starts` : 'uninterrupted baseline'}`);
+  const plan = victim === 'none' ? undefined : drawPlan(victim);
+  log(`run ${campaignId}: ${plan ? `kill -9 ${victim} ${plan.delayS}s after ${phaseLabel(plan.phase)} starts` : 'uninterrupted baseline'}`);
   const started = now();
   await startCampaign(opts.config!, { wait: false, id: campaignId });
   if (plan && victim !== 'none') {
-    // The chosen step runs while the campaign reports stage 'train' with step = chosen - 1.
     for (;;) {
-      if (now() - started > runTimeoutMs) throw new Error(`${campaignId}: step ${plan.step} never started`);
+      if (now() - started > runTimeoutMs) throw new Error(`${campaignId}: ${phaseLabel(plan.phase)} never started`);
       const s = await campaignStatus(campaignId);
-      if (s && ((s.stage === 'train' && s.step >= plan.step - 1) || s.step >= plan.step || s.stage === 'done')) break;
+      if (s && reached(s, plan.phase)) break;
       await sleep(1000);
     }
     await sleep(plan.delayS * 1000);
     const s = await campaignStatus(campaignId);
     const observed = s ? `stage ${s.stage}, step ${s.step} done` : 'status unavailable';
     const killed = killVictim(victim, campaignId);
-    killPoint = { ...plan, observed, killed };
+    killPoint = { phase: phaseLabel(plan.phase), delayS: plan.delayS, observed, killed };
     log(`  killed at ${secs(now() - started)}s (${observed}): ${killed.join(', ') || 'nothing was running!'}`);
     await sleep(1000);
     const r = restart(victim);
@@ -376,7 +402,7 @@ async function main(): Promise<number> {
   const header = ['run', 'kill point', 'killed', 'restart s', 'wall s', 'real updates', 'checks'];
   const table = runs.map((r) => [
     r.run,
-    r.killPoint ? `step ${r.killPoint.step} +${r.killPoint.delayS}s (${r.killPoint.observed})` : '-',
+    r.killPoint ? `${r.killPoint.phase} +${r.killPoint.delayS}s (${r.killPoint.observed})` : '-',
     r.killPoint?.killed.join(', ') || '-',
     r.restartS === undefined ? '-' : String(r.restartS),
     String(r.wallS),
