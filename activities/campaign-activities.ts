@@ -41,7 +41,14 @@ const run = promisify(execFile);
 
 async function tbt(args: string[]): Promise<string> {
   try {
-    const { stdout } = await run(path.join(repoRoot, 'node_modules', '.bin', 'tsx'), [path.join(repoRoot, 'cli', 'tbt.ts'), ...args], { maxBuffer: 64 << 20, timeout: 30 * 60_000 });
+    // A cancelled (or timed-out) activity ends its subprocess, so a retry never runs beside an orphan.
+    let signal: AbortSignal | undefined;
+    try {
+      signal = Context.current().cancellationSignal;
+    } catch {
+      // not inside an activity (tests, tools)
+    }
+    const { stdout } = await run(path.join(repoRoot, 'node_modules', '.bin', 'tsx'), [path.join(repoRoot, 'cli', 'tbt.ts'), ...args], { maxBuffer: 64 << 20, timeout: 30 * 60_000, signal });
     return stdout;
   } catch (err) {
     const e = err as { stderr?: string; code?: number };
@@ -92,7 +99,8 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
   }
 
   return withHeartbeats({
-    async ingestCandidates(input: { campaignId: string; suiteDir: string; excludeUidsFile?: string; maxCandidates?: number }): Promise<{ uids: string[]; excluded: number }> {
+    /** Training candidates (never an excluded or evaluation-only uid), and every suite task for `evaluation.tasks: all`. */
+    async ingestCandidates(input: { campaignId: string; suiteDir: string; excludeUidsFile?: string; maxCandidates?: number }): Promise<{ uids: string[]; excluded: number; evaluationUids: string[] }> {
       const { suites, problems } = loadSuites(input.suiteDir);
       if (problems.length || !suites[0]) throw ApplicationFailure.nonRetryable(`suite ${input.suiteDir} has problems: ${problems.slice(0, 5).map((p) => `${p.file}:${p.line}: ${p.field} ${p.message}`).join('; ')}`, 'BadInput');
       let excluded = new Set<string>();
@@ -106,7 +114,7 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
       const all = suites[0].tasks.map((t) => t.uid).sort();
       const uids = all.filter((u) => !excluded.has(u)).slice(0, input.maxCandidates ?? Infinity);
       fs.writeFileSync(path.join(runDir(input.campaignId), 'candidates.yaml'), uids.map((u) => `- ${JSON.stringify(u)}`).join('\n') + '\n');
-      return { uids, excluded: all.length - all.filter((u) => !excluded.has(u)).length };
+      return { uids, excluded: all.length - all.filter((u) => !excluded.has(u)).length, evaluationUids: all };
     },
 
     /** Difficulty selection over this campaign's probe episodes, by `tbt prepare` (reference semantics). */

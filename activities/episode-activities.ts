@@ -94,9 +94,9 @@ export function episodeDependencies(config: EpisodeConfig, environment: EpisodeE
   };
 }
 
-export function thinkingboxResources(settings: ThinkingboxSettings = thinkingboxSettingsSchema.parse(undefined)): ThinkingBoxResources {
+export function thinkingboxResources(settings: ThinkingboxSettings = thinkingboxSettingsSchema.parse(undefined), servers?: StdioServerPool): ThinkingBoxResources {
   return {
-    servers: new StdioServerPool({ warm: settings.warm_processes, startTimeoutMs: settings.server_start_timeout_ms, pathPrefix: datasetPathPrefix() }),
+    servers: servers ?? new StdioServerPool({ warm: settings.warm_processes, startTimeoutMs: settings.server_start_timeout_ms, pathPrefix: datasetPathPrefix() }),
     python: datasetPython(),
     testTimeoutMs: settings.test_timeout_ms,
     nativeGrading: settings.native_grading,
@@ -111,9 +111,14 @@ export interface LazyThinkingboxResources {
 
 /** Tool-server resources for imported tasks, created by the first such episode and shared by the worker's others. */
 export function thinkingboxResourcesFactory(): LazyThinkingboxResources {
-  let resources: ThinkingBoxResources | undefined;
-  const get = (config: EpisodeConfig) => (resources ??= thinkingboxResources(config.thinkingbox));
-  return Object.assign(get, { close: async () => resources?.servers.close() });
+  let servers: StdioServerPool | undefined;
+  // The process pool is shared (sized by the first imported episode); the other settings follow each episode's config.
+  const get = (config: EpisodeConfig) => {
+    const resources = thinkingboxResources(config.thinkingbox, servers);
+    servers = resources.servers;
+    return resources;
+  };
+  return Object.assign(get, { close: async () => servers?.close() });
 }
 
 export function createEpisodeActivities(deps: { pool: SandboxPool; grader: TerminalStateGrader; controlUrl: string; thinkingbox?: EpisodeBackends['thinkingbox'] }) {

@@ -37,6 +37,8 @@ export interface EpisodeEnvironment {
   /** Domain policy appended to the agent system prompt. */
   instructions: string;
   examples: ExampleExchange[];
+  /** Bound on grading (after the agent is done; not part of the episode's wall clock). Longer = infrastructure error. */
+  gradeTimeoutMs: number;
   /** Acquires a fresh backend for one episode; `owner` names the episode in leases and logs. */
   open(owner: string): Promise<OpenedEnvironment>;
 }
@@ -46,6 +48,7 @@ export function sandboxEnvironment(pool: SandboxPool, grader: TerminalStateGrade
   return {
     instructions: scenario.instructions,
     examples: scenario.examples,
+    gradeTimeoutMs: 5 * 60_000, // a state read, SQL assertions and judge calls (each bounded by the judge timeout)
     async open(owner) {
       const sandbox = await pool.acquire(scenario, owner, { dataPatch: task.data_patch });
       let tools: ToolSession;

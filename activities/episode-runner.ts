@@ -93,9 +93,10 @@ export async function runEpisode(deps: EpisodeDependencies, task: EpisodeTask, o
    * the client timeout, which the runner caps at the time left plus a grace period, so a hung server is an
    * infrastructure error) and the deadline is checked after it. Every other step races the deadline, and
    * losing that race is an infrastructure error: the agent does not make a tool or the user simulator hang.
+   * Grading runs after the agent is done and is not the agent's time: it has its own bound (`ownBudgetMs`).
    */
-  const timed = async <T>(what: keyof EpisodeRecord['timings'], step: () => Promise<T>, onLateResult?: (value: T) => void): Promise<T> => {
-    const left = deadline - Date.now();
+  const timed = async <T>(what: keyof EpisodeRecord['timings'], step: () => Promise<T>, onLateResult?: (value: T) => void, ownBudgetMs?: number): Promise<T> => {
+    const left = ownBudgetMs ?? deadline - Date.now();
     if (left <= 0) throw new WallClockExceeded();
     const t = Date.now();
     let timer: NodeJS.Timeout | undefined;
@@ -220,7 +221,7 @@ export async function runEpisode(deps: EpisodeDependencies, task: EpisodeTask, o
       return record;
     }
     const lastAssistantText = transcript.filter((t) => t.role === 'assistant').at(-1)?.text ?? '';
-    const grade = await timed('gradeMs', () => opened!.grade({ lastAssistantText, toolCalls: record.toolCalls, judge: deps.judge }));
+    const grade = await timed('gradeMs', () => opened!.grade({ lastAssistantText, toolCalls: record.toolCalls, judge: deps.judge }), undefined, deps.environment.gradeTimeoutMs);
     record.grade = grade;
     record.outcome = grade.outcome;
     record.reward = grade.reward;

@@ -1,5 +1,5 @@
 import fs from 'node:fs';
-import { isNode, LineCounter, parseDocument, type Document } from 'yaml';
+import { isMap, isNode, isScalar, LineCounter, parseDocument, type Document } from 'yaml';
 import type { z } from 'zod';
 
 /** A YAML file parsed against a zod schema, every problem located by file, line and field. */
@@ -10,8 +10,15 @@ export function formatProblem(p: TaskFileProblem): string {
   return `${p.file}:${p.line}: ${p.field ? `${p.field}: ` : ''}${p.message}`;
 }
 
+/** The line of a field: its key's line when it is a mapping key (a block value starts on a later line), else its node's. */
 function lineOf(doc: Document, counter: LineCounter, pathParts: PropertyKey[]): number {
   for (let n = pathParts.length; n >= 0; n--) {
+    if (n > 0) {
+      const parent = doc.getIn(pathParts.slice(0, n - 1) as (string | number)[], true) ?? (n === 1 ? doc.contents : undefined);
+      const key = pathParts[n - 1];
+      const pair = isMap(parent) ? parent.items.find((p) => (isScalar(p.key) ? p.key.value : p.key) === key) : undefined;
+      if (pair && isNode(pair.key) && pair.key.range) return counter.linePos(pair.key.range[0]).line;
+    }
     const node = n === 0 ? doc.contents : doc.getIn(pathParts.slice(0, n) as (string | number)[], true);
     if (isNode(node) && node.range) return counter.linePos(node.range[0]).line;
   }

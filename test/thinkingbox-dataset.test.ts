@@ -233,8 +233,9 @@ test('evaluation-only uids never enter a training pool, even when the campaign l
   const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-tb-ingest-'));
   const activities = createCampaignActivities({ controlUrl: await controlReady(), stateDir });
   const campaignId = `tb-ingest-${process.pid}`;
-  const { uids, excluded } = await activities.ingestCandidates({ campaignId, suiteDir: imported });
+  const { uids, excluded, evaluationUids } = await activities.ingestCandidates({ campaignId, suiteDir: imported });
   assert.ok(!uids.includes('stacks/shelving.py:test_move_silent_spring'), 'the evaluation-only task is not a candidate');
+  assert.ok(evaluationUids.includes('stacks/shelving.py:test_move_silent_spring'), 'but it is evaluated (evaluation.tasks: all)');
   assert.equal(excluded, 1);
   assert.equal(uids.length, suite.tasks.length - 1);
   // An exclusion file at ingestion removes more.

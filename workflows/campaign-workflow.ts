@@ -95,9 +95,10 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
 
   if (state.stage === 'ingest') {
     enter('ingest');
-    const { uids } = await bookkeeping.ingestCandidates({ campaignId, suiteDir: input.suiteDir, excludeUidsFile: input.excludeUidsFile, maxCandidates: config.probe.max_candidates });
+    const { uids, evaluationUids } = await bookkeeping.ingestCandidates({ campaignId, suiteDir: input.suiteDir, excludeUidsFile: input.excludeUidsFile, maxCandidates: config.probe.max_candidates });
     state.candidates = uids.length;
-    if (config.evaluation.tasks === 'all') state.allTasks = uids;
+    // Every suite task, evaluation-only ones included (histories recorded before the field existed: the candidates).
+    if (config.evaluation.tasks === 'all') state.allTasks = evaluationUids ?? uids;
     const learner = await gpu.startLearner({ campaignId, learner: config.learner, seed: config.seed });
     state.manifest = await bookkeeping.writeManifest({ campaignId, manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest } });
     enter('probe');

@@ -138,7 +138,8 @@ export function importThinkingboxDataset(request: ImportRequest): ImportResult {
     seen.add(w.uid);
     const fn = file.tasks.find((t) => t.function === w.fn);
     if (!fn) {
-      if (!file.problems.length) problem(request.listFile, w.listLine, `${w.uid}: ${path.relative(dataDir, w.file)} has no test function '${w.fn}' (a function whose first statement is a string starting with '!')`);
+      // A file that did not parse at all has its own problem; otherwise a missing function is this entry's.
+      if (file.tasks.length > 0 || file.problems.length === 0) problem(request.listFile, w.listLine, `${w.uid}: ${path.relative(dataDir, w.file)} has no test function '${w.fn}' (a function whose first statement is a string starting with '!')`);
       continue;
     }
     const task = importTask(w.uid, w.file, fn, file.defaults, scenarios, servers, request.evaluationOnly ?? new Set(), problems, warnings);

@@ -31,6 +31,8 @@ export function loadImportedSuite(dir: string): { suite?: ThinkingBoxSuite; prob
     return { problems: parsed.error.issues.map((i) => ({ file, line: 1, field: i.path.join('.'), message: `${i.message} (re-run tbt tasks import-thinkingbox)` })) };
   }
   const imported = parsed.data;
+  const orphans = imported.tasks.filter((t) => !imported.scenarios[t.scenario]);
+  if (orphans.length) return { problems: orphans.map((t) => ({ file, line: 1, field: `tasks.${t.uid}.scenario`, message: `unknown scenario '${t.scenario}' (re-run tbt tasks import-thinkingbox)` })) };
   return {
     suite: {
       kind: 'thinkingbox',

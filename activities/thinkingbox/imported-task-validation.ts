@@ -23,9 +23,8 @@ const ASSUME_YES: Judge = {
 
 export async function validateImportedTask(resources: ThinkingBoxResources, suite: ThinkingBoxSuite, task: ImportedTask): Promise<TaskValidation> {
   const v: TaskValidation = { uid: task.uid, goldenPass: false, noChange: false, nullOk: false, mutationFail: false, problems: [] };
-  const environment = thinkingboxEnvironment(resources, suite, task);
   const run = async (calls: ImportedTask['golden']) => {
-    const opened = await environment.open(`validate:${task.uid}`);
+    const opened = await thinkingboxEnvironment(resources, suite, task).open(`validate:${task.uid}`);
     try {
       const made: ToolCallMade[] = [];
       for (const [i, call] of calls.entries()) {

@@ -43,11 +43,9 @@ async function startServer(name: string, spec: ServerSpec, options: StdioServerP
     stderr = (stderr + chunk.toString('utf8')).slice(-4000);
   });
   const client = new Client({ name: 'tbt-thinkingbox', version: '1.0.0' });
+  // The SDK's close ends stdin, then sends SIGTERM and SIGKILL to the process it spawned.
   const stop = async () => {
     await client.close().catch(() => undefined);
-    const pid = transport.pid;
-    // The SDK ends stdin and signals; make sure nothing outlives the episode.
-    if (pid) setTimeout(() => { try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ } }, 2000).unref();
   };
   const timeoutMs = options.startTimeoutMs ?? 30_000;
   let timer: NodeJS.Timeout | undefined;

@@ -69,6 +69,7 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
 
     const lines = readline.createInterface({ input: child.stdout });
     lines.on('line', (line) => {
+      if (settled) return;
       let message: { type?: string; status?: string; message?: string; traceback?: string; question?: string; text?: string };
       try {
         message = JSON.parse(line);
@@ -80,10 +81,13 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
         if (!request.judge) return finish(new BadInputError(`test ${where} asks the judge ('${question}') but no judge is configured`));
         request.judge.ask(question, message.text ?? request.context.response).then(
           (v) => {
+            if (settled) return;
             verdicts.push(v);
             child.stdin.write(`${JSON.stringify({ yes: v.yes, answer: v.answer })}\n`);
           },
-          (err) => child.stdin.write(`${JSON.stringify({ error: errorMessage(err) })}\n`),
+          (err) => {
+            if (!settled) child.stdin.write(`${JSON.stringify({ error: errorMessage(err) })}\n`);
+          },
         );
         return;
       }

@@ -92,6 +92,8 @@ export function thinkingboxEnvironment(resources: ThinkingBoxResources, suite: T
   return {
     instructions: agentInstructions(scenario, task),
     examples: [],
+    // The test run has its own timeout; geteffects and judge calls on the native path get 5 minutes besides.
+    gradeTimeoutMs: resources.testTimeoutMs + 5 * 60_000,
     async open(_owner) {
       const names = Object.keys(task.world_state);
       for (const name of names) if (!suite.imported.servers[name]) throw new BadInputError(`task ${task.uid}: world_state names server '${name}', which servers.yaml does not define`);
