@@ -24,6 +24,7 @@ import { databaseUrl, readEnvironment, repoRoot, temporalAddress } from '../conf
 import { loadCampaignConfig } from '../config/campaign-config.ts';
 import type { StepRecord } from '../activities/campaign-activities.ts';
 import { learnerFiles } from '../activities/learner-process.ts';
+import { mulberry32 } from '../core/metrics.ts';
 import { withClient } from '../infra/control-database.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
 import { workerPid } from '../infra/local-workers.ts';
@@ -83,18 +84,8 @@ function reached(s: CampaignStatus, phase: Phase): boolean {
   return STAGE_ORDER.indexOf(s.stage) >= STAGE_ORDER.indexOf(phase.kind);
 }
 
-/** mulberry32: a small seeded RNG, so a failing run can be repeated with --seed. */
-function rng(s: number): () => number {
-  let a = s >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const random = rng(seed);
+// A seeded RNG, so a failing run can be repeated with --seed.
+const random = mulberry32(seed);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const now = () => Date.now();
