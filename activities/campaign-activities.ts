@@ -2,7 +2,8 @@ import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { ApplicationFailure, Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/activity';
+import { currentActivity, heartbeating } from './activity-heartbeat.ts';
 import { parse as parseYaml } from 'yaml';
 import { repoRoot } from '../config/environment.ts';
 import { priceTableSchema } from '../config/price-table.ts';
@@ -42,12 +43,7 @@ const run = promisify(execFile);
 async function tbt(args: string[]): Promise<string> {
   try {
     // A cancelled (or timed-out) activity ends its subprocess, so a retry never runs beside an orphan.
-    let signal: AbortSignal | undefined;
-    try {
-      signal = Context.current().cancellationSignal;
-    } catch {
-      // not inside an activity (tests, tools)
-    }
+    const signal = currentActivity()?.cancellationSignal;
     const { stdout } = await run(path.join(repoRoot, 'node_modules', '.bin', 'tsx'), [path.join(repoRoot, 'cli', 'tbt.ts'), ...args], { maxBuffer: 64 << 20, timeout: 30 * 60_000, signal });
     return stdout;
   } catch (err) {
@@ -64,20 +60,7 @@ async function tbt(args: string[]): Promise<string> {
  * start-to-close limit. Called outside an activity (tests, tools), the functions just run.
  */
 function withHeartbeats<T extends Record<string, (...args: never[]) => Promise<unknown>>>(activities: T): T {
-  return Object.fromEntries(Object.entries(activities).map(([name, fn]) => [name, async (...args: never[]) => {
-    let ctx: Context | undefined;
-    try {
-      ctx = Context.current();
-    } catch {
-      return fn(...args);
-    }
-    const beat = setInterval(() => ctx!.heartbeat(), 10_000);
-    try {
-      return await fn(...args);
-    } finally {
-      clearInterval(beat);
-    }
-  }])) as T;
+  return Object.fromEntries(Object.entries(activities).map(([name, fn]) => [name, (...args: never[]) => (currentActivity() ? heartbeating(() => fn(...args)) : fn(...args))])) as T;
 }
 
 export function createCampaignActivities(deps: { controlUrl: string; stateDir: string }) {

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { ApplicationFailure, Context } from '@temporalio/activity';
+import { heartbeating } from './activity-heartbeat.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { withClient } from '../infra/control-database.ts';
@@ -41,17 +42,6 @@ function nonRetryable(err: unknown): never {
     throw ApplicationFailure.nonRetryable(err.message, 'BadInput');
   }
   throw err;
-}
-
-/** Heartbeats every 10 s while `work` runs: learner start-up, exports and weight syncs can take minutes. */
-async function heartbeating<T>(work: () => Promise<T>, details: () => unknown = () => ({})): Promise<T> {
-  const ctx = Context.current();
-  const beat = setInterval(() => ctx.heartbeat(details()), 10_000);
-  try {
-    return await work();
-  } finally {
-    clearInterval(beat);
-  }
 }
 
 export function createGpuActivities(deps: { stateDir: string; controlUrl: string }) {

@@ -23,6 +23,11 @@ export interface ToolSession {
   close(): Promise<void>;
 }
 
+/** An MCP tool result as the agent reads it: its text parts, one per line. */
+export function toolResultText(result: Record<string, unknown>): string {
+  return ((result.content ?? []) as { type: string; text?: string }[]).map((c) => c.text ?? '').join('\n');
+}
+
 const INFRASTRUCTURE = -32099; // JSON-RPC server-error range: the backend, not the call, failed
 
 export async function openToolSession(scenario: Scenario, sandbox: Sandbox, options: { statementTimeoutMs?: number } = {}): Promise<ToolSession> {
@@ -67,8 +72,7 @@ export async function openToolSession(scenario: Scenario, sandbox: Sandbox, opti
     async callTool(name, args) {
       try {
         const result = await client.callTool({ name, arguments: args });
-        const content = (result.content ?? []) as { type: string; text?: string }[];
-        return { text: content.map((c) => c.text ?? '').join('\n'), isError: result.isError === true };
+        return { text: toolResultText(result), isError: result.isError === true };
       } catch (err) {
         throw new InfrastructureError(`tool ${name}: ${errorMessage(err)}`, { cause: err });
       }

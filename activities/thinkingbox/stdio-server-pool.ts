@@ -42,6 +42,7 @@ async function startServer(name: string, spec: ServerSpec, options: StdioServerP
   transport.stderr?.on('data', (chunk: Buffer) => {
     stderr = (stderr + chunk.toString('utf8')).slice(-4000);
   });
+  const stderrTail = () => stderr.trim().split('\n').slice(-5).join(' | ');
   const client = new Client({ name: 'tbt-thinkingbox', version: '1.0.0' });
   // The SDK's close ends stdin, then sends SIGTERM and SIGKILL to the process it spawned.
   const stop = async () => {
@@ -56,12 +57,12 @@ async function startServer(name: string, spec: ServerSpec, options: StdioServerP
     ]);
   } catch (err) {
     await stop();
-    const tail = stderr.trim().split('\n').slice(-5).join(' | ');
+    const tail = stderrTail();
     throw new InfrastructureError(`tool server '${name}' (${[spec.command, ...spec.args].join(' ')}) did not start: ${errorMessage(err)}${tail ? `; stderr: ${tail}` : ''}`, { cause: err });
   } finally {
     clearTimeout(timer);
   }
-  return { name, client, pid: transport.pid, startMs: Date.now() - started, stderrTail: () => stderr.trim().split('\n').slice(-5).join(' | '), stop };
+  return { name, client, pid: transport.pid, startMs: Date.now() - started, stderrTail, stop };
 }
 
 interface Idle { server: StartedServer; alive: boolean }

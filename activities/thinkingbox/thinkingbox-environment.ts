@@ -6,7 +6,7 @@ import type { StateDifference } from '../../core/canonical-state.ts';
 import { BadInputError, InfrastructureError, errorMessage } from '../../core/errors.ts';
 import type { EpisodeEnvironment, GradeRequest, OpenedEnvironment } from '../episode-environment.ts';
 import type { Judge, JudgeVerdict } from '../judge-client.ts';
-import type { ToolResult, ToolSession, ToolSpec } from '../mcp-tool-session.ts';
+import { toolResultText, type ToolResult, type ToolSession, type ToolSpec } from '../mcp-tool-session.ts';
 import type { GradeReport } from '../terminal-state-grader.ts';
 import type { ThinkingBoxSuite } from './imported-suite.ts';
 import type { StartedServer, StdioServerPool } from './stdio-server-pool.ts';
@@ -50,6 +50,7 @@ async function callReserved(server: StartedServer, tool: string, args: Record<st
     const tail = server.stderrTail();
     throw new InfrastructureError(`tool server '${server.name}': ${RESERVED}${tool} failed: ${errorMessage(err)}${tail ? `; stderr: ${tail}` : ''}`, { cause: err });
   }
+  // Joined without separators: a JSON answer may come in several text parts.
   const text = (result.content as { type: string; text?: string }[]).map((c) => c.text ?? '').join('');
   if (result.isError) throw new InfrastructureError(`tool server '${server.name}': ${RESERVED}${tool} returned an error: ${text.slice(0, 500)}`);
   try {
@@ -138,8 +139,7 @@ export function thinkingboxEnvironment(resources: ThinkingBoxResources, suite: T
           if (!target) return { text: `Error: unknown tool '${name}'. Available tools: ${[...route.keys()].join(', ')}`, isError: true };
           try {
             const result = await target.server.client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout: toolTimeoutMs });
-            const text = (result.content as { type: string; text?: string }[]).map((c) => c.text ?? '').join('\n');
-            return { text, isError: result.isError === true };
+            return { text: toolResultText(result), isError: result.isError === true };
           } catch (err) {
             throw new InfrastructureError(`tool server '${target.server.name}': ${name} failed: ${errorMessage(err)}`, { cause: err });
           }
