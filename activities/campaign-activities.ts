@@ -44,12 +44,20 @@ async function tbt(args: string[]): Promise<string> {
   try {
     // A cancelled (or timed-out) activity ends its subprocess, so a retry never runs beside an orphan.
     const signal = currentActivity()?.cancellationSignal;
-    const { stdout } = await run(path.join(repoRoot, 'node_modules', '.bin', 'tsx'), [path.join(repoRoot, 'cli', 'tbt.ts'), ...args], { maxBuffer: 64 << 20, timeout: 30 * 60_000, signal });
+    const { stdout } = await run(
+      path.join(repoRoot, 'node_modules', '.bin', 'tsx'),
+      [path.join(repoRoot, 'cli', 'tbt.ts'), ...args],
+      { maxBuffer: 64 << 20, timeout: 30 * 60_000, signal },
+    );
     return stdout;
   } catch (err) {
     const e = err as { stderr?: string; code?: number };
     // Exit 1 = the input is wrong (names file/line/field); retrying cannot help.
-    if (e.code === 1 || e.code === 2) throw ApplicationFailure.nonRetryable(`tbt ${args[0]} failed: ${(e.stderr ?? '').trim().slice(0, 2000)}`, 'BadInput');
+    if (e.code === 1 || e.code === 2)
+      throw ApplicationFailure.nonRetryable(
+        `tbt ${args[0]} failed: ${(e.stderr ?? '').trim().slice(0, 2000)}`,
+        'BadInput',
+      );
     throw err;
   }
 }
@@ -60,7 +68,12 @@ async function tbt(args: string[]): Promise<string> {
  * start-to-close limit. Called outside an activity (tests, tools), the functions just run.
  */
 function withHeartbeats<T extends Record<string, (...args: never[]) => Promise<unknown>>>(activities: T): T {
-  return Object.fromEntries(Object.entries(activities).map(([name, fn]) => [name, (...args: never[]) => (currentActivity() ? heartbeating(() => fn(...args)) : fn(...args))])) as T;
+  return Object.fromEntries(
+    Object.entries(activities).map(([name, fn]) => [
+      name,
+      (...args: never[]) => (currentActivity() ? heartbeating(() => fn(...args)) : fn(...args)),
+    ]),
+  ) as T;
 }
 
 export function createCampaignActivities(deps: { controlUrl: string; stateDir: string }) {
@@ -71,7 +84,12 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
   };
 
   async function writeResultLines(episodeIds: { id: string; key?: string }[], file: string): Promise<number> {
-    const rows = await withClient(deps.controlUrl, (c) => c.query<{ id: string; task_uid: string; repetition: number; domain: string; record: EpisodeRecord }>(`SELECT id, task_uid, repetition, domain, record FROM episodes WHERE id = ANY($1) AND status <> 'running'`, [episodeIds.map((e) => e.id)]));
+    const rows = await withClient(deps.controlUrl, (c) =>
+      c.query<{ id: string; task_uid: string; repetition: number; domain: string; record: EpisodeRecord }>(
+        `SELECT id, task_uid, repetition, domain, record FROM episodes WHERE id = ANY($1) AND status <> 'running'`,
+        [episodeIds.map((e) => e.id)],
+      ),
+    );
     const byId = new Map(rows.rows.map((r) => [r.id, r]));
     const lines = episodeIds.flatMap(({ id }) => {
       const r = byId.get(id);
@@ -83,30 +101,69 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
 
   return withHeartbeats({
     /** Training candidates (never an excluded or evaluation-only uid), and every suite task for `evaluation.tasks: all`. */
-    async ingestCandidates(input: { campaignId: string; suiteDir: string; excludeUidsFile?: string; maxCandidates?: number }): Promise<{ uids: string[]; excluded: number; evaluationUids: string[] }> {
+    async ingestCandidates(input: {
+      campaignId: string;
+      suiteDir: string;
+      excludeUidsFile?: string;
+      maxCandidates?: number;
+    }): Promise<{ uids: string[]; excluded: number; evaluationUids: string[] }> {
       const { suites, problems } = loadSuites(input.suiteDir);
-      if (problems.length || !suites[0]) throw ApplicationFailure.nonRetryable(`suite ${input.suiteDir} has problems: ${problems.slice(0, 5).map((p) => `${p.file}:${p.line}: ${p.field} ${p.message}`).join('; ')}`, 'BadInput');
+      if (problems.length || !suites[0])
+        throw ApplicationFailure.nonRetryable(
+          `suite ${input.suiteDir} has problems: ${problems
+            .slice(0, 5)
+            .map((p) => `${p.file}:${p.line}: ${p.field} ${p.message}`)
+            .join('; ')}`,
+          'BadInput',
+        );
       let excluded = new Set<string>();
       if (input.excludeUidsFile) {
         const list = parseYaml(fs.readFileSync(input.excludeUidsFile, 'utf8')) as unknown;
-        if (!Array.isArray(list)) throw ApplicationFailure.nonRetryable(`${input.excludeUidsFile}: expected a YAML list of uids`, 'BadInput');
+        if (!Array.isArray(list))
+          throw ApplicationFailure.nonRetryable(`${input.excludeUidsFile}: expected a YAML list of uids`, 'BadInput');
         excluded = new Set(list.map(String));
       }
       // Imported tasks marked evaluation-only (an evaluation-only benchmark) never enter a training pool either.
       for (const t of suites[0].tasks) if ('evaluation_only' in t && t.evaluation_only) excluded.add(t.uid);
       const all = suites[0].tasks.map((t) => t.uid).sort();
       const uids = all.filter((u) => !excluded.has(u)).slice(0, input.maxCandidates ?? Infinity);
-      fs.writeFileSync(path.join(runDir(input.campaignId), 'candidates.yaml'), uids.map((u) => `- ${JSON.stringify(u)}`).join('\n') + '\n');
+      fs.writeFileSync(
+        path.join(runDir(input.campaignId), 'candidates.yaml'),
+        uids.map((u) => `- ${JSON.stringify(u)}`).join('\n') + '\n',
+      );
       return { uids, excluded: all.length - all.filter((u) => !excluded.has(u)).length, evaluationUids: all };
     },
 
     /** Difficulty selection over this campaign's probe episodes, by `tbt prepare` (reference semantics). */
-    async selectPool(input: { campaignId: string; probeEpisodeIds: string[]; minCleanRuns: number; retainBands: string[] }): Promise<{ pool: string[]; bands: Record<string, number>; aggregates: string }> {
+    async selectPool(input: {
+      campaignId: string;
+      probeEpisodeIds: string[];
+      minCleanRuns: number;
+      retainBands: string[];
+    }): Promise<{ pool: string[]; bands: Record<string, number>; aggregates: string }> {
       const dir = runDir(input.campaignId);
       const results = path.join(dir, 'probe-results.jsonl');
-      await writeResultLines(input.probeEpisodeIds.map((id) => ({ id })), results);
+      await writeResultLines(
+        input.probeEpisodeIds.map((id) => ({ id })),
+        results,
+      );
       const out = path.join(dir, 'prepare');
-      await tbt(['prepare', '--policy', results, '--output-dir', out, '--uid-field', 'uid', '--success-field', 'success', '--system-error-field', 'infrastructure_error', '--min-clean-runs', String(input.minCleanRuns), ...input.retainBands.flatMap((b) => ['--retain-band', b])]);
+      await tbt([
+        'prepare',
+        '--policy',
+        results,
+        '--output-dir',
+        out,
+        '--uid-field',
+        'uid',
+        '--success-field',
+        'success',
+        '--system-error-field',
+        'infrastructure_error',
+        '--min-clean-runs',
+        String(input.minCleanRuns),
+        ...input.retainBands.flatMap((b) => ['--retain-band', b]),
+      ]);
       const pool = (parseYaml(fs.readFileSync(path.join(out, 'selected.yaml'), 'utf8')) as string[]) ?? [];
       const bands: Record<string, number> = {};
       for (const line of fs.readFileSync(path.join(out, 'aggregates.jsonl'), 'utf8').split('\n').filter(Boolean)) {
@@ -117,25 +174,71 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
     },
 
     async recordStep(record: StepRecord): Promise<void> {
-      await withClient(deps.controlUrl, (c) => c.query(`INSERT INTO campaign_steps (campaign, step, record) VALUES ($1, $2, $3) ON CONFLICT (campaign, step) DO UPDATE SET record = EXCLUDED.record`, [record.campaignId, record.step, JSON.stringify(record)]));
+      await withClient(deps.controlUrl, (c) =>
+        c.query(
+          `INSERT INTO campaign_steps (campaign, step, record) VALUES ($1, $2, $3) ON CONFLICT (campaign, step) DO UPDATE SET record = EXCLUDED.record`,
+          [record.campaignId, record.step, JSON.stringify(record)],
+        ),
+      );
       const steps = path.join(runDir(record.campaignId), 'steps.jsonl');
-      const rows = await withClient(deps.controlUrl, (c) => c.query<{ record: StepRecord }>(`SELECT record FROM campaign_steps WHERE campaign = $1 ORDER BY step`, [record.campaignId]));
-      fs.writeFileSync(steps, rows.rows.map(({ record: r }) => JSON.stringify({
-        step: r.step, mean_reward: r.meanReward, informative_group_fraction: r.groups.length ? r.informativeGroups / Math.max(r.groups.length, r.informativeGroups) : 0,
-        loss: Number(r.update.loss ?? 0), grad_norm: Number(r.update.grad_norm ?? 0), groups: r.groups.length, infra_errors_refilled: r.infraErrors,
-        zero_variance_replaced: r.replacements, wall_s: Number(r.update.time_s ?? 0),
-      })).join('\n') + '\n');
+      const rows = await withClient(deps.controlUrl, (c) =>
+        c.query<{ record: StepRecord }>(`SELECT record FROM campaign_steps WHERE campaign = $1 ORDER BY step`, [
+          record.campaignId,
+        ]),
+      );
+      fs.writeFileSync(
+        steps,
+        rows.rows
+          .map(({ record: r }) =>
+            JSON.stringify({
+              step: r.step,
+              mean_reward: r.meanReward,
+              informative_group_fraction: r.groups.length
+                ? r.informativeGroups / Math.max(r.groups.length, r.informativeGroups)
+                : 0,
+              loss: Number(r.update.loss ?? 0),
+              grad_norm: Number(r.update.grad_norm ?? 0),
+              groups: r.groups.length,
+              infra_errors_refilled: r.infraErrors,
+              zero_variance_replaced: r.replacements,
+              wall_s: Number(r.update.time_s ?? 0),
+            }),
+          )
+          .join('\n') + '\n',
+      );
     },
 
     /** Coverage-gated aggregation of an evaluation, by `tbt eval aggregate`. */
-    async aggregateEvaluation(input: { campaignId: string; label: string; episodeIds: string[]; uids: string[]; repeats: number; prices?: string }): Promise<{ aggregate: string; summary: string }> {
+    async aggregateEvaluation(input: {
+      campaignId: string;
+      label: string;
+      episodeIds: string[];
+      uids: string[];
+      repeats: number;
+      prices?: string;
+    }): Promise<{ aggregate: string; summary: string }> {
       const dir = runDir(input.campaignId);
       const results = path.join(dir, `eval-${input.label}.jsonl`);
-      await writeResultLines(input.episodeIds.map((id) => ({ id })), results);
+      await writeResultLines(
+        input.episodeIds.map((id) => ({ id })),
+        results,
+      );
       const tasks = path.join(dir, `eval-${input.label}-tasks.yaml`);
       fs.writeFileSync(tasks, input.uids.map((u) => `- ${JSON.stringify(u)}`).join('\n') + '\n');
       const aggregate = path.join(dir, `eval-${input.label}.json`);
-      const summary = await tbt(['eval', 'aggregate', '--results', results, '--repeats', String(input.repeats), '--tasks', tasks, '--out', aggregate, ...(input.prices ? ['--prices', input.prices] : [])]);
+      const summary = await tbt([
+        'eval',
+        'aggregate',
+        '--results',
+        results,
+        '--repeats',
+        String(input.repeats),
+        '--tasks',
+        tasks,
+        '--out',
+        aggregate,
+        ...(input.prices ? ['--prices', input.prices] : []),
+      ]);
       return { aggregate, summary: summary.slice(0, 4000) };
     },
 
@@ -144,35 +247,96 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
      * episode tokens x prices + learner process-seconds x the hourly price). Evaluation cost comes from the
      * evaluation aggregates.
      */
-    async campaignCosts(input: { campaignId: string; prices: string; hourlyPriceUsd: number; learnerProcesses: number }): Promise<string> {
+    async campaignCosts(input: {
+      campaignId: string;
+      prices: string;
+      hourlyPriceUsd: number;
+      learnerProcesses: number;
+    }): Promise<string> {
       const prices = priceTableSchema.parse(parseYaml(fs.readFileSync(input.prices, 'utf8')));
-      const rows = await withClient(deps.controlUrl, (c) => c.query<{ purpose: string; id: string; task_uid: string; repetition: number; domain: string; record: EpisodeRecord }>(`SELECT purpose, id, task_uid, repetition, domain, record FROM episodes WHERE campaign = $1 AND record IS NOT NULL`, [input.campaignId]));
-      const tokenCost = (purpose: string) => campaignCost(rows.rows.filter((r) => r.purpose === purpose).map((r) => resultLine(r.id, r.task_uid, r.repetition, r.domain, r.record).tokens), prices).total;
-      const steps = await withClient(deps.controlUrl, (c) => c.query<{ record: StepRecord }>(`SELECT record FROM campaign_steps WHERE campaign = $1`, [input.campaignId]));
+      const rows = await withClient(deps.controlUrl, (c) =>
+        c.query<{
+          purpose: string;
+          id: string;
+          task_uid: string;
+          repetition: number;
+          domain: string;
+          record: EpisodeRecord;
+        }>(
+          `SELECT purpose, id, task_uid, repetition, domain, record FROM episodes WHERE campaign = $1 AND record IS NOT NULL`,
+          [input.campaignId],
+        ),
+      );
+      const tokenCost = (purpose: string) =>
+        campaignCost(
+          rows.rows
+            .filter((r) => r.purpose === purpose)
+            .map((r) => resultLine(r.id, r.task_uid, r.repetition, r.domain, r.record).tokens),
+          prices,
+        ).total;
+      const steps = await withClient(deps.controlUrl, (c) =>
+        c.query<{ record: StepRecord }>(`SELECT record FROM campaign_steps WHERE campaign = $1`, [input.campaignId]),
+      );
       const learnerSeconds = steps.rows.reduce((a, r) => a + Number(r.record.update.time_s ?? 0), 0);
-      const costs = { probing: tokenCost('probe'), training: tokenCost('train') + (learnerSeconds * input.learnerProcesses * input.hourlyPriceUsd) / 3600 };
+      const costs = {
+        probing: tokenCost('probe'),
+        training: tokenCost('train') + (learnerSeconds * input.learnerProcesses * input.hourlyPriceUsd) / 3600,
+      };
       const file = path.join(runDir(input.campaignId), 'costs.json');
       fs.writeFileSync(file, `${JSON.stringify(costs, null, 2)}\n`);
       return file;
     },
 
-    async writeReport(input: { campaignId: string; title: string; before?: string; after?: string; probe?: string; costs?: string }): Promise<{ html: string; markdown: string }> {
+    async writeReport(input: {
+      campaignId: string;
+      title: string;
+      before?: string;
+      after?: string;
+      probe?: string;
+      costs?: string;
+    }): Promise<{ html: string; markdown: string }> {
       const dir = runDir(input.campaignId);
       const out = path.join(dir, 'report');
       const steps = path.join(dir, 'steps.jsonl');
-      await tbt(['report', '--out', out, '--title', input.title, '--campaign', input.campaignId,
-        ...(input.probe ? ['--probe', input.probe] : []), ...(fs.existsSync(steps) ? ['--steps', steps] : []), ...(input.costs ? ['--costs', input.costs] : []),
-        ...(input.before && input.after ? ['--before', input.before, '--after', input.after] : input.after ? ['--eval', input.after] : [])]);
+      await tbt([
+        'report',
+        '--out',
+        out,
+        '--title',
+        input.title,
+        '--campaign',
+        input.campaignId,
+        ...(input.probe ? ['--probe', input.probe] : []),
+        ...(fs.existsSync(steps) ? ['--steps', steps] : []),
+        ...(input.costs ? ['--costs', input.costs] : []),
+        ...(input.before && input.after
+          ? ['--before', input.before, '--after', input.after]
+          : input.after
+            ? ['--eval', input.after]
+            : []),
+      ]);
       return { html: path.join(out, 'index.html'), markdown: path.join(out, 'summary.md') };
     },
 
     /** The newest exported checkpoint of a campaign and its task pool (for scheduled re-evaluation). */
-    async latestCheckpoint(input: { campaignId: string; needPool: boolean }): Promise<{ step: number; exportPath: string | null; pool: string[] }> {
-      const rows = await withClient(deps.controlUrl, (c) => c.query<{ step: number; record: StepRecord }>(`SELECT step, record FROM campaign_steps WHERE campaign = $1 ORDER BY step DESC LIMIT 1`, [input.campaignId]));
+    async latestCheckpoint(input: {
+      campaignId: string;
+      needPool: boolean;
+    }): Promise<{ step: number; exportPath: string | null; pool: string[] }> {
+      const rows = await withClient(deps.controlUrl, (c) =>
+        c.query<{ step: number; record: StepRecord }>(
+          `SELECT step, record FROM campaign_steps WHERE campaign = $1 ORDER BY step DESC LIMIT 1`,
+          [input.campaignId],
+        ),
+      );
       const selected = path.join(runDir(input.campaignId), 'prepare', 'selected.yaml');
       const latest = rows.rows[0];
       if (!input.needPool) return { step: latest?.step ?? 0, exportPath: latest?.record.exportPath ?? null, pool: [] };
-      if (!fs.existsSync(selected)) throw ApplicationFailure.nonRetryable(`campaign ${input.campaignId} has no selected pool (${selected} missing): was it probed?`, 'BadInput');
+      if (!fs.existsSync(selected))
+        throw ApplicationFailure.nonRetryable(
+          `campaign ${input.campaignId} has no selected pool (${selected} missing): was it probed?`,
+          'BadInput',
+        );
       const pool = (parseYaml(fs.readFileSync(selected, 'utf8')) as string[]) ?? [];
       return { step: latest?.step ?? 0, exportPath: latest?.record.exportPath ?? null, pool };
     },
@@ -182,7 +346,6 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
       fs.writeFileSync(file, `${JSON.stringify(input.manifest, null, 2)}\n`);
       return file;
     },
-
   });
 }
 

@@ -11,11 +11,26 @@ import { withClient } from '../infra/control-database.ts';
 import { sandboxEnvironment, type EpisodeEnvironment, type EpisodeTask } from './episode-environment.ts';
 import { createJudge } from './judge-client.ts';
 import { runEpisode, type EpisodeDependencies, type EpisodeOptions } from './episode-runner.ts';
-import { findFinishedEpisode, markEpisodeRunning, saveEpisode, summarize, type EpisodeMeta, type EpisodeSummary } from './episode-store.ts';
+import {
+  findFinishedEpisode,
+  markEpisodeRunning,
+  saveEpisode,
+  summarize,
+  type EpisodeMeta,
+  type EpisodeSummary,
+} from './episode-store.ts';
 import { createChatDriver, createTokenDriver } from './policy-driver.ts';
 import type { SandboxPool } from './sandbox-pool.ts';
 import { createSimulatedUser } from './simulated-user.ts';
-import { loadSuites, formatProblem, taskDomain, type AnySuite, type LoadedTask, type Suite, type ThinkingBoxSuite } from './task-suite-loader.ts';
+import {
+  loadSuites,
+  formatProblem,
+  taskDomain,
+  type AnySuite,
+  type LoadedTask,
+  type Suite,
+  type ThinkingBoxSuite,
+} from './task-suite-loader.ts';
 import type { TerminalStateGrader } from './terminal-state-grader.ts';
 import { datasetPathPrefix, datasetPython } from './thinkingbox/dataset-python.ts';
 import { StdioServerPool } from './thinkingbox/stdio-server-pool.ts';
@@ -27,7 +42,10 @@ import { thinkingboxEnvironment, type ThinkingBoxResources } from './thinkingbox
  * Idempotent: a retry of a finished episode returns the stored summary without running it again.
  */
 
-export interface EpisodeActivityInput extends Omit<EpisodeMeta, 'id' | 'suite' | 'scenario' | 'domain' | 'taskUid' | 'policyModel'> {
+export interface EpisodeActivityInput extends Omit<
+  EpisodeMeta,
+  'id' | 'suite' | 'scenario' | 'domain' | 'taskUid' | 'policyModel'
+> {
   episodeId: string;
   suiteDir: string;
   taskUid: string;
@@ -42,7 +60,10 @@ export function findTask(suiteDir: string, uid: string): { suite: AnySuite; task
   let suite = suiteCache.get(suiteDir);
   if (!suite) {
     const { suites, problems } = loadSuites(suiteDir);
-    if (problems.length) throw new BadInputError(`task suite ${suiteDir} has problems:\n${problems.slice(0, 10).map(formatProblem).join('\n')}`);
+    if (problems.length)
+      throw new BadInputError(
+        `task suite ${suiteDir} has problems:\n${problems.slice(0, 10).map(formatProblem).join('\n')}`,
+      );
     suite = suites[0]!;
     suiteCache.set(suiteDir, suite);
   }
@@ -54,7 +75,8 @@ export function findTask(suiteDir: string, uid: string): { suite: AnySuite; task
 /** The native task of a native suite (tools that only handle native tasks). */
 export function findNativeTask(suiteDir: string, uid: string): { suite: Suite; task: LoadedTask; scenario: Scenario } {
   const { suite, task } = findTask(suiteDir, uid);
-  if (suite.kind !== 'native') throw new BadInputError(`${suiteDir} is an imported ThinkingBox suite; this needs a native suite`);
+  if (suite.kind !== 'native')
+    throw new BadInputError(`${suiteDir} is an imported ThinkingBox suite; this needs a native suite`);
   return { suite, task: task as LoadedTask, scenario: suite.scenarios[(task as LoadedTask).scenario]! };
 }
 
@@ -65,8 +87,18 @@ export function findNativeTask(suiteDir: string, uid: string): { suite: Suite; t
 export function episodeOptions(config: EpisodeConfig, episodeId = ''): EpisodeOptions {
   const seed = config.sampling.seed === undefined ? undefined : cyrb53(episodeId, config.sampling.seed) % 2 ** 31;
   return {
-    sampling: { temperature: config.sampling.temperature, topP: config.sampling.top_p, seed, stop: config.sampling.stop },
-    limits: { maxAgentTurns: config.limits.max_agent_turns, maxTokensPerTurn: config.limits.max_tokens_per_turn, episodeTokenBudget: config.limits.episode_token_budget, wallClockMs: config.limits.wall_clock_ms },
+    sampling: {
+      temperature: config.sampling.temperature,
+      topP: config.sampling.top_p,
+      seed,
+      stop: config.sampling.stop,
+    },
+    limits: {
+      maxAgentTurns: config.limits.max_agent_turns,
+      maxTokensPerTurn: config.limits.max_tokens_per_turn,
+      episodeTokenBudget: config.limits.episode_token_budget,
+      wallClockMs: config.limits.wall_clock_ms,
+    },
     prompt: { toolsInPrompt: config.prompt.tools_in_prompt, example: config.prompt.example },
   };
 }
@@ -79,24 +111,51 @@ export interface EpisodeBackends {
   thinkingbox?: (config: EpisodeConfig) => ThinkingBoxResources;
 }
 
-export function episodeEnvironment(backends: EpisodeBackends, config: EpisodeConfig, suite: AnySuite, task: AnyTask): EpisodeEnvironment {
-  if (suite.kind === 'native') return sandboxEnvironment(backends.pool, backends.grader, suite.scenarios[task.scenario]!, task as LoadedTask);
+export function episodeEnvironment(
+  backends: EpisodeBackends,
+  config: EpisodeConfig,
+  suite: AnySuite,
+  task: AnyTask,
+): EpisodeEnvironment {
+  if (suite.kind === 'native')
+    return sandboxEnvironment(backends.pool, backends.grader, suite.scenarios[task.scenario]!, task as LoadedTask);
   if (!backends.thinkingbox) throw new BadInputError('this worker cannot run imported ThinkingBox tasks');
   return thinkingboxEnvironment(backends.thinkingbox(config), suite, task as ImportedTask);
 }
 
-export function episodeDependencies(config: EpisodeConfig, environment: EpisodeEnvironment, task: EpisodeTask): EpisodeDependencies {
+export function episodeDependencies(
+  config: EpisodeConfig,
+  environment: EpisodeEnvironment,
+  task: EpisodeTask,
+): EpisodeDependencies {
   return {
     environment,
-    policy: config.policy.mode === 'tokens' ? createTokenDriver(toEndpoint(config.policy)) : createChatDriver(toEndpoint(config.policy)),
-    user: createSimulatedUser(config.user.mode === 'llm' ? { mode: 'llm', endpoint: toEndpoint(config.user.endpoint), temperature: config.user.temperature } : { mode: 'scripted' }, task),
+    policy:
+      config.policy.mode === 'tokens'
+        ? createTokenDriver(toEndpoint(config.policy))
+        : createChatDriver(toEndpoint(config.policy)),
+    user: createSimulatedUser(
+      config.user.mode === 'llm'
+        ? { mode: 'llm', endpoint: toEndpoint(config.user.endpoint), temperature: config.user.temperature }
+        : { mode: 'scripted' },
+      task,
+    ),
     judge: config.judge ? createJudge(toEndpoint(config.judge)) : undefined,
   };
 }
 
-export function thinkingboxResources(settings: ThinkingboxSettings = thinkingboxSettingsSchema.parse(undefined), servers?: StdioServerPool): ThinkingBoxResources {
+export function thinkingboxResources(
+  settings: ThinkingboxSettings = thinkingboxSettingsSchema.parse(undefined),
+  servers?: StdioServerPool,
+): ThinkingBoxResources {
   return {
-    servers: servers ?? new StdioServerPool({ warm: settings.warm_processes, startTimeoutMs: settings.server_start_timeout_ms, pathPrefix: datasetPathPrefix() }),
+    servers:
+      servers ??
+      new StdioServerPool({
+        warm: settings.warm_processes,
+        startTimeoutMs: settings.server_start_timeout_ms,
+        pathPrefix: datasetPathPrefix(),
+      }),
     python: datasetPython(),
     testTimeoutMs: settings.test_timeout_ms,
     nativeGrading: settings.native_grading,
@@ -121,26 +180,51 @@ export function thinkingboxResourcesFactory(): LazyThinkingboxResources {
   return Object.assign(get, { close: async () => servers?.close() });
 }
 
-export function createEpisodeActivities(deps: { pool: SandboxPool; grader: TerminalStateGrader; controlUrl: string; thinkingbox?: EpisodeBackends['thinkingbox'] }) {
-  const backends: EpisodeBackends = { pool: deps.pool, grader: deps.grader, thinkingbox: deps.thinkingbox ?? thinkingboxResourcesFactory() };
+export function createEpisodeActivities(deps: {
+  pool: SandboxPool;
+  grader: TerminalStateGrader;
+  controlUrl: string;
+  thinkingbox?: EpisodeBackends['thinkingbox'];
+}) {
+  const backends: EpisodeBackends = {
+    pool: deps.pool,
+    grader: deps.grader,
+    thinkingbox: deps.thinkingbox ?? thinkingboxResourcesFactory(),
+  };
   return {
     async runEpisode(input: EpisodeActivityInput): Promise<EpisodeSummary> {
       try {
         const { suite, task } = findTask(input.suiteDir, input.taskUid);
         const finished = await withClient(deps.controlUrl, (c) => findFinishedEpisode(c, input.episodeId));
         if (finished) return finished;
-        const meta: EpisodeMeta = { ...input, id: input.episodeId, suite: suite.name, scenario: task.scenario, domain: taskDomain(suite, task.scenario), policyModel: input.config.policy.model };
+        const meta: EpisodeMeta = {
+          ...input,
+          id: input.episodeId,
+          suite: suite.name,
+          scenario: task.scenario,
+          domain: taskDomain(suite, task.scenario),
+          policyModel: input.config.policy.model,
+        };
         const ctx = Context.current();
         const attempt = `${os.hostname()}:${process.pid}:${ctx.info.attempt}:${randomUUID()}`;
         await withClient(deps.controlUrl, (c) => markEpisodeRunning(c, meta, attempt));
-        const episodeDeps = episodeDependencies(input.config, episodeEnvironment(backends, input.config, suite, task), task);
+        const episodeDeps = episodeDependencies(
+          input.config,
+          episodeEnvironment(backends, input.config, suite, task),
+          task,
+        );
         let progress: unknown = { phase: 'starting' };
         episodeDeps.onTurn = (p) => ctx.heartbeat((progress = p));
         // Heartbeat on a timer too: set-up, a long generation or grading must not look like a dead worker.
         const beat = setInterval(() => ctx.heartbeat(progress), 20_000);
         let record;
         try {
-          record = await runEpisode(episodeDeps, task, `episode:${input.episodeId}`, episodeOptions(input.config, input.episodeId));
+          record = await runEpisode(
+            episodeDeps,
+            task,
+            `episode:${input.episodeId}`,
+            episodeOptions(input.config, input.episodeId),
+          );
         } finally {
           clearInterval(beat);
         }

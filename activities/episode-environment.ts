@@ -11,7 +11,12 @@ import type { GradeReport, TerminalStateGrader } from './terminal-state-grader.t
  * left in. The episode loop (episode-runner.ts) is the same for every backend.
  */
 
-export interface ToolCallMade { name: string; arguments: Record<string, unknown>; result: string; isError: boolean }
+export interface ToolCallMade {
+  name: string;
+  arguments: Record<string, unknown>;
+  result: string;
+  isError: boolean;
+}
 
 export interface GradeRequest {
   /** Last visible assistant message (rubrics, `x.response`). */
@@ -44,7 +49,12 @@ export interface EpisodeEnvironment {
 }
 
 /** A native task: a sandbox database cloned from the scenario template, SQL tools, terminal-state grading. */
-export function sandboxEnvironment(pool: SandboxPool, grader: TerminalStateGrader, scenario: Scenario, task: Task): EpisodeEnvironment {
+export function sandboxEnvironment(
+  pool: SandboxPool,
+  grader: TerminalStateGrader,
+  scenario: Scenario,
+  task: Task,
+): EpisodeEnvironment {
   return {
     instructions: scenario.instructions,
     examples: scenario.examples,

@@ -17,8 +17,18 @@ export interface EpisodeResultLine {
   tokens: Record<'policy' | 'user' | 'judge', { input: number; output: number; cached_input: number }>;
 }
 
-export function resultLine(id: string, uid: string, repetition: number, domain: string, record: Pick<EpisodeRecord, 'outcome' | 'finishReason' | 'cause' | 'usage'>): EpisodeResultLine {
-  const tokens = (u: EpisodeRecord['usage']['policy']) => ({ input: u.input - u.cached, output: u.output, cached_input: u.cached });
+export function resultLine(
+  id: string,
+  uid: string,
+  repetition: number,
+  domain: string,
+  record: Pick<EpisodeRecord, 'outcome' | 'finishReason' | 'cause' | 'usage'>,
+): EpisodeResultLine {
+  const tokens = (u: EpisodeRecord['usage']['policy']) => ({
+    input: u.input - u.cached,
+    output: u.output,
+    cached_input: u.cached,
+  });
   return {
     id,
     uid,

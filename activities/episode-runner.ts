@@ -1,4 +1,10 @@
-import { buildAgentSystemPrompt, DONE_MARKER, END_TURN_TOOL, exampleTurns, type PromptTool } from '../core/agent-prompt.ts';
+import {
+  buildAgentSystemPrompt,
+  DONE_MARKER,
+  END_TURN_TOOL,
+  exampleTurns,
+  type PromptTool,
+} from '../core/agent-prompt.ts';
 import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
 import { interpretCompletion, interpretNativeMessage, type Interpretation } from '../core/interpret/index.ts';
 import type { VisibleTurn } from '../core/user-simulator-prompt.ts';
@@ -16,12 +22,25 @@ import type { GradeReport } from './terminal-state-grader.ts';
  */
 
 export type FinishReason =
-  | 'done' | 'end_turn' | 'single_turn' | 'user_turn_limit' | 'user_finished'
-  | 'agent_turn_limit' | 'token_budget' | 'turn_token_cap' | 'wall_clock_timeout'
+  | 'done'
+  | 'end_turn'
+  | 'single_turn'
+  | 'user_turn_limit'
+  | 'user_finished'
+  | 'agent_turn_limit'
+  | 'token_budget'
+  | 'turn_token_cap'
+  | 'wall_clock_timeout'
   | 'infrastructure_error';
 
 /** Ends that are graded on the terminal state; the others are limits the agent hit (reward 0, REFERENCE §3). */
-const GRADED: ReadonlySet<FinishReason> = new Set(['done', 'end_turn', 'single_turn', 'user_turn_limit', 'user_finished']);
+const GRADED: ReadonlySet<FinishReason> = new Set([
+  'done',
+  'end_turn',
+  'single_turn',
+  'user_turn_limit',
+  'user_finished',
+]);
 
 export interface EpisodeLimits {
   /** Cap on agent completions when the task sets none. */
@@ -38,9 +57,26 @@ export interface EpisodeOptions {
   prompt: { toolsInPrompt: boolean; example: boolean };
 }
 
-export interface RecordedToolCall { turn: number; name: string; arguments: Record<string, unknown>; result: string; isError: boolean }
-export interface RecordedCompletion { turn: number; raw: string; native?: unknown; finishReason: string; interpretation: Interpretation }
-export interface RoleUsage { calls: number; input: number; output: number; cached: number }
+export interface RecordedToolCall {
+  turn: number;
+  name: string;
+  arguments: Record<string, unknown>;
+  result: string;
+  isError: boolean;
+}
+export interface RecordedCompletion {
+  turn: number;
+  raw: string;
+  native?: unknown;
+  finishReason: string;
+  interpretation: Interpretation;
+}
+export interface RoleUsage {
+  calls: number;
+  input: number;
+  output: number;
+  cached: number;
+}
 
 export interface EpisodeRecord {
   outcome: 'success' | 'agent_failure' | 'infrastructure_error';
@@ -80,11 +116,21 @@ function usage(): RoleUsage {
   return { calls: 0, input: 0, output: 0, cached: 0 };
 }
 
-export async function runEpisode(deps: EpisodeDependencies, task: EpisodeTask, owner: string, options: EpisodeOptions): Promise<EpisodeRecord> {
+export async function runEpisode(
+  deps: EpisodeDependencies,
+  task: EpisodeTask,
+  owner: string,
+  options: EpisodeOptions,
+): Promise<EpisodeRecord> {
   const started = Date.now();
   const deadline = started + options.limits.wallClockMs;
   const record: EpisodeRecord = {
-    outcome: 'agent_failure', reward: 0, finishReason: 'done', messages: [], completions: [], toolCalls: [],
+    outcome: 'agent_failure',
+    reward: 0,
+    finishReason: 'done',
+    messages: [],
+    completions: [],
+    toolCalls: [],
     usage: { policy: usage(), user: usage(), judge: usage() },
     timings: { totalMs: 0, policyMs: 0, toolMs: 0, userMs: 0, gradeMs: 0, sandboxMs: 0 },
   };
@@ -95,7 +141,12 @@ export async function runEpisode(deps: EpisodeDependencies, task: EpisodeTask, o
    * losing that race is an infrastructure error: the agent does not make a tool or the user simulator hang.
    * Grading runs after the agent is done and is not the agent's time: it has its own bound (`ownBudgetMs`).
    */
-  const timed = async <T>(what: keyof EpisodeRecord['timings'], step: () => Promise<T>, onLateResult?: (value: T) => void, ownBudgetMs?: number): Promise<T> => {
+  const timed = async <T>(
+    what: keyof EpisodeRecord['timings'],
+    step: () => Promise<T>,
+    onLateResult?: (value: T) => void,
+    ownBudgetMs?: number,
+  ): Promise<T> => {
     const left = ownBudgetMs ?? deadline - Date.now();
     if (left <= 0) throw new WallClockExceeded();
     const t = Date.now();
@@ -107,12 +158,15 @@ export async function runEpisode(deps: EpisodeDependencies, task: EpisodeTask, o
         return value;
       }
       const running = step();
-      return await Promise.race([running, new Promise<never>((_, reject) => {
-        timer = setTimeout(() => {
-          if (onLateResult) running.then(onLateResult, () => undefined);
-          reject(new WallClockExceeded(what.replace(/Ms$/, '')));
-        }, left);
-      })]);
+      return await Promise.race([
+        running,
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            if (onLateResult) running.then(onLateResult, () => undefined);
+            reject(new WallClockExceeded(what.replace(/Ms$/, '')));
+          }, left);
+        }),
+      ]);
     } finally {
       clearTimeout(timer);
       record.timings[what] += Date.now() - t;
@@ -124,20 +178,38 @@ export async function runEpisode(deps: EpisodeDependencies, task: EpisodeTask, o
   let opened: OpenedEnvironment | undefined;
   try {
     // A backend that arrives after the deadline is released at once rather than left to the sweeper.
-    opened = await timed('sandboxMs', () => deps.environment.open(owner), (late) => void late.close());
+    opened = await timed(
+      'sandboxMs',
+      () => deps.environment.open(owner),
+      (late) => void late.close(),
+    );
     const session = opened.tools;
     const tools: PromptTool[] = [...(await timed('toolMs', () => session.listTools())), END_TURN_TOOL];
     const typingSpecs = tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema }));
     record.tools = typingSpecs;
     const examples = options.prompt.example ? deps.environment.examples : [];
-    const system = buildAgentSystemPrompt(deps.environment.instructions, tools, { ...options.prompt, hasScenarioExamples: examples.length > 0 });
+    const system = buildAgentSystemPrompt(deps.environment.instructions, tools, {
+      ...options.prompt,
+      hasScenarioExamples: examples.length > 0,
+    });
     const history = task.history ?? [];
-    record.messages.push({ role: 'system', content: system }, ...exampleTurns(examples), ...history, { role: 'user', content: task.query });
+    record.messages.push({ role: 'system', content: system }, ...exampleTurns(examples), ...history, {
+      role: 'user',
+      content: task.query,
+    });
     // Tools not described in the system prompt go to the server, whose chat template renders them.
-    const serverTools = options.prompt.toolsInPrompt ? undefined : tools.map((t) => ({ type: 'function', function: { name: t.name, description: t.description, parameters: t.inputSchema } }));
+    const serverTools = options.prompt.toolsInPrompt
+      ? undefined
+      : tools.map((t) => ({
+          type: 'function',
+          function: { name: t.name, description: t.description, parameters: t.inputSchema },
+        }));
     await timed('toolMs', () => deps.policy.start(record.messages, serverTools));
 
-    const transcript: VisibleTurn[] = [...history.map((m) => ({ role: m.role, text: m.content })), { role: 'user', text: task.query }];
+    const transcript: VisibleTurn[] = [
+      ...history.map((m) => ({ role: m.role, text: m.content })),
+      { role: 'user', text: task.query },
+    ];
     const maxAgentTurns = task.limits.max_agent_turns ?? options.limits.maxAgentTurns;
     const conversational = task.user_context !== undefined || task.user_replies !== undefined;
     let userReplies = 0;
@@ -154,7 +226,9 @@ export async function runEpisode(deps: EpisodeDependencies, task: EpisodeTask, o
         break;
       }
       const maxTokens = Math.min(options.limits.maxTokensPerTurn, room);
-      const generation = await timed('policyMs', () => deps.policy.generate({ ...options.sampling, maxTokens, timeoutMs: callTimeoutMs() }));
+      const generation = await timed('policyMs', () =>
+        deps.policy.generate({ ...options.sampling, maxTokens, timeoutMs: callTimeoutMs() }),
+      );
       Object.assign(record.usage.policy, {
         calls: record.usage.policy.calls + 1,
         input: record.usage.policy.input + generation.usage.input,
@@ -162,10 +236,23 @@ export async function runEpisode(deps: EpisodeDependencies, task: EpisodeTask, o
         cached: record.usage.policy.cached + generation.usage.cached,
       });
       const interpretation = generation.native?.length
-        ? interpretNativeMessage({ content: generation.raw, reasoning_content: generation.reasoning, tool_calls: generation.native }, typingSpecs)
+        ? interpretNativeMessage(
+            { content: generation.raw, reasoning_content: generation.reasoning, tool_calls: generation.native },
+            typingSpecs,
+          )
         : interpretCompletion(generation.raw, typingSpecs);
-      record.completions.push({ turn, raw: generation.raw, native: generation.native, finishReason: generation.finishReason, interpretation });
-      record.messages.push({ role: 'assistant', content: generation.raw, ...(generation.native?.length ? { tool_calls: generation.native } : {}) });
+      record.completions.push({
+        turn,
+        raw: generation.raw,
+        native: generation.native,
+        finishReason: generation.finishReason,
+        interpretation,
+      });
+      record.messages.push({
+        role: 'assistant',
+        content: generation.raw,
+        ...(generation.native?.length ? { tool_calls: generation.native } : {}),
+      });
       if (generation.finishReason === 'length') {
         finish = maxTokens < options.limits.maxTokensPerTurn ? 'token_budget' : 'turn_token_cap';
         break;
@@ -179,9 +266,16 @@ export async function runEpisode(deps: EpisodeDependencies, task: EpisodeTask, o
         }
         const callId = generation.native?.[call.index]?.id;
         let result: { text: string; isError: boolean };
-        if (call.parseError !== undefined) result = { text: `Error: could not parse the tool call: ${call.parseError}`, isError: true };
+        if (call.parseError !== undefined)
+          result = { text: `Error: could not parse the tool call: ${call.parseError}`, isError: true };
         else result = await timed('toolMs', () => session.callTool(call.name, call.arguments));
-        record.toolCalls.push({ turn, name: call.name, arguments: call.arguments, result: result.text, isError: result.isError });
+        record.toolCalls.push({
+          turn,
+          name: call.name,
+          arguments: call.arguments,
+          result: result.text,
+          isError: result.isError,
+        });
         observations.push({ role: 'tool', content: result.text, ...(callId ? { tool_call_id: callId } : {}) });
       }
       deps.onTurn?.({ turn, toolCalls: record.toolCalls.length, userReplies });
@@ -221,7 +315,12 @@ export async function runEpisode(deps: EpisodeDependencies, task: EpisodeTask, o
       return record;
     }
     const lastAssistantText = transcript.filter((t) => t.role === 'assistant').at(-1)?.text ?? '';
-    const grade = await timed('gradeMs', () => opened!.grade({ lastAssistantText, toolCalls: record.toolCalls, judge: deps.judge }), undefined, deps.environment.gradeTimeoutMs);
+    const grade = await timed(
+      'gradeMs',
+      () => opened!.grade({ lastAssistantText, toolCalls: record.toolCalls, judge: deps.judge }),
+      undefined,
+      deps.environment.gradeTimeoutMs,
+    );
     record.grade = grade;
     record.outcome = grade.outcome;
     record.reward = grade.reward;
@@ -245,7 +344,10 @@ export async function runEpisode(deps: EpisodeDependencies, task: EpisodeTask, o
     }
     record.outcome = 'infrastructure_error';
     record.finishReason = 'infrastructure_error';
-    record.cause = err instanceof InfrastructureError || err instanceof WallClockExceeded ? err.message : `unexpected error: ${errorMessage(err)}`;
+    record.cause =
+      err instanceof InfrastructureError || err instanceof WallClockExceeded
+        ? err.message
+        : `unexpected error: ${errorMessage(err)}`;
     return record;
   } finally {
     record.timings.totalMs = Date.now() - started;

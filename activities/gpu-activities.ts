@@ -19,9 +19,22 @@ import { ensureLearner, learnerFiles, learnerRequest, LearnerHttpError, stopLear
  * control database and handed to the learner as a file path: token arrays never travel in payloads.
  */
 
-export interface BatchItem { episodeId: string; advantage: number }
-export interface TrainStepInput { campaignId: string; stepId: number; items: BatchItem[]; learner: CampaignConfig['learner'] }
-export interface TrainStepResult { stepId: number; repeated: boolean; checkpoint: string; metrics: Record<string, unknown> }
+export interface BatchItem {
+  episodeId: string;
+  advantage: number;
+}
+export interface TrainStepInput {
+  campaignId: string;
+  stepId: number;
+  items: BatchItem[];
+  learner: CampaignConfig['learner'];
+}
+export interface TrainStepResult {
+  stepId: number;
+  repeated: boolean;
+  checkpoint: string;
+  metrics: Record<string, unknown>;
+}
 
 export function learnerConfigJson(learner: CampaignConfig['learner'], seed: number): Record<string, unknown> {
   const modelPath = learner.model_path === 'embedded' ? smallModelDir() : learner.model_path;
@@ -29,7 +42,11 @@ export function learnerConfigJson(learner: CampaignConfig['learner'], seed: numb
   return {
     model: { path: modelPath, dtype: cuda ? 'bfloat16' : 'float32', export_dtype: cuda ? 'bfloat16' : 'float32' },
     checkpoint: { dir: '', keep_last: learner.keep_checkpoints },
-    distributed: { device: learner.device, backend: cuda ? 'nccl' : 'gloo', world_size: learner.nodes * learner.gpus_per_node },
+    distributed: {
+      device: learner.device,
+      backend: cuda ? 'nccl' : 'gloo',
+      world_size: learner.nodes * learner.gpus_per_node,
+    },
     fsdp: { cpu_offload: learner.cpu_offload, activation_checkpointing: learner.activation_checkpointing },
     optimizer: { lr: learner.lr, betas: learner.betas, eps: learner.eps, weight_decay: learner.weight_decay },
     loss: { eps_low: learner.eps_low, eps_high: learner.eps_high, dual_clip_c: learner.dual_clip_c },
@@ -52,12 +69,27 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     fs.mkdirSync(dir, { recursive: true });
     const file = path.join(dir, `step-${input.stepId}.jsonl`);
     const ids = input.items.map((i) => i.episodeId);
-    const rows = await withClient(deps.controlUrl, (c) => c.query<{ id: string; trajectory: Trajectory | null }>(`SELECT id, record->'trajectory' AS trajectory FROM episodes WHERE id = ANY($1)`, [ids]));
+    const rows = await withClient(deps.controlUrl, (c) =>
+      c.query<{ id: string; trajectory: Trajectory | null }>(
+        `SELECT id, record->'trajectory' AS trajectory FROM episodes WHERE id = ANY($1)`,
+        [ids],
+      ),
+    );
     const byId = new Map(rows.rows.map((r) => [r.id, r.trajectory]));
     const lines = input.items.map((item) => {
       const t = byId.get(item.episodeId);
-      if (!t) throw ApplicationFailure.nonRetryable(`episode ${item.episodeId} has no token trajectory (was it run in token mode?)`, 'BadInput');
-      return JSON.stringify({ trajectory_id: item.episodeId, input_ids: t.tokenIds, loss_mask: t.lossMask, old_logprobs: t.logprobs, advantage: item.advantage });
+      if (!t)
+        throw ApplicationFailure.nonRetryable(
+          `episode ${item.episodeId} has no token trajectory (was it run in token mode?)`,
+          'BadInput',
+        );
+      return JSON.stringify({
+        trajectory_id: item.episodeId,
+        input_ids: t.tokenIds,
+        loss_mask: t.lossMask,
+        old_logprobs: t.logprobs,
+        advantage: item.advantage,
+      });
     });
     fs.writeFileSync(`${file}.tmp`, `${lines.join('\n')}\n`);
     fs.renameSync(`${file}.tmp`, file);
@@ -65,9 +97,17 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
   }
 
   return {
-    async startLearner(input: { campaignId: string; learner: CampaignConfig['learner']; seed: number }): Promise<{ controlUrl: string; manifest: Record<string, unknown> }> {
+    async startLearner(input: {
+      campaignId: string;
+      learner: CampaignConfig['learner'];
+      seed: number;
+    }): Promise<{ controlUrl: string; manifest: Record<string, unknown> }> {
       return heartbeating(async () => {
-        const url = await ensureLearner(files(input.campaignId), learnerConfigJson(input.learner, input.seed), input.learner.gpus_per_node);
+        const url = await ensureLearner(
+          files(input.campaignId),
+          learnerConfigJson(input.learner, input.seed),
+          input.learner.gpus_per_node,
+        );
         return { controlUrl: url, manifest: await learnerRequest(url, 'GET', '/manifest') };
       });
     },
@@ -75,13 +115,20 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     async trainStep(input: TrainStepInput & { seed: number }): Promise<TrainStepResult> {
       const ctx = Context.current();
       const started = Date.now();
-      const beat = setInterval(() => ctx.heartbeat({ stepId: input.stepId, seconds: Math.round((Date.now() - started) / 1000) }), 5000);
+      const beat = setInterval(
+        () => ctx.heartbeat({ stepId: input.stepId, seconds: Math.round((Date.now() - started) / 1000) }),
+        5000,
+      );
       const batchRef = await writeBatch(input).catch((err: unknown) => {
         clearInterval(beat);
         throw err;
       });
       // A learner that died (kill -9, OOM) is restarted from its last checkpoint; the step id makes the retry exact.
-      const url = await ensureLearner(files(input.campaignId), learnerConfigJson(input.learner, input.seed), input.learner.gpus_per_node).catch((err: unknown) => {
+      const url = await ensureLearner(
+        files(input.campaignId),
+        learnerConfigJson(input.learner, input.seed),
+        input.learner.gpus_per_node,
+      ).catch((err: unknown) => {
         clearInterval(beat);
         throw err;
       });
@@ -91,10 +138,21 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       });
       try {
         const answer = await Promise.race([
-          learnerRequest<{ step_id: number; result: Record<string, unknown>; repeated: boolean; checkpoint: string }>(url, 'POST', '/train_step', { step_id: input.stepId, batch_ref: batchRef }, 3 * 3600_000),
+          learnerRequest<{ step_id: number; result: Record<string, unknown>; repeated: boolean; checkpoint: string }>(
+            url,
+            'POST',
+            '/train_step',
+            { step_id: input.stepId, batch_ref: batchRef },
+            3 * 3600_000,
+          ),
           cancelled,
         ]);
-        return { stepId: answer.step_id, repeated: answer.repeated, checkpoint: answer.checkpoint, metrics: answer.result };
+        return {
+          stepId: answer.step_id,
+          repeated: answer.repeated,
+          checkpoint: answer.checkpoint,
+          metrics: answer.result,
+        };
       } catch (err) {
         return nonRetryable(err);
       } finally {
@@ -106,7 +164,13 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       return heartbeating(async () => {
         const url = await ensureLearnerRunning(files(input.campaignId));
         try {
-          const answer = await learnerRequest<{ path: string }>(url, 'POST', '/export', { step_id: input.stepId }, 30 * 60_000);
+          const answer = await learnerRequest<{ path: string }>(
+            url,
+            'POST',
+            '/export',
+            { step_id: input.stepId },
+            30 * 60_000,
+          );
           return { path: answer.path };
         } catch (err) {
           return nonRetryable(err);
@@ -115,7 +179,10 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     },
 
     /** The embedded CPU policy server for this campaign (local default), serving `weightsPath` if given. */
-    async ensurePolicyServer(input: { campaignId: string; weightsPath?: string }): Promise<{ baseUrl: string; model: string }> {
+    async ensurePolicyServer(input: {
+      campaignId: string;
+      weightsPath?: string;
+    }): Promise<{ baseUrl: string; model: string }> {
       return heartbeating(() => ensurePolicyServerNow(input));
     },
 
@@ -131,7 +198,10 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     },
   };
 
-  async function ensurePolicyServerNow(input: { campaignId: string; weightsPath?: string }): Promise<{ baseUrl: string; model: string }> {
+  async function ensurePolicyServerNow(input: {
+    campaignId: string;
+    weightsPath?: string;
+  }): Promise<{ baseUrl: string; model: string }> {
     const dir = files(input.campaignId).dir;
     fs.mkdirSync(dir, { recursive: true });
     const pidFile = path.join(dir, 'policy-server.pid');
@@ -139,7 +209,10 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     let server: { baseUrl: string; model: string } | undefined;
     if (readPid(pidFile) !== undefined && fs.existsSync(urlFile)) {
       const known = JSON.parse(fs.readFileSync(urlFile, 'utf8')) as { baseUrl: string; model: string };
-      const ok = await fetch(known.baseUrl.replace(/\/v1$/, '/health'), { signal: AbortSignal.timeout(3000) }).then((r) => r.ok, () => false);
+      const ok = await fetch(known.baseUrl.replace(/\/v1$/, '/health'), { signal: AbortSignal.timeout(3000) }).then(
+        (r) => r.ok,
+        () => false,
+      );
       if (ok) server = known;
     }
     if (!server) {
@@ -156,7 +229,9 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
   }
 
   async function ensureLearnerRunning(f: ReturnType<typeof files>): Promise<string> {
-    const config = JSON.parse(fs.readFileSync(f.config, 'utf8')) as Record<string, unknown> & { distributed: { world_size: number } };
+    const config = JSON.parse(fs.readFileSync(f.config, 'utf8')) as Record<string, unknown> & {
+      distributed: { world_size: number };
+    };
     return ensureLearner(f, config, config.distributed.world_size);
   }
 }
@@ -165,12 +240,20 @@ async function syncWeightsTo(baseUrl: string, weightsPath: string): Promise<{ we
   const root = baseUrl.replace(/\/v1\/?$/, '');
   let response: Response;
   try {
-    response = await fetch(`${root}/reload_weights`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: weightsPath }), signal: AbortSignal.timeout(10 * 60_000) });
+    response = await fetch(`${root}/reload_weights`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ path: weightsPath }),
+      signal: AbortSignal.timeout(10 * 60_000),
+    });
   } catch (err) {
     throw new InfrastructureError(`weight sync to ${root}: ${errorMessage(err)}`, { cause: err });
   }
   const body = (await response.json().catch(() => ({}))) as { weight_version?: number; error?: { message?: string } };
-  if (!response.ok || typeof body.weight_version !== 'number') throw new InfrastructureError(`weight sync to ${root}: HTTP ${response.status}: ${body.error?.message ?? 'no weight_version'}`);
+  if (!response.ok || typeof body.weight_version !== 'number')
+    throw new InfrastructureError(
+      `weight sync to ${root}: HTTP ${response.status}: ${body.error?.message ?? 'no weight_version'}`,
+    );
   return { weightVersion: body.weight_version };
 }
 

@@ -15,11 +15,19 @@ export interface JudgeConfig {
   timeoutMs?: number;
 }
 
-export interface JudgeVerdict { question: string; answer: string; yes: boolean; usage: { input: number; output: number } }
+export interface JudgeVerdict {
+  question: string;
+  answer: string;
+  yes: boolean;
+  usage: { input: number; output: number };
+}
 
-export interface Judge { ask(question: string, assistantMessage: string): Promise<JudgeVerdict> }
+export interface Judge {
+  ask(question: string, assistantMessage: string): Promise<JudgeVerdict>;
+}
 
-const SYSTEM = 'You are a strict grader. Answer the question about the assistant message with a single word: yes or no.';
+const SYSTEM =
+  'You are a strict grader. Answer the question about the assistant message with a single word: yes or no.';
 
 export function createJudge(config: JudgeConfig): Judge {
   return {
@@ -37,12 +45,20 @@ export function createJudge(config: JudgeConfig): Judge {
           max_tokens: 16,
           messages: [
             { role: 'system', content: SYSTEM },
-            { role: 'user', content: `Assistant message:\n<<<\n${assistantMessage.replaceAll('<<<', '< < <').replaceAll('>>>', '> > >')}\n>>>\n\nQuestion: ${question}\nAnswer yes or no.` },
+            {
+              role: 'user',
+              content: `Assistant message:\n<<<\n${assistantMessage.replaceAll('<<<', '< < <').replaceAll('>>>', '> > >')}\n>>>\n\nQuestion: ${question}\nAnswer yes or no.`,
+            },
           ],
         });
         const answer = completion.choices[0]?.message?.content;
         if (typeof answer !== 'string') throw new Error('the judge returned no message content');
-        return { question, answer, yes: judgeSaysYes(answer), usage: { input: completion.usage?.prompt_tokens ?? 0, output: completion.usage?.completion_tokens ?? 0 } };
+        return {
+          question,
+          answer,
+          yes: judgeSaysYes(answer),
+          usage: { input: completion.usage?.prompt_tokens ?? 0, output: completion.usage?.completion_tokens ?? 0 },
+        };
       } catch (err) {
         throw new InfrastructureError(`judge unavailable: ${errorMessage(err)}`, { cause: err });
       }

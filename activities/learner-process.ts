@@ -12,37 +12,72 @@ import { gpuLearnerDir, pythonBinary } from '../infra/python-env.ts';
  * checkpoint; steps are idempotent by id, so the retried step is applied exactly once.
  */
 
-export interface LearnerFiles { dir: string; config: string; checkpoints: string; pid: string; log: string }
+export interface LearnerFiles {
+  dir: string;
+  config: string;
+  checkpoints: string;
+  pid: string;
+  log: string;
+}
 
 export function learnerFiles(stateDir: string, campaignId: string): LearnerFiles {
   const dir = path.join(stateDir, 'learners', campaignId.replace(/[^A-Za-z0-9_.-]/g, '_'));
-  return { dir, config: path.join(dir, 'learner.json'), checkpoints: path.join(dir, 'checkpoints'), pid: path.join(dir, 'learner.pid'), log: path.join(dir, 'learner.log') };
+  return {
+    dir,
+    config: path.join(dir, 'learner.json'),
+    checkpoints: path.join(dir, 'checkpoints'),
+    pid: path.join(dir, 'learner.pid'),
+    log: path.join(dir, 'learner.log'),
+  };
 }
 
 export class LearnerHttpError extends Error {
-  constructor(readonly status: number, readonly code: string, message: string) {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
     super(message);
   }
 }
 
 export function controlUrl(files: LearnerFiles): string | undefined {
   try {
-    const info = JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as { host: string; port: number };
+    const info = JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as {
+      host: string;
+      port: number;
+    };
     return `http://${info.host}:${info.port}`;
   } catch {
     return undefined;
   }
 }
 
-export async function learnerRequest<T>(url: string, method: 'GET' | 'POST', route: string, body?: unknown, timeoutMs = 60_000): Promise<T> {
+export async function learnerRequest<T>(
+  url: string,
+  method: 'GET' | 'POST',
+  route: string,
+  body?: unknown,
+  timeoutMs = 60_000,
+): Promise<T> {
   let response: Response;
   try {
-    response = await fetch(`${url}${route}`, { method, headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
+    response = await fetch(`${url}${route}`, {
+      method,
+      headers: { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
   } catch (err) {
     throw new InfrastructureError(`learner ${route}: ${errorMessage(err)}`, { cause: err });
   }
   const payload = (await response.json().catch(() => ({}))) as { error?: string; code?: string };
-  if (!response.ok) throw new LearnerHttpError(response.status, payload.code ?? 'unknown', `learner ${route}: HTTP ${response.status}: ${payload.error ?? 'no message'}`);
+  if (!response.ok)
+    throw new LearnerHttpError(
+      response.status,
+      payload.code ?? 'unknown',
+      `learner ${route}: HTTP ${response.status}: ${payload.error ?? 'no message'}`,
+    );
   return payload as T;
 }
 
@@ -53,7 +88,9 @@ export async function learnerRequest<T>(url: string, method: 'GET' | 'POST', rou
  */
 async function stopOrphanedRankZero(files: LearnerFiles): Promise<void> {
   try {
-    const { pid } = JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as { pid?: number };
+    const { pid } = JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as {
+      pid?: number;
+    };
     if (typeof pid === 'number' && isAlive(pid)) await stopPid(pid, 10_000);
   } catch {
     // no control file: no rank 0 ever came up
@@ -71,14 +108,24 @@ async function healthy(url: string | undefined): Promise<boolean> {
 }
 
 /** Returns the control URL of a running learner for this campaign, starting (or resuming) one if needed. */
-export async function ensureLearner(files: LearnerFiles, learnerConfig: Record<string, unknown>, nprocPerNode: number, startTimeoutMs = 600_000): Promise<string> {
+export async function ensureLearner(
+  files: LearnerFiles,
+  learnerConfig: Record<string, unknown>,
+  nprocPerNode: number,
+  startTimeoutMs = 600_000,
+): Promise<string> {
   const pid = readPid(files.pid);
   if (pid !== undefined) {
     const url = controlUrl(files);
     if (await healthy(url)) return url!;
     // Alive but not answering: it may still be loading; give it the start timeout before replacing it.
     try {
-      await waitFor('learner control endpoint', async () => !isAlive(pid) || (await healthy(controlUrl(files))), startTimeoutMs, files.log);
+      await waitFor(
+        'learner control endpoint',
+        async () => !isAlive(pid) || (await healthy(controlUrl(files))),
+        startTimeoutMs,
+        files.log,
+      );
     } catch {
       await stopPid(-pid, 5000); // the whole group: torchrun and its ranks, or orphaned ranks hold memory
     }
@@ -86,19 +133,47 @@ export async function ensureLearner(files: LearnerFiles, learnerConfig: Record<s
   }
   await stopOrphanedRankZero(files);
   fs.mkdirSync(files.checkpoints, { recursive: true });
-  fs.writeFileSync(files.config, JSON.stringify({ ...learnerConfig, checkpoint: { ...(learnerConfig.checkpoint as object), dir: files.checkpoints } }, null, 2));
+  fs.writeFileSync(
+    files.config,
+    JSON.stringify(
+      { ...learnerConfig, checkpoint: { ...(learnerConfig.checkpoint as object), dir: files.checkpoints } },
+      null,
+      2,
+    ),
+  );
   fs.rmSync(path.join(files.checkpoints, 'control.json'), { force: true });
   const torchrun = path.join(path.dirname(pythonBinary()), 'torchrun');
-  const args = ['--standalone', `--nproc-per-node=${nprocPerNode}`, '-m', 'tbt_gpu.learner', '--config', files.config, '--resume'];
+  const args = [
+    '--standalone',
+    `--nproc-per-node=${nprocPerNode}`,
+    '-m',
+    'tbt_gpu.learner',
+    '--config',
+    files.config,
+    '--resume',
+  ];
   const out = fs.openSync(files.log, 'a');
-  const child = spawn(torchrun, args, { cwd: gpuLearnerDir, detached: true, stdio: ['ignore', out, out], env: { ...process.env, OMP_WAIT_POLICY: process.env.OMP_WAIT_POLICY ?? 'PASSIVE', PYTHONPATH: gpuLearnerDir } });
+  const child = spawn(torchrun, args, {
+    cwd: gpuLearnerDir,
+    detached: true,
+    stdio: ['ignore', out, out],
+    env: { ...process.env, OMP_WAIT_POLICY: process.env.OMP_WAIT_POLICY ?? 'PASSIVE', PYTHONPATH: gpuLearnerDir },
+  });
   fs.closeSync(out);
   child.unref();
   fs.writeFileSync(files.pid, String(child.pid));
-  await waitFor('learner control endpoint', async () => {
-    if (!isAlive(child.pid!)) throw new InfrastructureError(`learner exited during start-up (log ${files.log}):\n${fs.readFileSync(files.log, 'utf8').split('\n').slice(-12).join('\n')}`);
-    return healthy(controlUrl(files));
-  }, startTimeoutMs, files.log);
+  await waitFor(
+    'learner control endpoint',
+    async () => {
+      if (!isAlive(child.pid!))
+        throw new InfrastructureError(
+          `learner exited during start-up (log ${files.log}):\n${fs.readFileSync(files.log, 'utf8').split('\n').slice(-12).join('\n')}`,
+        );
+      return healthy(controlUrl(files));
+    },
+    startTimeoutMs,
+    files.log,
+  );
   return controlUrl(files)!;
 }
 

@@ -14,8 +14,15 @@ import { runSqlTool, ToolCallError } from './sql-tool.ts';
  * `isError` results the agent can read; a failing database surfaces as an InfrastructureError.
  */
 
-export interface ToolResult { text: string; isError: boolean }
-export interface ToolSpec { name: string; description: string; inputSchema: Record<string, unknown> }
+export interface ToolResult {
+  text: string;
+  isError: boolean;
+}
+export interface ToolSpec {
+  name: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+}
 
 export interface ToolSession {
   listTools(): Promise<ToolSpec[]>;
@@ -30,7 +37,11 @@ export function toolResultText(result: Record<string, unknown>): string {
 
 const INFRASTRUCTURE = -32099; // JSON-RPC server-error range: the backend, not the call, failed
 
-export async function openToolSession(scenario: Scenario, sandbox: Sandbox, options: { statementTimeoutMs?: number } = {}): Promise<ToolSession> {
+export async function openToolSession(
+  scenario: Scenario,
+  sandbox: Sandbox,
+  options: { statementTimeoutMs?: number } = {},
+): Promise<ToolSession> {
   const db = new pg.Client({ connectionString: sandbox.agentUrl, connectionTimeoutMillis: 10_000 });
   db.on('error', () => undefined); // surfaced by the next query instead of crashing the process
   try {
@@ -48,13 +59,22 @@ export async function openToolSession(scenario: Scenario, sandbox: Sandbox, opti
   server.setRequestHandler(CallToolRequestSchema, async (request) => {
     const tool = scenario.tools.find((t) => t.name === request.params.name);
     if (!tool) {
-      return { isError: true, content: [{ type: 'text', text: `Error: unknown tool '${request.params.name}'. Available tools: ${scenario.tools.map((t) => t.name).join(', ')}` }] };
+      return {
+        isError: true,
+        content: [
+          {
+            type: 'text',
+            text: `Error: unknown tool '${request.params.name}'. Available tools: ${scenario.tools.map((t) => t.name).join(', ')}`,
+          },
+        ],
+      };
     }
     try {
       const text = await runSqlTool(db, tool, request.params.arguments ?? {});
       return { content: [{ type: 'text', text }] };
     } catch (err) {
-      if (err instanceof ToolCallError) return { isError: true, content: [{ type: 'text', text: `Error: ${err.message}` }] };
+      if (err instanceof ToolCallError)
+        return { isError: true, content: [{ type: 'text', text: `Error: ${err.message}` }] };
       throw new McpError(INFRASTRUCTURE as ErrorCode, errorMessage(err));
     }
   });
@@ -67,7 +87,11 @@ export async function openToolSession(scenario: Scenario, sandbox: Sandbox, opti
   return {
     async listTools() {
       const { tools } = await client.listTools();
-      return tools.map((t) => ({ name: t.name, description: t.description ?? '', inputSchema: t.inputSchema as Record<string, unknown> }));
+      return tools.map((t) => ({
+        name: t.name,
+        description: t.description ?? '',
+        inputSchema: t.inputSchema as Record<string, unknown>,
+      }));
     },
     async callTool(name, args) {
       try {

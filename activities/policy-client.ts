@@ -32,7 +32,12 @@ export interface ChatResult {
   usage: { input: number; output: number; cached: number };
 }
 
-export interface TokenCompletion { tokenIds: number[]; logprobs: number[]; text: string; finishReason: string }
+export interface TokenCompletion {
+  tokenIds: number[];
+  logprobs: number[];
+  text: string;
+  finishReason: string;
+}
 
 export interface SamplingParams {
   temperature: number;
@@ -53,7 +58,13 @@ function serverRoot(endpoint: Endpoint): string {
   return endpoint.baseUrl.replace(/\/v1\/?$/, '');
 }
 
-async function postJson<T>(endpoint: Endpoint, url: string, body: unknown, what: string, timeoutMs?: number): Promise<T> {
+async function postJson<T>(
+  endpoint: Endpoint,
+  url: string,
+  body: unknown,
+  what: string,
+  timeoutMs?: number,
+): Promise<T> {
   let response: Response;
   try {
     response = await fetch(url, {
@@ -66,14 +77,25 @@ async function postJson<T>(endpoint: Endpoint, url: string, body: unknown, what:
     throw new InfrastructureError(`policy server ${what}: ${errorMessage(err)}`, { cause: err });
   }
   const text = await response.text();
-  if (!response.ok) throw new InfrastructureError(`policy server ${what}: HTTP ${response.status}: ${text.slice(0, 500)}`);
+  if (!response.ok)
+    throw new InfrastructureError(`policy server ${what}: HTTP ${response.status}: ${text.slice(0, 500)}`);
   return JSON.parse(text) as T;
 }
 
-export async function chatComplete(endpoint: Endpoint, messages: ChatMessage[], sampling: SamplingParams, tools?: unknown[]): Promise<ChatResult> {
+export async function chatComplete(
+  endpoint: Endpoint,
+  messages: ChatMessage[],
+  sampling: SamplingParams,
+  tools?: unknown[],
+): Promise<ChatResult> {
   const timeout = Math.min(sampling.timeoutMs ?? Infinity, endpoint.timeoutMs ?? 300_000);
   // One retry inside the call, and only while the episode has time for it.
-  const client = new OpenAI({ baseURL: endpoint.baseUrl, apiKey: apiKey(endpoint), timeout, maxRetries: sampling.timeoutMs === undefined ? 2 : 0 });
+  const client = new OpenAI({
+    baseURL: endpoint.baseUrl,
+    apiKey: apiKey(endpoint),
+    timeout,
+    maxRetries: sampling.timeoutMs === undefined ? 2 : 0,
+  });
   try {
     const completion = await client.chat.completions.create({
       model: endpoint.model,
@@ -90,7 +112,16 @@ export async function chatComplete(endpoint: Endpoint, messages: ChatMessage[], 
     return {
       content: message.content ?? '',
       reasoning: message.reasoning_content ?? undefined,
-      nativeToolCalls: (message.tool_calls ?? []).filter((c) => c.type === 'function').map((c) => ({ id: c.id, type: c.type, function: { name: (c as { function: { name: string } }).function.name, arguments: (c as { function: { arguments: string } }).function.arguments } })),
+      nativeToolCalls: (message.tool_calls ?? [])
+        .filter((c) => c.type === 'function')
+        .map((c) => ({
+          id: c.id,
+          type: c.type,
+          function: {
+            name: (c as { function: { name: string } }).function.name,
+            arguments: (c as { function: { arguments: string } }).function.arguments,
+          },
+        })),
       finishReason: choice.finish_reason ?? 'stop',
       usage: {
         input: completion.usage?.prompt_tokens ?? 0,
@@ -104,8 +135,14 @@ export async function chatComplete(endpoint: Endpoint, messages: ChatMessage[], 
 }
 
 /** Token-in/token-out: the prompt is the exact id sequence; the sampled ids and their logprobs come back. */
-export async function completeTokens(endpoint: Endpoint, prompt: number[], sampling: SamplingParams): Promise<TokenCompletion> {
-  const body = await postJson<{ choices: { text: string; token_ids?: number[]; finish_reason: string; logprobs?: { token_logprobs?: number[] } }[] }>(
+export async function completeTokens(
+  endpoint: Endpoint,
+  prompt: number[],
+  sampling: SamplingParams,
+): Promise<TokenCompletion> {
+  const body = await postJson<{
+    choices: { text: string; token_ids?: number[]; finish_reason: string; logprobs?: { token_logprobs?: number[] } }[];
+  }>(
     endpoint,
     `${endpoint.baseUrl}/completions`,
     {
@@ -124,28 +161,53 @@ export async function completeTokens(endpoint: Endpoint, prompt: number[], sampl
     sampling.timeoutMs === undefined ? undefined : Math.min(sampling.timeoutMs, endpoint.timeoutMs ?? 300_000),
   );
   const choice = body.choices[0];
-  if (!choice?.token_ids) throw new InfrastructureError('policy server token completion: no token_ids in the response (is return_token_ids supported?)');
+  if (!choice?.token_ids)
+    throw new InfrastructureError(
+      'policy server token completion: no token_ids in the response (is return_token_ids supported?)',
+    );
   const logprobs = choice.logprobs?.token_logprobs ?? [];
-  if (logprobs.length !== choice.token_ids.length) throw new InfrastructureError(`policy server token completion: ${choice.token_ids.length} token ids but ${logprobs.length} logprobs`);
+  if (logprobs.length !== choice.token_ids.length)
+    throw new InfrastructureError(
+      `policy server token completion: ${choice.token_ids.length} token ids but ${logprobs.length} logprobs`,
+    );
   return { tokenIds: choice.token_ids, logprobs, text: choice.text, finishReason: choice.finish_reason };
 }
 
-export async function tokenizeMessages(endpoint: Endpoint, messages: ChatMessage[], options: { addGenerationPrompt: boolean; tools?: unknown[] }): Promise<number[]> {
+export async function tokenizeMessages(
+  endpoint: Endpoint,
+  messages: ChatMessage[],
+  options: { addGenerationPrompt: boolean; tools?: unknown[] },
+): Promise<number[]> {
   const body = await postJson<{ tokens: number[] }>(
     endpoint,
     `${serverRoot(endpoint)}/tokenize`,
-    { model: endpoint.model, messages, add_generation_prompt: options.addGenerationPrompt, ...(options.tools?.length ? { tools: options.tools } : {}) },
+    {
+      model: endpoint.model,
+      messages,
+      add_generation_prompt: options.addGenerationPrompt,
+      ...(options.tools?.length ? { tools: options.tools } : {}),
+    },
     'tokenize',
   );
   return body.tokens;
 }
 
 export async function tokenizeText(endpoint: Endpoint, text: string): Promise<number[]> {
-  const body = await postJson<{ tokens: number[] }>(endpoint, `${serverRoot(endpoint)}/tokenize`, { model: endpoint.model, prompt: text, add_special_tokens: false }, 'tokenize');
+  const body = await postJson<{ tokens: number[] }>(
+    endpoint,
+    `${serverRoot(endpoint)}/tokenize`,
+    { model: endpoint.model, prompt: text, add_special_tokens: false },
+    'tokenize',
+  );
   return body.tokens;
 }
 
 export async function detokenize(endpoint: Endpoint, tokens: number[]): Promise<string> {
-  const body = await postJson<{ prompt: string }>(endpoint, `${serverRoot(endpoint)}/detokenize`, { model: endpoint.model, tokens }, 'detokenize');
+  const body = await postJson<{ prompt: string }>(
+    endpoint,
+    `${serverRoot(endpoint)}/detokenize`,
+    { model: endpoint.model, tokens },
+    'detokenize',
+  );
   return body.prompt;
 }

@@ -1,5 +1,14 @@
 import { InfrastructureError } from '../core/errors.ts';
-import { chatComplete, completeTokens, tokenizeMessages, tokenizeText, type ChatMessage, type ChatResult, type Endpoint, type SamplingParams } from './policy-client.ts';
+import {
+  chatComplete,
+  completeTokens,
+  tokenizeMessages,
+  tokenizeText,
+  type ChatMessage,
+  type ChatResult,
+  type Endpoint,
+  type SamplingParams,
+} from './policy-client.ts';
 
 /**
  * How an episode talks to the policy. `chat`: messages in, text out (evaluation against any OpenAI-compatible
@@ -18,7 +27,11 @@ export interface Generation {
   contextTokens: number;
 }
 
-export interface Trajectory { tokenIds: number[]; lossMask: number[]; logprobs: number[] }
+export interface Trajectory {
+  tokenIds: number[];
+  lossMask: number[];
+  logprobs: number[];
+}
 
 export interface PolicyDriver {
   /** `tools` (OpenAI function specs) go to the server, whose chat template renders them; omit when the prompt lists them. */
@@ -41,9 +54,20 @@ export function createChatDriver(endpoint: Endpoint): PolicyDriver {
     },
     async generate(sampling) {
       const result = await chatComplete(endpoint, messages, sampling, tools);
-      messages.push({ role: 'assistant', content: result.content, ...(result.nativeToolCalls?.length ? { tool_calls: result.nativeToolCalls } : {}) });
+      messages.push({
+        role: 'assistant',
+        content: result.content,
+        ...(result.nativeToolCalls?.length ? { tool_calls: result.nativeToolCalls } : {}),
+      });
       context = result.usage.input + result.usage.output;
-      return { raw: result.content, native: result.nativeToolCalls, reasoning: result.reasoning, finishReason: result.finishReason, usage: result.usage, contextTokens: context };
+      return {
+        raw: result.content,
+        native: result.nativeToolCalls,
+        reasoning: result.reasoning,
+        finishReason: result.finishReason,
+        usage: result.usage,
+        contextTokens: context,
+      };
     },
     async observe(observed) {
       messages.push(...observed);
@@ -70,10 +94,15 @@ async function assistantTerminator(endpoint: Endpoint, anchor: number[], tools?:
   const content = await tokenizeText(endpoint, ANCHOR_CONTENT);
   const body = anchor.slice(opened.length, opened.length + content.length);
   if (opened.some((t, i) => anchor[i] !== t) || body.some((t, i) => content[i] !== t)) {
-    throw new InfrastructureError('cannot locate the assistant turn in the anchor conversation: the chat template renders an assistant turn in an unexpected way');
+    throw new InfrastructureError(
+      'cannot locate the assistant turn in the anchor conversation: the chat template renders an assistant turn in an unexpected way',
+    );
   }
   const terminator = anchor.slice(opened.length + content.length);
-  if (terminator.length === 0 || terminator.length > 4) throw new InfrastructureError(`unexpected assistant terminator of ${terminator.length} tokens in the chat template`);
+  if (terminator.length === 0 || terminator.length > 4)
+    throw new InfrastructureError(
+      `unexpected assistant terminator of ${terminator.length} tokens in the chat template`,
+    );
   return terminator;
 }
 
@@ -102,16 +131,24 @@ export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
       const out = await completeTokens(endpoint, ids, sampling);
       push(out.tokenIds, 1, out.logprobs);
       turnOpen = out.finishReason === 'stop';
-      return { raw: out.text, finishReason: out.finishReason, usage: { input: prompt, output: out.tokenIds.length, cached: 0 }, contextTokens: ids.length };
+      return {
+        raw: out.text,
+        finishReason: out.finishReason,
+        usage: { input: prompt, output: out.tokenIds.length, cached: 0 },
+        contextTokens: ids.length,
+      };
     },
     async observe(observed) {
-      if (!turnOpen) throw new InfrastructureError('observe() needs a sampled turn that ended with a stop token before it');
+      if (!turnOpen)
+        throw new InfrastructureError('observe() needs a sampled turn that ended with a stop token before it');
       turnOpen = false;
       const anchor = anchorTokens!;
       const rendered = await tokenizeMessages(endpoint, [...ANCHOR, ...observed], { addGenerationPrompt: true, tools });
       const mismatch = anchor.findIndex((t, i) => rendered[i] !== t);
       if (mismatch >= 0 || rendered.length <= anchor.length) {
-        throw new InfrastructureError(`token anchor mismatch at position ${mismatch}: the chat template renders the anchor conversation differently when messages follow it; token-exact rollouts are impossible with this template`);
+        throw new InfrastructureError(
+          `token anchor mismatch at position ${mismatch}: the chat template renders the anchor conversation differently when messages follow it; token-exact rollouts are impossible with this template`,
+        );
       }
       // The template closes the assistant turn after its content. A turn that ended on the end-of-turn token
       // sampled it already; one cut by a stop string did not. What was not sampled goes in with mask 0.

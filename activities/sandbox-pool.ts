@@ -38,7 +38,10 @@ const GRANTS_VERSION = 1;
 const SANDBOX_PREFIX = 'tbt_sbx_';
 
 export function templateFingerprint(scenario: Scenario): string {
-  return createHash('sha256').update(JSON.stringify([GRANTS_VERSION, scenario.schema, scenario.seed])).digest('hex').slice(0, 12);
+  return createHash('sha256')
+    .update(JSON.stringify([GRANTS_VERSION, scenario.schema, scenario.seed]))
+    .digest('hex')
+    .slice(0, 12);
 }
 
 export function templateName(scenario: Scenario): string {
@@ -95,7 +98,10 @@ export class SandboxPool {
     const lock = Number.parseInt(templateFingerprint(scenario).slice(0, 8), 16);
     try {
       await client.query('SELECT pg_advisory_lock($1)', [lock]);
-      const known = await client.query('SELECT 1 FROM sandbox_templates t JOIN pg_database d ON d.datname = t.name WHERE t.name = $1', [name]);
+      const known = await client.query(
+        'SELECT 1 FROM sandbox_templates t JOIN pg_database d ON d.datname = t.name WHERE t.name = $1',
+        [name],
+      );
       if (known.rowCount) return name;
       await client.query(`DROP DATABASE IF EXISTS ${quoteIdent(name)}`);
       await client.query(`CREATE DATABASE ${quoteIdent(name)}`);
@@ -107,7 +113,10 @@ export class SandboxPool {
             SELECT c.relname AS table_name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE n.nspname = 'public' AND c.relkind = 'r'
               AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)`);
-          if (noKey.rowCount) throw new Error(`table ${noKey.rows.map((r) => r.table_name).join(', ')} has no primary key (state is compared row by row by key)`);
+          if (noKey.rowCount)
+            throw new Error(
+              `table ${noKey.rows.map((r) => r.table_name).join(', ')} has no primary key (state is compared row by row by key)`,
+            );
           await c.query(`
             REVOKE ALL ON SCHEMA public FROM PUBLIC;
             GRANT USAGE ON SCHEMA public TO ${agentRole}, ${readerRole};
@@ -122,7 +131,10 @@ export class SandboxPool {
       }
       // No connections to a template: CREATE DATABASE ... TEMPLATE requires it.
       await client.query(`ALTER DATABASE ${quoteIdent(name)} WITH ALLOW_CONNECTIONS false IS_TEMPLATE true`);
-      await client.query(`INSERT INTO sandbox_templates (name, scenario, fingerprint) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING`, [name, scenario.name, templateFingerprint(scenario)]);
+      await client.query(
+        `INSERT INTO sandbox_templates (name, scenario, fingerprint) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING`,
+        [name, scenario.name, templateFingerprint(scenario)],
+      );
       return name;
     } finally {
       await client.query('SELECT pg_advisory_unlock($1)', [lock]).catch(() => undefined);
@@ -138,7 +150,9 @@ export class SandboxPool {
       `INSERT INTO sandboxes (name, template, state, owner, leased_at, expires_at) VALUES ($1, $2, 'creating', $3, now(), now() + make_interval(secs => $4))`,
       [name, template, owner, expiresMs / 1000],
     );
-    await this.admin.query(`CREATE DATABASE ${quoteIdent(name)} TEMPLATE ${quoteIdent(template)} STRATEGY ${this.strategy}`);
+    await this.admin.query(
+      `CREATE DATABASE ${quoteIdent(name)} TEMPLATE ${quoteIdent(template)} STRATEGY ${this.strategy}`,
+    );
     await this.admin.query(`UPDATE sandboxes SET state = $2 WHERE name = $1`, [name, state]);
     return name;
   }
@@ -184,7 +198,10 @@ export class SandboxPool {
       try {
         for (;;) {
           if (this.closed) return;
-          const { rows } = await this.admin.query<{ n: string }>(`SELECT count(*) AS n FROM sandboxes WHERE template = $1 AND state IN ('ready', 'creating') AND owner IS NULL`, [template]);
+          const { rows } = await this.admin.query<{ n: string }>(
+            `SELECT count(*) AS n FROM sandboxes WHERE template = $1 AND state IN ('ready', 'creating') AND owner IS NULL`,
+            [template],
+          );
           if (Number(rows[0]!.n) >= this.warm) return;
           await this.clone(template, 'ready', null);
         }
@@ -215,7 +232,9 @@ export class SandboxPool {
       await this.release({ name });
       dropped.push(name);
     }
-    await this.admin.query(`DELETE FROM sandboxes s WHERE state <> 'creating' AND NOT EXISTS (SELECT 1 FROM pg_database d WHERE d.datname = s.name)`);
+    await this.admin.query(
+      `DELETE FROM sandboxes s WHERE state <> 'creating' AND NOT EXISTS (SELECT 1 FROM pg_database d WHERE d.datname = s.name)`,
+    );
     return { dropped };
   }
 

@@ -8,13 +8,23 @@ import { chatComplete, type Endpoint } from './policy-client.ts';
  * An endpoint failure propagates as an InfrastructureError (never graded).
  */
 
-export type UserSimulatorConfig = { mode: 'scripted' } | { mode: 'llm'; endpoint: Endpoint; temperature?: number; maxTokens?: number };
+export type UserSimulatorConfig =
+  { mode: 'scripted' } | { mode: 'llm'; endpoint: Endpoint; temperature?: number; maxTokens?: number };
 
-export interface UserReply { text: string; modelCall: boolean; usage: { input: number; output: number; cached: number } }
+export interface UserReply {
+  text: string;
+  modelCall: boolean;
+  usage: { input: number; output: number; cached: number };
+}
 
-export interface SimulatedUser { reply(transcript: VisibleTurn[], turn: number): Promise<UserReply | null> }
+export interface SimulatedUser {
+  reply(transcript: VisibleTurn[], turn: number): Promise<UserReply | null>;
+}
 
-export function createSimulatedUser(config: UserSimulatorConfig, task: Pick<Task, 'user_context' | 'user_replies'>): SimulatedUser {
+export function createSimulatedUser(
+  config: UserSimulatorConfig,
+  task: Pick<Task, 'user_context' | 'user_replies'>,
+): SimulatedUser {
   if (config.mode === 'scripted') {
     return {
       async reply(_transcript, turn) {

@@ -43,10 +43,17 @@ function toJsonText(value: unknown): string {
   return JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
 }
 
-export async function runSqlTool(db: pg.ClientBase, tool: ToolDefinition, args: Record<string, unknown>): Promise<string> {
+export async function runSqlTool(
+  db: pg.ClientBase,
+  tool: ToolDefinition,
+  args: Record<string, unknown>,
+): Promise<string> {
   const validate = validatorFor(tool);
   if (!validate(args)) {
-    const problems = (validate.errors ?? []).map((e) => `${e.instancePath || 'arguments'} ${e.message ?? 'is invalid'}${e.params && 'additionalProperty' in e.params ? ` '${String(e.params.additionalProperty)}'` : ''}`);
+    const problems = (validate.errors ?? []).map(
+      (e) =>
+        `${e.instancePath || 'arguments'} ${e.message ?? 'is invalid'}${e.params && 'additionalProperty' in e.params ? ` '${String(e.params.additionalProperty)}'` : ''}`,
+    );
     throw new ToolCallError(`invalid arguments for ${tool.name}: ${problems.join('; ')}`);
   }
   const statements = Array.isArray(tool.sql) ? tool.sql : [tool.sql];
@@ -55,7 +62,10 @@ export async function runSqlTool(db: pg.ClientBase, tool: ToolDefinition, args: 
     await db.query('BEGIN');
     for (const sql of statements) {
       const { text, names } = compileNamedSql(sql);
-      last = await db.query(text, names.map((n) => bindValue(args[n])));
+      last = await db.query(
+        text,
+        names.map((n) => bindValue(args[n])),
+      );
     }
     const empty = !last || (last.rows.length === 0 && !last.rowCount);
     if (tool.empty_error && empty) {
@@ -66,7 +76,8 @@ export async function runSqlTool(db: pg.ClientBase, tool: ToolDefinition, args: 
   } catch (err) {
     if (err instanceof ToolCallError) throw err;
     await db.query('ROLLBACK').catch(() => undefined);
-    if (isInfrastructureFailure(err)) throw new InfrastructureError(`tool ${tool.name}: database failure: ${errorMessage(err)}`, { cause: err });
+    if (isInfrastructureFailure(err))
+      throw new InfrastructureError(`tool ${tool.name}: database failure: ${errorMessage(err)}`, { cause: err });
     throw new ToolCallError(`${tool.name} failed: ${errorMessage(err)}`);
   }
   if (tool.result === 'affected') return toJsonText({ affected: last?.rowCount ?? 0 });

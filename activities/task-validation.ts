@@ -36,7 +36,12 @@ const CHANGE_BY_TYPE: [RegExp, (col: string) => string][] = [
 /** Changes one value of one row (or deletes a row) through the admin role; returns what it did. */
 export async function mutateOneRow(adminUrl: string, scenario: Scenario): Promise<string> {
   return withClient(adminUrl, async (db) => {
-    const { rows: columns } = await db.query<{ table_name: string; column_name: string; data_type: string; is_pk: boolean }>(`
+    const { rows: columns } = await db.query<{
+      table_name: string;
+      column_name: string;
+      data_type: string;
+      is_pk: boolean;
+    }>(`
       SELECT c.table_name, c.column_name, c.data_type,
              EXISTS (SELECT 1 FROM information_schema.key_column_usage k JOIN information_schema.table_constraints t
                        ON t.constraint_name = k.constraint_name AND t.table_name = k.table_name
@@ -57,7 +62,9 @@ export async function mutateOneRow(adminUrl: string, scenario: Scenario): Promis
         const col = quoteIdent(column.column_name);
         await db.query('SAVEPOINT m');
         try {
-          const r = await db.query(`UPDATE ${quoteIdent(table)} SET ${col} = ${change(col)} WHERE ctid = (SELECT ctid FROM ${quoteIdent(table)} WHERE ${col} IS NOT NULL LIMIT 1)`);
+          const r = await db.query(
+            `UPDATE ${quoteIdent(table)} SET ${col} = ${change(col)} WHERE ctid = (SELECT ctid FROM ${quoteIdent(table)} WHERE ${col} IS NOT NULL LIMIT 1)`,
+          );
           if (r.rowCount === 1) return done(`changed ${table}.${column.column_name} of one row`);
         } catch {
           await db.query('ROLLBACK TO SAVEPOINT m');
@@ -65,7 +72,9 @@ export async function mutateOneRow(adminUrl: string, scenario: Scenario): Promis
       }
       await db.query('SAVEPOINT m');
       try {
-        const r = await db.query(`DELETE FROM ${quoteIdent(table)} WHERE ctid = (SELECT ctid FROM ${quoteIdent(table)} LIMIT 1)`);
+        const r = await db.query(
+          `DELETE FROM ${quoteIdent(table)} WHERE ctid = (SELECT ctid FROM ${quoteIdent(table)} LIMIT 1)`,
+        );
         if (r.rowCount === 1) return done(`deleted one row of ${table}`);
       } catch {
         await db.query('ROLLBACK TO SAVEPOINT m');
@@ -76,9 +85,22 @@ export async function mutateOneRow(adminUrl: string, scenario: Scenario): Promis
   });
 }
 
-export async function validateTask(pool: SandboxPool, grader: TerminalStateGrader, scenario: Scenario, task: Task): Promise<TaskValidation> {
-  const v: TaskValidation = { uid: task.uid, goldenPass: false, noChange: false, nullOk: false, mutationFail: false, problems: [] };
-  const grade = (sandbox: Parameters<TerminalStateGrader['grade']>[0]['sandbox']) => grader.grade({ scenario, task, sandbox, lastAssistantText: '', skipRubrics: true });
+export async function validateTask(
+  pool: SandboxPool,
+  grader: TerminalStateGrader,
+  scenario: Scenario,
+  task: Task,
+): Promise<TaskValidation> {
+  const v: TaskValidation = {
+    uid: task.uid,
+    goldenPass: false,
+    noChange: false,
+    nullOk: false,
+    mutationFail: false,
+    problems: [],
+  };
+  const grade = (sandbox: Parameters<TerminalStateGrader['grade']>[0]['sandbox']) =>
+    grader.grade({ scenario, task, sandbox, lastAssistantText: '', skipRubrics: true });
   try {
     await grader.goldenState(scenario, task);
   } catch (err) {
@@ -107,9 +129,11 @@ export async function validateTask(pool: SandboxPool, grader: TerminalStateGrade
     v.noChange = nullResult.stateMatches;
     v.nullOk = v.noChange ? nullResult.outcome === 'success' : nullResult.outcome === 'agent_failure';
     if (!v.nullOk) {
-      v.problems.push(v.noChange
-        ? `no-change task, but a null agent does not pass: ${nullResult.cause}`
-        : `a null agent does not fail: ${nullResult.outcome}${nullResult.diff.length ? `\n${formatDiff(nullResult.diff)}` : ''}`);
+      v.problems.push(
+        v.noChange
+          ? `no-change task, but a null agent does not pass: ${nullResult.cause}`
+          : `a null agent does not fail: ${nullResult.outcome}${nullResult.diff.length ? `\n${formatDiff(nullResult.diff)}` : ''}`,
+      );
     }
   } catch (err) {
     v.problems.push(errorMessage(err));
@@ -118,4 +142,3 @@ export async function validateTask(pool: SandboxPool, grader: TerminalStateGrade
   }
   return v;
 }
-

@@ -2,7 +2,13 @@ import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { Scenario, Task } from '../config/task-schema.ts';
 import { canonicalJson } from '../core/canonical-json.ts';
-import { canonicalizeState, diffStates, stateHash, type CanonicalState, type StateDifference } from '../core/canonical-state.ts';
+import {
+  canonicalizeState,
+  diffStates,
+  stateHash,
+  type CanonicalState,
+  type StateDifference,
+} from '../core/canonical-state.ts';
 import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
 import type { Judge, JudgeVerdict } from './judge-client.ts';
 import { openToolSession } from './mcp-tool-session.ts';
@@ -18,7 +24,10 @@ import { readSnapshot } from './state-snapshot.ts';
 
 export type Outcome = 'success' | 'agent_failure' | 'infrastructure_error';
 
-export interface AssertionResult { name: string; passed: boolean }
+export interface AssertionResult {
+  name: string;
+  passed: boolean;
+}
 export interface GradeReport {
   outcome: Outcome;
   reward: 0 | 1;
@@ -45,7 +54,15 @@ export interface GradeInput {
 
 function goldenKey(scenario: Scenario, task: Task): string {
   return createHash('sha256')
-    .update(canonicalJson({ template: templateFingerprint(scenario), volatile: scenario.volatile, tools: scenario.tools, patch: task.data_patch ?? '', golden: task.golden }))
+    .update(
+      canonicalJson({
+        template: templateFingerprint(scenario),
+        volatile: scenario.volatile,
+        tools: scenario.tools,
+        patch: task.data_patch ?? '',
+        golden: task.golden,
+      }),
+    )
     .digest('hex');
 }
 
@@ -62,7 +79,11 @@ export async function readCanonicalState(sandbox: Sandbox, scenario: Scenario): 
 }
 
 /** Replays `calls` through a fresh MCP session on the sandbox; a failing golden call is a task defect. */
-export async function replayCalls(scenario: Scenario, sandbox: Sandbox, task: Pick<Task, 'uid' | 'golden'>): Promise<void> {
+export async function replayCalls(
+  scenario: Scenario,
+  sandbox: Sandbox,
+  task: Pick<Task, 'uid' | 'golden'>,
+): Promise<void> {
   const session = await openToolSession(scenario, sandbox);
   try {
     for (const [i, call] of task.golden.entries()) {
@@ -77,7 +98,10 @@ export async function replayCalls(scenario: Scenario, sandbox: Sandbox, task: Pi
 export class TerminalStateGrader {
   private readonly cache = new Map<string, Promise<{ hash: string; state: CanonicalState }>>();
 
-  constructor(private readonly pool: SandboxPool, private readonly controlUrl: string) {}
+  constructor(
+    private readonly pool: SandboxPool,
+    private readonly controlUrl: string,
+  ) {}
 
   /** Expected terminal state of a task, computed once and stored in the control database. */
   goldenState(scenario: Scenario, task: Task): Promise<{ hash: string; state: CanonicalState }> {
@@ -91,15 +115,30 @@ export class TerminalStateGrader {
     return pending;
   }
 
-  private async computeGolden(scenario: Scenario, task: Task, key: string): Promise<{ hash: string; state: CanonicalState }> {
-    const stored = await this.control((c) => c.query<{ state_hash: string; state: CanonicalState }>('SELECT state_hash, state FROM golden_states WHERE key = $1', [key]));
+  private async computeGolden(
+    scenario: Scenario,
+    task: Task,
+    key: string,
+  ): Promise<{ hash: string; state: CanonicalState }> {
+    const stored = await this.control((c) =>
+      c.query<{ state_hash: string; state: CanonicalState }>(
+        'SELECT state_hash, state FROM golden_states WHERE key = $1',
+        [key],
+      ),
+    );
     if (stored.rows[0]) return { hash: stored.rows[0].state_hash, state: stored.rows[0].state };
     const sandbox = await this.pool.acquire(scenario, `golden:${task.uid}`, { dataPatch: task.data_patch });
     try {
       await replayCalls(scenario, sandbox, task);
       const state = await readCanonicalState(sandbox, scenario);
       const hash = stateHash(state);
-      await this.control((c) => c.query('INSERT INTO golden_states (key, state_hash, state) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING', [key, hash, JSON.stringify(state)]));
+      await this.control((c) =>
+        c.query('INSERT INTO golden_states (key, state_hash, state) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING', [
+          key,
+          hash,
+          JSON.stringify(state),
+        ]),
+      );
       return { hash, state };
     } finally {
       await this.pool.release(sandbox);
@@ -121,7 +160,16 @@ export class TerminalStateGrader {
 
   async grade(input: GradeInput): Promise<GradeReport> {
     const { scenario, task, sandbox } = input;
-    const report: GradeReport = { outcome: 'agent_failure', reward: 0, stateMatches: false, resultHash: '', goldenHash: '', diff: [], assertions: [], rubrics: [] };
+    const report: GradeReport = {
+      outcome: 'agent_failure',
+      reward: 0,
+      stateMatches: false,
+      resultHash: '',
+      goldenHash: '',
+      diff: [],
+      assertions: [],
+      rubrics: [],
+    };
     try {
       const golden = await this.goldenState(scenario, task);
       const result = await readCanonicalState(sandbox, scenario);
@@ -132,14 +180,17 @@ export class TerminalStateGrader {
       report.assertions = await this.runAssertions(sandbox, task);
       if (!input.skipRubrics && task.rubrics.length > 0) {
         if (!input.judge) throw new BadInputError(`task ${task.uid} has rubrics but no judge is configured`);
-        for (const question of task.rubrics) report.rubrics.push(await input.judge.ask(question, input.lastAssistantText));
+        for (const question of task.rubrics)
+          report.rubrics.push(await input.judge.ask(question, input.lastAssistantText));
       }
     } catch (err) {
       if (err instanceof BadInputError) throw err;
       return { ...report, outcome: 'infrastructure_error', reward: 0, cause: errorMessage(err) };
     }
     const failed = [
-      ...(report.stateMatches ? [] : [`terminal state differs from the golden state in ${report.diff.length} place(s)`]),
+      ...(report.stateMatches
+        ? []
+        : [`terminal state differs from the golden state in ${report.diff.length} place(s)`]),
       ...report.assertions.filter((a) => !a.passed).map((a) => `assertion failed: ${a.name}`),
       ...report.rubrics.filter((r) => !r.yes).map((r) => `rubric answered no: ${r.question}`),
     ];

@@ -19,7 +19,8 @@ const env = readEnvironment();
 await ensureControlDatabase(env);
 const controlUrl = databaseUrl(env);
 const scenario = Object.values(loadSuites(path.join(repoRoot, 'tasks', 'business')).suites[0]!.scenarios)[0]!;
-const quantile = (xs: number[], q: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))]!;
+const quantile = (xs: number[], q: number) =>
+  [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))]!;
 
 async function time(fn: () => Promise<void>): Promise<number> {
   const t = performance.now();
@@ -27,7 +28,12 @@ async function time(fn: () => Promise<void>): Promise<number> {
   return performance.now() - t;
 }
 
-const pool = new SandboxPool({ controlUrl, warm: 2, agentPassword: env.TBT_AGENT_DB_PASSWORD, readerPassword: env.TBT_READER_DB_PASSWORD });
+const pool = new SandboxPool({
+  controlUrl,
+  warm: 2,
+  agentPassword: env.TBT_AGENT_DB_PASSWORD,
+  readerPassword: env.TBT_READER_DB_PASSWORD,
+});
 const template = await pool.ensureTemplate(scenario);
 const results: Record<string, number[]> = { warm: [], file_copy: [], wal_log: [], ddl_seed: [] };
 
@@ -35,21 +41,33 @@ const admin = (sql: string) => withClient(controlUrl, (c) => c.query(sql));
 for (let i = 0; i < n; i++) {
   await pool.refill(template); // an episode's worth of time lets the pool refill; measure the acquire itself
   let leased: Awaited<ReturnType<SandboxPool['acquire']>> | undefined;
-  results.warm!.push(await time(async () => { leased = await pool.acquire(scenario, 'bench'); }));
+  results.warm!.push(
+    await time(async () => {
+      leased = await pool.acquire(scenario, 'bench');
+    }),
+  );
   await pool.release(leased!);
   for (const strategy of ['FILE_COPY', 'WAL_LOG'] as const) {
     const name = `tbt_sbx_bench_${randomBytes(4).toString('hex')}`;
-    results[strategy.toLowerCase()]!.push(await time(() => admin(`CREATE DATABASE ${quoteIdent(name)} TEMPLATE ${quoteIdent(template)} STRATEGY ${strategy}`).then(() => undefined)));
+    results[strategy.toLowerCase()]!.push(
+      await time(() =>
+        admin(`CREATE DATABASE ${quoteIdent(name)} TEMPLATE ${quoteIdent(template)} STRATEGY ${strategy}`).then(
+          () => undefined,
+        ),
+      ),
+    );
     await admin(`DROP DATABASE ${quoteIdent(name)} WITH (FORCE)`);
   }
   const name = `tbt_sbx_bench_${randomBytes(4).toString('hex')}`;
-  results.ddl_seed!.push(await time(async () => {
-    await admin(`CREATE DATABASE ${quoteIdent(name)}`);
-    await withClient(withDatabase(controlUrl, name), async (c) => {
-      await c.query(scenario.schema);
-      await c.query(scenario.seed);
-    });
-  }));
+  results.ddl_seed!.push(
+    await time(async () => {
+      await admin(`CREATE DATABASE ${quoteIdent(name)}`);
+      await withClient(withDatabase(controlUrl, name), async (c) => {
+        await c.query(scenario.schema);
+        await c.query(scenario.seed);
+      });
+    }),
+  );
   await admin(`DROP DATABASE ${quoteIdent(name)} WITH (FORCE)`);
 }
 await pool.close();
@@ -58,5 +76,7 @@ const base = quantile(results.warm!, 0.5);
 console.log(`bench/sandbox: scenario ${scenario.name}, ${n} rounds each`);
 console.log('strategy    p50 ms   p95 ms   p50 / warm p50');
 for (const [k, xs] of Object.entries(results)) {
-  console.log(`${k.padEnd(10)} ${quantile(xs, 0.5).toFixed(1).padStart(7)}  ${quantile(xs, 0.95).toFixed(1).padStart(7)}   ${(quantile(xs, 0.5) / base).toFixed(1)}x`);
+  console.log(
+    `${k.padEnd(10)} ${quantile(xs, 0.5).toFixed(1).padStart(7)}  ${quantile(xs, 0.95).toFixed(1).padStart(7)}   ${(quantile(xs, 0.5) / base).toFixed(1)}x`,
+  );
 }

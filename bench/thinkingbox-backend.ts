@@ -19,13 +19,26 @@ const gapMs = Number(process.argv[3] ?? 2000);
 const fixture = path.join(repoRoot, 'examples', 'thinkingbox-fixture');
 const imported = importThinkingboxDataset({ dataDir: fixture, listFile: path.join(fixture, 'tests.yaml') });
 if (imported.problems.length) throw new Error(`fixture import problems: ${JSON.stringify(imported.problems)}`);
-const suite: ThinkingBoxSuite = { kind: 'thinkingbox', name: 'fixture', dir: os.tmpdir(), imported: imported.suite, scenarios: imported.suite.scenarios, tasks: imported.suite.tasks.map((t) => ({ ...t, file: t.test.file, line: t.test.line })) };
+const suite: ThinkingBoxSuite = {
+  kind: 'thinkingbox',
+  name: 'fixture',
+  dir: os.tmpdir(),
+  imported: imported.suite,
+  scenarios: imported.suite.scenarios,
+  tasks: imported.suite.tasks.map((t) => ({ ...t, file: t.test.file, line: t.test.line })),
+};
 const task = suite.tasks.find((t) => Object.keys(t.world_state).length === 2)!;
-const quantile = (xs: number[], q: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))]!;
+const quantile = (xs: number[], q: number) =>
+  [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))]!;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function measure(warm: number): Promise<number[]> {
-  const resources = thinkingboxResources({ warm_processes: warm, server_start_timeout_ms: 30_000, test_timeout_ms: 30_000, native_grading: true });
+  const resources = thinkingboxResources({
+    warm_processes: warm,
+    server_start_timeout_ms: 30_000,
+    test_timeout_ms: 30_000,
+    native_grading: true,
+  });
   const environment = thinkingboxEnvironment(resources, suite, task);
   const times: number[] = [];
   try {
@@ -45,7 +58,10 @@ async function measure(warm: number): Promise<number[]> {
 
 const cold = await measure(0);
 const warm = await measure(2);
-const row = (name: string, xs: number[]) => `${name.padEnd(6)} p50 ${quantile(xs, 0.5).toFixed(1).padStart(7)} ms  p95 ${quantile(xs, 0.95).toFixed(1).padStart(7)} ms`;
-console.log(`task ${task.uid}: ${Object.keys(task.world_state).length} tool servers per episode, ${n} episodes each, ${gapMs} ms apart (${os.cpus().length} cores)`);
+const row = (name: string, xs: number[]) =>
+  `${name.padEnd(6)} p50 ${quantile(xs, 0.5).toFixed(1).padStart(7)} ms  p95 ${quantile(xs, 0.95).toFixed(1).padStart(7)} ms`;
+console.log(
+  `task ${task.uid}: ${Object.keys(task.world_state).length} tool servers per episode, ${n} episodes each, ${gapMs} ms apart (${os.cpus().length} cores)`,
+);
 console.log(row('warm', warm));
 console.log(`${row('cold', cold)}  (${(quantile(cold, 0.5) / quantile(warm, 0.5)).toFixed(1)}x the warm p50)`);

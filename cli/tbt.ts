@@ -8,21 +8,58 @@ const commands: Record<string, { summary: string; run: Command }> = {
   up: { summary: 'start the local Temporal dev server and Postgres (idempotent)', run: up },
   down: { summary: 'stop the local servers', run: down },
   status: { summary: 'show whether the servers run (exit 1 if not)', run: status },
-  tasks: { summary: 'tasks validate <dir>: check task suites', run: async (a) => (await import('./commands/tasks.ts')).tasks(a) },
-  prepare: { summary: 'select training tasks by probe difficulty (reference-compatible flags)', run: async (a) => (await import('./commands/prepare.ts')).prepare(a) },
-  eval: { summary: 'eval aggregate|compare: metrics from episode or ThinkingBox result files', run: async (a) => (await import('./commands/eval.ts')).evaluate(a) },
-  episodes: { summary: 'episodes run --suite DIR ...: run episodes in-process, write result lines', run: async (a) => (await import('./commands/episodes.ts')).episodes(a) },
-  parity: { summary: 'parity <episodes.jsonl | campaign>: training vs evaluation interpretation of every output', run: async (a) => (await import('./commands/parity.ts')).parity(a) },
-  report: { summary: 'report --out DIR [--probe --steps --before --after --eval --costs]: static HTML + markdown', run: async (a) => (await import('./commands/report.ts')).report(a) },
-  train: { summary: 'train --config F [--dry-run] [--wait]: start (or follow) a training campaign', run: async (a) => (await import('./commands/campaign.ts')).train(a) },
-  campaign: { summary: 'campaign status|pause|resume|stop|follow ID', run: async (a) => (await import('./commands/campaign.ts')).campaign(a) },
-  workers: { summary: 'workers up|down|status: the orchestrator, rollout and gpu workers as local processes', run: async (a) => (await import('./commands/workers.ts')).workers(a) },
-  'ui-screenshot': { summary: 'ui-screenshot --campaign ID --out FILE.png: find a campaign in the Temporal UI by search attribute', run: async (a) => (await import('./commands/ui-screenshot.ts')).uiScreenshot(a) },
-  demo: { summary: 'run the main job on the embedded default', run: async (a) => (await import('./commands/demo.ts')).demo(a) },
+  tasks: {
+    summary: 'tasks validate <dir>: check task suites',
+    run: async (a) => (await import('./commands/tasks.ts')).tasks(a),
+  },
+  prepare: {
+    summary: 'select training tasks by probe difficulty (reference-compatible flags)',
+    run: async (a) => (await import('./commands/prepare.ts')).prepare(a),
+  },
+  eval: {
+    summary: 'eval aggregate|compare: metrics from episode or ThinkingBox result files',
+    run: async (a) => (await import('./commands/eval.ts')).evaluate(a),
+  },
+  episodes: {
+    summary: 'episodes run --suite DIR ...: run episodes in-process, write result lines',
+    run: async (a) => (await import('./commands/episodes.ts')).episodes(a),
+  },
+  parity: {
+    summary: 'parity <episodes.jsonl | campaign>: training vs evaluation interpretation of every output',
+    run: async (a) => (await import('./commands/parity.ts')).parity(a),
+  },
+  report: {
+    summary: 'report --out DIR [--probe --steps --before --after --eval --costs]: static HTML + markdown',
+    run: async (a) => (await import('./commands/report.ts')).report(a),
+  },
+  train: {
+    summary: 'train --config F [--dry-run] [--wait]: start (or follow) a training campaign',
+    run: async (a) => (await import('./commands/campaign.ts')).train(a),
+  },
+  campaign: {
+    summary: 'campaign status|pause|resume|stop|follow ID',
+    run: async (a) => (await import('./commands/campaign.ts')).campaign(a),
+  },
+  workers: {
+    summary: 'workers up|down|status: the orchestrator, rollout and gpu workers as local processes',
+    run: async (a) => (await import('./commands/workers.ts')).workers(a),
+  },
+  'ui-screenshot': {
+    summary: 'ui-screenshot --campaign ID --out FILE.png: find a campaign in the Temporal UI by search attribute',
+    run: async (a) => (await import('./commands/ui-screenshot.ts')).uiScreenshot(a),
+  },
+  demo: {
+    summary: 'run the main job on the embedded default',
+    run: async (a) => (await import('./commands/demo.ts')).demo(a),
+  },
 };
 
 function usage(): string {
-  return ['usage: tbt <command> [args]', '', ...Object.entries(commands).map(([n, c]) => `  ${n.padEnd(10)} ${c.summary}`)].join('\n');
+  return [
+    'usage: tbt <command> [args]',
+    '',
+    ...Object.entries(commands).map(([n, c]) => `  ${n.padEnd(10)} ${c.summary}`),
+  ].join('\n');
 }
 
 async function main(argv: string[]): Promise<number> {

@@ -20,7 +20,11 @@ export const learnerSchema = z
     lr: z.number().positive().default(1e-6).describe('AdamW learning rate'),
     betas: z.tuple([z.number(), z.number()]).default([0.9, 0.999]),
     eps: z.number().positive().default(1e-8),
-    weight_decay: z.number().min(0).default(0).describe('AdamW weight decay (the reference launcher silently used 0.01)'),
+    weight_decay: z
+      .number()
+      .min(0)
+      .default(0)
+      .describe('AdamW weight decay (the reference launcher silently used 0.01)'),
     grad_clip: z.number().positive().default(1),
     eps_low: z.number().min(0).default(0.2).describe('PPO clip below 1'),
     eps_high: z.number().min(0).default(0.2).describe('PPO clip above 1 (DAPO: 0.28)'),
@@ -29,18 +33,35 @@ export const learnerSchema = z
     cpu_offload: z.boolean().default(false).describe('FSDP2 parameter and optimizer offload'),
     activation_checkpointing: z.boolean().default(false),
     keep_checkpoints: z.number().int().min(1).default(3),
-    hourly_price_usd: z.number().min(0).default(0).describe('Per learner process-hour, for the training cost in reports'),
+    hourly_price_usd: z
+      .number()
+      .min(0)
+      .default(0)
+      .describe('Per learner process-hour, for the training cost in reports'),
   })
   .strict();
 
 export const campaignConfigSchema = z
   .object({
-    name: z.string().regex(/^[a-z0-9][a-z0-9-]*$/).describe('Campaign name; the workflow id is derived from it'),
+    name: z
+      .string()
+      .regex(/^[a-z0-9][a-z0-9-]*$/)
+      .describe('Campaign name; the workflow id is derived from it'),
     suite: z.string().describe('Task suite folder (scenarios/ + tasks/)'),
-    exclude_uids: z.string().optional().describe('File of uids that must never be trained on (an evaluation-only benchmark)'),
+    exclude_uids: z
+      .string()
+      .optional()
+      .describe('File of uids that must never be trained on (an evaluation-only benchmark)'),
     seed: z.number().int().default(42),
-    prices: z.string().optional().describe('Price table YAML (USD per million tokens per role, config/price-table.ts) for costs in evaluations and the report'),
-    episode: episodeConfigSchema.describe('Episode settings; policy.base_url "embedded" = the embedded CPU policy server'),
+    prices: z
+      .string()
+      .optional()
+      .describe(
+        'Price table YAML (USD per million tokens per role, config/price-table.ts) for costs in evaluations and the report',
+      ),
+    episode: episodeConfigSchema.describe(
+      'Episode settings; policy.base_url "embedded" = the embedded CPU policy server',
+    ),
     probe: z
       .object({
         repeats: z.number().int().min(1).default(8).describe('Probe episodes per candidate task'),
@@ -57,9 +78,26 @@ export const campaignConfigSchema = z
         group_size: z.number().int().min(2).describe('Episodes per group, G (reference: 8)'),
         concurrency: z.number().int().min(1).default(8).describe('Episodes in flight per step'),
         normalize_std: z.boolean().default(true).describe('Divide advantages by the group std (false = Dr. GRPO)'),
-        infra_refill_cap: z.number().int().min(0).default(4).describe('Extra episodes per group to replace ones lost to infrastructure errors; past it the group is dropped and replaced by a fresh task'),
-        max_replacements: z.number().int().min(0).default(8).describe('Fresh tasks pulled per step to replace zero-variance (or infrastructure-lost) groups'),
-        zero_variance_fallback: z.enum(['train_on_fewer', 'keep_zero_variance']).default('train_on_fewer').describe('After max_replacements: train on the informative groups found, or fill up with zero-variance groups (advantage 0)'),
+        infra_refill_cap: z
+          .number()
+          .int()
+          .min(0)
+          .default(4)
+          .describe(
+            'Extra episodes per group to replace ones lost to infrastructure errors; past it the group is dropped and replaced by a fresh task',
+          ),
+        max_replacements: z
+          .number()
+          .int()
+          .min(0)
+          .default(8)
+          .describe('Fresh tasks pulled per step to replace zero-variance (or infrastructure-lost) groups'),
+        zero_variance_fallback: z
+          .enum(['train_on_fewer', 'keep_zero_variance'])
+          .default('train_on_fewer')
+          .describe(
+            'After max_replacements: train on the informative groups found, or fill up with zero-variance groups (advantage 0)',
+          ),
       })
       .strict(),
     learner: learnerSchema.default(learnerSchema.parse({})),

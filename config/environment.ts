@@ -9,15 +9,30 @@ const port = z.coerce.number().int().min(1).max(65535);
 
 /** Process environment read once; every address, port and folder of the local stack comes from here. */
 export const environmentSchema = z.object({
-  TBT_STATE_DIR: z.string().default(path.join(repoRoot, '.state')).describe('Folder for server data, logs and pid files'),
-  TBT_TEMPORAL_ADDRESS: z.string().optional().describe('host:port of an existing Temporal frontend; unset = the local dev server'),
+  TBT_STATE_DIR: z
+    .string()
+    .default(path.join(repoRoot, '.state'))
+    .describe('Folder for server data, logs and pid files'),
+  TBT_TEMPORAL_ADDRESS: z
+    .string()
+    .optional()
+    .describe('host:port of an existing Temporal frontend; unset = the local dev server'),
   TBT_TEMPORAL_PORT: port.default(7233).describe('gRPC port of the local Temporal dev server'),
   TBT_TEMPORAL_UI_PORT: port.default(8233).describe('Web UI port of the local Temporal dev server'),
   TBT_TEMPORAL_NAMESPACE: z.string().default('default'),
-  DATABASE_URL: z.string().optional().describe('Control Postgres (admin role with CREATEDB and CREATEROLE); unset = the local server'),
+  DATABASE_URL: z
+    .string()
+    .optional()
+    .describe('Control Postgres (admin role with CREATEDB and CREATEROLE); unset = the local server'),
   TBT_PG_PORT: port.default(54329).describe('Port of the local Postgres server'),
-  TBT_AGENT_DB_PASSWORD: z.string().optional().describe('Password of the tool-handler role tbt_agent, when the server needs one'),
-  TBT_READER_DB_PASSWORD: z.string().optional().describe('Password of the read-only checking role tbt_reader, when the server needs one'),
+  TBT_AGENT_DB_PASSWORD: z
+    .string()
+    .optional()
+    .describe('Password of the tool-handler role tbt_agent, when the server needs one'),
+  TBT_READER_DB_PASSWORD: z
+    .string()
+    .optional()
+    .describe('Password of the read-only checking role tbt_reader, when the server needs one'),
   TBT_TASK_QUEUE_PREFIX: z.string().default('tbt').describe('Prefix of every task queue name'),
 });
 export type Environment = z.infer<typeof environmentSchema>;

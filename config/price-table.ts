@@ -4,8 +4,16 @@ import { z } from 'zod';
 export const rolePriceSchema = z
   .object({
     input_per_million: z.number().finite().nonnegative().describe('USD per million uncached input (prompt) tokens'),
-    output_per_million: z.number().finite().nonnegative().describe('USD per million output (completion, including reasoning) tokens'),
-    cached_input_per_million: z.number().finite().nonnegative().describe('USD per million input tokens served from the prompt cache'),
+    output_per_million: z
+      .number()
+      .finite()
+      .nonnegative()
+      .describe('USD per million output (completion, including reasoning) tokens'),
+    cached_input_per_million: z
+      .number()
+      .finite()
+      .nonnegative()
+      .describe('USD per million input tokens served from the prompt cache'),
   })
   .strict();
 

@@ -4,7 +4,12 @@ import type { z } from 'zod';
 
 /** A YAML file parsed against a zod schema, every problem located by file, line and field. */
 
-export interface TaskFileProblem { file: string; line: number; field: string; message: string }
+export interface TaskFileProblem {
+  file: string;
+  line: number;
+  field: string;
+  message: string;
+}
 
 export function formatProblem(p: TaskFileProblem): string {
   return `${p.file}:${p.line}: ${p.field ? `${p.field}: ` : ''}${p.message}`;
@@ -14,9 +19,12 @@ export function formatProblem(p: TaskFileProblem): string {
 function lineOf(doc: Document, counter: LineCounter, pathParts: PropertyKey[]): number {
   for (let n = pathParts.length; n >= 0; n--) {
     if (n > 0) {
-      const parent = doc.getIn(pathParts.slice(0, n - 1) as (string | number)[], true) ?? (n === 1 ? doc.contents : undefined);
+      const parent =
+        doc.getIn(pathParts.slice(0, n - 1) as (string | number)[], true) ?? (n === 1 ? doc.contents : undefined);
       const key = pathParts[n - 1];
-      const pair = isMap(parent) ? parent.items.find((p) => (isScalar(p.key) ? p.key.value : p.key) === key) : undefined;
+      const pair = isMap(parent)
+        ? parent.items.find((p) => (isScalar(p.key) ? p.key.value : p.key) === key)
+        : undefined;
       if (pair && isNode(pair.key) && pair.key.range) return counter.linePos(pair.key.range[0]).line;
     }
     const node = n === 0 ? doc.contents : doc.getIn(pathParts.slice(0, n) as (string | number)[], true);
@@ -30,13 +38,22 @@ function fieldName(parts: PropertyKey[]): string {
 }
 
 /** Parses YAML text that starts at line `firstLine` of `file` (embedded YAML); no schema. */
-export function parseYamlText(text: string, file: string, firstLine = 1): { value?: unknown; problems: TaskFileProblem[]; lineOf: (p: PropertyKey[]) => number } {
+export function parseYamlText(
+  text: string,
+  file: string,
+  firstLine = 1,
+): { value?: unknown; problems: TaskFileProblem[]; lineOf: (p: PropertyKey[]) => number } {
   const counter = new LineCounter();
   const doc = parseDocument(text, { lineCounter: counter, uniqueKeys: true, prettyErrors: false });
   const locate = (p: PropertyKey[]) => lineOf(doc, counter, p) + firstLine - 1;
   if (doc.errors.length > 0) {
     return {
-      problems: doc.errors.map((e) => ({ file, line: (e.linePos?.[0]?.line ?? counter.linePos(e.pos[0]).line) + firstLine - 1, field: '', message: `YAML syntax: ${e.message.split('\n')[0]}` })),
+      problems: doc.errors.map((e) => ({
+        file,
+        line: (e.linePos?.[0]?.line ?? counter.linePos(e.pos[0]).line) + firstLine - 1,
+        field: '',
+        message: `YAML syntax: ${e.message.split('\n')[0]}`,
+      })),
       lineOf: locate,
     };
   }
@@ -44,25 +61,41 @@ export function parseYamlText(text: string, file: string, firstLine = 1): { valu
 }
 
 /** Checks a parsed value against a schema; problems are located with `locate` (file line of a field path). */
-export function validateParsed<S extends z.ZodType>(value: unknown, schema: S, file: string, locate: (p: PropertyKey[]) => number): { value?: z.infer<S>; problems: TaskFileProblem[] } {
+export function validateParsed<S extends z.ZodType>(
+  value: unknown,
+  schema: S,
+  file: string,
+  locate: (p: PropertyKey[]) => number,
+): { value?: z.infer<S>; problems: TaskFileProblem[] } {
   const parsed = schema.safeParse(value);
   if (parsed.success) return { value: parsed.data, problems: [] };
   return {
     problems: parsed.error.issues.flatMap((i) => {
       // An unknown key is reported on its parent object; name (and locate) the key itself.
       const paths = i.code === 'unrecognized_keys' ? i.keys.map((k) => [...i.path, k]) : [i.path];
-      return paths.map((p) => ({ file, line: locate(p), field: fieldName(p), message: i.code === 'unrecognized_keys' ? 'unknown field' : i.message }));
+      return paths.map((p) => ({
+        file,
+        line: locate(p),
+        field: fieldName(p),
+        message: i.code === 'unrecognized_keys' ? 'unknown field' : i.message,
+      }));
     }),
   };
 }
 
 /** Parses one YAML file against a schema; returns the value or the problems (with line numbers). */
-export function parseYamlFile<S extends z.ZodType>(file: string, schema: S): { value?: z.infer<S>; problems: TaskFileProblem[]; lineOf: (p: PropertyKey[]) => number } {
+export function parseYamlFile<S extends z.ZodType>(
+  file: string,
+  schema: S,
+): { value?: z.infer<S>; problems: TaskFileProblem[]; lineOf: (p: PropertyKey[]) => number } {
   let text: string;
   try {
     text = fs.readFileSync(file, 'utf8');
   } catch (err) {
-    return { problems: [{ file, line: 1, field: '', message: `cannot read file: ${(err as Error).message}` }], lineOf: () => 1 };
+    return {
+      problems: [{ file, line: 1, field: '', message: `cannot read file: ${(err as Error).message}` }],
+      lineOf: () => 1,
+    };
   }
   const parsed = parseYamlText(text, file);
   if (parsed.problems.length) return parsed as { problems: TaskFileProblem[]; lineOf: (p: PropertyKey[]) => number };

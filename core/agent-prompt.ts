@@ -3,7 +3,11 @@
  * template does not render tools itself) the tools in the Hermes convention the interpreter understands.
  */
 
-export interface PromptTool { name: string; description: string; inputSchema: Record<string, unknown> }
+export interface PromptTool {
+  name: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+}
 
 export const DONE_MARKER = '<DONE>';
 export const END_TURN_TOOL: PromptTool = {
@@ -19,7 +23,12 @@ const GENERIC = [
 ].join(' ');
 
 export function toolsSection(tools: PromptTool[]): string {
-  const specs = tools.map((t) => JSON.stringify({ type: 'function', function: { name: t.name, description: t.description, parameters: t.inputSchema } }));
+  const specs = tools.map((t) =>
+    JSON.stringify({
+      type: 'function',
+      function: { name: t.name, description: t.description, parameters: t.inputSchema },
+    }),
+  );
   return [
     '# Tools',
     'You may call tools. The available tools are listed in <tools></tools>:',
@@ -39,12 +48,25 @@ const EXAMPLE = [
   'Use only the tools listed above, with the values the user gave.',
 ].join('\n');
 
-export interface ExampleExchange { user: string; calls: { tool: string; arguments: Record<string, unknown> }[]; reply: string }
+export interface ExampleExchange {
+  user: string;
+  calls: { tool: string; arguments: Record<string, unknown> }[];
+  reply: string;
+}
 
 /** With scenario examples, the worked example is shown as earlier turns (small models copy turns best). */
-export function buildAgentSystemPrompt(instructions: string, tools: PromptTool[], options: { toolsInPrompt: boolean; example: boolean; hasScenarioExamples?: boolean }): string {
+export function buildAgentSystemPrompt(
+  instructions: string,
+  tools: PromptTool[],
+  options: { toolsInPrompt: boolean; example: boolean; hasScenarioExamples?: boolean },
+): string {
   const generic = options.example && !options.hasScenarioExamples;
-  return [GENERIC, `# Policy\n${instructions.trim()}`, ...(options.toolsInPrompt ? [toolsSection(tools)] : []), ...(generic ? [EXAMPLE] : [])].join('\n\n');
+  return [
+    GENERIC,
+    `# Policy\n${instructions.trim()}`,
+    ...(options.toolsInPrompt ? [toolsSection(tools)] : []),
+    ...(generic ? [EXAMPLE] : []),
+  ].join('\n\n');
 }
 
 export function renderToolCall(tool: string, args: Record<string, unknown>): string {
@@ -55,7 +77,12 @@ export function renderToolCall(tool: string, args: Record<string, unknown>): str
 export function exampleTurns(examples: ExampleExchange[]): { role: 'user' | 'assistant' | 'tool'; content: string }[] {
   return examples.flatMap((e) => [
     { role: 'user' as const, content: e.user },
-    ...(e.calls.length ? [{ role: 'assistant' as const, content: e.calls.map((c) => renderToolCall(c.tool, c.arguments)).join('\n') }, ...e.calls.map(() => ({ role: 'tool' as const, content: '{"ok": true}' }))] : []),
+    ...(e.calls.length
+      ? [
+          { role: 'assistant' as const, content: e.calls.map((c) => renderToolCall(c.tool, c.arguments)).join('\n') },
+          ...e.calls.map(() => ({ role: 'tool' as const, content: '{"ok": true}' })),
+        ]
+      : []),
     { role: 'assistant' as const, content: `${e.reply} ${DONE_MARKER}` },
   ]);
 }

@@ -4,7 +4,8 @@
  */
 export function canonicalJson(value: unknown): string {
   if (value === null || typeof value !== 'object') {
-    if (typeof value === 'number' && !Number.isFinite(value)) throw new Error(`canonicalJson: non-finite number ${value}`);
+    if (typeof value === 'number' && !Number.isFinite(value))
+      throw new Error(`canonicalJson: non-finite number ${value}`);
     if (typeof value === 'bigint') return value.toString();
     return JSON.stringify(value) ?? 'null';
   }

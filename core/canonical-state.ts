@@ -7,11 +7,18 @@ import { canonicalJson } from './canonical-json.ts';
  * `diffStates` explains an inequality as `table[key].column: result vs golden` entries.
  */
 
-export interface TableSnapshot { primaryKey: string[]; rows: Record<string, unknown>[] }
+export interface TableSnapshot {
+  primaryKey: string[];
+  rows: Record<string, unknown>[];
+}
 export type StateSnapshot = Record<string, TableSnapshot>;
 export type CanonicalState = Record<string, Record<string, Record<string, unknown>>>;
 
-export interface StateDifference { path: string; result: unknown; golden: unknown }
+export interface StateDifference {
+  path: string;
+  result: unknown;
+  golden: unknown;
+}
 
 function normalise(value: unknown): unknown {
   if (value instanceof Date) return value.toISOString();
@@ -77,7 +84,9 @@ export function diffStates(result: CanonicalState, golden: CanonicalState): Stat
 }
 
 export function formatDiff(diffs: StateDifference[], limit = 20): string {
-  const lines = diffs.slice(0, limit).map((d) => `  ${d.path}: ${canonicalJson(d.result)} (expected ${canonicalJson(d.golden)})`);
+  const lines = diffs
+    .slice(0, limit)
+    .map((d) => `  ${d.path}: ${canonicalJson(d.result)} (expected ${canonicalJson(d.golden)})`);
   if (diffs.length > limit) lines.push(`  ... and ${diffs.length - limit} more`);
   return lines.join('\n');
 }

@@ -84,7 +84,9 @@ export function aggregateOutcomes(outcomes: Iterable<ProbeOutcome>): UidCounts[]
 
 export function jeffreysPosterior(successes: number, cleanRuns: number): { alpha: number; beta: number } {
   if (!Number.isInteger(successes) || !Number.isInteger(cleanRuns) || successes < 0 || successes > cleanRuns) {
-    throw new RangeError(`jeffreysPosterior: need integers 0 <= successes <= clean runs, got ${successes} of ${cleanRuns}`);
+    throw new RangeError(
+      `jeffreysPosterior: need integers 0 <= successes <= clean runs, got ${successes} of ${cleanRuns}`,
+    );
   }
   return { alpha: successes + PRIOR.alpha, beta: cleanRuns - successes + PRIOR.beta };
 }
@@ -93,7 +95,8 @@ export function jeffreysPosterior(successes: number, cleanRuns: number): { alpha
 export function bandMasses(alpha: number, beta: number): BandMasses {
   const masses = {} as BandMasses;
   for (const band of BANDS) {
-    masses[band.name] = regularizedIncompleteBeta(band.upper, alpha, beta) - regularizedIncompleteBeta(band.lower, alpha, beta);
+    masses[band.name] =
+      regularizedIncompleteBeta(band.upper, alpha, beta) - regularizedIncompleteBeta(band.lower, alpha, beta);
   }
   return masses;
 }
@@ -117,10 +120,13 @@ export function credibleInterval(alpha: number, beta: number, level = CREDIBLE_L
 function validateCounts(counts: UidCounts): void {
   const { uid, total_rows, clean_runs, successes, failures, system_errors } = counts;
   for (const [name, value] of Object.entries({ total_rows, clean_runs, successes, failures, system_errors })) {
-    if (!Number.isInteger(value) || value < 0) throw new RangeError(`uid ${uid}: ${name} must be a non-negative integer, got ${value}`);
+    if (!Number.isInteger(value) || value < 0)
+      throw new RangeError(`uid ${uid}: ${name} must be a non-negative integer, got ${value}`);
   }
   if (clean_runs !== successes + failures || total_rows !== clean_runs + system_errors) {
-    throw new RangeError(`uid ${uid}: inconsistent counts (clean ${clean_runs} != ${successes} + ${failures} or total ${total_rows} != ${clean_runs} + ${system_errors})`);
+    throw new RangeError(
+      `uid ${uid}: inconsistent counts (clean ${clean_runs} != ${successes} + ${failures} or total ${total_rows} != ${clean_runs} + ${system_errors})`,
+    );
   }
 }
 
@@ -166,7 +172,8 @@ export interface SelectionResult {
 }
 
 export function validateSelectionOptions(minCleanRuns: number, retainedBands: readonly string[]): void {
-  if (!Number.isInteger(minCleanRuns) || minCleanRuns < 1) throw new RangeError(`min clean runs must be an integer >= 1, got ${minCleanRuns}`);
+  if (!Number.isInteger(minCleanRuns) || minCleanRuns < 1)
+    throw new RangeError(`min clean runs must be an integer >= 1, got ${minCleanRuns}`);
   if (retainedBands.length === 0) throw new RangeError('retained bands must not be empty');
   for (const band of retainedBands) {
     if (!isBandName(band)) throw new RangeError(`unknown band '${band}' (bands: ${BAND_NAMES.join(', ')})`);
@@ -207,7 +214,13 @@ export function selectTasks(counts: readonly UidCounts[], options: SelectionOpti
     for (const r of reasons) rejections[r] = (rejections[r] ?? 0) + 1;
     rows.push({ ...assessment, eligible: reasons.length === 0, rejection_reasons: reasons });
   }
-  return { rows, selected: rows.filter((r) => r.eligible).map((r) => r.uid), excludedPresent, systemErrorOnly, rejections };
+  return {
+    rows,
+    selected: rows.filter((r) => r.eligible).map((r) => r.uid),
+    excludedPresent,
+    systemErrorOnly,
+    rejections,
+  };
 }
 
 /** Dataset group of a uid: the dataset file, i.e. the part before the first ':' ('' when there is none). */
@@ -239,7 +252,8 @@ export function stratifiedSplit(
 ): { train: string[]; test: string[] } {
   const testFraction = options.testFraction ?? DEFAULT_TEST_FRACTION;
   const seed = options.seed ?? DEFAULT_SEED;
-  if (!(testFraction > 0 && testFraction < 1)) throw new RangeError(`test fraction must be in (0, 1), got ${testFraction}`);
+  if (!(testFraction > 0 && testFraction < 1))
+    throw new RangeError(`test fraction must be in (0, 1), got ${testFraction}`);
   if (!Number.isSafeInteger(seed)) throw new RangeError(`seed must be an integer, got ${seed}`);
   if (rows.length === 0) throw new RangeError('cannot split an empty selection');
   const groups = new Map<string, Pick<AssessedRow, 'uid' | 'difficulty'>[]>();
@@ -261,7 +275,9 @@ export function stratifiedSplit(
     const exact = strata.map((s) => (s.length * target) / n);
     const quotas = exact.map(Math.floor);
     let remaining = target - quotas.reduce((sum, q) => sum + q, 0);
-    const byRemainder = strata.map((_, i) => i).sort((i, j) => exact[j]! - quotas[j]! - (exact[i]! - quotas[i]!) || i - j);
+    const byRemainder = strata
+      .map((_, i) => i)
+      .sort((i, j) => exact[j]! - quotas[j]! - (exact[i]! - quotas[i]!) || i - j);
     for (const i of byRemainder) {
       if (remaining === 0) break;
       quotas[i]! += 1;

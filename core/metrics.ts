@@ -77,19 +77,33 @@ export function meanPassHatK(tasks: readonly TaskOutcome[], k: number): number {
 /** Standard normal quantile (Acklam's rational approximation, relative error below 1.2e-9). */
 export function normalQuantile(p: number): number {
   if (!(p > 0 && p < 1)) throw new RangeError(`normalQuantile: p must be in (0, 1), got ${p}`);
-  const a = [-3.969683028665376e1, 2.209460984245205e2, -2.759285104469687e2, 1.38357751867269e2, -3.066479806614716e1, 2.506628277459239];
-  const b = [-5.447609879822406e1, 1.615858368580409e2, -1.556989798598866e2, 6.680131188771972e1, -1.328068155288572e1];
-  const c = [-7.784894002430293e-3, -3.223964580411365e-1, -2.400758277161838, -2.549732539343734, 4.374664141464968, 2.938163982698783];
+  const a = [
+    -3.969683028665376e1, 2.209460984245205e2, -2.759285104469687e2, 1.38357751867269e2, -3.066479806614716e1,
+    2.506628277459239,
+  ];
+  const b = [
+    -5.447609879822406e1, 1.615858368580409e2, -1.556989798598866e2, 6.680131188771972e1, -1.328068155288572e1,
+  ];
+  const c = [
+    -7.784894002430293e-3, -3.223964580411365e-1, -2.400758277161838, -2.549732539343734, 4.374664141464968,
+    2.938163982698783,
+  ];
   const d = [7.784695709041462e-3, 3.224671290700398e-1, 2.445134137142996, 3.754408661907416];
   const low = 0.02425;
   if (p < low) {
     const q = Math.sqrt(-2 * Math.log(p));
-    return (((((c[0]! * q + c[1]!) * q + c[2]!) * q + c[3]!) * q + c[4]!) * q + c[5]!) / ((((d[0]! * q + d[1]!) * q + d[2]!) * q + d[3]!) * q + 1);
+    return (
+      (((((c[0]! * q + c[1]!) * q + c[2]!) * q + c[3]!) * q + c[4]!) * q + c[5]!) /
+      ((((d[0]! * q + d[1]!) * q + d[2]!) * q + d[3]!) * q + 1)
+    );
   }
   if (p > 1 - low) return -normalQuantile(1 - p);
   const q = p - 0.5;
   const r = q * q;
-  return ((((((a[0]! * r + a[1]!) * r + a[2]!) * r + a[3]!) * r + a[4]!) * r + a[5]!) * q) / (((((b[0]! * r + b[1]!) * r + b[2]!) * r + b[3]!) * r + b[4]!) * r + 1);
+  return (
+    ((((((a[0]! * r + a[1]!) * r + a[2]!) * r + a[3]!) * r + a[4]!) * r + a[5]!) * q) /
+    (((((b[0]! * r + b[1]!) * r + b[2]!) * r + b[3]!) * r + b[4]!) * r + 1)
+  );
 }
 
 function zFor(level: number): number {
@@ -114,7 +128,8 @@ export function clopperPearsonInterval(successes: number, trials: number, level 
   if (!(level > 0 && level < 1)) throw new RangeError(`interval level must be in (0, 1), got ${level}`);
   const tail = (1 - level) / 2;
   const lower = successes === 0 ? 0 : inverseRegularizedIncompleteBeta(tail, successes, trials - successes + 1);
-  const upper = successes === trials ? 1 : inverseRegularizedIncompleteBeta(1 - tail, successes + 1, trials - successes);
+  const upper =
+    successes === trials ? 1 : inverseRegularizedIncompleteBeta(1 - tail, successes + 1, trials - successes);
   return [lower, upper];
 }
 
@@ -149,10 +164,14 @@ export interface BootstrapOptions {
  * Percentile bootstrap intervals for the means of several per-item series resampled jointly
  * (the same resampled items for every series, which keeps paired structure).
  */
-export function bootstrapMeanIntervals(series: readonly (readonly number[])[], options: BootstrapOptions = {}): [number, number][] {
+export function bootstrapMeanIntervals(
+  series: readonly (readonly number[])[],
+  options: BootstrapOptions = {},
+): [number, number][] {
   const resamples = options.resamples ?? 10_000;
   const level = options.level ?? 0.95;
-  if (!Number.isInteger(resamples) || resamples < 1) throw new RangeError(`resamples must be a positive integer, got ${resamples}`);
+  if (!Number.isInteger(resamples) || resamples < 1)
+    throw new RangeError(`resamples must be a positive integer, got ${resamples}`);
   if (!(level > 0 && level < 1)) throw new RangeError(`interval level must be in (0, 1), got ${level}`);
   const n = series[0]?.length ?? 0;
   if (n === 0) throw new RangeError('bootstrap of zero items');
@@ -188,7 +207,12 @@ export interface RateSummary {
 }
 
 function rate(count: number, total: number, level: number): RateSummary {
-  return { count, rate: count / total, wilson: wilsonInterval(count, total, level), clopper_pearson: clopperPearsonInterval(count, total, level) };
+  return {
+    count,
+    rate: count / total,
+    wilson: wilsonInterval(count, total, level),
+    clopper_pearson: clopperPearsonInterval(count, total, level),
+  };
 }
 
 export interface Summary {
@@ -235,7 +259,11 @@ export function summarize(tasks: readonly TaskOutcome[], options: SummaryOptions
     tasks: tasks.length,
     attempts,
     successes,
-    pass_at_1: { estimate: passAt1(tasks), wilson_attempts: wilsonInterval(successes, attempts, level), bootstrap_tasks: bootstrap! },
+    pass_at_1: {
+      estimate: passAt1(tasks),
+      wilson_attempts: wilsonInterval(successes, attempts, level),
+      bootstrap_tasks: bootstrap!,
+    },
     pass_at_k: ks.map((k) => ({ k, estimate: meanPassAtK(tasks, k) })),
     pass_hat_k: ks.map((k) => ({ k, estimate: meanPassHatK(tasks, k) })),
     observed_all_pass: { k: kAll, ...rate(observedAllPass(tasks, kAll), tasks.length, level) },
@@ -244,7 +272,10 @@ export function summarize(tasks: readonly TaskOutcome[], options: SummaryOptions
 }
 
 /** Summaries per domain, keys sorted. */
-export function summarizeByDomain(tasks: readonly TaskOutcome[], options: SummaryOptions = {}): Record<string, Summary> {
+export function summarizeByDomain(
+  tasks: readonly TaskOutcome[],
+  options: SummaryOptions = {},
+): Record<string, Summary> {
   const byDomain = new Map<string, TaskOutcome[]>();
   for (const t of tasks) {
     let list = byDomain.get(t.domain);
@@ -252,7 +283,8 @@ export function summarizeByDomain(tasks: readonly TaskOutcome[], options: Summar
     list.push(t);
   }
   const out: Record<string, Summary> = {};
-  for (const domain of [...byDomain.keys()].sort(compareStrings)) out[domain] = summarize(byDomain.get(domain)!, options);
+  for (const domain of [...byDomain.keys()].sort(compareStrings))
+    out[domain] = summarize(byDomain.get(domain)!, options);
   return out;
 }
 
@@ -279,7 +311,12 @@ export interface TokenUsage {
 export type RoleUsage = Partial<Record<Role, TokenUsage>>;
 
 export function usageCost(usage: TokenUsage, price: RolePrice): number {
-  return (usage.input * price.input_per_million + usage.output * price.output_per_million + usage.cached_input * price.cached_input_per_million) / 1e6;
+  return (
+    (usage.input * price.input_per_million +
+      usage.output * price.output_per_million +
+      usage.cached_input * price.cached_input_per_million) /
+    1e6
+  );
 }
 
 export interface CostBreakdown {
@@ -289,7 +326,10 @@ export interface CostBreakdown {
 
 /** Campaign cost: the sum over all attempts, per role and in total. */
 export function campaignCost(attempts: Iterable<RoleUsage>, prices: PriceTable): CostBreakdown {
-  const tokens = Object.fromEntries(ROLES.map((r) => [r, { input: 0, output: 0, cached_input: 0 }])) as Record<Role, TokenUsage>;
+  const tokens = Object.fromEntries(ROLES.map((r) => [r, { input: 0, output: 0, cached_input: 0 }])) as Record<
+    Role,
+    TokenUsage
+  >;
   for (const attempt of attempts) {
     for (const role of ROLES) {
       const u = attempt[role];
@@ -299,7 +339,9 @@ export function campaignCost(attempts: Iterable<RoleUsage>, prices: PriceTable):
       tokens[role].cached_input += u.cached_input;
     }
   }
-  const byRole = Object.fromEntries(ROLES.map((r) => [r, { tokens: tokens[r], cost: usageCost(tokens[r], prices[r]) }])) as CostBreakdown['by_role'];
+  const byRole = Object.fromEntries(
+    ROLES.map((r) => [r, { tokens: tokens[r], cost: usageCost(tokens[r], prices[r]) }]),
+  ) as CostBreakdown['by_role'];
   return { by_role: byRole, total: ROLES.reduce((s, r) => s + byRole[r].cost, 0) };
 }
 
@@ -342,7 +384,11 @@ export interface Comparison {
 }
 
 /** Paired per-task comparison of two result sets over the same tasks (B minus A). */
-export function pairedComparison(a: readonly TaskOutcome[], b: readonly TaskOutcome[], options: BootstrapOptions = {}): Comparison {
+export function pairedComparison(
+  a: readonly TaskOutcome[],
+  b: readonly TaskOutcome[],
+  options: BootstrapOptions = {},
+): Comparison {
   const resamples = options.resamples ?? 10_000;
   const seed = options.seed ?? 42;
   const level = options.level ?? 0.95;
@@ -361,7 +407,8 @@ export function pairedComparison(a: readonly TaskOutcome[], b: readonly TaskOutc
   const perTask = uids.map((uid) => {
     const ta = byUidA.get(uid)!;
     const tb = byUidB.get(uid)!;
-    if (ta.domain !== tb.domain) throw new RangeError(`task ${uid}: domain '${ta.domain}' in A but '${tb.domain}' in B`);
+    if (ta.domain !== tb.domain)
+      throw new RangeError(`task ${uid}: domain '${ta.domain}' in A but '${tb.domain}' in B`);
     return { uid, domain: ta.domain, ta, tb, a: ta.c / ta.n, b: tb.c / tb.n, difference: tb.c / tb.n - ta.c / ta.n };
   });
   const paired = (rows: typeof perTask, salt: number): { pass1: PairedDifference; all: PairedDifference } => {

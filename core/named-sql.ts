@@ -4,7 +4,10 @@
  * never spliced into the statement text.
  */
 
-export interface CompiledSql { text: string; names: string[] }
+export interface CompiledSql {
+  text: string;
+  names: string[];
+}
 
 export function compileNamedSql(sql: string): CompiledSql {
   const names: string[] = [];

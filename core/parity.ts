@@ -1,5 +1,11 @@
 import { canonicalJson } from './canonical-json.ts';
-import { interpretCompletion, interpretNativeMessage, type Interpretation, type NativeToolCall, type ToolSpecForTyping } from './interpret/index.ts';
+import {
+  interpretCompletion,
+  interpretNativeMessage,
+  type Interpretation,
+  type NativeToolCall,
+  type ToolSpecForTyping,
+} from './interpret/index.ts';
 
 /**
  * Training/evaluation parity: every recorded model output is interpreted again through the path training
@@ -8,19 +14,40 @@ import { interpretCompletion, interpretNativeMessage, type Interpretation, type 
  * different agent than evaluation does.
  */
 
-export interface RecordedOutput { raw: string; native?: NativeToolCall[]; interpretation: Interpretation }
+export interface RecordedOutput {
+  raw: string;
+  native?: NativeToolCall[];
+  interpretation: Interpretation;
+}
 export type InterpretationPath = (output: RecordedOutput, tools: ToolSpecForTyping[]) => Interpretation;
 
 export const trainingPath: InterpretationPath = (o, tools) => interpretCompletion(o.raw, tools);
-export const evaluationPath: InterpretationPath = (o, tools) => interpretNativeMessage({ content: o.raw, tool_calls: o.native?.length ? o.native : null }, tools);
+export const evaluationPath: InterpretationPath = (o, tools) =>
+  interpretNativeMessage({ content: o.raw, tool_calls: o.native?.length ? o.native : null }, tools);
 
-export interface ParityDifference { episode: string; completion: number; field: 'reasoning' | 'text' | 'toolCalls'; between: string; a: unknown; b: unknown }
-
-function essentials(i: Interpretation) {
-  return { reasoning: i.reasoning, text: i.text, toolCalls: i.toolCalls.map((c) => ({ name: c.name, arguments: c.arguments, parseError: c.parseError ?? null })) };
+export interface ParityDifference {
+  episode: string;
+  completion: number;
+  field: 'reasoning' | 'text' | 'toolCalls';
+  between: string;
+  a: unknown;
+  b: unknown;
 }
 
-export function compareOutputs(episode: string, outputs: RecordedOutput[], tools: ToolSpecForTyping[], paths = { training: trainingPath, evaluation: evaluationPath }): ParityDifference[] {
+function essentials(i: Interpretation) {
+  return {
+    reasoning: i.reasoning,
+    text: i.text,
+    toolCalls: i.toolCalls.map((c) => ({ name: c.name, arguments: c.arguments, parseError: c.parseError ?? null })),
+  };
+}
+
+export function compareOutputs(
+  episode: string,
+  outputs: RecordedOutput[],
+  tools: ToolSpecForTyping[],
+  paths = { training: trainingPath, evaluation: evaluationPath },
+): ParityDifference[] {
   const diffs: ParityDifference[] = [];
   outputs.forEach((output, index) => {
     // Native tool calls exist only on the evaluation path; the training path never sees them.
@@ -34,7 +61,15 @@ export function compareOutputs(episode: string, outputs: RecordedOutput[], tools
     for (const [name, view] of views.slice(1)) {
       const v = essentials(view);
       for (const field of ['reasoning', 'text', 'toolCalls'] as const) {
-        if (canonicalJson(b[field]) !== canonicalJson(v[field])) diffs.push({ episode, completion: index, field, between: `${baseName} vs ${name}`, a: b[field], b: v[field] });
+        if (canonicalJson(b[field]) !== canonicalJson(v[field]))
+          diffs.push({
+            episode,
+            completion: index,
+            field,
+            between: `${baseName} vs ${name}`,
+            a: b[field],
+            b: v[field],
+          });
       }
     }
   });

@@ -18,7 +18,8 @@ const CONTINUED_FRACTION_MAX_TERMS = 100_000;
 const INVERSE_MAX_ITERATIONS = 400;
 
 function requirePositiveFinite(name: string, value: number): void {
-  if (!Number.isFinite(value) || value <= 0) throw new RangeError(`${name} must be a positive finite number, got ${value}`);
+  if (!Number.isFinite(value) || value <= 0)
+    throw new RangeError(`${name} must be a positive finite number, got ${value}`);
 }
 
 /** ln Γ(x) for x > 0 (Lanczos approximation, g = 7, nine terms; relative error about 1e-15). */

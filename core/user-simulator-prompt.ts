@@ -4,7 +4,10 @@
  * message. Delimiters inside inserted text are escaped so no message can close a section early.
  */
 
-export interface VisibleTurn { role: 'user' | 'assistant'; text: string }
+export interface VisibleTurn {
+  role: 'user' | 'assistant';
+  text: string;
+}
 
 export const USER_SIMULATOR_SYSTEM = [
   'You play a customer talking to a support assistant. Stay in character; reply with your next message only.',
@@ -23,7 +26,9 @@ export function escapeDelimiters(text: string): string {
 
 export function buildUserSimulatorPrompt(userContext: string, transcript: VisibleTurn[]): string {
   const lastAssistant = [...transcript].reverse().find((t) => t.role === 'assistant')?.text ?? '';
-  const lines = transcript.map((t) => `[[${t.role === 'user' ? 'YOU' : 'ASSISTANT'}]] <<<${escapeDelimiters(t.text)}>>>`);
+  const lines = transcript.map(
+    (t) => `[[${t.role === 'user' ? 'YOU' : 'ASSISTANT'}]] <<<${escapeDelimiters(t.text)}>>>`,
+  );
   return [
     `YOUR CONTEXT (private):\n<<<${escapeDelimiters(userContext)}>>>`,
     `CONVERSATION SO FAR:\n${lines.join('\n')}`,

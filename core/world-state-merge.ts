@@ -14,13 +14,18 @@ export function mergeWorldState(base: Json, override: Json): Json {
   if (Array.isArray(base) && Array.isArray(override)) return [...base, ...override];
   if (isPlainObject(base) && isPlainObject(override)) {
     const merged: Record<string, Json> = { ...base };
-    for (const [key, value] of Object.entries(override)) merged[key] = key in base ? mergeWorldState(base[key], value) : value;
+    for (const [key, value] of Object.entries(override))
+      merged[key] = key in base ? mergeWorldState(base[key], value) : value;
     return merged;
   }
   return override;
 }
 
-export interface GoldenCall { server: string; tool: string; arguments: Record<string, unknown> }
+export interface GoldenCall {
+  server: string;
+  tool: string;
+  arguments: Record<string, unknown>;
+}
 
 /**
  * The golden tool calls a dataset keeps in `init` (`world_state[server].golden`), server by server in the
@@ -36,7 +41,11 @@ export function goldenCallsOf(worldState: Record<string, Json>): { calls: Golden
       continue;
     }
     for (const [i, call] of config.golden.entries()) {
-      if (!isPlainObject(call) || typeof call.tool !== 'string' || (call.arguments !== undefined && !isPlainObject(call.arguments))) {
+      if (
+        !isPlainObject(call) ||
+        typeof call.tool !== 'string' ||
+        (call.arguments !== undefined && !isPlainObject(call.arguments))
+      ) {
         problems.push(`world_state.${server}.golden[${i}] must be {tool: name, arguments: {...}}`);
         continue;
       }

@@ -17,15 +17,26 @@ const namespaceRetention = '30 days';
 const grpcNotFound = 5;
 const grpcAlreadyExists = 6;
 
-export interface SetupResult { namespaceCreated: boolean; searchAttributesAdded: string[] }
+export interface SetupResult {
+  namespaceCreated: boolean;
+  searchAttributesAdded: string[];
+}
 
 type Log = Pick<pino.Logger, 'info' | 'warn'>;
 
 function grpcCode(err: unknown): number | undefined {
-  return typeof err === 'object' && err !== null && 'code' in err && typeof err.code === 'number' ? err.code : undefined;
+  return typeof err === 'object' && err !== null && 'code' in err && typeof err.code === 'number'
+    ? err.code
+    : undefined;
 }
 
-async function retry<T>(what: string, deadline: number, log: Log, fn: () => Promise<T>, retryable: (err: unknown) => boolean = () => true): Promise<T> {
+async function retry<T>(
+  what: string,
+  deadline: number,
+  log: Log,
+  fn: () => Promise<T>,
+  retryable: (err: unknown) => boolean = () => true,
+): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await fn();
@@ -46,7 +57,10 @@ async function ensureNamespace(connection: Connection, namespace: string): Promi
     if (grpcCode(err) !== grpcNotFound) throw err;
   }
   try {
-    await connection.workflowService.registerNamespace({ namespace, workflowExecutionRetentionPeriod: msToTs(namespaceRetention) });
+    await connection.workflowService.registerNamespace({
+      namespace,
+      workflowExecutionRetentionPeriod: msToTs(namespaceRetention),
+    });
   } catch (err) {
     if (grpcCode(err) !== grpcAlreadyExists) throw err;
     return false;
@@ -61,7 +75,10 @@ async function ensureSearchAttributes(connection: Connection, namespace: string,
     const wanted = encodeSearchAttributeIndexedValueType(type.toUpperCase() as 'KEYWORD' | 'INT')!;
     const existing = customAttributes?.[name];
     if (existing === undefined || existing === null) missing[name] = wanted;
-    else if (existing !== wanted) throw new Error(`search attribute ${name} exists on namespace ${namespace} with another type (${existing}); wanted ${type}`);
+    else if (existing !== wanted)
+      throw new Error(
+        `search attribute ${name} exists on namespace ${namespace} with another type (${existing}); wanted ${type}`,
+      );
   }
   const names = Object.keys(missing);
   if (names.length === 0) return [];
@@ -92,7 +109,13 @@ export async function setUpDeployment(env: Environment, log: Log, timeoutMs = 5 
     const namespace = env.TBT_TEMPORAL_NAMESPACE;
     const namespaceCreated = await ensureNamespace(connection, namespace);
     // The operator service reads namespaces from a cache that learns of a new one some seconds later.
-    const searchAttributesAdded = await retry(`search attributes on ${namespace}`, deadline, log, () => ensureSearchAttributes(connection, namespace, log), (err) => grpcCode(err) === grpcNotFound);
+    const searchAttributesAdded = await retry(
+      `search attributes on ${namespace}`,
+      deadline,
+      log,
+      () => ensureSearchAttributes(connection, namespace, log),
+      (err) => grpcCode(err) === grpcNotFound,
+    );
     await retry('control database', deadline, log, () => ensureControlDatabase(env));
     return { namespaceCreated, searchAttributesAdded };
   } finally {

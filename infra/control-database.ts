@@ -53,7 +53,10 @@ export async function ensureControlDatabase(env: Environment): Promise<void> {
         if (err.code !== '42P04') throw err; // created concurrently
       });
     }
-    for (const [role, password] of [[agentRole, env.TBT_AGENT_DB_PASSWORD], [readerRole, env.TBT_READER_DB_PASSWORD]] as const) {
+    for (const [role, password] of [
+      [agentRole, env.TBT_AGENT_DB_PASSWORD],
+      [readerRole, env.TBT_READER_DB_PASSWORD],
+    ] as const) {
       await c.query(`DO $$ BEGIN
         CREATE ROLE ${role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT CONNECTION LIMIT 500;
         EXCEPTION WHEN duplicate_object THEN NULL; END $$`);

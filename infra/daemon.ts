@@ -27,24 +27,45 @@ export function portInUse(port: number, host = '127.0.0.1'): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = net.connect({ port, host });
     socket.setTimeout(1000);
-    socket.once('connect', () => { socket.destroy(); resolve(true); });
-    socket.once('timeout', () => { socket.destroy(); resolve(false); });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('timeout', () => {
+      socket.destroy();
+      resolve(false);
+    });
     socket.once('error', () => resolve(false));
   });
 }
 
-export async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs: number, logFile?: string): Promise<void> {
+export async function waitFor(
+  what: string,
+  check: () => Promise<boolean>,
+  timeoutMs: number,
+  logFile?: string,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (await check()) return;
     await new Promise((r) => setTimeout(r, 250));
   }
-  const tail = logFile && fs.existsSync(logFile) ? `\n--- last lines of ${logFile} ---\n${fs.readFileSync(logFile, 'utf8').split('\n').slice(-15).join('\n')}` : '';
+  const tail =
+    logFile && fs.existsSync(logFile)
+      ? `\n--- last lines of ${logFile} ---\n${fs.readFileSync(logFile, 'utf8').split('\n').slice(-15).join('\n')}`
+      : '';
   throw new Error(`${what} did not become ready within ${timeoutMs / 1000}s${tail}`);
 }
 
 /** Starts a detached process that outlives this one; stdout and stderr go to logFile. */
-export function spawnDetached(command: string, args: string[], logFile: string, pidFile: string, env?: NodeJS.ProcessEnv, cwd?: string): number {
+export function spawnDetached(
+  command: string,
+  args: string[],
+  logFile: string,
+  pidFile: string,
+  env?: NodeJS.ProcessEnv,
+  cwd?: string,
+): number {
   fs.mkdirSync(path.dirname(logFile), { recursive: true });
   const out = fs.openSync(logFile, 'a');
   const child = spawn(command, args, { detached: true, stdio: ['ignore', out, out], env: env ?? process.env, cwd });

@@ -7,7 +7,12 @@ import { gpuLearnerDir, pythonBinary, smallModelDir } from './python-env.ts';
 
 /** Starts the embedded CPU policy server (gpu-learner/tbt_gpu/policy_server) as a child process. */
 
-export interface PolicyServerHandle { baseUrl: string; model: string; process: ChildProcess; stop(): Promise<void> }
+export interface PolicyServerHandle {
+  baseUrl: string;
+  model: string;
+  process: ChildProcess;
+  stop(): Promise<void>;
+}
 
 export async function freePort(): Promise<number> {
   const server = net.createServer();
@@ -27,13 +32,37 @@ async function healthy(url: string): Promise<boolean> {
 }
 
 /** `detached`: the server outlives this process (the GPU worker restarts and finds it again by pid file). */
-export async function startPolicyServer(options: { port?: number; modelDir?: string; chatTemplate?: string; logFile?: string; extraArgs?: string[]; detached?: boolean } = {}): Promise<PolicyServerHandle> {
+export async function startPolicyServer(
+  options: {
+    port?: number;
+    modelDir?: string;
+    chatTemplate?: string;
+    logFile?: string;
+    extraArgs?: string[];
+    detached?: boolean;
+  } = {},
+): Promise<PolicyServerHandle> {
   const port = options.port ?? (await freePort());
   const modelDir = options.modelDir ?? smallModelDir();
   const model = path.basename(modelDir);
-  const args = ['-m', 'tbt_gpu.policy_server', '--model', modelDir, '--host', '127.0.0.1', '--port', String(port), ...(options.chatTemplate ? ['--chat-template', options.chatTemplate] : []), ...(options.extraArgs ?? [])];
+  const args = [
+    '-m',
+    'tbt_gpu.policy_server',
+    '--model',
+    modelDir,
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    ...(options.chatTemplate ? ['--chat-template', options.chatTemplate] : []),
+    ...(options.extraArgs ?? []),
+  ];
   const log = options.logFile ? fs.openSync(options.logFile, 'a') : 'ignore';
-  const child = spawn(pythonBinary(), args, { cwd: gpuLearnerDir, stdio: ['ignore', log, log], detached: options.detached ?? false });
+  const child = spawn(pythonBinary(), args, {
+    cwd: gpuLearnerDir,
+    stdio: ['ignore', log, log],
+    detached: options.detached ?? false,
+  });
   if (options.detached) child.unref();
   // A child server must not outlive its parent (an interrupted CLI or test would leave it holding a core).
   else process.once('exit', () => child.kill('SIGKILL'));
@@ -45,10 +74,18 @@ export async function startPolicyServer(options: { port?: number; modelDir?: str
     if (child.exitCode === null) child.kill('SIGKILL');
   };
   try {
-    await waitFor(`policy server on port ${port}`, async () => {
-      if (child.exitCode !== null) throw new Error(`policy server exited with code ${child.exitCode}${options.logFile ? ` (log ${options.logFile})` : ''}`);
-      return healthy(root);
-    }, 180_000, options.logFile);
+    await waitFor(
+      `policy server on port ${port}`,
+      async () => {
+        if (child.exitCode !== null)
+          throw new Error(
+            `policy server exited with code ${child.exitCode}${options.logFile ? ` (log ${options.logFile})` : ''}`,
+          );
+        return healthy(root);
+      },
+      180_000,
+      options.logFile,
+    );
   } catch (err) {
     await stop();
     throw err;

@@ -5,9 +5,21 @@ import { chromium, type Browser } from 'playwright-core';
 export const chromiumPath = process.env.TBT_CHROMIUM ?? '/usr/bin/chromium';
 
 export async function launchChromium(): Promise<Browser> {
-  if (!fs.existsSync(chromiumPath)) throw new Error(`Chromium not found at ${chromiumPath}: run \`bash scripts/install-chromium.sh\` (or set TBT_CHROMIUM)`);
+  if (!fs.existsSync(chromiumPath))
+    throw new Error(
+      `Chromium not found at ${chromiumPath}: run \`bash scripts/install-chromium.sh\` (or set TBT_CHROMIUM)`,
+    );
   return chromium.launch({
     executablePath: chromiumPath,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+      '--disable-quic',
+    ],
   });
 }

@@ -19,11 +19,17 @@ function findBinDir(): string {
   const debian = '/usr/lib/postgresql';
   // TBT_PG_SEARCH_SYSTEM=0 restricts the search to TBT_PG_BIN and PATH (tests use it to simulate a bare machine).
   if (process.env.TBT_PG_SEARCH_SYSTEM !== '0' && fs.existsSync(debian)) {
-    for (const v of fs.readdirSync(debian).sort((a, b) => Number(b) - Number(a))) candidates.push(path.join(debian, v, 'bin'));
+    for (const v of fs.readdirSync(debian).sort((a, b) => Number(b) - Number(a)))
+      candidates.push(path.join(debian, v, 'bin'));
   }
   for (const dir of (process.env.PATH ?? '').split(':')) candidates.push(dir);
-  const found = candidates.find((d) => d && fs.existsSync(path.join(d, 'pg_ctl')) && fs.existsSync(path.join(d, 'initdb')));
-  if (!found) throw new Error('PostgreSQL server binaries (initdb, pg_ctl) not found: install PostgreSQL >= 13, set TBT_PG_BIN to their folder, or set DATABASE_URL to an existing server');
+  const found = candidates.find(
+    (d) => d && fs.existsSync(path.join(d, 'pg_ctl')) && fs.existsSync(path.join(d, 'initdb')),
+  );
+  if (!found)
+    throw new Error(
+      'PostgreSQL server binaries (initdb, pg_ctl) not found: install PostgreSQL >= 13, set TBT_PG_BIN to their folder, or set DATABASE_URL to an existing server',
+    );
   return found;
 }
 
@@ -33,7 +39,9 @@ function runAsUser(): string | undefined {
     try {
       execFileSync('id', [user], { stdio: 'ignore' });
       return user;
-    } catch { /* try the next one */ }
+    } catch {
+      /* try the next one */
+    }
   }
   throw new Error('running as root and neither a `postgres` nor a `nobody` user exists to run the Postgres server');
 }
@@ -82,7 +90,12 @@ export async function postgresStatus(env: Environment): Promise<ServiceStatus> {
   const url = databaseUrl(env);
   const running = await postgresReachable(url);
   const managed = !env.DATABASE_URL;
-  return { name: 'postgres', running, managed, detail: managed ? `127.0.0.1:${env.TBT_PG_PORT} (data ${files(env).data})` : 'DATABASE_URL (external)' };
+  return {
+    name: 'postgres',
+    running,
+    managed,
+    detail: managed ? `127.0.0.1:${env.TBT_PG_PORT} (data ${files(env).data})` : 'DATABASE_URL (external)',
+  };
 }
 
 /** Initialises (first time) and starts the local server; idempotent. Returns true when this call started it. */
@@ -91,7 +104,10 @@ export async function startPostgres(env: Environment): Promise<boolean> {
   const f = files(env);
   if (serverRunning(f.data)) return false;
   const bin = findBinDir();
-  if (await portInUse(env.TBT_PG_PORT)) throw new Error(`Postgres port ${env.TBT_PG_PORT} is already in use by another process; stop it or set TBT_PG_PORT`);
+  if (await portInUse(env.TBT_PG_PORT))
+    throw new Error(
+      `Postgres port ${env.TBT_PG_PORT} is already in use by another process; stop it or set TBT_PG_PORT`,
+    );
   const user = runAsUser();
   fs.mkdirSync(f.dir, { recursive: true });
   if (user) execFileSync('chown', [user, f.dir]);
@@ -111,7 +127,12 @@ export async function startPostgres(env: Environment): Promise<boolean> {
     const tail = fs.existsSync(f.log) ? fs.readFileSync(f.log, 'utf8').split('\n').slice(-15).join('\n') : '';
     throw new Error(`Postgres did not start (log ${f.log}):\n${tail}`, { cause: err });
   }
-  await waitFor('Postgres', () => postgresReachable(`postgres://tbt@127.0.0.1:${env.TBT_PG_PORT}/postgres`), 30_000, f.log);
+  await waitFor(
+    'Postgres',
+    () => postgresReachable(`postgres://tbt@127.0.0.1:${env.TBT_PG_PORT}/postgres`),
+    30_000,
+    f.log,
+  );
   return true;
 }
 

@@ -25,7 +25,14 @@ export function startWorkers(env: Environment, kinds: readonly WorkerKind[] = wo
     if (readPid(f.pid) !== undefined) continue;
     fs.mkdirSync(f.dir, { recursive: true });
     // `node --import tsx` keeps the worker in this pid (the tsx launcher would add a relay process).
-    spawnDetached(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'workers', `${kind}-worker.ts`)], f.log, f.pid, { ...process.env, OMP_WAIT_POLICY: 'PASSIVE' }, repoRoot);
+    spawnDetached(
+      process.execPath,
+      ['--import', 'tsx', path.join(repoRoot, 'workers', `${kind}-worker.ts`)],
+      f.log,
+      f.pid,
+      { ...process.env, OMP_WAIT_POLICY: 'PASSIVE' },
+      repoRoot,
+    );
     started.push(kind);
   }
   return started;

@@ -7,9 +7,11 @@ import { repoRoot } from '../config/environment.ts';
 
 export function pythonBinary(): string {
   const marker = path.join(repoRoot, '.tools', 'python-venv');
-  if (!fs.existsSync(marker)) throw new Error(`Python environment not set up (${marker} missing): run \`bash scripts/setup.sh\``);
+  if (!fs.existsSync(marker))
+    throw new Error(`Python environment not set up (${marker} missing): run \`bash scripts/setup.sh\``);
   const python = path.join(fs.readFileSync(marker, 'utf8').trim(), 'bin', 'python');
-  if (!fs.existsSync(python)) throw new Error(`Python environment at ${python} is missing: run \`bash scripts/setup.sh\``);
+  if (!fs.existsSync(python))
+    throw new Error(`Python environment at ${python} is missing: run \`bash scripts/setup.sh\``);
   return python;
 }
 
@@ -17,5 +19,9 @@ export const gpuLearnerDir = path.join(repoRoot, 'gpu-learner');
 
 /** Folder of the bundled small model (converted once by scripts/setup.sh; instant afterwards). */
 export function smallModelDir(): string {
-  return execFileSync(pythonBinary(), ['-m', 'tbt_gpu.model_store'], { cwd: gpuLearnerDir, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  return execFileSync(pythonBinary(), ['-m', 'tbt_gpu.model_store'], {
+    cwd: gpuLearnerDir,
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'ignore'],
+  }).trim();
 }

@@ -10,7 +10,12 @@ export const temporalBinary = path.join(repoRoot, '.tools', 'venv', 'bin', 'temp
 
 function files(env: Environment) {
   const dir = path.join(env.TBT_STATE_DIR, 'temporal');
-  return { dir, db: path.join(dir, 'temporal.sqlite'), log: path.join(dir, 'server.log'), pid: path.join(dir, 'server.pid') };
+  return {
+    dir,
+    db: path.join(dir, 'temporal.sqlite'),
+    log: path.join(dir, 'server.log'),
+    pid: path.join(dir, 'server.pid'),
+  };
 }
 
 export async function temporalReachable(address: string): Promise<boolean> {
@@ -27,7 +32,12 @@ export async function temporalReachable(address: string): Promise<boolean> {
   }
 }
 
-export interface ServiceStatus { name: string; running: boolean; managed: boolean; detail: string }
+export interface ServiceStatus {
+  name: string;
+  running: boolean;
+  managed: boolean;
+  detail: string;
+}
 
 export async function temporalStatus(env: Environment): Promise<ServiceStatus> {
   const address = temporalAddress(env);
@@ -41,7 +51,8 @@ export async function temporalStatus(env: Environment): Promise<ServiceStatus> {
 /** Starts the dev server unless it already runs; idempotent. Returns true when this call started it. */
 export async function startTemporal(env: Environment): Promise<boolean> {
   if (env.TBT_TEMPORAL_ADDRESS) {
-    if (!(await temporalReachable(env.TBT_TEMPORAL_ADDRESS))) throw new Error(`TBT_TEMPORAL_ADDRESS=${env.TBT_TEMPORAL_ADDRESS} is not reachable`);
+    if (!(await temporalReachable(env.TBT_TEMPORAL_ADDRESS)))
+      throw new Error(`TBT_TEMPORAL_ADDRESS=${env.TBT_TEMPORAL_ADDRESS} is not reachable`);
     return false;
   }
   const f = files(env);
@@ -49,19 +60,33 @@ export async function startTemporal(env: Environment): Promise<boolean> {
     await waitFor('Temporal dev server', () => temporalReachable(temporalAddress(env)), 60_000, f.log);
     return false;
   }
-  if (!fs.existsSync(temporalBinary)) throw new Error(`Temporal CLI not found at ${temporalBinary}: run \`bash scripts/setup.sh\``);
-  for (const [what, p] of [['gRPC', env.TBT_TEMPORAL_PORT], ['Web UI', env.TBT_TEMPORAL_UI_PORT]] as const) {
-    if (await portInUse(p)) throw new Error(`Temporal ${what} port ${p} is already in use by another process; stop it or set ${what === 'gRPC' ? 'TBT_TEMPORAL_PORT' : 'TBT_TEMPORAL_UI_PORT'}`);
+  if (!fs.existsSync(temporalBinary))
+    throw new Error(`Temporal CLI not found at ${temporalBinary}: run \`bash scripts/setup.sh\``);
+  for (const [what, p] of [
+    ['gRPC', env.TBT_TEMPORAL_PORT],
+    ['Web UI', env.TBT_TEMPORAL_UI_PORT],
+  ] as const) {
+    if (await portInUse(p))
+      throw new Error(
+        `Temporal ${what} port ${p} is already in use by another process; stop it or set ${what === 'gRPC' ? 'TBT_TEMPORAL_PORT' : 'TBT_TEMPORAL_UI_PORT'}`,
+      );
   }
   fs.mkdirSync(f.dir, { recursive: true });
   const args = [
-    'server', 'start-dev',
-    '--db-filename', f.db,
-    '--ip', '127.0.0.1',
-    '--port', String(env.TBT_TEMPORAL_PORT),
-    '--ui-port', String(env.TBT_TEMPORAL_UI_PORT),
-    '--namespace', env.TBT_TEMPORAL_NAMESPACE,
-    '--log-level', 'warn',
+    'server',
+    'start-dev',
+    '--db-filename',
+    f.db,
+    '--ip',
+    '127.0.0.1',
+    '--port',
+    String(env.TBT_TEMPORAL_PORT),
+    '--ui-port',
+    String(env.TBT_TEMPORAL_UI_PORT),
+    '--namespace',
+    env.TBT_TEMPORAL_NAMESPACE,
+    '--log-level',
+    'warn',
     ...Object.entries(searchAttributes).flatMap(([name, type]) => ['--search-attribute', `${name}=${type}`]),
   ];
   spawnDetached(temporalBinary, args, f.log, f.pid);

@@ -57,7 +57,12 @@ fs.mkdirSync(outDir, { recursive: true });
 type Victim = 'rollout' | 'gpu' | 'orchestrator' | 'temporal';
 const allVictims: Victim[] = ['rollout', 'gpu', 'orchestrator', 'temporal'];
 /** Seconds after the chosen training step starts; the rollout window is where episodes are in flight. */
-const delayWindow: Record<Victim, [number, number]> = { rollout: [2, 25], gpu: [5, 60], orchestrator: [0, 60], temporal: [0, 60] };
+const delayWindow: Record<Victim, [number, number]> = {
+  rollout: [2, 25],
+  gpu: [5, 60],
+  orchestrator: [0, 60],
+  temporal: [0, 60],
+};
 
 /** Where a kill may land: a training step, or (with --phases all) the probe, the evaluation after training, the report. */
 type Phase = { kind: 'step'; step: number } | { kind: 'probe' | 'evaluate-after' | 'report' };
@@ -80,7 +85,8 @@ function drawPlan(victim: Victim): { phase: Phase; delayS: number } {
 
 /** True once the campaign is in (or past) the phase. A training step runs while the status says stage 'train', step = n - 1. */
 function reached(s: CampaignStatus, phase: Phase): boolean {
-  if (phase.kind === 'step') return (s.stage === 'train' && s.step >= phase.step - 1) || s.step >= phase.step || s.stage === 'done';
+  if (phase.kind === 'step')
+    return (s.stage === 'train' && s.step >= phase.step - 1) || s.step >= phase.step || s.stage === 'done';
   return STAGE_ORDER.indexOf(s.stage) >= STAGE_ORDER.indexOf(phase.kind);
 }
 
@@ -94,7 +100,12 @@ const log = (msg: string) => console.log(`[crash ${new Date().toISOString().slic
 
 function tbt(...args: string[]): { ok: boolean; out: string; seconds: number } {
   const started = now();
-  const r = spawnSync(path.join(repoRoot, 'bin', 'tbt'), args, { cwd: repoRoot, env: process.env, encoding: 'utf8', timeout: 300_000 });
+  const r = spawnSync(path.join(repoRoot, 'bin', 'tbt'), args, {
+    cwd: repoRoot,
+    env: process.env,
+    encoding: 'utf8',
+    timeout: 300_000,
+  });
   const out = `${r.stdout ?? ''}${r.stderr ?? ''}`.trim();
   return { ok: r.status === 0, out, seconds: secs(now() - started) };
 }
@@ -133,13 +144,17 @@ async function describe(id: string): Promise<string | undefined> {
 }
 
 /** Waits until the campaign's workflow chain ends; returns its final status name and result. */
-async function waitForEnd(id: string, started: number): Promise<{ status: string; result?: CampaignStatus; workerRestarts: string[] }> {
+async function waitForEnd(
+  id: string,
+  started: number,
+): Promise<{ status: string; result?: CampaignStatus; workerRestarts: string[] }> {
   const workerRestarts: string[] = [];
   let lastLine = '';
   while (now() - started < runTimeoutMs) {
     const s = await describe(id);
     if (s && s !== 'RUNNING' && s !== 'CONTINUED_AS_NEW') {
-      const result = s === 'COMPLETED' ? ((await (await temporal()).workflow.getHandle(id).result()) as CampaignStatus) : undefined;
+      const result =
+        s === 'COMPLETED' ? ((await (await temporal()).workflow.getHandle(id).result()) as CampaignStatus) : undefined;
       return { status: s, result, workerRestarts };
     }
     const q = await campaignStatus(id);
@@ -168,51 +183,120 @@ interface Facts {
 }
 
 async function facts(id: string): Promise<Facts> {
-  const { rows } = await withClient(controlUrl, (c) => c.query<{ step: number; record: StepRecord }>('SELECT step, record FROM campaign_steps WHERE campaign = $1 ORDER BY step', [id]));
+  const { rows } = await withClient(controlUrl, (c) =>
+    c.query<{ step: number; record: StepRecord }>(
+      'SELECT step, record FROM campaign_steps WHERE campaign = $1 ORDER BY step',
+      [id],
+    ),
+  );
   const steps = new Map(rows.map((r) => [r.step, r.record]));
-  const keys = new Map(rows.map((r) => [r.step, r.record.groups.flatMap((g) => g.episodeIds).map((e) => e.startsWith(`${id}/`) ? e.slice(id.length + 1) : `!foreign:${e}`).sort()]));
+  const keys = new Map(
+    rows.map((r) => [
+      r.step,
+      r.record.groups
+        .flatMap((g) => g.episodeIds)
+        .map((e) => (e.startsWith(`${id}/`) ? e.slice(id.length + 1) : `!foreign:${e}`))
+        .sort(),
+    ]),
+  );
   return { steps, stepRows: rows.map((r) => r.step), keys };
 }
 
-interface Check { name: string; pass: boolean; detail: string }
+interface Check {
+  name: string;
+  pass: boolean;
+  detail: string;
+}
 
 const sha256 = (data: string | Buffer) => crypto.createHash('sha256').update(data).digest('hex');
 
-async function checks(id: string, end: Awaited<ReturnType<typeof waitForEnd>>, baseline?: Facts): Promise<{ list: Check[]; f: Facts; realUpdates: number; retrained: number }> {
+async function checks(
+  id: string,
+  end: Awaited<ReturnType<typeof waitForEnd>>,
+  baseline?: Facts,
+): Promise<{ list: Check[]; f: Facts; realUpdates: number; retrained: number }> {
   const list: Check[] = [];
   const add = (name: string, pass: boolean, detail: string) => list.push({ name, pass, detail });
-  add('campaign completed', end.status === 'COMPLETED' && end.result?.stage === 'done' && end.result.step === STEPS,
-    `workflow ${end.status}, stage ${end.result?.stage ?? '-'}, step ${end.result?.step ?? '-'}/${STEPS}`);
-  add('no worker died after the restart', end.workerRestarts.length === 0, end.workerRestarts.length ? `restarted during the wait: ${end.workerRestarts.join(', ')}` : 'none');
+  add(
+    'campaign completed',
+    end.status === 'COMPLETED' && end.result?.stage === 'done' && end.result.step === STEPS,
+    `workflow ${end.status}, stage ${end.result?.stage ?? '-'}, step ${end.result?.step ?? '-'}/${STEPS}`,
+  );
+  add(
+    'no worker died after the restart',
+    end.workerRestarts.length === 0,
+    end.workerRestarts.length ? `restarted during the wait: ${end.workerRestarts.join(', ')}` : 'none',
+  );
 
   const f = await facts(id);
   const expected = Array.from({ length: STEPS }, (_, i) => i + 1);
-  add('campaign_steps: exactly steps 1..N, one row each', JSON.stringify(f.stepRows) === JSON.stringify(expected), `rows for steps [${f.stepRows.join(', ')}]`);
+  add(
+    'campaign_steps: exactly steps 1..N, one row each',
+    JSON.stringify(f.stepRows) === JSON.stringify(expected),
+    `rows for steps [${f.stepRows.join(', ')}]`,
+  );
 
   // Learner lineage: checkpoints step-1..N, each manifest names its parent (and the parent's manifest hash),
   // the final ledger has every step once, applied on its predecessor, on the recorded episodes.
   const files = learnerFiles(env.TBT_STATE_DIR, id);
-  const dirs = fs.existsSync(files.checkpoints) ? fs.readdirSync(files.checkpoints).filter((d) => /^step-\d+$/.test(d)).map((d) => Number(d.slice(5))).sort((a, b) => a - b) : [];
-  add('learner checkpoints: exactly step-1..N', JSON.stringify(dirs) === JSON.stringify(expected), `committed: [${dirs.join(', ')}] in ${files.checkpoints}`);
+  const dirs = fs.existsSync(files.checkpoints)
+    ? fs
+        .readdirSync(files.checkpoints)
+        .filter((d) => /^step-\d+$/.test(d))
+        .map((d) => Number(d.slice(5)))
+        .sort((a, b) => a - b)
+    : [];
+  add(
+    'learner checkpoints: exactly step-1..N',
+    JSON.stringify(dirs) === JSON.stringify(expected),
+    `committed: [${dirs.join(', ')}] in ${files.checkpoints}`,
+  );
   const lineageProblems: string[] = [];
   for (const n of dirs) {
-    const manifest = JSON.parse(fs.readFileSync(path.join(files.checkpoints, `step-${n}`, 'manifest.json'), 'utf8')) as { step: number; parent_step?: number | null; parent_manifest_sha256?: string | null };
-    if (manifest.parent_step === undefined) lineageProblems.push(`step-${n}: manifest records no parent_step (learner without lineage recording?)`);
-    else if (manifest.parent_step !== n - 1) lineageProblems.push(`step-${n}: parent_step ${manifest.parent_step}, expected ${n - 1}`);
+    const manifest = JSON.parse(
+      fs.readFileSync(path.join(files.checkpoints, `step-${n}`, 'manifest.json'), 'utf8'),
+    ) as { step: number; parent_step?: number | null; parent_manifest_sha256?: string | null };
+    if (manifest.parent_step === undefined)
+      lineageProblems.push(`step-${n}: manifest records no parent_step (learner without lineage recording?)`);
+    else if (manifest.parent_step !== n - 1)
+      lineageProblems.push(`step-${n}: parent_step ${manifest.parent_step}, expected ${n - 1}`);
     const parentManifest = path.join(files.checkpoints, `step-${n - 1}`, 'manifest.json');
     const want = n > 1 && fs.existsSync(parentManifest) ? sha256(fs.readFileSync(parentManifest)) : null;
-    if ((manifest.parent_manifest_sha256 ?? null) !== want) lineageProblems.push(`step-${n}: parent manifest hash ${manifest.parent_manifest_sha256 ?? 'null'} is not that of step-${n - 1} (${want ?? 'null'})`);
+    if ((manifest.parent_manifest_sha256 ?? null) !== want)
+      lineageProblems.push(
+        `step-${n}: parent manifest hash ${manifest.parent_manifest_sha256 ?? 'null'} is not that of step-${n - 1} (${want ?? 'null'})`,
+      );
   }
-  add('lineage: every checkpoint applied on its predecessor', dirs.length > 0 && lineageProblems.length === 0, lineageProblems.join('; ') || `step-1 <- base, ${dirs.slice(1).map((n) => `step-${n} <- step-${n - 1}`).join(', ')}`);
+  add(
+    'lineage: every checkpoint applied on its predecessor',
+    dirs.length > 0 && lineageProblems.length === 0,
+    lineageProblems.join('; ') ||
+      `step-1 <- base, ${dirs
+        .slice(1)
+        .map((n) => `step-${n} <- step-${n - 1}`)
+        .join(', ')}`,
+  );
 
   let realUpdates = 0;
   const last = dirs.at(-1);
   const ledgerProblems: string[] = [];
   if (last === undefined) ledgerProblems.push('no checkpoint');
   else {
-    const state = JSON.parse(fs.readFileSync(path.join(files.checkpoints, `step-${last}`, 'trainer_state.json'), 'utf8')) as { last_step: number; trajectories_seen: number; ledger: Record<string, { step_id: number; parent_step?: number; batch_ids_sha256?: string; trajectories: number; skipped: boolean }> };
-    const ledgerSteps = Object.keys(state.ledger).map(Number).sort((a, b) => a - b);
-    if (JSON.stringify(ledgerSteps) !== JSON.stringify(expected)) ledgerProblems.push(`ledger steps [${ledgerSteps.join(', ')}]`);
+    const state = JSON.parse(
+      fs.readFileSync(path.join(files.checkpoints, `step-${last}`, 'trainer_state.json'), 'utf8'),
+    ) as {
+      last_step: number;
+      trajectories_seen: number;
+      ledger: Record<
+        string,
+        { step_id: number; parent_step?: number; batch_ids_sha256?: string; trajectories: number; skipped: boolean }
+      >;
+    };
+    const ledgerSteps = Object.keys(state.ledger)
+      .map(Number)
+      .sort((a, b) => a - b);
+    if (JSON.stringify(ledgerSteps) !== JSON.stringify(expected))
+      ledgerProblems.push(`ledger steps [${ledgerSteps.join(', ')}]`);
     let trajectories = 0;
     for (const n of ledgerSteps) {
       const e = state.ledger[String(n)]!;
@@ -220,14 +304,34 @@ async function checks(id: string, end: Awaited<ReturnType<typeof waitForEnd>>, b
       if (!e.skipped) realUpdates += 1;
       if (e.parent_step !== n - 1) ledgerProblems.push(`ledger ${n}: parent_step ${e.parent_step}`);
       const record = f.steps.get(n);
-      const want = record ? sha256(record.groups.flatMap((g) => g.episodeIds).sort().join('\n')) : undefined;
-      if (e.batch_ids_sha256 !== want) ledgerProblems.push(`ledger ${n}: the learner trained on other episodes than campaign_steps records`);
-      if (record && !record.checkpoint.endsWith(`step-${n}`)) ledgerProblems.push(`record ${n}: checkpoint ${record.checkpoint}`);
+      const want = record
+        ? sha256(
+            record.groups
+              .flatMap((g) => g.episodeIds)
+              .sort()
+              .join('\n'),
+          )
+        : undefined;
+      if (e.batch_ids_sha256 !== want)
+        ledgerProblems.push(`ledger ${n}: the learner trained on other episodes than campaign_steps records`);
+      if (record && !record.checkpoint.endsWith(`step-${n}`))
+        ledgerProblems.push(`record ${n}: checkpoint ${record.checkpoint}`);
     }
-    const recorded = [...f.steps.values()].reduce((a, r) => a + r.groups.reduce((b, g) => b + g.episodeIds.length, 0), 0);
-    if (state.trajectories_seen !== trajectories || trajectories !== recorded) ledgerProblems.push(`trajectories_seen ${state.trajectories_seen}, ledger sum ${trajectories}, recorded episodes ${recorded}`);
+    const recorded = [...f.steps.values()].reduce(
+      (a, r) => a + r.groups.reduce((b, g) => b + g.episodeIds.length, 0),
+      0,
+    );
+    if (state.trajectories_seen !== trajectories || trajectories !== recorded)
+      ledgerProblems.push(
+        `trajectories_seen ${state.trajectories_seen}, ledger sum ${trajectories}, recorded episodes ${recorded}`,
+      );
   }
-  add('ledger: one update per step, on the recorded episodes, none twice', ledgerProblems.length === 0, ledgerProblems.join('; ') || `ledger steps 1..${STEPS}, batch hashes match campaign_steps, ${realUpdates} real (non-skipped) update(s)`);
+  add(
+    'ledger: one update per step, on the recorded episodes, none twice',
+    ledgerProblems.length === 0,
+    ledgerProblems.join('; ') ||
+      `ledger steps 1..${STEPS}, batch hashes match campaign_steps, ${realUpdates} real (non-skipped) update(s)`,
+  );
   // Steps trained again from the previous checkpoint after a kill before the commit (expected, not applied twice).
   const learnerLog = fs.existsSync(files.log) ? fs.readFileSync(files.log, 'utf8') : '';
   const trainedLines = [...learnerLog.matchAll(/step (\d+) done:/g)].map((m) => Number(m[1]));
@@ -237,28 +341,51 @@ async function checks(id: string, end: Awaited<ReturnType<typeof waitForEnd>>, b
   const all = [...f.steps.values()].flatMap((r) => r.groups.flatMap((g) => g.episodeIds));
   const dupes = all.filter((e, i) => all.indexOf(e) !== i);
   const sizes = [...f.steps.values()].map((r) => r.groups.reduce((a, g) => a + g.episodeIds.length, 0));
-  add('no episode id in two groups/steps; full batches', dupes.length === 0 && sizes.every((s) => s === PER_STEP),
-    dupes.length ? `duplicates: ${dupes.join(', ')}` : `${all.length} distinct training episodes, per step [${sizes.join(', ')}] (expected ${PER_STEP})`);
-  const { rows } = await withClient(controlUrl, (c) => c.query<{ id: string; status: string; step: number | null }>(`SELECT id, status, step FROM episodes WHERE campaign = $1 AND purpose = 'train'`, [id]));
+  add(
+    'no episode id in two groups/steps; full batches',
+    dupes.length === 0 && sizes.every((s) => s === PER_STEP),
+    dupes.length
+      ? `duplicates: ${dupes.join(', ')}`
+      : `${all.length} distinct training episodes, per step [${sizes.join(', ')}] (expected ${PER_STEP})`,
+  );
+  const { rows } = await withClient(controlUrl, (c) =>
+    c.query<{ id: string; status: string; step: number | null }>(
+      `SELECT id, status, step FROM episodes WHERE campaign = $1 AND purpose = 'train'`,
+      [id],
+    ),
+  );
   const byId = new Map(rows.map((r) => [r.id, r]));
   const missing = all.filter((e) => !byId.has(e));
   const badStatus = all.filter((e) => byId.has(e) && !['success', 'agent_failure'].includes(byId.get(e)!.status));
   const recordedSet = new Set(all);
   const extra = rows.filter((r) => !recordedSet.has(r.id));
   const leaked = [...f.steps.values()].reduce((a, r) => a + r.leakedInfraEpisodes, 0);
-  add('episode rows: each trained episode stored once, graded, none extra', missing.length === 0 && badStatus.length === 0 && extra.length === 0 && leaked === 0,
-    [missing.length ? `missing rows: ${missing.join(', ')}` : '', badStatus.length ? `not graded: ${badStatus.map((e) => `${e}=${byId.get(e)!.status}`).join(', ')}` : '',
-      extra.length ? `train rows not in any step: ${extra.map((r) => `${r.id}=${r.status}`).join(', ')}` : '', leaked ? `leaked infra episodes ${leaked}` : ''].filter(Boolean).join('; ')
-      || `${rows.length} train rows = ${all.length} recorded episodes, all graded, 0 leaked`);
+  add(
+    'episode rows: each trained episode stored once, graded, none extra',
+    missing.length === 0 && badStatus.length === 0 && extra.length === 0 && leaked === 0,
+    [
+      missing.length ? `missing rows: ${missing.join(', ')}` : '',
+      badStatus.length ? `not graded: ${badStatus.map((e) => `${e}=${byId.get(e)!.status}`).join(', ')}` : '',
+      extra.length ? `train rows not in any step: ${extra.map((r) => `${r.id}=${r.status}`).join(', ')}` : '',
+      leaked ? `leaked infra episodes ${leaked}` : '',
+    ]
+      .filter(Boolean)
+      .join('; ') || `${rows.length} train rows = ${all.length} recorded episodes, all graded, 0 leaked`,
+  );
 
   if (baseline) {
     const diffs: string[] = [];
     for (const n of expected) {
       const a = baseline.keys.get(n) ?? [];
       const b = f.keys.get(n) ?? [];
-      if (JSON.stringify(a) !== JSON.stringify(b)) diffs.push(`step ${n}: baseline [${a.join(' ')}] vs [${b.join(' ')}]`);
+      if (JSON.stringify(a) !== JSON.stringify(b))
+        diffs.push(`step ${n}: baseline [${a.join(' ')}] vs [${b.join(' ')}]`);
     }
-    add('training episode keys per step = baseline', diffs.length === 0, diffs.join('; ') || `${expected.map((n) => `step ${n}: ${(f.keys.get(n) ?? []).join(' ')}`).join(' | ')}`);
+    add(
+      'training episode keys per step = baseline',
+      diffs.length === 0,
+      diffs.join('; ') || `${expected.map((n) => `step ${n}: ${(f.keys.get(n) ?? []).join(' ')}`).join(' | ')}`,
+    );
   }
   return { list, f, realUpdates, retrained };
 }
@@ -274,7 +401,8 @@ function pruneCheckpoints(id: string): void {
   if (!fs.existsSync(checkpoints)) return;
   fs.rmSync(path.join(checkpoints, 'exports'), { recursive: true, force: true });
   for (const entry of fs.readdirSync(checkpoints, { recursive: true, withFileTypes: true })) {
-    if (entry.isFile() && (entry.name.endsWith('.distcp') || /^rng-rank\d+\.pt$/.test(entry.name))) fs.rmSync(path.join(entry.parentPath, entry.name), { force: true });
+    if (entry.isFile() && (entry.name.endsWith('.distcp') || /^rng-rank\d+\.pt$/.test(entry.name)))
+      fs.rmSync(path.join(entry.parentPath, entry.name), { force: true });
   }
 }
 
@@ -287,14 +415,17 @@ function kill(pid: number | undefined, what: string, killed: string[]): void {
 
 function killVictim(victim: Victim, campaignId: string): string[] {
   const killed: string[] = [];
-  if (victim === 'temporal') kill(readPid(path.join(env.TBT_STATE_DIR, 'temporal', 'server.pid')), 'temporal dev server', killed);
+  if (victim === 'temporal')
+    kill(readPid(path.join(env.TBT_STATE_DIR, 'temporal', 'server.pid')), 'temporal dev server', killed);
   else kill(workerPid(env, victim), `${victim} worker`, killed);
   if (victim === 'gpu') {
     // Its learner: torchrun (pid file) and rank 0, which torchrun starts in a session of its own.
     const files = learnerFiles(env.TBT_STATE_DIR, campaignId);
     kill(readPid(files.pid), 'learner torchrun', killed);
     try {
-      const { pid } = JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as { pid?: number };
+      const { pid } = JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as {
+        pid?: number;
+      };
       kill(pid, 'learner rank 0', killed);
     } catch {
       // no rank 0 yet
@@ -335,7 +466,9 @@ async function runCampaign(victim: Victim | 'none', baseline?: Facts): Promise<{
   let killPoint: RunSummary['killPoint'];
   let restartS: number | undefined;
   const plan = victim === 'none' ? undefined : drawPlan(victim);
-  log(`run ${campaignId}: ${plan ? `kill -9 ${victim} ${plan.delayS}s after ${phaseLabel(plan.phase)} starts` : 'uninterrupted baseline'}`);
+  log(
+    `run ${campaignId}: ${plan ? `kill -9 ${victim} ${plan.delayS}s after ${phaseLabel(plan.phase)} starts` : 'uninterrupted baseline'}`,
+  );
   const started = now();
   await startCampaign(opts.config!, { wait: false, id: campaignId });
   if (plan && victim !== 'none') {
@@ -360,23 +493,59 @@ async function runCampaign(victim: Victim | 'none', baseline?: Facts): Promise<{
   const wallS = secs(now() - started);
   const { list, f, realUpdates, retrained } = await checks(campaignId, end, baseline);
   if (!end.status.startsWith('TIMED_OUT')) pruneCheckpoints(campaignId); // a hung run keeps its files for diagnosis
-  if (plan && killPoint && killPoint.killed.length === 0) list.push({ name: 'the victim was killed', pass: false, detail: 'no process to kill at the chosen point' });
+  if (plan && killPoint && killPoint.killed.length === 0)
+    list.push({ name: 'the victim was killed', pass: false, detail: 'no process to kill at the chosen point' });
   for (const c of list) log(`  ${c.pass ? 'PASS' : 'FAIL'} ${c.name}: ${c.detail}`);
-  const summary: RunSummary = { run: victim === 'none' ? 'baseline' : `kill ${victim}`, campaignId, victim, killPoint, restartS, wallS, realUpdates, retrainedBeforeCommit: retrained, checks: list, passed: list.every((c) => c.pass) };
+  const summary: RunSummary = {
+    run: victim === 'none' ? 'baseline' : `kill ${victim}`,
+    campaignId,
+    victim,
+    killPoint,
+    restartS,
+    wallS,
+    realUpdates,
+    retrainedBeforeCommit: retrained,
+    checks: list,
+    passed: list.every((c) => c.pass),
+  };
   return { summary, f };
 }
 
 async function baselineFromId(id: string): Promise<{ summary: RunSummary; f: Facts }> {
-  const end = { status: (await describe(id)) ?? 'UNKNOWN', result: await (await temporal()).workflow.getHandle(id).result().catch(() => undefined) as CampaignStatus | undefined, workerRestarts: [] };
+  const end = {
+    status: (await describe(id)) ?? 'UNKNOWN',
+    result: (await (
+      await temporal()
+    ).workflow
+      .getHandle(id)
+      .result()
+      .catch(() => undefined)) as CampaignStatus | undefined,
+    workerRestarts: [],
+  };
   const { list, f, realUpdates, retrained } = await checks(id, end);
   for (const c of list) log(`  ${c.pass ? 'PASS' : 'FAIL'} ${c.name}: ${c.detail}`);
-  return { summary: { run: 'baseline (reused)', campaignId: id, victim: 'none', wallS: 0, realUpdates, retrainedBeforeCommit: retrained, checks: list, passed: list.every((c) => c.pass) }, f };
+  return {
+    summary: {
+      run: 'baseline (reused)',
+      campaignId: id,
+      victim: 'none',
+      wallS: 0,
+      realUpdates,
+      retrainedBeforeCommit: retrained,
+      checks: list,
+      passed: list.every((c) => c.pass),
+    },
+    f,
+  };
 }
 
 async function main(): Promise<number> {
   const victims = opts.only === 'none' ? [] : opts.only ? (opts.only.split(',') as Victim[]) : allVictims;
-  for (const v of victims) if (!allVictims.includes(v)) throw new Error(`--only: unknown victim ${v} (one of ${allVictims.join(', ')})`);
-  log(`seed ${seed} (repeat with --seed ${seed}); config ${opts.config}; state ${env.TBT_STATE_DIR}; queue prefix ${env.TBT_TASK_QUEUE_PREFIX}; victims ${victims.join(', ')}`);
+  for (const v of victims)
+    if (!allVictims.includes(v)) throw new Error(`--only: unknown victim ${v} (one of ${allVictims.join(', ')})`);
+  log(
+    `seed ${seed} (repeat with --seed ${seed}); config ${opts.config}; state ${env.TBT_STATE_DIR}; queue prefix ${env.TBT_TASK_QUEUE_PREFIX}; victims ${victims.join(', ')}`,
+  );
   const up = tbt('up');
   if (!up.ok) throw new Error(`tbt up failed:\n${up.out}`);
   const workers = tbt('workers', 'up');
@@ -404,11 +573,16 @@ async function main(): Promise<number> {
   // Whether a step updates the weights depends on the sampled rewards (a group without reward variance is skipped
   // by design), so one run may have none; the suite as a whole must exercise real updates.
   const realUpdates = runs.reduce((n, r) => n + r.realUpdates, 0);
-  console.log(`real (non-skipped) learner updates in the suite: ${realUpdates} (${runs.map((r) => `${r.run} ${r.realUpdates}/${STEPS}`).join(', ')})`);
+  console.log(
+    `real (non-skipped) learner updates in the suite: ${realUpdates} (${runs.map((r) => `${r.run} ${r.realUpdates}/${STEPS}`).join(', ')})`,
+  );
   const failed = runs.flatMap((r) => r.checks.filter((c) => !c.pass).map((c) => `${r.run}: ${c.name}: ${c.detail}`));
   if (realUpdates === 0) failed.push('suite: the learner made no real (non-skipped) update in any run');
   const file = path.join(outDir, 'summary.json');
-  fs.writeFileSync(file, `${JSON.stringify({ seed, config: opts.config, stamp, totalS: secs(now() - suiteStarted), passed: failed.length === 0, runs }, null, 2)}\n`);
+  fs.writeFileSync(
+    file,
+    `${JSON.stringify({ seed, config: opts.config, stamp, totalS: secs(now() - suiteStarted), passed: failed.length === 0, runs }, null, 2)}\n`,
+  );
   console.log(`summary: ${file}`);
   if (failed.length) {
     console.log(`\nFAILED (${failed.length}):\n${failed.map((f) => `  ${f}`).join('\n')}`);
@@ -418,7 +592,10 @@ async function main(): Promise<number> {
   return 0;
 }
 
-main().then((code) => process.exit(code), (err: unknown) => {
-  console.error(err);
-  process.exit(1);
-});
+main().then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);

@@ -5,23 +5,54 @@ import { canonicalJson } from '../core/canonical-json.ts';
 
 const snapshot = (rows: Record<string, unknown>[]): StateSnapshot => ({
   orders: { primaryKey: ['id'], rows },
-  items: { primaryKey: ['order_id', 'line'], rows: [{ order_id: 1, line: 2, sku: 'b' }, { order_id: 1, line: 1, sku: 'a' }] },
+  items: {
+    primaryKey: ['order_id', 'line'],
+    rows: [
+      { order_id: 1, line: 2, sku: 'b' },
+      { order_id: 1, line: 1, sku: 'a' },
+    ],
+  },
 });
 
 test('canonical JSON sorts keys at every depth', () => {
-  assert.equal(canonicalJson({ b: 1, a: { d: [3, { z: 1, y: 2 }], c: null } }), '{"a":{"c":null,"d":[3,{"y":2,"z":1}]},"b":1}');
+  assert.equal(
+    canonicalJson({ b: 1, a: { d: [3, { z: 1, y: 2 }], c: null } }),
+    '{"a":{"c":null,"d":[3,{"y":2,"z":1}]},"b":1}',
+  );
 });
 
 test('row order, key order and volatile columns do not change the hash', () => {
-  const a = canonicalizeState(snapshot([{ id: 1, status: 'open', updated_at: new Date(1) }, { id: 2, status: 'paid', updated_at: new Date(2) }]), { orders: ['updated_at'] });
-  const b = canonicalizeState(snapshot([{ updated_at: new Date(99), status: 'paid', id: 2 }, { status: 'open', id: 1, updated_at: new Date(7) }]), { orders: ['updated_at'] });
+  const a = canonicalizeState(
+    snapshot([
+      { id: 1, status: 'open', updated_at: new Date(1) },
+      { id: 2, status: 'paid', updated_at: new Date(2) },
+    ]),
+    { orders: ['updated_at'] },
+  );
+  const b = canonicalizeState(
+    snapshot([
+      { updated_at: new Date(99), status: 'paid', id: 2 },
+      { status: 'open', id: 1, updated_at: new Date(7) },
+    ]),
+    { orders: ['updated_at'] },
+  );
   assert.equal(stateHash(a), stateHash(b));
   assert.deepEqual(Object.keys(a.items!).sort(), ['order_id=1,line=1', 'order_id=1,line=2']);
 });
 
 test('a changed, missing or extra row changes the hash and is explained by the diff', () => {
-  const golden = canonicalizeState(snapshot([{ id: 1, status: 'cancelled' }, { id: 2, status: 'paid' }]));
-  const result = canonicalizeState(snapshot([{ id: 1, status: 'open' }, { id: 3, status: 'paid' }]));
+  const golden = canonicalizeState(
+    snapshot([
+      { id: 1, status: 'cancelled' },
+      { id: 2, status: 'paid' },
+    ]),
+  );
+  const result = canonicalizeState(
+    snapshot([
+      { id: 1, status: 'open' },
+      { id: 3, status: 'paid' },
+    ]),
+  );
   assert.notEqual(stateHash(golden), stateHash(result));
   assert.deepEqual(diffStates(result, golden), [
     { path: 'orders[id=1].status', result: 'open', golden: 'cancelled' },
@@ -32,9 +63,18 @@ test('a changed, missing or extra row changes the hash and is explained by the d
 });
 
 test('lists of primitives compare as sets; a volatile column that differs is ignored but others are not', () => {
-  const a = canonicalizeState({ t: { primaryKey: ['id'], rows: [{ id: 1, tags: ['b', 'a'], note: 'x' }] } }, { t: ['note'] });
-  const b = canonicalizeState({ t: { primaryKey: ['id'], rows: [{ id: 1, tags: ['a', 'b'], note: 'y' }] } }, { t: ['note'] });
+  const a = canonicalizeState(
+    { t: { primaryKey: ['id'], rows: [{ id: 1, tags: ['b', 'a'], note: 'x' }] } },
+    { t: ['note'] },
+  );
+  const b = canonicalizeState(
+    { t: { primaryKey: ['id'], rows: [{ id: 1, tags: ['a', 'b'], note: 'y' }] } },
+    { t: ['note'] },
+  );
   assert.equal(stateHash(a), stateHash(b));
-  const c = canonicalizeState({ t: { primaryKey: ['id'], rows: [{ id: 1, tags: ['a', 'c'], note: 'y' }] } }, { t: ['note'] });
+  const c = canonicalizeState(
+    { t: { primaryKey: ['id'], rows: [{ id: 1, tags: ['a', 'c'], note: 'y' }] } },
+    { t: ['note'] },
+  );
   assert.notEqual(stateHash(a), stateHash(c));
 });

@@ -92,18 +92,24 @@ test('aggregation counts system errors without reading their success, and severa
 });
 
 test('selection: exclusions first, system-error-only uids vanish, reasons recorded', () => {
-  const result = selectTasks([
-    counts('bench.py:t1', 4, 4), // medium, but on the exclusion list
-    counts('r.py:se', 0, 0, 5), // only system errors
-    counts('r.py:few', 1, 1), // 2 clean runs < 3
-    counts('r.py:easy', 8, 0), // too_easy
-    counts('r.py:both', 2, 0, 3), // 2 clean runs and too_easy
-    counts('r.py:hard', 3, 5),
-    counts('r.py:medium', 4, 4),
-  ], { exclusions: ['bench.py:t1', 'not-present'] });
+  const result = selectTasks(
+    [
+      counts('bench.py:t1', 4, 4), // medium, but on the exclusion list
+      counts('r.py:se', 0, 0, 5), // only system errors
+      counts('r.py:few', 1, 1), // 2 clean runs < 3
+      counts('r.py:easy', 8, 0), // too_easy
+      counts('r.py:both', 2, 0, 3), // 2 clean runs and too_easy
+      counts('r.py:hard', 3, 5),
+      counts('r.py:medium', 4, 4),
+    ],
+    { exclusions: ['bench.py:t1', 'not-present'] },
+  );
   assert.deepEqual(result.excludedPresent, ['bench.py:t1']);
   assert.deepEqual(result.systemErrorOnly, ['r.py:se']);
-  assert.deepEqual(result.rows.map((r) => r.uid), ['r.py:both', 'r.py:easy', 'r.py:few', 'r.py:hard', 'r.py:medium']);
+  assert.deepEqual(
+    result.rows.map((r) => r.uid),
+    ['r.py:both', 'r.py:easy', 'r.py:few', 'r.py:hard', 'r.py:medium'],
+  );
   const reasons = Object.fromEntries(result.rows.map((r) => [r.uid, r.rejection_reasons]));
   assert.deepEqual(reasons, {
     'r.py:both': ['insufficient_clean_runs', 'difficulty_not_retained'],
@@ -167,5 +173,12 @@ test('split: the seed decides which uids go to test', () => {
   assert.ok(tests.size > 1, 'different seeds should give different test sets');
   assert.deepEqual(stratifiedSplit(rows, { seed: 7 }), stratifiedSplit(rows, { seed: 7 }));
   assert.throws(() => stratifiedSplit(rows, { testFraction: 1 }), /test fraction/);
-  assert.throws(() => stratifiedSplit([{ uid: 'a', difficulty: 'hard' }, { uid: 'a', difficulty: 'hard' }]), /twice/);
+  assert.throws(
+    () =>
+      stratifiedSplit([
+        { uid: 'a', difficulty: 'hard' },
+        { uid: 'a', difficulty: 'hard' },
+      ]),
+    /twice/,
+  );
 });

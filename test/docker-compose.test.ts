@@ -22,7 +22,7 @@ const dockerDir = path.join(repoRoot, 'docker');
 const imageOwnedVariables: Record<string, Record<string, string>> = {
   postgres: {
     POSTGRES_USER: 'docker-library postgres: superuser created on first start',
-    POSTGRES_PASSWORD: 'docker-library postgres: that superuser\'s password',
+    POSTGRES_PASSWORD: "docker-library postgres: that superuser's password",
     POSTGRES_DB: 'docker-library postgres: database created on first start',
   },
   'temporalio/auto-setup': {
@@ -78,11 +78,14 @@ function variablesReadByCode(): Set<string> {
 
 /** Compose interpolation with every variable unset: `${X:-d}` -> d, `${X:?m}` -> <X>, `${X}` -> ''. */
 function withDefaults(value: string): string {
-  return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}/g, (_m, name: string, op: string | undefined, arg: string | undefined) => {
-    if (op === ':-' || op === '-') return arg ?? '';
-    if (op === ':?' || op === '?') return `<${name}>`;
-    return '';
-  });
+  return value.replace(
+    /\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}/g,
+    (_m, name: string, op: string | undefined, arg: string | undefined) => {
+      if (op === ':-' || op === '-') return arg ?? '';
+      if (op === ':?' || op === '?') return `<${name}>`;
+      return '';
+    },
+  );
 }
 
 const wholeSubstitution = /^\$\{[A-Za-z_][A-Za-z0-9_]*(?::?[-?][^}]*)?\}$/;
@@ -102,7 +105,8 @@ function unpinned(ref: string): string | undefined {
   const colon = ref.lastIndexOf(':');
   if (colon <= slash) return `image '${ref}' has no tag`;
   const tag = ref.slice(colon + 1);
-  if (['latest', 'stable', 'main', 'nightly', 'edge'].includes(tag)) return `image '${ref}' uses the moving tag '${tag}'`;
+  if (['latest', 'stable', 'main', 'nightly', 'edge'].includes(tag))
+    return `image '${ref}' uses the moving tag '${tag}'`;
   if (!/^v?\d+\.\d+/.test(tag)) return `image '${ref}' is not pinned to an exact version (tag '${tag}')`;
   return undefined;
 }
@@ -130,14 +134,19 @@ function gitIgnored(file: string): boolean {
 /** Checks a Dockerfile's text: pinned glibc bases, COPY sources present in the build context, CMD/ENTRYPOINT files. */
 function checkDockerfile(text: string, contextDir: string, where: string): string[] {
   const problems: string[] = [];
-  const lines = text.replace(/\\\r?\n/g, ' ').split(/\r?\n/).map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+  const lines = text
+    .replace(/\\\r?\n/g, ' ')
+    .split(/\r?\n/)
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith('#'));
   const args = new Map<string, string>();
   const stages = new Set<string>();
   const expand = (s: string) => s.replace(/\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?/g, (_m, n: string) => args.get(n) ?? '');
   const checkImage = (ref: string) => {
     const why = unpinned(ref);
     if (why) problems.push(`${where}: ${why}`);
-    if (/alpine/i.test(ref)) problems.push(`${where}: base image '${ref}' is Alpine (musl); the Temporal core bridge is glibc-only`);
+    if (/alpine/i.test(ref))
+      problems.push(`${where}: base image '${ref}' is Alpine (musl); the Temporal core bridge is glibc-only`);
   };
   for (const line of lines) {
     const [instruction = '', ...rest] = line.split(/\s+/);
@@ -159,7 +168,8 @@ function checkDockerfile(text: string, contextDir: string, where: string): strin
       }
       for (const src of paths.slice(0, -1)) {
         if (src === '.' || /[*?[]/.test(src) || /^https?:/.test(src)) continue;
-        if (!fs.existsSync(path.join(contextDir, src))) problems.push(`${where}: ${op} source ${src} is not in the build context`);
+        if (!fs.existsSync(path.join(contextDir, src)))
+          problems.push(`${where}: ${op} source ${src} is not in the build context`);
       }
     } else if (op === 'CMD' || op === 'ENTRYPOINT') {
       const body = rest.join(' ');
@@ -195,18 +205,37 @@ function checkCompose(doc: unknown, composeDir: string, readByCode: Set<string>)
 
     if (ours) {
       const context = path.resolve(composeDir, typeof build === 'string' ? build : (build.context ?? '.'));
-      const dockerfile = path.resolve(context, typeof build === 'string' ? 'Dockerfile' : (build.dockerfile ?? 'Dockerfile'));
-      if (!insideRepo(context) || !fs.existsSync(context) || !fs.statSync(context).isDirectory()) problems.push(`${at}: build context ${path.relative(repoRoot, context) || '.'} is not a folder of the repository`);
-      else if (!fs.existsSync(dockerfile)) problems.push(`${at}: Dockerfile ${path.relative(repoRoot, dockerfile)} does not exist`);
-      else problems.push(...checkDockerfile(fs.readFileSync(dockerfile, 'utf8'), context, `${at} (${path.relative(repoRoot, dockerfile)})`));
-      problems.push(...missingCommandFiles(service.command, `${at} command`), ...missingCommandFiles(service.entrypoint, `${at} entrypoint`));
+      const dockerfile = path.resolve(
+        context,
+        typeof build === 'string' ? 'Dockerfile' : (build.dockerfile ?? 'Dockerfile'),
+      );
+      if (!insideRepo(context) || !fs.existsSync(context) || !fs.statSync(context).isDirectory())
+        problems.push(
+          `${at}: build context ${path.relative(repoRoot, context) || '.'} is not a folder of the repository`,
+        );
+      else if (!fs.existsSync(dockerfile))
+        problems.push(`${at}: Dockerfile ${path.relative(repoRoot, dockerfile)} does not exist`);
+      else
+        problems.push(
+          ...checkDockerfile(
+            fs.readFileSync(dockerfile, 'utf8'),
+            context,
+            `${at} (${path.relative(repoRoot, dockerfile)})`,
+          ),
+        );
+      problems.push(
+        ...missingCommandFiles(service.command, `${at} command`),
+        ...missingCommandFiles(service.entrypoint, `${at} entrypoint`),
+      );
     }
 
     for (const volume of (service.volumes as unknown[] | undefined) ?? []) {
-      const source = typeof volume === 'string' ? volume.split(':')[0]! : String((volume as { source?: unknown }).source ?? '');
+      const source =
+        typeof volume === 'string' ? volume.split(':')[0]! : String((volume as { source?: unknown }).source ?? '');
       if (/^[.~/]/.test(source)) {
         const resolved = path.resolve(composeDir, withDefaults(source));
-        if (insideRepo(resolved) && !fs.existsSync(resolved)) problems.push(`${at}: volume source ${path.relative(repoRoot, resolved)} is not in the repository`);
+        if (insideRepo(resolved) && !fs.existsSync(resolved))
+          problems.push(`${at}: volume source ${path.relative(repoRoot, resolved)} is not in the repository`);
       } else if (source && !declaredVolumes.has(source)) {
         problems.push(`${at}: named volume ${source} is not declared under volumes:`);
       }
@@ -214,27 +243,42 @@ function checkCompose(doc: unknown, composeDir: string, readByCode: Set<string>)
 
     const environment = service.environment ?? {};
     const entries: [string, unknown][] = Array.isArray(environment)
-      ? environment.map((e) => { const s = String(e); const i = s.indexOf('='); return i < 0 ? [s, undefined] : [s.slice(0, i), s.slice(i + 1)]; })
+      ? environment.map((e) => {
+          const s = String(e);
+          const i = s.indexOf('=');
+          return i < 0 ? [s, undefined] : [s.slice(0, i), s.slice(i + 1)];
+        })
       : Object.entries(environment as Record<string, unknown>);
     const imageVariables = image ? imageOwnedVariables[imageRepository(image)] : undefined;
     for (const [key, value] of entries) {
-      if (ours && !readByCode.has(key) && !(key in credentialVariables)) problems.push(`${at}: environment ${key} is read nowhere in the code`);
-      if (!ours && !(imageVariables && key in imageVariables)) problems.push(`${at}: environment ${key} is not a variable image ${image} is known to read (add it to imageOwnedVariables with its source)`);
+      if (ours && !readByCode.has(key) && !(key in credentialVariables))
+        problems.push(`${at}: environment ${key} is read nowhere in the code`);
+      if (!ours && !(imageVariables && key in imageVariables))
+        problems.push(
+          `${at}: environment ${key} is not a variable image ${image} is known to read (add it to imageOwnedVariables with its source)`,
+        );
       const text = value === undefined || value === null ? '' : String(value);
-      if (secretKey.test(key) && value !== undefined && !wholeSubstitution.test(text)) problems.push(`${at}: environment ${key} holds a literal secret; use \${VAR:?message}`);
+      if (secretKey.test(key) && value !== undefined && !wholeSubstitution.test(text))
+        problems.push(`${at}: environment ${key} holds a literal secret; use \${VAR:?message}`);
       const urlPassword = /:\/\/[^/:@\s]+:([^@\s]+)@/.exec(text)?.[1];
-      if (urlPassword && !wholeSubstitution.test(urlPassword)) problems.push(`${at}: environment ${key} embeds a literal password in a URL`);
+      if (urlPassword && !wholeSubstitution.test(urlPassword))
+        problems.push(`${at}: environment ${key} embeds a literal password in a URL`);
     }
 
-    const envFiles = service.env_file === undefined ? [] : Array.isArray(service.env_file) ? service.env_file : [service.env_file];
+    const envFiles =
+      service.env_file === undefined ? [] : Array.isArray(service.env_file) ? service.env_file : [service.env_file];
     for (const f of envFiles) {
       const file = typeof f === 'string' ? f : String((f as { path?: unknown }).path);
       const resolved = path.resolve(composeDir, file);
-      if (!insideRepo(resolved) || !gitIgnored(resolved)) problems.push(`${at}: env_file ${file} is not git-ignored (secrets must never be committed)`);
+      if (!insideRepo(resolved) || !gitIgnored(resolved))
+        problems.push(`${at}: env_file ${file} is not git-ignored (secrets must never be committed)`);
     }
 
-    const dependsOn = Array.isArray(service.depends_on) ? service.depends_on : Object.keys((service.depends_on as object | undefined) ?? {});
-    for (const dep of dependsOn as string[]) if (!(dep in services)) problems.push(`${at}: depends on unknown service ${dep}`);
+    const dependsOn = Array.isArray(service.depends_on)
+      ? service.depends_on
+      : Object.keys((service.depends_on as object | undefined) ?? {});
+    for (const dep of dependsOn as string[])
+      if (!(dep in services)) problems.push(`${at}: depends on unknown service ${dep}`);
   }
   return problems;
 }
@@ -254,20 +298,44 @@ test('docker/compose.yaml names only files that exist, variables the code or ima
 
 test('the compose file has the production shape: Temporal on Postgres, separate control database, scalable rollout workers, GPU profile', () => {
   const { services, volumes } = loadCompose();
-  for (const name of ['temporal-db', 'temporal', 'temporal-ui', 'control-db', 'setup', 'orchestrator-worker', 'rollout-worker', 'gpu-worker', 'policy-server']) assert.ok(services[name], `service ${name}`);
+  for (const name of [
+    'temporal-db',
+    'temporal',
+    'temporal-ui',
+    'control-db',
+    'setup',
+    'orchestrator-worker',
+    'rollout-worker',
+    'gpu-worker',
+    'policy-server',
+  ])
+    assert.ok(services[name], `service ${name}`);
   assert.match(services.temporal!.image, /^temporalio\/auto-setup:/);
   assert.equal(services.temporal!.environment.POSTGRES_SEEDS, 'temporal-db');
   assert.match(services['temporal-db']!.image, /^postgres:15\./);
   assert.match(services['temporal-ui']!.image, /^temporalio\/ui:/);
-  assert.notDeepEqual(services['control-db']!.volumes, services['temporal-db']!.volumes, 'the control database has its own server and volume');
-  assert.deepEqual(Object.keys(volumes ?? {}).sort(), ['control-db-data', 'tbt-checkpoints', 'tbt-models', 'temporal-db-data']);
+  assert.notDeepEqual(
+    services['control-db']!.volumes,
+    services['temporal-db']!.volumes,
+    'the control database has its own server and volume',
+  );
+  assert.deepEqual(Object.keys(volumes ?? {}).sort(), [
+    'control-db-data',
+    'tbt-checkpoints',
+    'tbt-models',
+    'temporal-db-data',
+  ]);
 
   const rollout = services['rollout-worker']!;
   assert.ok(Number.isInteger(rollout.deploy?.replicas) && rollout.deploy.replicas >= 1, 'deploy.replicas');
   assert.equal(rollout.container_name, undefined, 'a fixed container name would forbid --scale');
   assert.equal(rollout.ports, undefined, 'published ports would collide when scaled');
   for (const name of ['orchestrator-worker', 'rollout-worker', 'gpu-worker']) {
-    assert.equal(services[name]!.depends_on?.setup?.condition, 'service_completed_successfully', `${name} waits for setup`);
+    assert.equal(
+      services[name]!.depends_on?.setup?.condition,
+      'service_completed_successfully',
+      `${name} waits for setup`,
+    );
   }
   assert.deepEqual(services.setup!.command, ['node', '--import', 'tsx', 'docker/setup.ts']);
   assert.equal(services.setup!.restart, 'no');
@@ -279,12 +347,21 @@ test('the compose file has the production shape: Temporal on Postgres, separate 
     assert.equal(device?.driver, 'nvidia', `${name} reserves an nvidia device`);
     assert.deepEqual(device?.capabilities, ['gpu']);
   }
-  for (const name of Object.keys(services)) if (!['gpu-worker', 'policy-server'].includes(name)) assert.equal(services[name]!.profiles, undefined, `${name} runs without a profile`);
+  for (const name of Object.keys(services))
+    if (!['gpu-worker', 'policy-server'].includes(name))
+      assert.equal(services[name]!.profiles, undefined, `${name} runs without a profile`);
 
   const vllm = services['policy-server']!;
   assert.match(vllm.image, /^vllm\/vllm-openai:v\d+\.\d+\.\d+$/);
   const flags = (vllm.command as string[]).join(' ');
-  for (const flag of ['--generation-config vllm', '--logprobs-mode raw_logprobs', '--max-model-len', '--served-model-name', '--seed 0']) assert.ok(flags.includes(flag), `vLLM flag ${flag}`);
+  for (const flag of [
+    '--generation-config vllm',
+    '--logprobs-mode raw_logprobs',
+    '--max-model-len',
+    '--served-model-name',
+    '--seed 0',
+  ])
+    assert.ok(flags.includes(flag), `vLLM flag ${flag}`);
 });
 
 test('the Dockerfiles are glibc Node 20 and a CUDA torch base, and the secrets file compose reads is git-ignored', () => {
@@ -298,8 +375,11 @@ test('the Dockerfiles are glibc Node 20 and a CUDA torch base, and the secrets f
   assert.match(gpu, /torch\.version\.cuda/, 'the build refuses a CPU torch');
   assert.ok(gitIgnored(path.join(dockerDir, '.env')), 'docker/.env is git-ignored');
   const example = fs.readFileSync(path.join(dockerDir, 'env.example'), 'utf8');
-  const required = [...fs.readFileSync(path.join(dockerDir, 'compose.yaml'), 'utf8').matchAll(/\$\{([A-Z0-9_]+):\?/g)].map((m) => m[1]!);
-  for (const name of new Set(required)) assert.match(example, new RegExp(`^${name}=$`, 'm'), `env.example lists the required ${name} (empty)`);
+  const required = [
+    ...fs.readFileSync(path.join(dockerDir, 'compose.yaml'), 'utf8').matchAll(/\$\{([A-Z0-9_]+):\?/g),
+  ].map((m) => m[1]!);
+  for (const name of new Set(required))
+    assert.match(example, new RegExp(`^${name}=$`, 'm'), `env.example lists the required ${name} (empty)`);
 });
 
 test('the checker reports every violation in a broken compose document and Dockerfile', () => {
@@ -346,10 +426,18 @@ services:
     "service floating: image 'postgres:15' is not pinned to an exact version",
     'service nocontext: build context no-such-folder is not a folder of the repository',
   ];
-  for (const e of expected) assert.ok(problems.some((p) => p.startsWith(e)), `expected a violation starting with: ${e}\ngot:\n${problems.join('\n')}`);
+  for (const e of expected)
+    assert.ok(
+      problems.some((p) => p.startsWith(e)),
+      `expected a violation starting with: ${e}\ngot:\n${problems.join('\n')}`,
+    );
   assert.equal(problems.length, expected.length, `no unexpected violations:\n${problems.join('\n')}`);
 
-  const dockerfile = checkDockerfile('ARG BASE=node:20-alpine\nFROM ${BASE} AS deps\nFROM deps\nCOPY --from=deps /app /app\nCOPY no-such-file.txt ./\nCOPY . .\nCMD ["node", "workers/no-such-worker.ts"]\n', repoRoot, 'Dockerfile');
+  const dockerfile = checkDockerfile(
+    'ARG BASE=node:20-alpine\nFROM ${BASE} AS deps\nFROM deps\nCOPY --from=deps /app /app\nCOPY no-such-file.txt ./\nCOPY . .\nCMD ["node", "workers/no-such-worker.ts"]\n',
+    repoRoot,
+    'Dockerfile',
+  );
   assert.deepEqual(dockerfile, [
     "Dockerfile: image 'node:20-alpine' is not pinned to an exact version (tag '20-alpine')",
     "Dockerfile: base image 'node:20-alpine' is Alpine (musl); the Temporal core bridge is glibc-only",
@@ -365,9 +453,15 @@ test('the setup entry point registers the namespace, search attributes and contr
   assert.deepEqual(again, { namespaceCreated: false, searchAttributesAdded: [] });
   const connection = await Connection.connect({ address: temporalAddress(env) });
   try {
-    const { customAttributes } = await connection.operatorService.listSearchAttributes({ namespace: env.TBT_TEMPORAL_NAMESPACE });
+    const { customAttributes } = await connection.operatorService.listSearchAttributes({
+      namespace: env.TBT_TEMPORAL_NAMESPACE,
+    });
     for (const [name, type] of Object.entries(searchAttributes)) {
-      assert.equal(customAttributes?.[name], encodeSearchAttributeIndexedValueType(type.toUpperCase() as 'KEYWORD' | 'INT'), name);
+      assert.equal(
+        customAttributes?.[name],
+        encodeSearchAttributeIndexedValueType(type.toUpperCase() as 'KEYWORD' | 'INT'),
+        name,
+      );
     }
   } finally {
     await connection.close();

@@ -17,10 +17,30 @@ const scenario = scenarioSchema.parse({
   instructions: 'Approve orders when asked.',
   schema: 'CREATE TABLE orders (id integer PRIMARY KEY, approved boolean NOT NULL DEFAULT false);',
   seed: 'INSERT INTO orders (id) VALUES (1), (2);',
-  tools: [{ name: 'approve', description: 'Approve an order.', input_schema: { type: 'object', properties: { order_id: { type: 'integer' } }, required: ['order_id'] }, sql: 'UPDATE orders SET approved = true WHERE id = :order_id AND NOT approved RETURNING id', result: 'row', empty_error: 'order not found or already approved' }],
+  tools: [
+    {
+      name: 'approve',
+      description: 'Approve an order.',
+      input_schema: { type: 'object', properties: { order_id: { type: 'integer' } }, required: ['order_id'] },
+      sql: 'UPDATE orders SET approved = true WHERE id = :order_id AND NOT approved RETURNING id',
+      result: 'row',
+      empty_error: 'order not found or already approved',
+    },
+  ],
 });
-const task = taskSchema.parse({ uid: 'loop/approve-1', scenario: 'loop_shop', query: 'Approve order 1.', golden: [{ tool: 'approve', arguments: { order_id: 1 } }] });
-const chatty = taskSchema.parse({ ...task, uid: 'loop/chatty', user_context: 'You want order 1 approved.', user_replies: ['please go on', 'still waiting', 'hello?', 'anyone?'], limits: { max_user_turns: 2 } });
+const task = taskSchema.parse({
+  uid: 'loop/approve-1',
+  scenario: 'loop_shop',
+  query: 'Approve order 1.',
+  golden: [{ tool: 'approve', arguments: { order_id: 1 } }],
+});
+const chatty = taskSchema.parse({
+  ...task,
+  uid: 'loop/chatty',
+  user_context: 'You want order 1 approved.',
+  user_replies: ['please go on', 'still waiting', 'hello?', 'anyone?'],
+  limits: { max_user_turns: 2 },
+});
 
 const call = (name: string, args: unknown) => `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
 
@@ -45,10 +65,22 @@ async function episode(t: Task, script: DoubleReply[], limits: Record<string, nu
   if (user !== undefined) {
     const userDouble = new OpenAIWireProtocolDouble(() => user);
     doubles.push(userDouble);
-    userConfig = { mode: 'llm', endpoint: { base_url: await userDouble.start(), model: 'user-double', timeout_ms: 5000 } };
+    userConfig = {
+      mode: 'llm',
+      endpoint: { base_url: await userDouble.start(), model: 'user-double', timeout_ms: 5000 },
+    };
   }
-  const config = episodeConfigSchema.parse({ policy: { base_url: policyUrl, model: 'policy-double', timeout_ms: 10_000 }, user: userConfig, limits: { max_agent_turns: 6, ...limits } });
-  const record = await runEpisode(episodeDependencies(config, sandboxEnvironment(pool, grader, scenario, t), t), t, 'test:loop', episodeOptions(config));
+  const config = episodeConfigSchema.parse({
+    policy: { base_url: policyUrl, model: 'policy-double', timeout_ms: 10_000 },
+    user: userConfig,
+    limits: { max_agent_turns: 6, ...limits },
+  });
+  const record = await runEpisode(
+    episodeDependencies(config, sandboxEnvironment(pool, grader, scenario, t), t),
+    t,
+    'test:loop',
+    episodeOptions(config),
+  );
   return { record, policy };
 }
 
@@ -57,7 +89,10 @@ test('a right tool call then <DONE> ends the episode and succeeds', async () => 
   assert.equal(record.finishReason, 'done');
   assert.equal(record.outcome, 'success');
   assert.equal(record.reward, 1);
-  assert.deepEqual(record.toolCalls.map((c) => [c.name, c.arguments, c.isError]), [['approve', { order_id: 1 }, false]]);
+  assert.deepEqual(
+    record.toolCalls.map((c) => [c.name, c.arguments, c.isError]),
+    [['approve', { order_id: 1 }, false]],
+  );
 });
 
 test('the end-turn tool ends the episode; a wrong action is graded as an agent failure with a diff', async () => {
@@ -84,12 +119,16 @@ test('tool errors, malformed arguments and unknown tools come back to the agent 
     'Done. <DONE>',
   ]);
   assert.equal(record.outcome, 'success');
-  const toolMessages = (i: number) => policy.requests[i]!.messages.filter((m) => m.role === 'tool').map((m) => m.content);
+  const toolMessages = (i: number) =>
+    policy.requests[i]!.messages.filter((m) => m.role === 'tool').map((m) => m.content);
   assert.match(toolMessages(1).at(-1)!, /Error: order not found or already approved/);
   assert.match(toolMessages(2).at(-1)!, /Error: could not parse the tool call/);
   assert.match(toolMessages(3).at(-1)!, /Error: unknown tool 'cancel_everything'/);
   assert.match(toolMessages(4).at(-1)!, /invalid arguments for approve: \/order_id must be integer/);
-  assert.deepEqual(record.toolCalls.map((c) => c.isError), [true, true, true, true, false]);
+  assert.deepEqual(
+    record.toolCalls.map((c) => c.isError),
+    [true, true, true, true, false],
+  );
 });
 
 test('the agent-turn limit ends the episode as an agent failure, not graded', async () => {
@@ -104,22 +143,34 @@ test('the user-turn limit ends a conversation, which is then graded', async () =
   const { record } = await episode(chatty, [call('approve', { order_id: 1 }), 'Anything else?'], {});
   assert.equal(record.finishReason, 'user_turn_limit');
   assert.equal(record.usage.user.calls, 0, 'scripted user makes no model calls');
-  assert.deepEqual(record.messages.filter((m) => m.role === 'user').map((m) => m.content), ['Approve order 1.', 'please go on', 'still waiting']);
+  assert.deepEqual(
+    record.messages.filter((m) => m.role === 'user').map((m) => m.content),
+    ['Approve order 1.', 'please go on', 'still waiting'],
+  );
   assert.equal(record.outcome, 'success');
 });
 
 test('a completion cut at the per-turn cap and an exhausted episode budget are agent failures', async () => {
-  const cut = await episode(task, [{ content: 'I will think about this for a very long time', finishReason: 'length' }], { max_tokens_per_turn: 8 });
+  const cut = await episode(
+    task,
+    [{ content: 'I will think about this for a very long time', finishReason: 'length' }],
+    { max_tokens_per_turn: 8 },
+  );
   assert.equal(cut.record.finishReason, 'turn_token_cap');
   assert.equal(cut.policy.requests[0]!.max_tokens, 8);
-  const budget = await episode(task, [{ content: call('approve', { order_id: 2 }), completionTokens: 40 }], { episode_token_budget: 60 });
+  const budget = await episode(task, [{ content: call('approve', { order_id: 2 }), completionTokens: 40 }], {
+    episode_token_budget: 60,
+  });
   assert.equal(budget.record.finishReason, 'token_budget');
   assert.equal(budget.record.outcome, 'agent_failure');
   assert.equal(budget.policy.requests[1]!.max_tokens, 10, 'the next turn may only use what is left of the budget');
 });
 
 test('the whole-episode wall-clock limit stops a slow agent', async () => {
-  const { record } = await episode(task, [{ content: call('approve', { order_id: 2 }), delayMs: 400 }], { wall_clock_ms: 1000, max_agent_turns: 50 });
+  const { record } = await episode(task, [{ content: call('approve', { order_id: 2 }), delayMs: 400 }], {
+    wall_clock_ms: 1000,
+    max_agent_turns: 50,
+  });
   assert.equal(record.finishReason, 'wall_clock_timeout');
   assert.equal(record.outcome, 'agent_failure');
   assert.ok(record.timings.totalMs < 5000);
@@ -139,7 +190,12 @@ test('a policy-server outage is an infrastructure error', async () => {
 });
 
 test('a simulated user that hangs past the episode deadline is an infrastructure error, not a failure', async () => {
-  const { record } = await episode(chatty, ['Which order?'], { wall_clock_ms: 1500 }, { content: 'order 1', delayMs: 4000 });
+  const { record } = await episode(
+    chatty,
+    ['Which order?'],
+    { wall_clock_ms: 1500 },
+    { content: 'order 1', delayMs: 4000 },
+  );
   assert.equal(record.outcome, 'infrastructure_error');
   assert.match(record.cause!, /no answer from user before the episode deadline/);
 });

@@ -44,7 +44,12 @@ async function episode(uid: string, mode: 'tokens' | 'chat', baseUrl = server.ba
     limits: { max_agent_turns: 3, max_tokens_per_turn: 96, wall_clock_ms: 240_000 },
     prompt: { tools_in_prompt: true, example: true },
   });
-  return runEpisode(episodeDependencies(config, sandboxEnvironment(pool, grader, scenario, task), task), task, `test:real:${uid}`, episodeOptions(config));
+  return runEpisode(
+    episodeDependencies(config, sandboxEnvironment(pool, grader, scenario, task), task),
+    task,
+    `test:real:${uid}`,
+    episodeOptions(config),
+  );
 }
 
 test('a real token-exact episode: prompt and observations rendered by the server, sampled ids with mask 1 and their logprobs', async () => {
@@ -55,9 +60,15 @@ test('a real token-exact episode: prompt and observations rendered by the server
   assert.ok(t, 'training episodes carry their token trajectory');
   assert.equal(t.tokenIds.length, t.lossMask.length);
   assert.equal(t.tokenIds.length, t.logprobs.length);
-  assert.equal(t.lossMask.filter((m) => m === 1).length, record.usage.policy.output, 'every sampled token, and only those, has mask 1');
+  assert.equal(
+    t.lossMask.filter((m) => m === 1).length,
+    record.usage.policy.output,
+    'every sampled token, and only those, has mask 1',
+  );
   // The prompt is exactly the server's rendering of the first two messages.
-  const prompt = await tokenizeMessages({ baseUrl: server.baseUrl, model: server.model }, record.messages.slice(0, 2), { addGenerationPrompt: true });
+  const prompt = await tokenizeMessages({ baseUrl: server.baseUrl, model: server.model }, record.messages.slice(0, 2), {
+    addGenerationPrompt: true,
+  });
   assert.deepEqual(t.tokenIds.slice(0, prompt.length), prompt);
   assert.ok(t.lossMask.slice(0, prompt.length).every((m) => m === 0));
   // Each sampled segment decodes to the completion the interpreter saw; sampled logprobs are real.
@@ -75,7 +86,11 @@ test('a real token-exact episode: prompt and observations rendered by the server
   assert.ok(sampled.every((lp) => lp <= 0) && sampled.some((lp) => lp < 0));
   // Observations (tool results, user turns) are mask 0 and re-render to the same text as the conversation.
   const whole = await detokenize({ baseUrl: server.baseUrl, model: server.model }, t.tokenIds);
-  for (const m of record.messages.filter((m) => m.role === 'tool')) assert.ok(whole.includes(`<|im_start|>tool\n${m.content}<|im_end|>\n`), 'tool results sit in the trajectory as rendered by the template');
+  for (const m of record.messages.filter((m) => m.role === 'tool'))
+    assert.ok(
+      whole.includes(`<|im_start|>tool\n${m.content}<|im_end|>\n`),
+      'tool results sit in the trajectory as rendered by the template',
+    );
 });
 
 test('a real chat-mode episode with the same model completes and is graded', async () => {
@@ -93,9 +108,28 @@ test('tbt parity passes on the recorded real episodes and fails when the two pat
   // A training path that forgets to type arguments from the schema diverges on any typed tool call.
   const untyped = (o: { raw: string }) => {
     const i = interpretCompletion(o.raw, []);
-    return { ...i, toolCalls: i.toolCalls.map((c) => ({ ...c, arguments: Object.fromEntries(Object.entries(c.arguments).map(([k, v]) => [k, String(v)])) })) };
+    return {
+      ...i,
+      toolCalls: i.toolCalls.map((c) => ({
+        ...c,
+        arguments: Object.fromEntries(Object.entries(c.arguments).map(([k, v]) => [k, String(v)])),
+      })),
+    };
   };
-  const typedCall = { id: 'synthetic', record: { tools: [{ name: 'set', inputSchema: { type: 'object', properties: { id: { type: 'integer' } } } }], completions: [{ raw: '<tool_call>\n{"name": "set", "arguments": {"id": "2"}}\n</tool_call>', interpretation: interpretCompletion('<tool_call>\n{"name": "set", "arguments": {"id": "2"}}\n</tool_call>', [{ name: 'set', inputSchema: { type: 'object', properties: { id: { type: 'integer' } } } }]) }] } };
+  const typedCall = {
+    id: 'synthetic',
+    record: {
+      tools: [{ name: 'set', inputSchema: { type: 'object', properties: { id: { type: 'integer' } } } }],
+      completions: [
+        {
+          raw: '<tool_call>\n{"name": "set", "arguments": {"id": "2"}}\n</tool_call>',
+          interpretation: interpretCompletion('<tool_call>\n{"name": "set", "arguments": {"id": "2"}}\n</tool_call>', [
+            { name: 'set', inputSchema: { type: 'object', properties: { id: { type: 'integer' } } } },
+          ]),
+        },
+      ],
+    },
+  };
   fs.appendFileSync(file, `\n${JSON.stringify(typedCall)}`);
   const { evaluationPath } = await import('../core/parity.ts');
   assert.equal(await parity([file], { training: untyped, evaluation: evaluationPath }), 1);
@@ -104,9 +138,18 @@ test('tbt parity passes on the recorded real episodes and fails when the two pat
 test('a chat template that renders the anchor differently when messages follow it fails loudly', async () => {
   const template = path.join(os.tmpdir(), `tbt-unstable-template-${process.pid}.jinja`);
   // Like Qwen3 dropping earlier <think> blocks: an assistant turn renders differently once others follow it.
-  fs.writeFileSync(template, "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + ('' if loop.last or message['role'] != 'assistant' else ' [earlier]') + '<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}");
-  const unstable = await startPolicyServer({ chatTemplate: template, logFile: path.join(os.tmpdir(), 'tbt-policy-server-unstable.log') });
-  const start = [{ role: 'system' as const, content: 'You help.' }, { role: 'user' as const, content: 'Hi.' }];
+  fs.writeFileSync(
+    template,
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + ('' if loop.last or message['role'] != 'assistant' else ' [earlier]') + '<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+  );
+  const unstable = await startPolicyServer({
+    chatTemplate: template,
+    logFile: path.join(os.tmpdir(), 'tbt-policy-server-unstable.log'),
+  });
+  const start = [
+    { role: 'system' as const, content: 'You help.' },
+    { role: 'user' as const, content: 'Hi.' },
+  ];
   const observation = [{ role: 'tool' as const, content: '{"affected": 1}' }];
   try {
     const driver = createTokenDriver({ baseUrl: unstable.baseUrl, model: unstable.model });
@@ -121,7 +164,10 @@ test('a chat template that renders the anchor differently when messages follow i
     assert.equal(turn.finishReason, 'stop');
     await stable.observe(observation);
     const ids = stable.trajectory()!.tokenIds;
-    assert.match(await detokenize({ baseUrl: server.baseUrl, model: server.model }, ids), /<\|im_end\|>\n<\|im_start\|>tool\n\{"affected": 1\}<\|im_end\|>\n<\|im_start\|>assistant\n$/);
+    assert.match(
+      await detokenize({ baseUrl: server.baseUrl, model: server.model }, ids),
+      /<\|im_end\|>\n<\|im_start\|>tool\n\{"affected": 1\}<\|im_end\|>\n<\|im_start\|>assistant\n$/,
+    );
   } finally {
     await unstable.stop();
   }

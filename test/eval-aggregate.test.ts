@@ -28,17 +28,33 @@ async function run(args: string[]): Promise<{ code: number; stdout: string; stde
 
 test('aggregate our episode records: hand-computed scores and cost', async () => {
   const out = path.join(tempDir(), 'report.json');
-  const r = await run(['aggregate', '--results', fixture('episodes.jsonl'), '--repeats', '4', '--prices', fixture('prices.yaml'), '--out', out]);
+  const r = await run([
+    'aggregate',
+    '--results',
+    fixture('episodes.jsonl'),
+    '--repeats',
+    '4',
+    '--prices',
+    fixture('prices.yaml'),
+    '--out',
+    out,
+  ]);
   assert.equal(r.code, 0, r.stderr);
   const report = JSON.parse(fs.readFileSync(out, 'utf8'));
   // retail/t1 4 of 4, retail/t2 2 of 4, travel/t1 0 of 4
-  assert.deepEqual(report.tasks.map((t: { uid: string; n: number; c: number }) => [t.uid, t.n, t.c]), [
-    ['retail/t1', 4, 4],
-    ['retail/t2', 4, 2],
-    ['travel/t1', 4, 0],
-  ]);
+  assert.deepEqual(
+    report.tasks.map((t: { uid: string; n: number; c: number }) => [t.uid, t.n, t.c]),
+    [
+      ['retail/t1', 4, 4],
+      ['retail/t2', 4, 2],
+      ['travel/t1', 4, 0],
+    ],
+  );
   close(report.overall.pass_at_1.estimate, 0.5);
-  assert.deepEqual(report.overall.pass_at_k.map((x: { k: number }) => x.k), [1, 4]);
+  assert.deepEqual(
+    report.overall.pass_at_k.map((x: { k: number }) => x.k),
+    [1, 4],
+  );
   close(report.overall.pass_at_k[1].estimate, 2 / 3);
   close(report.overall.pass_hat_k[1].estimate, 1 / 3);
   assert.equal(report.overall.observed_all_pass.count, 1);
@@ -58,9 +74,21 @@ test('aggregate our episode records: hand-computed scores and cost', async () =>
   assert.match(r.stdout, /^all +3 +12 +50\.00% /m);
 });
 
-test('aggregate ThinkingBox result lines: no repetition index, domain from the uid\'s file, usage lists', async () => {
+test("aggregate ThinkingBox result lines: no repetition index, domain from the uid's file, usage lists", async () => {
   const out = path.join(tempDir(), 'tb.json');
-  const r = await run(['aggregate', '--format', 'thinkingbox', '--results', fixture('thinkingbox.jsonl'), '--repeats', '3', '--prices', fixture('prices.yaml'), '--out', out]);
+  const r = await run([
+    'aggregate',
+    '--format',
+    'thinkingbox',
+    '--results',
+    fixture('thinkingbox.jsonl'),
+    '--repeats',
+    '3',
+    '--prices',
+    fixture('prices.yaml'),
+    '--out',
+    out,
+  ]);
   assert.equal(r.code, 0, r.stderr);
   const report = JSON.parse(fs.readFileSync(out, 'utf8'));
   assert.deepEqual(Object.keys(report.domains), ['sandbox_retail.py', 'sandbox_travel.py']);
@@ -84,23 +112,47 @@ async function gateFails(args: string[]): Promise<string> {
 test('an infrastructure-error row fails the coverage gate, naming file and line', async () => {
   const stderr = await gateFails(['aggregate', '--results', fixture('episodes-infra.jsonl'), '--repeats', '4']);
   assert.match(stderr, /^coverage gate failed: 1 problem/);
-  assert.ok(stderr.includes(`${fixture('episodes-infra.jsonl')}:5: uid retail/t2 repetition 1: infrastructure error (field infrastructure_error is true)`), stderr);
+  assert.ok(
+    stderr.includes(
+      `${fixture('episodes-infra.jsonl')}:5: uid retail/t2 repetition 1: infrastructure error (field infrastructure_error is true)`,
+    ),
+    stderr,
+  );
   // ThinkingBox lines: a system error at the top level or in the test result both count.
   const dir = tempDir();
-  const lines = fs.readFileSync(fixture('thinkingbox.jsonl'), 'utf8').trimEnd().split('\n').map((l) => JSON.parse(l));
+  const lines = fs
+    .readFileSync(fixture('thinkingbox.jsonl'), 'utf8')
+    .trimEnd()
+    .split('\n')
+    .map((l) => JSON.parse(l));
   lines[2].test_result.is_system_error = true;
   lines[3].is_system_error = true;
   lines[3].test_result = null;
   const file = path.join(dir, 'tb-errors.jsonl');
   fs.writeFileSync(file, lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
   const tb = await gateFails(['aggregate', '--format', 'thinkingbox', '--results', file, '--repeats', '3']);
-  assert.ok(tb.includes(`${file}:3: uid sandbox_retail.py:test_a attempt 2: infrastructure error (field test_result.is_system_error is true)`), tb);
-  assert.ok(tb.includes(`${file}:4: uid sandbox_travel.py:test_b attempt 2: infrastructure error (field is_system_error is true)`), tb);
+  assert.ok(
+    tb.includes(
+      `${file}:3: uid sandbox_retail.py:test_a attempt 2: infrastructure error (field test_result.is_system_error is true)`,
+    ),
+    tb,
+  );
+  assert.ok(
+    tb.includes(
+      `${file}:4: uid sandbox_travel.py:test_b attempt 2: infrastructure error (field is_system_error is true)`,
+    ),
+    tb,
+  );
 });
 
 test('a duplicate (uid, repetition) key fails the coverage gate, naming both lines', async () => {
   const stderr = await gateFails(['aggregate', '--results', fixture('episodes-duplicate.jsonl'), '--repeats', '4']);
-  assert.ok(stderr.includes(`${fixture('episodes-duplicate.jsonl')}:7: uid retail/t1 repetition 1: duplicate key, first seen at ${fixture('episodes-duplicate.jsonl')}:4`), stderr);
+  assert.ok(
+    stderr.includes(
+      `${fixture('episodes-duplicate.jsonl')}:7: uid retail/t1 repetition 1: duplicate key, first seen at ${fixture('episodes-duplicate.jsonl')}:4`,
+    ),
+    stderr,
+  );
   assert.match(stderr, /uid retail\/t1: 3 distinct repetitions, expected --repeats 4/);
 });
 
@@ -111,13 +163,31 @@ test('a count different from --repeats, or a task missing from --tasks, fails th
   const dir = tempDir();
   const list = path.join(dir, 'tasks.yaml');
   fs.writeFileSync(list, '- retail/t1\n- retail/t2\n- travel/t1\n- travel/t9\n');
-  const missing = await gateFails(['aggregate', '--results', fixture('episodes.jsonl'), '--repeats', '4', '--tasks', list]);
+  const missing = await gateFails([
+    'aggregate',
+    '--results',
+    fixture('episodes.jsonl'),
+    '--repeats',
+    '4',
+    '--tasks',
+    list,
+  ]);
   assert.match(missing, /uid travel\/t9: no results \(expected 4 repetitions\)/);
   // The same results split over two files add up.
   const lines = fs.readFileSync(fixture('episodes.jsonl'), 'utf8').trimEnd().split('\n');
   fs.writeFileSync(path.join(dir, 'part1.jsonl'), lines.slice(0, 5).join('\n') + '\n');
   fs.writeFileSync(path.join(dir, 'part2.jsonl'), lines.slice(5).join('\n') + '\n');
-  const ok = await run(['aggregate', '--results', path.join(dir, 'part1.jsonl'), '--results', path.join(dir, 'part2.jsonl'), '--repeats', '4', '--out', path.join(dir, 'o.json')]);
+  const ok = await run([
+    'aggregate',
+    '--results',
+    path.join(dir, 'part1.jsonl'),
+    '--results',
+    path.join(dir, 'part2.jsonl'),
+    '--repeats',
+    '4',
+    '--out',
+    path.join(dir, 'o.json'),
+  ]);
   assert.equal(ok.code, 0, ok.stderr);
 });
 
@@ -132,14 +202,34 @@ test('malformed result lines name file, line and field', async () => {
     return file;
   };
   const badJson = write('bad.jsonl', (l) => (l[3] = l[3]!.slice(0, -1)));
-  assert.match(await gateFails(['aggregate', '--results', badJson, '--repeats', '4']), new RegExp(`^${escape(badJson)}:4: invalid JSON`));
+  assert.match(
+    await gateFails(['aggregate', '--results', badJson, '--repeats', '4']),
+    new RegExp(`^${escape(badJson)}:4: invalid JSON`),
+  );
   const nonBool = write('nonbool.jsonl', (l) => (l[8] = l[8]!.replace('"success": false', '"success": "no"')));
-  assert.equal(await gateFails(['aggregate', '--results', nonBool, '--repeats', '4']), `${nonBool}:9: field success: expected a boolean, got "no"`);
+  assert.equal(
+    await gateFails(['aggregate', '--results', nonBool, '--repeats', '4']),
+    `${nonBool}:9: field success: expected a boolean, got "no"`,
+  );
   const noRep = write('norep.jsonl', (l) => (l[1] = l[1]!.replace('"repetition": 0, ', '')));
-  assert.equal(await gateFails(['aggregate', '--results', noRep, '--repeats', '4']), `${noRep}:2: field repetition: missing (no key "repetition")`);
+  assert.equal(
+    await gateFails(['aggregate', '--results', noRep, '--repeats', '4']),
+    `${noRep}:2: field repetition: missing (no key "repetition")`,
+  );
   const badTokens = write('tokens.jsonl', (l) => (l[0] = l[0]!.replace('"output": 200', '"output": -1')));
-  assert.match(await gateFails(['aggregate', '--results', badTokens, '--repeats', '4', '--prices', fixture('prices.yaml')]), new RegExp(`^${escape(badTokens)}:1: field tokens\\.policy\\.output: `));
-  const prices = await gateFails(['aggregate', '--results', fixture('episodes.jsonl'), '--repeats', '4', '--prices', fixture('bad-prices.yaml')]);
+  assert.match(
+    await gateFails(['aggregate', '--results', badTokens, '--repeats', '4', '--prices', fixture('prices.yaml')]),
+    new RegExp(`^${escape(badTokens)}:1: field tokens\\.policy\\.output: `),
+  );
+  const prices = await gateFails([
+    'aggregate',
+    '--results',
+    fixture('episodes.jsonl'),
+    '--repeats',
+    '4',
+    '--prices',
+    fixture('bad-prices.yaml'),
+  ]);
   assert.match(prices, /bad-prices\.yaml:5: judge\.output_per_million: /);
 });
 
@@ -147,7 +237,7 @@ function escape(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
-test('the reference\'s published numbers come out of 507 tasks x 20 repeats', async () => {
+test("the reference's published numbers come out of 507 tasks x 20 repeats", async () => {
   const dir = tempDir();
   const rows: string[] = [];
   for (let i = 0; i < 507; i++) {
@@ -155,17 +245,49 @@ test('the reference\'s published numbers come out of 507 tasks x 20 repeats', as
     for (let rep = 0; rep < 20; rep++) {
       // 91,301 input tokens per attempt at $1 per million, plus 7,860 once: $925.80 in all.
       const input = 91_301 + (i === 0 && rep === 0 ? 7_860 : 0);
-      rows.push(JSON.stringify({ uid: `d${i % 5}/t${i}`, repetition: rep, domain: `d${i % 5}`, success: rep < c, infrastructure_error: false, tokens: { policy: { input, output: 0, cached_input: 0 } } }));
+      rows.push(
+        JSON.stringify({
+          uid: `d${i % 5}/t${i}`,
+          repetition: rep,
+          domain: `d${i % 5}`,
+          success: rep < c,
+          infrastructure_error: false,
+          tokens: { policy: { input, output: 0, cached_input: 0 } },
+        }),
+      );
     }
   }
   fs.writeFileSync(path.join(dir, 'results.jsonl'), rows.join('\n') + '\n');
   const zero = { input_per_million: 0, output_per_million: 0, cached_input_per_million: 0 };
-  fs.writeFileSync(path.join(dir, 'prices.yaml'), JSON.stringify({ policy: { ...zero, input_per_million: 1 }, user: zero, judge: zero }));
+  fs.writeFileSync(
+    path.join(dir, 'prices.yaml'),
+    JSON.stringify({ policy: { ...zero, input_per_million: 1 }, user: zero, judge: zero }),
+  );
   const out = path.join(dir, 'report.json');
-  const r = await run(['aggregate', '--results', path.join(dir, 'results.jsonl'), '--repeats', '20', '--prices', path.join(dir, 'prices.yaml'), '--out', out]);
+  const r = await run([
+    'aggregate',
+    '--results',
+    path.join(dir, 'results.jsonl'),
+    '--repeats',
+    '20',
+    '--prices',
+    path.join(dir, 'prices.yaml'),
+    '--out',
+    out,
+  ]);
   assert.equal(r.code, 0, r.stderr);
   const allRow = r.stdout.split('\n').find((l) => l.startsWith('all '))!;
-  for (const cell of ['507', '10140', '51.70%', '89.35%', '38 (7.50%)', '453 (89.35%)', '$925.80', '$0.177', '$24.36']) {
+  for (const cell of [
+    '507',
+    '10140',
+    '51.70%',
+    '89.35%',
+    '38 (7.50%)',
+    '453 (89.35%)',
+    '$925.80',
+    '$0.177',
+    '$24.36',
+  ]) {
     assert.ok(allRow.includes(cell), `'${cell}' in: ${allRow}`);
   }
   const report = JSON.parse(fs.readFileSync(out, 'utf8'));
@@ -179,12 +301,22 @@ test('compare: paired per-task differences of two aggregates, deterministic unde
   const dir = tempDir();
   const a = path.join(dir, 'a.json');
   const b = path.join(dir, 'b.json');
-  assert.equal((await run(['aggregate', '--results', fixture('episodes.jsonl'), '--repeats', '4', '--out', a])).code, 0);
+  assert.equal(
+    (await run(['aggregate', '--results', fixture('episodes.jsonl'), '--repeats', '4', '--out', a])).code,
+    0,
+  );
   // B: travel/t1 now passes 2 of 4.
-  const lines = fs.readFileSync(fixture('episodes.jsonl'), 'utf8').trimEnd().split('\n').map((l) => JSON.parse(l));
+  const lines = fs
+    .readFileSync(fixture('episodes.jsonl'), 'utf8')
+    .trimEnd()
+    .split('\n')
+    .map((l) => JSON.parse(l));
   for (const l of lines) if (l.uid === 'travel/t1' && l.repetition < 2) l.success = true;
   fs.writeFileSync(path.join(dir, 'b.jsonl'), lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
-  assert.equal((await run(['aggregate', '--results', path.join(dir, 'b.jsonl'), '--repeats', '4', '--out', b])).code, 0);
+  assert.equal(
+    (await run(['aggregate', '--results', path.join(dir, 'b.jsonl'), '--repeats', '4', '--out', b])).code,
+    0,
+  );
   const out1 = path.join(dir, 'cmp1.json');
   const out2 = path.join(dir, 'cmp2.json');
   const r = await run(['compare', a, b, '--resamples', '2000', '--out', out1]);
@@ -200,7 +332,10 @@ test('compare: paired per-task differences of two aggregates, deterministic unde
   assert.match(r.stdout, /pass@1 +50\.00% +66\.67% +\+16\.67 pts/);
   // Different task sets cannot be paired.
   const other = path.join(dir, 'other.json');
-  fs.writeFileSync(other, JSON.stringify({ kind: 'tbt-eval-aggregate', tasks: [{ uid: 'retail/t1', domain: 'retail', n: 4, c: 1 }] }));
+  fs.writeFileSync(
+    other,
+    JSON.stringify({ kind: 'tbt-eval-aggregate', tasks: [{ uid: 'retail/t1', domain: 'retail', n: 4, c: 1 }] }),
+  );
   const mismatch = await run(['compare', a, other]);
   assert.equal(mismatch.code, 1);
   assert.match(mismatch.stderr, /2 only in A \(retail\/t2, travel\/t1\), 0 only in B/);

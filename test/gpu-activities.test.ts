@@ -29,8 +29,15 @@ function trajectory(seed: number, length: number) {
   return { tokenIds, lossMask, logprobs: tokenIds.map(() => 0) };
 }
 
-async function insertEpisodes(step: number, count: number, length = 24): Promise<{ episodeId: string; advantage: number }[]> {
-  const items = Array.from({ length: count }, (_, i) => ({ episodeId: `${campaignId}/step-${step}/t#${i}`, advantage: i % 2 === 0 ? 1 : -1 }));
+async function insertEpisodes(
+  step: number,
+  count: number,
+  length = 24,
+): Promise<{ episodeId: string; advantage: number }[]> {
+  const items = Array.from({ length: count }, (_, i) => ({
+    episodeId: `${campaignId}/step-${step}/t#${i}`,
+    advantage: i % 2 === 0 ? 1 : -1,
+  }));
   await withClient(controlUrlDb, async (c) => {
     for (const [i, item] of items.entries()) {
       await c.query(
@@ -42,7 +49,10 @@ async function insertEpisodes(step: number, count: number, length = 24): Promise
   return items;
 }
 
-function run<R>(fn: () => Promise<R>, env = new MockActivityEnvironment()): { env: MockActivityEnvironment; heartbeats: unknown[]; result: Promise<R> } {
+function run<R>(
+  fn: () => Promise<R>,
+  env = new MockActivityEnvironment(),
+): { env: MockActivityEnvironment; heartbeats: unknown[]; result: Promise<R> } {
   const heartbeats: unknown[] = [];
   env.on('heartbeat', (d: unknown) => heartbeats.push(d));
   return { env, heartbeats, result: env.run(fn) };
@@ -57,54 +67,77 @@ after(async () => {
   fs.rmSync(stateDir, { recursive: true, force: true });
 });
 
-test('train steps apply exactly once, survive a kill -9 of the learner, and export a serving copy', { timeout: 900_000 }, async () => {
-  const started = await run(() => activities.startLearner({ campaignId, learner, seed: 1 })).result;
-  assert.equal((started.manifest.optimizer as { lr: number }).lr, 1e-4);
-  assert.equal((started.manifest.optimizer as { weight_decay: number }).weight_decay, 0);
+test(
+  'train steps apply exactly once, survive a kill -9 of the learner, and export a serving copy',
+  { timeout: 900_000 },
+  async () => {
+    const started = await run(() => activities.startLearner({ campaignId, learner, seed: 1 })).result;
+    assert.equal((started.manifest.optimizer as { lr: number }).lr, 1e-4);
+    assert.equal((started.manifest.optimizer as { weight_decay: number }).weight_decay, 0);
 
-  const first = run(async () => activities.trainStep({ campaignId, stepId: 1, items: await insertEpisodes(1, 4), learner, seed: 1 }));
-  const r1 = await first.result;
-  assert.equal(r1.stepId, 1);
-  assert.equal(r1.repeated, false);
-  assert.ok(Number.isFinite(Number(r1.metrics.loss)));
+    const first = run(async () =>
+      activities.trainStep({ campaignId, stepId: 1, items: await insertEpisodes(1, 4), learner, seed: 1 }),
+    );
+    const r1 = await first.result;
+    assert.equal(r1.stepId, 1);
+    assert.equal(r1.repeated, false);
+    assert.ok(Number.isFinite(Number(r1.metrics.loss)));
 
-  const again = await run(async () => activities.trainStep({ campaignId, stepId: 1, items: await insertEpisodes(1, 4), learner, seed: 1 })).result;
-  assert.equal(again.repeated, true, 'a repeated step id returns the stored result');
-  assert.deepEqual(again.metrics, r1.metrics);
+    const again = await run(async () =>
+      activities.trainStep({ campaignId, stepId: 1, items: await insertEpisodes(1, 4), learner, seed: 1 }),
+    ).result;
+    assert.equal(again.repeated, true, 'a repeated step id returns the stored result');
+    assert.deepEqual(again.metrics, r1.metrics);
 
-  // kill -9 the whole learner process group; the next step restarts it from its checkpoint and applies once.
-  const files = learnerFiles(stateDir, campaignId);
-  const pid = readPid(files.pid)!;
-  const rankZero = (JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as { pid: number }).pid;
-  process.kill(-pid, 'SIGKILL'); // torchrun's group; its ranks live in their own sessions and survive this
-  await new Promise((r) => setTimeout(r, 1000));
-  const r2 = await run(async () => activities.trainStep({ campaignId, stepId: 2, items: await insertEpisodes(2, 4), learner, seed: 1 })).result;
-  assert.equal(r2.repeated, false);
-  assert.notEqual(readPid(files.pid), pid, 'a new learner process');
-  assert.equal(isAlive(rankZero), false, 'the orphaned rank 0 of the killed learner was stopped before the restart');
-  const health = await learnerRequest<{ step: number }>(controlUrl(files)!, 'GET', '/health');
-  assert.equal(health.step, 2);
-
-  // Out of order is refused without retries (bad input, not infrastructure).
-  await assert.rejects(run(async () => activities.trainStep({ campaignId, stepId: 5, items: await insertEpisodes(5, 2), learner, seed: 1 })).result, /step 5 refused: last applied step is 2/);
-
-  const exported = await run(() => activities.exportWeights({ campaignId, stepId: 2 })).result;
-  assert.ok(fs.existsSync(path.join(exported.path, 'config.json')));
-  assert.ok(fs.readdirSync(exported.path).some((f) => f.endsWith('.safetensors')));
-});
-
-test('cancelling a running step reaches the learner: nothing is applied, and heartbeats flowed meanwhile', { timeout: 900_000 }, async () => {
-  const items = await insertEpisodes(3, 48, 400);
-  const job = run(() => activities.trainStep({ campaignId, stepId: 3, items, learner: { ...learner, micro_batch_tokens: 400 }, seed: 1 }));
-  await new Promise((r) => setTimeout(r, 7000));
-  job.env.cancel();
-  await assert.rejects(job.result, (err: unknown) => err instanceof CancelledFailure);
-  assert.ok(job.heartbeats.length >= 1, 'heartbeats while the step runs');
-  const files = learnerFiles(stateDir, campaignId);
-  let health = await learnerRequest<{ step: number; busy: boolean }>(controlUrl(files)!, 'GET', '/health');
-  for (let i = 0; health.busy && i < 120; i++) {
+    // kill -9 the whole learner process group; the next step restarts it from its checkpoint and applies once.
+    const files = learnerFiles(stateDir, campaignId);
+    const pid = readPid(files.pid)!;
+    const rankZero = (
+      JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as { pid: number }
+    ).pid;
+    process.kill(-pid, 'SIGKILL'); // torchrun's group; its ranks live in their own sessions and survive this
     await new Promise((r) => setTimeout(r, 1000));
-    health = await learnerRequest(controlUrl(files)!, 'GET', '/health');
-  }
-  assert.equal(health.step, 2, 'the cancelled step 3 was not applied');
-});
+    const r2 = await run(async () =>
+      activities.trainStep({ campaignId, stepId: 2, items: await insertEpisodes(2, 4), learner, seed: 1 }),
+    ).result;
+    assert.equal(r2.repeated, false);
+    assert.notEqual(readPid(files.pid), pid, 'a new learner process');
+    assert.equal(isAlive(rankZero), false, 'the orphaned rank 0 of the killed learner was stopped before the restart');
+    const health = await learnerRequest<{ step: number }>(controlUrl(files)!, 'GET', '/health');
+    assert.equal(health.step, 2);
+
+    // Out of order is refused without retries (bad input, not infrastructure).
+    await assert.rejects(
+      run(async () =>
+        activities.trainStep({ campaignId, stepId: 5, items: await insertEpisodes(5, 2), learner, seed: 1 }),
+      ).result,
+      /step 5 refused: last applied step is 2/,
+    );
+
+    const exported = await run(() => activities.exportWeights({ campaignId, stepId: 2 })).result;
+    assert.ok(fs.existsSync(path.join(exported.path, 'config.json')));
+    assert.ok(fs.readdirSync(exported.path).some((f) => f.endsWith('.safetensors')));
+  },
+);
+
+test(
+  'cancelling a running step reaches the learner: nothing is applied, and heartbeats flowed meanwhile',
+  { timeout: 900_000 },
+  async () => {
+    const items = await insertEpisodes(3, 48, 400);
+    const job = run(() =>
+      activities.trainStep({ campaignId, stepId: 3, items, learner: { ...learner, micro_batch_tokens: 400 }, seed: 1 }),
+    );
+    await new Promise((r) => setTimeout(r, 7000));
+    job.env.cancel();
+    await assert.rejects(job.result, (err: unknown) => err instanceof CancelledFailure);
+    assert.ok(job.heartbeats.length >= 1, 'heartbeats while the step runs');
+    const files = learnerFiles(stateDir, campaignId);
+    let health = await learnerRequest<{ step: number; busy: boolean }>(controlUrl(files)!, 'GET', '/health');
+    for (let i = 0; health.busy && i < 120; i++) {
+      await new Promise((r) => setTimeout(r, 1000));
+      health = await learnerRequest(controlUrl(files)!, 'GET', '/health');
+    }
+    assert.equal(health.step, 2, 'the cancelled step 3 was not applied');
+  },
+);

@@ -16,15 +16,31 @@ const scenario = scenarioSchema.parse({
   seed: "INSERT INTO orders (id, status) VALUES (1, 'delivered'), (2, 'delivered');",
   volatile: { orders: ['updated_at'] },
   tools: [
-    { name: 'approve', description: 'Record an approval.', input_schema: { type: 'object', properties: { order_id: { type: 'integer' } }, required: ['order_id'] }, sql: 'INSERT INTO approvals VALUES (:order_id)', result: 'affected' },
-    { name: 'refund', description: 'Refund an order.', input_schema: { type: 'object', properties: { order_id: { type: 'integer' } }, required: ['order_id'] }, sql: "UPDATE orders SET status = 'refunded', updated_at = now() WHERE id = :order_id RETURNING id, status", result: 'row', empty_error: 'no such order' },
+    {
+      name: 'approve',
+      description: 'Record an approval.',
+      input_schema: { type: 'object', properties: { order_id: { type: 'integer' } }, required: ['order_id'] },
+      sql: 'INSERT INTO approvals VALUES (:order_id)',
+      result: 'affected',
+    },
+    {
+      name: 'refund',
+      description: 'Refund an order.',
+      input_schema: { type: 'object', properties: { order_id: { type: 'integer' } }, required: ['order_id'] },
+      sql: "UPDATE orders SET status = 'refunded', updated_at = now() WHERE id = :order_id RETURNING id, status",
+      result: 'row',
+      empty_error: 'no such order',
+    },
   ],
 });
 const task = taskSchema.parse({
   uid: 'grading/refund-1',
   scenario: 'grading_shop',
   query: 'Refund order 1.',
-  golden: [{ tool: 'approve', arguments: { order_id: 1 } }, { tool: 'refund', arguments: { order_id: 1 } }],
+  golden: [
+    { tool: 'approve', arguments: { order_id: 1 } },
+    { tool: 'refund', arguments: { order_id: 1 } },
+  ],
   assertions: [{ name: 'order 2 untouched', sql: "SELECT status = 'delivered' FROM orders WHERE id = 2" }],
   rubrics: ['Does the assistant confirm the refund?'],
 });
@@ -55,7 +71,13 @@ async function gradeAfter(calls: { tool: string; arguments: Record<string, unkno
     const session = await openToolSession(scenario, sandbox);
     for (const c of calls) await session.callTool(c.tool, c.arguments);
     await session.close();
-    return await grader.grade({ scenario, task, sandbox, lastAssistantText, judge: createJudge({ baseUrl: judgeUrl, model: 'judge-double' }) });
+    return await grader.grade({
+      scenario,
+      task,
+      sandbox,
+      lastAssistantText,
+      judge: createJudge({ baseUrl: judgeUrl, model: 'judge-double' }),
+    });
   } finally {
     await pool.release(sandbox);
   }
@@ -81,7 +103,10 @@ test('a missing side effect fails with a readable diff', async () => {
 test('an extra side effect fails both the state check and the assertion', async () => {
   const report = await gradeAfter([...task.golden, { tool: 'refund', arguments: { order_id: 2 } }], 'refunded');
   assert.equal(report.outcome, 'agent_failure');
-  assert.deepEqual(report.diff.map((d) => d.path), ['orders[id=2].status']);
+  assert.deepEqual(
+    report.diff.map((d) => d.path),
+    ['orders[id=2].status'],
+  );
   assert.deepEqual(report.assertions, [{ name: 'order 2 untouched', passed: false }]);
 });
 
@@ -99,10 +124,17 @@ test('a judge outage is an infrastructure error, never a 0', async () => {
 });
 
 test('a golden call that fails is reported as a task defect naming the task and call', async () => {
-  const broken = taskSchema.parse({ ...task, uid: 'grading/broken', golden: [{ tool: 'refund', arguments: { order_id: 99 } }] });
+  const broken = taskSchema.parse({
+    ...task,
+    uid: 'grading/broken',
+    golden: [{ tool: 'refund', arguments: { order_id: 99 } }],
+  });
   const sandbox = await pool.acquire(scenario, 'test:broken');
   try {
-    await assert.rejects(replayCalls(scenario, sandbox, broken), /task grading\/broken: golden\[0\] refund failed: Error: no such order/);
+    await assert.rejects(
+      replayCalls(scenario, sandbox, broken),
+      /task grading\/broken: golden\[0\] refund failed: Error: no such order/,
+    );
   } finally {
     await pool.release(sandbox);
   }
@@ -112,7 +144,10 @@ test('tool errors come back as results the agent can read; unknown tools and bad
   const sandbox = await pool.acquire(scenario, 'test:tool-errors');
   const session = await openToolSession(scenario, sandbox);
   try {
-    assert.deepEqual((await session.listTools()).map((t) => t.name), ['approve', 'refund']);
+    assert.deepEqual(
+      (await session.listTools()).map((t) => t.name),
+      ['approve', 'refund'],
+    );
     const unknown = await session.callTool('delete_all', {});
     assert.equal(unknown.isError, true);
     assert.match(unknown.text, /unknown tool 'delete_all'/);

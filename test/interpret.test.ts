@@ -27,9 +27,10 @@ interface GoldenCase {
   expect: Omit<Interpretation, 'toolCalls'> & { toolCalls: ExpectedCall[] };
 }
 
-const golden = JSON.parse(
-  readFileSync(new URL('./fixtures/interpret/cases.json', import.meta.url), 'utf8'),
-) as { tools: ToolSpecForTyping[]; cases: GoldenCase[] };
+const golden = JSON.parse(readFileSync(new URL('./fixtures/interpret/cases.json', import.meta.url), 'utf8')) as {
+  tools: ToolSpecForTyping[];
+  cases: GoldenCase[];
+};
 const { tools } = golden;
 
 function schemaOf(name: string): Record<string, unknown> {
@@ -44,7 +45,12 @@ function run(goldenCase: GoldenCase): Interpretation {
   return interpretCompletion(goldenCase.raw ?? '', tools, goldenCase.options);
 }
 
-function assertCall(actual: InterpretedToolCall | undefined, expected: ExpectedCall, index: number, source: string | undefined): void {
+function assertCall(
+  actual: InterpretedToolCall | undefined,
+  expected: ExpectedCall,
+  index: number,
+  source: string | undefined,
+): void {
   assert.ok(actual, `tool call ${index} is missing`);
   assert.equal(actual.index, index);
   assert.equal(actual.name, expected.name);
@@ -52,7 +58,10 @@ function assertCall(actual: InterpretedToolCall | undefined, expected: ExpectedC
     assert.equal(actual.parseError, undefined, `unexpected parse error: ${actual.parseError}`);
     assert.deepEqual(actual.arguments, expected.arguments);
   } else {
-    assert.ok(actual.parseError?.includes(expected.parseError), `parse error ${JSON.stringify(actual.parseError)} lacks ${JSON.stringify(expected.parseError)}`);
+    assert.ok(
+      actual.parseError?.includes(expected.parseError),
+      `parse error ${JSON.stringify(actual.parseError)} lacks ${JSON.stringify(expected.parseError)}`,
+    );
     assert.deepEqual(actual.arguments, {});
   }
   if (expected.raw !== undefined) assert.equal(actual.raw, expected.raw);
@@ -76,7 +85,9 @@ for (const goldenCase of golden.cases) {
     assert.equal(result.reasoning, goldenCase.expect.reasoning);
     assert.equal(result.text, goldenCase.expect.text);
     assert.equal(result.toolCalls.length, goldenCase.expect.toolCalls.length, JSON.stringify(result.toolCalls));
-    goldenCase.expect.toolCalls.forEach((expected, index) => assertCall(result.toolCalls[index], expected, index, goldenCase.raw));
+    goldenCase.expect.toolCalls.forEach((expected, index) =>
+      assertCall(result.toolCalls[index], expected, index, goldenCase.raw),
+    );
   });
 }
 
@@ -98,8 +109,29 @@ test('interpretation is deterministic and leaves its inputs untouched', () => {
 test('typing is idempotent: typing typed arguments changes nothing', () => {
   const schema = schemaOf('probe');
   const properties = Object.keys(schema.properties as Record<string, unknown>);
-  const texts = ['true', 'FALSE', 'yes', '7', ' -3 ', '7.0', '1.5', '1e3', 'inf', '[1,2]', '{"a":1}', '"[1]"', '"x"',
-    '5', 'null', 'None', '', ' ', '{bad', '99999999999999999999', '-0'];
+  const texts = [
+    'true',
+    'FALSE',
+    'yes',
+    '7',
+    ' -3 ',
+    '7.0',
+    '1.5',
+    '1e3',
+    'inf',
+    '[1,2]',
+    '{"a":1}',
+    '"[1]"',
+    '"x"',
+    '5',
+    'null',
+    'None',
+    '',
+    ' ',
+    '{bad',
+    '99999999999999999999',
+    '-0',
+  ];
   let converted = 0;
   for (const property of properties) {
     for (const text of texts) {
@@ -121,13 +153,24 @@ test('typing edge rules: -0 is 0, "__proto__" stays an ordinary argument, no sch
   assert.deepEqual(Object.keys(typed), ['__proto__', 'int']);
   assert.equal(Object.getPrototypeOf(typed), Object.prototype);
   assert.deepEqual(typeArguments({ int: '2' }, undefined), { int: '2' });
-  assert.deepEqual(typeArguments({ n: '2' }, { type: 'object', properties: { n: { type: ['integer', 7] } } }), { n: 2 });
+  assert.deepEqual(typeArguments({ n: '2' }, { type: 'object', properties: { n: { type: ['integer', 7] } } }), {
+    n: 2,
+  });
 });
 
 /** The same calls as a Qwen3 XML completion, a Hermes completion and a native message. */
 const parityCalls: { name: string; arguments: Record<string, unknown> }[] = [
   { name: 'get_order', arguments: { order_id: 42, include_items: true } },
-  { name: 'search_products', arguments: { query: 'blue mug', limit: 5, max_price: 12.75, tags: ['kitchen', 'sale'], filters: { in_stock: true } } },
+  {
+    name: 'search_products',
+    arguments: {
+      query: 'blue mug',
+      limit: 5,
+      max_price: 12.75,
+      tags: ['kitchen', 'sale'],
+      filters: { in_stock: true },
+    },
+  },
   { name: 'write_file', arguments: { path: 'a.txt', content: 'two\nlines' } },
   { name: 'unknown_tool', arguments: { x: 'y' } },
   { name: 'end_turn', arguments: {} },
@@ -159,14 +202,21 @@ function asNative(calls: typeof parityCalls, stringify: (v: unknown) => unknown)
       type: 'function',
       function: {
         name: call.name,
-        arguments: JSON.stringify(Object.fromEntries(Object.entries(call.arguments).map(([k, v]) => [k, stringify(v)]))),
+        arguments: JSON.stringify(
+          Object.fromEntries(Object.entries(call.arguments).map(([k, v]) => [k, stringify(v)])),
+        ),
       },
     })),
   };
 }
 
 function comparable(result: Interpretation): unknown {
-  return result.toolCalls.map(({ index, name, arguments: args, parseError }) => ({ index, name, arguments: args, parseError }));
+  return result.toolCalls.map(({ index, name, arguments: args, parseError }) => ({
+    index,
+    name,
+    arguments: args,
+    parseError,
+  }));
 }
 
 test('parity: XML, Hermes and native messages carrying the same calls give the same tool calls', () => {
@@ -178,10 +228,18 @@ test('parity: XML, Hermes and native messages carrying the same calls give the s
   }));
   const xml = interpretCompletion(`<think>plan</think>Working on it.\n${asXml(parityCalls)}`, tools);
   const hermes = interpretCompletion(`<think>plan</think>Working on it.\n${asHermes(parityCalls)}`, tools);
-  const nativeTyped = interpretNativeMessage(asNative(parityCalls, (v) => v), tools);
+  const nativeTyped = interpretNativeMessage(
+    asNative(parityCalls, (v) => v),
+    tools,
+  );
   // Native arguments with every value sent as text, as a careless server or model might.
   const nativeText = interpretNativeMessage(asNative(parityCalls, xmlValue), tools);
-  for (const [label, result] of [['xml', xml], ['hermes', hermes], ['native', nativeTyped], ['native as text', nativeText]] as const) {
+  for (const [label, result] of [
+    ['xml', xml],
+    ['hermes', hermes],
+    ['native', nativeTyped],
+    ['native as text', nativeText],
+  ] as const) {
     assert.deepEqual(comparable(result), expected, label);
     assert.equal(result.text, 'Working on it.', label);
     assert.equal(result.reasoning, 'plan', label);
@@ -190,8 +248,14 @@ test('parity: XML, Hermes and native messages carrying the same calls give the s
 });
 
 test('parity: a malformed call fails the same way in a completion and in a native message', () => {
-  const fromText = interpretCompletion('<tool_call>{"name": "get_order", "arguments": "{\\"order_id\\": 4"}</tool_call>', tools);
-  const fromNative = interpretNativeMessage({ tool_calls: [{ function: { name: 'get_order', arguments: '{"order_id": 4' } }] }, tools);
+  const fromText = interpretCompletion(
+    '<tool_call>{"name": "get_order", "arguments": "{\\"order_id\\": 4"}</tool_call>',
+    tools,
+  );
+  const fromNative = interpretNativeMessage(
+    { tool_calls: [{ function: { name: 'get_order', arguments: '{"order_id": 4' } }] },
+    tools,
+  );
   assert.equal(fromText.toolCalls[0]?.name, 'get_order');
   assert.equal(fromText.toolCalls[0]?.parseError, fromNative.toolCalls[0]?.parseError);
   assert.match(fromText.toolCalls[0]?.parseError ?? '', /not valid JSON/);

@@ -10,7 +10,10 @@ import { repoRoot } from '../config/environment.ts';
 
 const run = promisify(execFile);
 const tbt = (args: string[], env: NodeJS.ProcessEnv = {}) =>
-  run(path.join(repoRoot, 'node_modules', '.bin', 'tsx'), [path.join(repoRoot, 'cli', 'tbt.ts'), ...args], { env: { ...process.env, ...env }, timeout: 120_000 });
+  run(path.join(repoRoot, 'node_modules', '.bin', 'tsx'), [path.join(repoRoot, 'cli', 'tbt.ts'), ...args], {
+    env: { ...process.env, ...env },
+    timeout: 120_000,
+  });
 
 async function occupiedPort(): Promise<{ port: number; close: () => void }> {
   const server = net.createServer();
@@ -34,10 +37,18 @@ test('a taken port gives a clear error naming the port and the variable to set',
   const blocker = await occupiedPort();
   const state = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-state-'));
   try {
-    await assert.rejects(tbt(['up'], { TBT_STATE_DIR: state, TBT_PG_PORT: String(blocker.port), TBT_TEMPORAL_PORT: String(blocker.port) }), (err: { stderr: string }) => {
-      assert.match(err.stderr, new RegExp(`port ${blocker.port} is already in use by another process; stop it or set TBT_(PG|TEMPORAL)_PORT`));
-      return true;
-    });
+    await assert.rejects(
+      tbt(['up'], { TBT_STATE_DIR: state, TBT_PG_PORT: String(blocker.port), TBT_TEMPORAL_PORT: String(blocker.port) }),
+      (err: { stderr: string }) => {
+        assert.match(
+          err.stderr,
+          new RegExp(
+            `port ${blocker.port} is already in use by another process; stop it or set TBT_(PG|TEMPORAL)_PORT`,
+          ),
+        );
+        return true;
+      },
+    );
   } finally {
     blocker.close();
     fs.rmSync(state, { recursive: true, force: true });
@@ -49,10 +60,19 @@ test('missing Postgres binaries give a clear error', async () => {
   const free = await occupiedPort();
   free.close();
   try {
-    await assert.rejects(tbt(['up'], { TBT_STATE_DIR: state, TBT_PG_PORT: String(free.port), TBT_PG_BIN: '/nonexistent', PATH: '/usr/bin:/bin', TBT_PG_SEARCH_SYSTEM: '0' }), (err: { stderr: string }) => {
-      assert.match(err.stderr, /PostgreSQL server binaries \(initdb, pg_ctl\) not found/);
-      return true;
-    });
+    await assert.rejects(
+      tbt(['up'], {
+        TBT_STATE_DIR: state,
+        TBT_PG_PORT: String(free.port),
+        TBT_PG_BIN: '/nonexistent',
+        PATH: '/usr/bin:/bin',
+        TBT_PG_SEARCH_SYSTEM: '0',
+      }),
+      (err: { stderr: string }) => {
+        assert.match(err.stderr, /PostgreSQL server binaries \(initdb, pg_ctl\) not found/);
+        return true;
+      },
+    );
   } finally {
     fs.rmSync(state, { recursive: true, force: true });
   }

@@ -47,7 +47,7 @@ test('pass@k by hand: n=5, c=2, k=2 gives 1 - C(3,2)/C(5,2) = 1 - 3/10', () => {
   assert.equal(passAtK(5, 3, 3), 1); // n - c < k: some success is certain
 });
 
-test('pass^k is C(c,k)/C(n,k), not the reference aggregator\'s (c/n)^k', () => {
+test("pass^k is C(c,k)/C(n,k), not the reference aggregator's (c/n)^k", () => {
   close(passHatK(4, 2, 2), 1 / 6);
   assert.notEqual(passHatK(4, 2, 2), (2 / 4) ** 2); // (c/n)^k = 0.25
   close(passHatK(20, 19, 20), 0); // cannot pass 20 of 20 when one attempt failed
@@ -57,7 +57,13 @@ test('pass^k is C(c,k)/C(n,k), not the reference aggregator\'s (c/n)^k', () => {
 });
 
 test('pass@k and pass^k stay exact for n = 1000 (compared with big-integer binomials)', () => {
-  for (const [n, c, k] of [[1000, 10, 500], [1000, 990, 500], [1000, 500, 20], [1000, 3, 1000], [1000, 1000, 1000]] as const) {
+  for (const [n, c, k] of [
+    [1000, 10, 500],
+    [1000, 990, 500],
+    [1000, 500, 20],
+    [1000, 3, 1000],
+    [1000, 1000, 1000],
+  ] as const) {
     const hat = ratio(binomial(c, k), binomial(n, k));
     const miss = ratio(binomial(n - c, k), binomial(n, k));
     close(passHatK(n, c, k), hat, 1e-12 * Math.max(hat, 1e-300), `pass^${k} n=${n} c=${c}`);
@@ -80,7 +86,7 @@ test('pass@1 and observed k/k per task', () => {
   close(meanPassHatK(tasks.slice(0, 3), 2), (1 + 1 / 6 + 0) / 3);
 });
 
-test('the reference\'s published arithmetic: 38 of 507 tasks = 7.50%, $925.80 / 38 = $24.36 per reliable task', () => {
+test("the reference's published arithmetic: 38 of 507 tasks = 7.50%, $925.80 / 38 = $24.36 per reliable task", () => {
   // 507 tasks x 20 repeats: 38 pass 20/20, 415 pass sometimes, 54 never; 5,242 passing attempts.
   const tasks: TaskOutcome[] = [];
   for (let i = 0; i < 507; i++) {
@@ -133,7 +139,11 @@ test('Wilson and Clopper-Pearson intervals match values computed in Python (Wils
 test('cost: tokens x price per million, per role and for the campaign', () => {
   const price = { input_per_million: 1, output_per_million: 4, cached_input_per_million: 0.25 };
   close(usageCost({ input: 1_000_000, output: 500_000, cached_input: 2_000_000 }, price), 1 + 2 + 0.5);
-  const prices: PriceTable = { policy: price, user: { ...price, input_per_million: 0.5 }, judge: { input_per_million: 2, output_per_million: 8, cached_input_per_million: 1 } };
+  const prices: PriceTable = {
+    policy: price,
+    user: { ...price, input_per_million: 0.5 },
+    judge: { input_per_million: 2, output_per_million: 8, cached_input_per_million: 1 },
+  };
   const cost = campaignCost(
     [
       { policy: { input: 1000, output: 100, cached_input: 0 }, judge: { input: 10, output: 1, cached_input: 0 } },
@@ -152,7 +162,10 @@ test('mulberry32 and the bootstrap are deterministic under a seed', () => {
   const a = mulberry32(42);
   const b = mulberry32(42);
   const xs = Array.from({ length: 5 }, () => a());
-  assert.deepEqual(xs, Array.from({ length: 5 }, () => b()));
+  assert.deepEqual(
+    xs,
+    Array.from({ length: 5 }, () => b()),
+  );
   assert.ok(xs.every((x) => x >= 0 && x < 1));
   assert.notDeepEqual(xs, Array.from({ length: 5 }, mulberry32(43)));
   const values = [0, 1, 1, 0, 1, 0.5, 0.25, 1, 0, 0.75];

@@ -4,15 +4,21 @@ import { compileNamedSql } from '../core/named-sql.ts';
 import { judgeSaysYes } from '../core/judge-verdict.ts';
 
 test('named parameters become positional, repeated names share one position', () => {
-  assert.deepEqual(compileNamedSql('UPDATE t SET a = :a, b = :b WHERE id = :id AND a <> :a'), { text: 'UPDATE t SET a = $1, b = $2 WHERE id = $3 AND a <> $1', names: ['a', 'b', 'id'] });
+  assert.deepEqual(compileNamedSql('UPDATE t SET a = :a, b = :b WHERE id = :id AND a <> :a'), {
+    text: 'UPDATE t SET a = $1, b = $2 WHERE id = $3 AND a <> $1',
+    names: ['a', 'b', 'id'],
+  });
 });
 
 test('casts, string literals, quoted identifiers, comments and dollar quotes are left alone', () => {
   const sql = `SELECT :n::int, ':not', "odd:name", $$ :also_not $$ -- :comment\n, /* :c */ :x`;
-  assert.deepEqual(compileNamedSql(sql), { text: `SELECT $1::int, ':not', "odd:name", $$ :also_not $$ -- :comment\n, /* :c */ $2`, names: ['n', 'x'] });
+  assert.deepEqual(compileNamedSql(sql), {
+    text: `SELECT $1::int, ':not', "odd:name", $$ :also_not $$ -- :comment\n, /* :c */ $2`,
+    names: ['n', 'x'],
+  });
 });
 
-test("judge verdict: yes only when the first or last word is yes", () => {
+test('judge verdict: yes only when the first or last word is yes', () => {
   assert.equal(judgeSaysYes('Yes.'), true);
   assert.equal(judgeSaysYes('The answer is yes'), true);
   assert.equal(judgeSaysYes('No, although one could say yes to part of it.'), false);

@@ -27,16 +27,27 @@ async function build(args: string[]): Promise<{ html: string; md: string; stdout
   const out = tempDir();
   const r = await run(['--out', out, ...args]);
   assert.equal(r.code, 0, r.stderr);
-  return { html: fs.readFileSync(path.join(out, 'index.html'), 'utf8'), md: fs.readFileSync(path.join(out, 'summary.md'), 'utf8'), stdout: r.stdout, out };
+  return {
+    html: fs.readFileSync(path.join(out, 'index.html'), 'utf8'),
+    md: fs.readFileSync(path.join(out, 'summary.md'), 'utf8'),
+    stdout: r.stdout,
+    out,
+  };
 }
 
 const FULL = [
-  '--campaign', 'c-42',
-  '--probe', fixture('probe-aggregates.jsonl'),
-  '--steps', fixture('steps.jsonl'),
-  '--before', fixture('eval-before.json'),
-  '--after', fixture('eval-after.json'),
-  '--costs', fixture('costs.json'),
+  '--campaign',
+  'c-42',
+  '--probe',
+  fixture('probe-aggregates.jsonl'),
+  '--steps',
+  fixture('steps.jsonl'),
+  '--before',
+  fixture('eval-before.json'),
+  '--after',
+  fixture('eval-after.json'),
+  '--costs',
+  fixture('costs.json'),
 ];
 
 /** The <svg> inside <figure id="...">. */
@@ -53,7 +64,8 @@ const pointsIn = (svg: string) => countOf(svg, /<circle class="point"/g);
 test('full report: every section, one <svg> per plot with the right number of marks', async () => {
   const { html, stdout, out } = await build(FULL);
   assert.equal(stdout, `wrote ${path.join(out, 'index.html')}\nwrote ${path.join(out, 'summary.md')}`);
-  for (const id of ['summary', 'probe', 'training', 'evaluation', 'cost']) assert.match(html, new RegExp(`<section id="${id}">`), `section ${id}`);
+  for (const id of ['summary', 'probe', 'training', 'evaluation', 'cost'])
+    assert.match(html, new RegExp(`<section id="${id}">`), `section ${id}`);
   assert.equal(countOf(html, /<svg\b/g), 9);
   assert.equal(countOf(html, /<figure id=/g), 9);
   assert.equal(countOf(html, /<figcaption>[^<]+<\/figcaption>/g), 9, 'every plot has a one-line caption');
@@ -98,7 +110,10 @@ test('the page is static and self-contained: no scripts, no external references,
   assert.doesNotMatch(html, /<script|<link|<img|<iframe|\bsrc=|url\(|@import/i);
   const urls = html.match(/https?:\/\/[^\s"'<)]+/g) ?? [];
   assert.deepEqual([...new Set(urls)], ['http://www.w3.org/2000/svg'], 'only the SVG namespace');
-  assert.match(html, /<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">/);
+  assert.match(
+    html,
+    /<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">/,
+  );
   assert.match(html, /<style>/);
   const again = await build(FULL);
   assert.equal(again.html, html, 'same inputs, same page');
@@ -118,14 +133,23 @@ test('headline numbers: the same formatting in the summary cards, the tables and
     ['Tasks selected by probing', '22 of 32'],
   ];
   for (const [label, value] of cards) {
-    assert.ok(html.includes(`<div class="label">${label.replace(/&/g, '&amp;')}</div><div class="value">${value}</div>`), `card ${label} = ${value}`);
+    assert.ok(
+      html.includes(`<div class="label">${label.replace(/&/g, '&amp;')}</div><div class="value">${value}</div>`),
+      `card ${label} = ${value}`,
+    );
     assert.ok(md.includes(`| ${label} | ${value} |`), `summary.md row ${label} = ${value}`);
   }
-  assert.match(html, /<div class="detail">before: 53\.33%; change \+16\.67 pts, 95% paired bootstrap \[\+[\d.]+, \+[\d.]+\] pts<\/div>/);
+  assert.match(
+    html,
+    /<div class="detail">before: 53\.33%; change \+16\.67 pts, 95% paired bootstrap \[\+[\d.]+, \+[\d.]+\] pts<\/div>/,
+  );
   // The same numbers in the tables.
   assert.match(md, /^\| pass@1 \| 53\.33% \| 70\.00% \| \+16\.67 pts \| \[/m);
   assert.match(md, /^\| observed 5\/5 \| 3 \(25\.00%\) \| 6 \(50\.00%\) \| \+3 tasks \|/m);
-  assert.match(md, /^\| all \| 12 \| 60 \| 70\.00% \| \[57\.5, 80\.1\] \| 91\.67% \| 50\.00% \| 6 \(50\.00%\) \| \[25\.4, 74\.6\] \| 11 \(91\.67%\) \| \$0\.0048 \|$/m);
+  assert.match(
+    md,
+    /^\| all \| 12 \| 60 \| 70\.00% \| \[57\.5, 80\.1\] \| 91\.67% \| 50\.00% \| 6 \(50\.00%\) \| \[25\.4, 74\.6\] \| 11 \(91\.67%\) \| \$0\.0048 \|$/m,
+  );
   assert.ok(html.includes('<td class="num">70.00%</td>'));
 });
 
@@ -136,14 +160,18 @@ test('pass^k is the unbiased C(c,k)/C(n,k), never (c/n)^k, and is reported apart
   assert.ok(!html.includes('54.03%') && !md.includes('54.03%'), 'the biased (c/n)^k never appears');
   assert.match(md, /^\| pass\^5 \(evaluation\) \| 50\.00% \| unbiased C\(c,k\)\/C\(n,k\), not \(c\/n\)\^k \|$/m);
   assert.match(md, /^\| Observed 5\/5 \(evaluation\) \| 6 of 12 \|/m);
-  assert.match(md, /\| domain \| tasks \| attempts \| pass@1 \| Wilson 95% \| pass@5 \| pass\^5 \| observed 5\/5 \| Wilson 95% \| solved ≥ 1 \| cost \/ attempt \|/);
+  assert.match(
+    md,
+    /\| domain \| tasks \| attempts \| pass@1 \| Wilson 95% \| pass@5 \| pass\^5 \| observed 5\/5 \| Wilson 95% \| solved ≥ 1 \| cost \/ attempt \|/,
+  );
 });
 
 test('markdown summary: the headline table and every table of the page', async () => {
   const { html, md } = await build(FULL);
   assert.match(md, /^# Campaign c-42$/m);
   assert.match(md, /^\| metric \| value \| detail \|\n\|:---\|---:\|:---\|$/m);
-  for (const heading of ['## Summary', '## Probe difficulty', '## Training', '## Evaluation', '## Cost']) assert.ok(md.includes(`\n${heading}\n`), heading);
+  for (const heading of ['## Summary', '## Probe difficulty', '## Training', '## Evaluation', '## Cost'])
+    assert.ok(md.includes(`\n${heading}\n`), heading);
   const tablesInHtml = countOf(html, /<table>/g);
   assert.equal(countOf(md, /^\|:---/gm), tablesInHtml + 1, 'each table of the page, plus the headline table');
   assert.match(md, /^\| hard \(8%–40%\) \| 11 \| 34\.38% \| yes \| 9 \|$/m);
@@ -177,7 +205,18 @@ function writeTemp(name: string, content: string): string {
 }
 
 const goodStep = (step: number, extra: Record<string, unknown> = {}) =>
-  JSON.stringify({ step, mean_reward: 0.5, informative_group_fraction: 0.7, loss: 0.01, grad_norm: 1, groups: 18, infra_errors_refilled: 0, zero_variance_replaced: 2, wall_s: 600, ...extra });
+  JSON.stringify({
+    step,
+    mean_reward: 0.5,
+    informative_group_fraction: 0.7,
+    loss: 0.01,
+    grad_norm: 1,
+    groups: 18,
+    infra_errors_refilled: 0,
+    zero_variance_replaced: 2,
+    wall_s: 600,
+    ...extra,
+  });
 
 async function fails(args: string[], expected: RegExp): Promise<void> {
   const out = tempDir();
@@ -190,7 +229,10 @@ async function fails(args: string[], expected: RegExp): Promise<void> {
 test('malformed inputs: the error names the file, the line for JSONL, and the field', async () => {
   const { loss: _loss, ...noLoss } = JSON.parse(goodStep(3));
   let file = writeTemp('steps.jsonl', [goodStep(1), goodStep(2), JSON.stringify(noLoss)].join('\n'));
-  await fails(['--steps', file], new RegExp(`^${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:3: field loss: missing \\(expected number\\)$`));
+  await fails(
+    ['--steps', file],
+    new RegExp(`^${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:3: field loss: missing \\(expected number\\)$`),
+  );
   file = writeTemp('steps.jsonl', [goodStep(1), goodStep(2, { informative_group_fraction: 1.5 })].join('\n'));
   await fails(['--steps', file], /steps\.jsonl:2: field informative_group_fraction: .*\(got 1\.5\)/);
   file = writeTemp('steps.jsonl', [goodStep(1), '{"step": 2,'].join('\n'));
@@ -209,7 +251,10 @@ test('malformed inputs: the error names the file, the line for JSONL, and the fi
   const aggregate = JSON.parse(fs.readFileSync(fixture('eval-after.json'), 'utf8'));
   aggregate.domains.retail.pass_at_1.estimate = '65%';
   file = writeTemp('after.json', JSON.stringify(aggregate));
-  await fails(['--before', fixture('eval-before.json'), '--after', file], /after\.json: field domains\.retail\.pass_at_1\.estimate: .*\(got "65%"\) \(expected the output of 'tbt eval aggregate --out'\)/);
+  await fails(
+    ['--before', fixture('eval-before.json'), '--after', file],
+    /after\.json: field domains\.retail\.pass_at_1\.estimate: .*\(got "65%"\) \(expected the output of 'tbt eval aggregate --out'\)/,
+  );
   file = writeTemp('manifest.json', JSON.stringify({ tool: 'tbt prepare' }));
   await fails(['--eval', file], /manifest\.json: field kind: /);
   file = writeTemp('eval.json', '{"kind": ');
@@ -241,7 +286,10 @@ test('before and after over different tasks: no paired interval, a note that say
   const input = loadReportInput({ before: fixture('eval-before.json'), after: fixture('eval-after.json') });
   input.after!.aggregate.tasks = input.after!.aggregate.tasks.filter((t) => t.uid !== 'retail/t4');
   const html = renderHtml(buildReportModel(input));
-  assert.match(html, /No paired comparison: paired comparison needs the same tasks on both sides: 1 only in A \(retail\/t4\)/);
+  assert.match(
+    html,
+    /No paired comparison: paired comparison needs the same tasks on both sides: 1 only in A \(retail\/t4\)/,
+  );
   assert.doesNotMatch(html, /Paired per-task comparison by domain/);
 });
 
@@ -254,14 +302,31 @@ test('charts: nice ticks, bins, escaping and validation', () => {
     [2, 1, 0, 0, 0, 0, 0, 0, 0, 2],
   );
   assert.throws(() => binValues([1.2], 0, 1, 10), /outside/);
-  const svg = barChart({ title: 'A & B', categories: ['<x>', 'y'], series: [{ name: 's', values: [1, null] }], yLabel: 'n' });
+  const svg = barChart({
+    title: 'A & B',
+    categories: ['<x>', 'y'],
+    series: [{ name: 's', values: [1, null] }],
+    yLabel: 'n',
+  });
   assert.match(svg, /<title>A &amp; B<\/title>/);
   assert.match(svg, />&lt;x&gt;</);
   assert.equal(bars(svg), 1, 'a null value draws no bar');
   assert.match(svg, />n\/a</);
-  assert.throws(() => barChart({ title: 't', categories: ['a'], series: [{ name: 's', values: [Number.NaN] }], yLabel: 'n' }), /finite/);
-  assert.throws(() => barChart({ title: 't', categories: ['a', 'b'], series: [{ name: 's', values: [1] }], yLabel: 'n' }), /1 values for 2 categories/);
+  assert.throws(
+    () => barChart({ title: 't', categories: ['a'], series: [{ name: 's', values: [Number.NaN] }], yLabel: 'n' }),
+    /finite/,
+  );
+  assert.throws(
+    () => barChart({ title: 't', categories: ['a', 'b'], series: [{ name: 's', values: [1] }], yLabel: 'n' }),
+    /1 values for 2 categories/,
+  );
   assert.deepEqual(rollingMean([1, 2, 3, 4], 2), [1, 1.5, 2.5, 3.5]);
-  const scatter = scatterChart({ title: 's', series: [{ name: 'a', points: [{ x: 1, y: 0.5, label: 'p' }] }], xLabel: 'x', yLabel: 'y', yDomain: [0, 1] });
+  const scatter = scatterChart({
+    title: 's',
+    series: [{ name: 'a', points: [{ x: 1, y: 0.5, label: 'p' }] }],
+    xLabel: 'x',
+    yLabel: 'y',
+    yDomain: [0, 1],
+  });
   assert.equal(pointsIn(scatter), 1);
 });

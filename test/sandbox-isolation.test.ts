@@ -15,9 +15,29 @@ const scenario = scenarioSchema.parse({
   schema: 'CREATE TABLE notes (id integer PRIMARY KEY, body text NOT NULL);',
   seed: "INSERT INTO notes VALUES (1, 'alpha'), (2, 'beta');",
   tools: [
-    { name: 'find_note', description: 'Find notes by exact body.', input_schema: { type: 'object', properties: { body: { type: 'string' } }, required: ['body'] }, sql: 'SELECT id, body FROM notes WHERE body = :body ORDER BY id' },
-    { name: 'search_notes', description: 'Search notes.', input_schema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] }, sql: "SELECT id, body FROM notes WHERE body LIKE '%' || :text || '%' ORDER BY id" },
-    { name: 'set_note', description: 'Change a note.', input_schema: { type: 'object', properties: { id: { type: 'integer' }, body: { type: 'string' } }, required: ['id', 'body'] }, sql: 'UPDATE notes SET body = :body WHERE id = :id', result: 'affected' },
+    {
+      name: 'find_note',
+      description: 'Find notes by exact body.',
+      input_schema: { type: 'object', properties: { body: { type: 'string' } }, required: ['body'] },
+      sql: 'SELECT id, body FROM notes WHERE body = :body ORDER BY id',
+    },
+    {
+      name: 'search_notes',
+      description: 'Search notes.',
+      input_schema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+      sql: "SELECT id, body FROM notes WHERE body LIKE '%' || :text || '%' ORDER BY id",
+    },
+    {
+      name: 'set_note',
+      description: 'Change a note.',
+      input_schema: {
+        type: 'object',
+        properties: { id: { type: 'integer' }, body: { type: 'string' } },
+        required: ['id', 'body'],
+      },
+      sql: 'UPDATE notes SET body = :body WHERE id = :id',
+      result: 'affected',
+    },
   ],
 });
 
@@ -28,7 +48,7 @@ const payloads = [
   "' UNION SELECT 1, current_database() --",
   "' UNION SELECT 1, string_agg(name, ',') FROM sandboxes --",
   "'; SELECT pg_terminate_backend(pid) FROM pg_stat_activity; --",
-  "$$; DROP TABLE notes; $$",
+  '$$; DROP TABLE notes; $$',
   "\\'; DELETE FROM notes; --",
   "'; COPY notes TO PROGRAM 'id'; --",
   "'); DROP DATABASE tbt; --",
@@ -49,7 +69,9 @@ test('SQL injection payloads in tool arguments are data: they neither read nor c
   const b = await pool.acquire(scenario, 'test:injection-b');
   try {
     const beforeB = stateHash(await readCanonicalState(b, scenario));
-    const controlBefore = await withClient(controlUrl, (c) => c.query(`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`));
+    const controlBefore = await withClient(controlUrl, (c) =>
+      c.query(`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`),
+    );
     const session = await openToolSession(scenario, a);
     try {
       for (const body of payloads) {
@@ -72,7 +94,9 @@ test('SQL injection payloads in tool arguments are data: they neither read nor c
     const stateA = await readCanonicalState(a, scenario);
     assert.deepEqual(stateA.notes, { 'id=1': { id: 1, body: 'alpha' }, 'id=2': { id: 2, body: payloads[2] } });
     assert.equal(stateHash(await readCanonicalState(b, scenario)), beforeB, 'the other sandbox is untouched');
-    const controlAfter = await withClient(controlUrl, (c) => c.query(`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`));
+    const controlAfter = await withClient(controlUrl, (c) =>
+      c.query(`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`),
+    );
     assert.equal(controlAfter.rows[0].n, controlBefore.rows[0].n, 'the control database is untouched');
   } finally {
     await pool.release(a);
@@ -81,7 +105,9 @@ test('SQL injection payloads in tool arguments are data: they neither read nor c
 });
 
 test('the tool role cannot connect to the control database, and the checking role cannot write', async () => {
-  const agentOnControl = new pg.Client({ connectionString: withRole(controlUrl, 'tbt_agent', process.env.TBT_AGENT_DB_PASSWORD) });
+  const agentOnControl = new pg.Client({
+    connectionString: withRole(controlUrl, 'tbt_agent', process.env.TBT_AGENT_DB_PASSWORD),
+  });
   await assert.rejects(agentOnControl.connect(), /permission denied for database/);
   await agentOnControl.end().catch(() => undefined);
   const sandbox = await pool.acquire(scenario, 'test:roles');
@@ -103,13 +129,23 @@ test('warm pool: refills to the target, serves a ready clone, released sandboxes
   const warm = newPool({ warm: 2, leaseMs: 60_000 });
   try {
     const first = await warm.acquire(scenario, 'test:warm-1');
-    await warm.refill((await warm.ensureTemplate(scenario)));
-    const ready = await withClient(controlUrl, (c) => c.query<{ name: string }>(`SELECT s.name FROM sandboxes s JOIN sandbox_templates t ON t.name = s.template WHERE t.scenario = $1 AND s.state = 'ready'`, [scenario.name]));
+    await warm.refill(await warm.ensureTemplate(scenario));
+    const ready = await withClient(controlUrl, (c) =>
+      c.query<{ name: string }>(
+        `SELECT s.name FROM sandboxes s JOIN sandbox_templates t ON t.name = s.template WHERE t.scenario = $1 AND s.state = 'ready'`,
+        [scenario.name],
+      ),
+    );
     assert.ok(ready.rowCount! >= 2, `expected 2 ready clones, got ${ready.rowCount}`);
     const second = await warm.acquire(scenario, 'test:warm-2');
-    assert.ok(ready.rows.some((r) => r.name === second.name), 'the second acquire takes a ready clone');
+    assert.ok(
+      ready.rows.some((r) => r.name === second.name),
+      'the second acquire takes a ready clone',
+    );
     await warm.release(first);
-    const gone = await withClient(controlUrl, (c) => c.query('SELECT 1 FROM pg_database WHERE datname = $1', [first.name]));
+    const gone = await withClient(controlUrl, (c) =>
+      c.query('SELECT 1 FROM pg_database WHERE datname = $1', [first.name]),
+    );
     assert.equal(gone.rowCount, 0);
     // Simulate a crashed worker: its lease expires; and an orphan database nobody recorded.
     await withClient(controlUrl, async (c) => {
@@ -119,7 +155,9 @@ test('warm pool: refills to the target, serves a ready clone, released sandboxes
     const { dropped } = await warm.sweep();
     assert.ok(dropped.includes(second.name));
     assert.ok(dropped.includes('tbt_sbx_orphan_test'));
-    const left = await withClient(controlUrl, (c) => c.query(`SELECT datname FROM pg_database WHERE datname IN ($1, 'tbt_sbx_orphan_test')`, [second.name]));
+    const left = await withClient(controlUrl, (c) =>
+      c.query(`SELECT datname FROM pg_database WHERE datname IN ($1, 'tbt_sbx_orphan_test')`, [second.name]),
+    );
     assert.equal(left.rowCount, 0);
   } finally {
     await warm.close();

@@ -16,11 +16,18 @@ before(async () => {
 test('a workflow on the real Temporal dev server runs an activity that writes to the real Postgres', async () => {
   const taskQueue = `test-smoke-${randomUUID()}`;
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });
-  const worker = await Worker.create({ connection, taskQueue, workflowBundle: await workflowBundle(), activities: createSmokeActivities(controlUrl) });
+  const worker = await Worker.create({
+    connection,
+    taskQueue,
+    workflowBundle: await workflowBundle(),
+    activities: createSmokeActivities(controlUrl),
+  });
   const { client, connection: clientConnection } = await temporalClient();
   const id = `smoke-${randomUUID()}`;
   try {
-    const count = await worker.runUntil(client.workflow.execute(smokeWorkflow, { taskQueue, workflowId: id, args: [id] }));
+    const count = await worker.runUntil(
+      client.workflow.execute(smokeWorkflow, { taskQueue, workflowId: id, args: [id] }),
+    );
     assert.ok(count >= 1);
     const row = await withClient(controlUrl, (c) => c.query('SELECT message FROM smoke_checks WHERE id = $1', [id]));
     assert.equal(row.rows[0]?.message, `smoke check ${id}`);

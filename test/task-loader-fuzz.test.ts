@@ -14,9 +14,30 @@ const scenario = () => ({
   schema: 'CREATE TABLE items (id integer PRIMARY KEY, qty integer NOT NULL);',
   seed: 'INSERT INTO items VALUES (1, 5);',
   volatile: {},
-  tools: [{ name: 'set_qty', description: 'Set a quantity.', input_schema: { type: 'object', properties: { id: { type: 'integer' }, qty: { type: 'integer' } }, required: ['id', 'qty'] }, sql: 'UPDATE items SET qty = :qty WHERE id = :id', result: 'affected' }],
+  tools: [
+    {
+      name: 'set_qty',
+      description: 'Set a quantity.',
+      input_schema: {
+        type: 'object',
+        properties: { id: { type: 'integer' }, qty: { type: 'integer' } },
+        required: ['id', 'qty'],
+      },
+      sql: 'UPDATE items SET qty = :qty WHERE id = :id',
+      result: 'affected',
+    },
+  ],
 });
-const taskFile = () => ({ tasks: [{ uid: 'shop/one', scenario: 'shop', query: 'Set item 1 to 3.', golden: [{ tool: 'set_qty', arguments: { id: 1, qty: 3 } }] }] });
+const taskFile = () => ({
+  tasks: [
+    {
+      uid: 'shop/one',
+      scenario: 'shop',
+      query: 'Set item 1 to 3.',
+      golden: [{ tool: 'set_qty', arguments: { id: 1, qty: 3 } }],
+    },
+  ],
+});
 
 type Case = { name: string; file: 'scenario' | 'tasks'; field: string; edit?: (s: any, t: any) => void; raw?: string };
 const cases: Case[] = [
@@ -28,36 +49,129 @@ const cases: Case[] = [
   { name: 'schema blank', file: 'scenario', field: 'schema', edit: (s) => (s.schema = '   ') },
   { name: 'seed not text', file: 'scenario', field: 'seed', edit: (s) => (s.seed = 42) },
   { name: 'volatile not a map', file: 'scenario', field: 'volatile', edit: (s) => (s.volatile = ['a']) },
-  { name: 'volatile column not a list', file: 'scenario', field: 'volatile.items', edit: (s) => (s.volatile = { items: 'qty' }) },
+  {
+    name: 'volatile column not a list',
+    file: 'scenario',
+    field: 'volatile.items',
+    edit: (s) => (s.volatile = { items: 'qty' }),
+  },
   { name: 'no tools', file: 'scenario', field: 'tools', edit: (s) => (s.tools = []) },
   { name: 'tool name missing', file: 'scenario', field: 'tools[0].name', edit: (s) => delete s.tools[0].name },
-  { name: 'tool description missing', file: 'scenario', field: 'tools[0].description', edit: (s) => delete s.tools[0].description },
+  {
+    name: 'tool description missing',
+    file: 'scenario',
+    field: 'tools[0].description',
+    edit: (s) => delete s.tools[0].description,
+  },
   { name: 'tool sql missing', file: 'scenario', field: 'tools[0].sql', edit: (s) => delete s.tools[0].sql },
   { name: 'tool sql empty list', file: 'scenario', field: 'tools[0].sql', edit: (s) => (s.tools[0].sql = []) },
-  { name: 'tool result unknown', file: 'scenario', field: 'tools[0].result', edit: (s) => (s.tools[0].result = 'everything') },
-  { name: 'input schema not an object type', file: 'scenario', field: 'tools[0].input_schema.type', edit: (s) => (s.tools[0].input_schema.type = 'array') },
-  { name: 'required names an undeclared argument', file: 'scenario', field: 'tools[0].input_schema.required[0]', edit: (s) => (s.tools[0].input_schema.required = ['nope']) },
-  { name: 'sql uses an undeclared parameter', file: 'scenario', field: 'tools[0].sql', edit: (s) => (s.tools[0].sql = 'UPDATE items SET qty = :amount WHERE id = :id') },
-  { name: 'duplicate tool names', file: 'scenario', field: 'tools[1].name', edit: (s) => s.tools.push({ ...s.tools[0] }) },
+  {
+    name: 'tool result unknown',
+    file: 'scenario',
+    field: 'tools[0].result',
+    edit: (s) => (s.tools[0].result = 'everything'),
+  },
+  {
+    name: 'input schema not an object type',
+    file: 'scenario',
+    field: 'tools[0].input_schema.type',
+    edit: (s) => (s.tools[0].input_schema.type = 'array'),
+  },
+  {
+    name: 'required names an undeclared argument',
+    file: 'scenario',
+    field: 'tools[0].input_schema.required[0]',
+    edit: (s) => (s.tools[0].input_schema.required = ['nope']),
+  },
+  {
+    name: 'sql uses an undeclared parameter',
+    file: 'scenario',
+    field: 'tools[0].sql',
+    edit: (s) => (s.tools[0].sql = 'UPDATE items SET qty = :amount WHERE id = :id'),
+  },
+  {
+    name: 'duplicate tool names',
+    file: 'scenario',
+    field: 'tools[1].name',
+    edit: (s) => s.tools.push({ ...s.tools[0] }),
+  },
   { name: 'unknown scenario field', file: 'scenario', field: 'colour', edit: (s) => (s.colour = 'red') },
-  { name: 'scenario YAML syntax error', file: 'scenario', field: 'YAML syntax', raw: 'name: shop\ninstructions: [unclosed\n' },
+  {
+    name: 'scenario YAML syntax error',
+    file: 'scenario',
+    field: 'YAML syntax',
+    raw: 'name: shop\ninstructions: [unclosed\n',
+  },
   { name: 'scenario is a list', file: 'scenario', field: '', raw: '- a\n- b\n' },
   { name: 'duplicate YAML key', file: 'scenario', field: 'YAML syntax', raw: 'name: shop\nname: again\n' },
-  { name: 'tasks key missing', file: 'tasks', field: 'tasks', edit: (_s, t) => { delete t.tasks; t.task = []; } },
+  {
+    name: 'tasks key missing',
+    file: 'tasks',
+    field: 'tasks',
+    edit: (_s, t) => {
+      delete t.tasks;
+      t.task = [];
+    },
+  },
   { name: 'empty task list', file: 'tasks', field: 'tasks', edit: (_s, t) => (t.tasks = []) },
   { name: 'uid missing', file: 'tasks', field: 'tasks[0].uid', edit: (_s, t) => delete t.tasks[0].uid },
   { name: 'uid with spaces', file: 'tasks', field: 'tasks[0].uid', edit: (_s, t) => (t.tasks[0].uid = 'has space') },
   { name: 'query missing', file: 'tasks', field: 'tasks[0].query', edit: (_s, t) => delete t.tasks[0].query },
   { name: 'golden missing', file: 'tasks', field: 'tasks[0].golden', edit: (_s, t) => delete t.tasks[0].golden },
-  { name: 'golden call without tool', file: 'tasks', field: 'tasks[0].golden[0].tool', edit: (_s, t) => delete t.tasks[0].golden[0].tool },
-  { name: 'golden arguments not an object', file: 'tasks', field: 'tasks[0].golden[0].arguments', edit: (_s, t) => (t.tasks[0].golden[0].arguments = 'id=1') },
-  { name: 'golden calls an unknown tool', file: 'tasks', field: 'tasks[0].golden[0].tool', edit: (_s, t) => (t.tasks[0].golden[0].tool = 'drop_everything') },
-  { name: 'unknown scenario', file: 'tasks', field: 'tasks[0].scenario', edit: (_s, t) => (t.tasks[0].scenario = 'bank') },
-  { name: 'rubric not text', file: 'tasks', field: 'tasks[0].rubrics[0]', edit: (_s, t) => (t.tasks[0].rubrics = [{ q: 1 }]) },
-  { name: 'assertion without sql', file: 'tasks', field: 'tasks[0].assertions[0].sql', edit: (_s, t) => (t.tasks[0].assertions = [{ name: 'x' }]) },
-  { name: 'negative user turns', file: 'tasks', field: 'tasks[0].limits.max_user_turns', edit: (_s, t) => (t.tasks[0].limits = { max_user_turns: -1 }) },
-  { name: 'zero agent turns', file: 'tasks', field: 'tasks[0].limits.max_agent_turns', edit: (_s, t) => (t.tasks[0].limits = { max_agent_turns: 0 }) },
-  { name: 'user_replies not a list', file: 'tasks', field: 'tasks[0].user_replies', edit: (_s, t) => (t.tasks[0].user_replies = 'yes') },
+  {
+    name: 'golden call without tool',
+    file: 'tasks',
+    field: 'tasks[0].golden[0].tool',
+    edit: (_s, t) => delete t.tasks[0].golden[0].tool,
+  },
+  {
+    name: 'golden arguments not an object',
+    file: 'tasks',
+    field: 'tasks[0].golden[0].arguments',
+    edit: (_s, t) => (t.tasks[0].golden[0].arguments = 'id=1'),
+  },
+  {
+    name: 'golden calls an unknown tool',
+    file: 'tasks',
+    field: 'tasks[0].golden[0].tool',
+    edit: (_s, t) => (t.tasks[0].golden[0].tool = 'drop_everything'),
+  },
+  {
+    name: 'unknown scenario',
+    file: 'tasks',
+    field: 'tasks[0].scenario',
+    edit: (_s, t) => (t.tasks[0].scenario = 'bank'),
+  },
+  {
+    name: 'rubric not text',
+    file: 'tasks',
+    field: 'tasks[0].rubrics[0]',
+    edit: (_s, t) => (t.tasks[0].rubrics = [{ q: 1 }]),
+  },
+  {
+    name: 'assertion without sql',
+    file: 'tasks',
+    field: 'tasks[0].assertions[0].sql',
+    edit: (_s, t) => (t.tasks[0].assertions = [{ name: 'x' }]),
+  },
+  {
+    name: 'negative user turns',
+    file: 'tasks',
+    field: 'tasks[0].limits.max_user_turns',
+    edit: (_s, t) => (t.tasks[0].limits = { max_user_turns: -1 }),
+  },
+  {
+    name: 'zero agent turns',
+    file: 'tasks',
+    field: 'tasks[0].limits.max_agent_turns',
+    edit: (_s, t) => (t.tasks[0].limits = { max_agent_turns: 0 }),
+  },
+  {
+    name: 'user_replies not a list',
+    file: 'tasks',
+    field: 'tasks[0].user_replies',
+    edit: (_s, t) => (t.tasks[0].user_replies = 'yes'),
+  },
   { name: 'duplicate uid', file: 'tasks', field: 'tasks[1].uid', edit: (_s, t) => t.tasks.push({ ...t.tasks[0] }) },
   { name: 'unknown task field', file: 'tasks', field: 'tasks[0].reward', edit: (_s, t) => (t.tasks[0].reward = 1) },
   { name: 'tasks YAML syntax error', file: 'tasks', field: 'YAML syntax', raw: 'tasks:\n  - uid: "unterminated\n' },
@@ -83,7 +197,10 @@ test(`the loader rejects ${cases.length} malformed files, each with file, line a
     const own = problems.filter((p) => p.file === expectedFile);
     assert.ok(own.length > 0, `${c.name}: expected a problem in ${expectedFile}, got ${JSON.stringify(problems)}`);
     const message = own.map(formatProblem).join('\n');
-    assert.ok(own.every((p) => p.line >= 1), `${c.name}: line numbers`);
+    assert.ok(
+      own.every((p) => p.line >= 1),
+      `${c.name}: line numbers`,
+    );
     assert.ok(message.includes(expectedFile), `${c.name}: names the file`);
     if (c.field) assert.ok(message.includes(c.field), `${c.name}: expected field '${c.field}' in:\n${message}`);
   }
@@ -99,13 +216,19 @@ test('the valid base suite loads without problems, and a line number points at t
   const ok = loadSuites(dir);
   assert.deepEqual(ok.problems, []);
   assert.equal(ok.suites[0]!.tasks.length, 1);
-  fs.writeFileSync(path.join(dir, 'tasks', 'shop.yaml'), 'tasks:\n  - uid: a\n    scenario: shop\n    query: q\n    golden:\n      - tool: set_qty\n        arguments: 7\n');
+  fs.writeFileSync(
+    path.join(dir, 'tasks', 'shop.yaml'),
+    'tasks:\n  - uid: a\n    scenario: shop\n    query: q\n    golden:\n      - tool: set_qty\n        arguments: 7\n',
+  );
   const bad = loadSuites(dir);
   assert.equal(bad.problems.length, 1);
   assert.equal(bad.problems[0]!.line, 7);
   assert.equal(bad.problems[0]!.field, 'tasks[0].golden[0].arguments');
   // A YAML syntax error names the line it is on, not the top of the file.
-  fs.writeFileSync(path.join(dir, 'tasks', 'shop.yaml'), 'tasks:\n  - uid: a\n    scenario: shop\n    query: q\n    query: again\n');
+  fs.writeFileSync(
+    path.join(dir, 'tasks', 'shop.yaml'),
+    'tasks:\n  - uid: a\n    scenario: shop\n    query: q\n    query: again\n',
+  );
   const duplicate = loadSuites(dir);
   assert.equal(duplicate.problems.length, 1);
   assert.equal(duplicate.problems[0]!.line, 5);

@@ -5,7 +5,16 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createCampaignActivities } from '../activities/campaign-activities.ts';
-import { createEpisodeActivities, episodeDependencies, episodeEnvironment, episodeOptions, findTask, thinkingboxResources, thinkingboxResourcesFactory, type EpisodeBackends } from '../activities/episode-activities.ts';
+import {
+  createEpisodeActivities,
+  episodeDependencies,
+  episodeEnvironment,
+  episodeOptions,
+  findTask,
+  thinkingboxResources,
+  thinkingboxResourcesFactory,
+  type EpisodeBackends,
+} from '../activities/episode-activities.ts';
 import { runEpisode } from '../activities/episode-runner.ts';
 import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
 import { importThinkingboxDataset } from '../activities/thinkingbox/dataset-importer.ts';
@@ -33,12 +42,22 @@ import { controlReady, env, newPool, temporalClient, workflowBundle } from './he
 const fixture = path.join(repoRoot, 'examples', 'thinkingbox-fixture');
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-thinkingbox-'));
 const imported = path.join(work, 'imported');
-const resources = thinkingboxResources({ warm_processes: 1, server_start_timeout_ms: 30_000, test_timeout_ms: 30_000, native_grading: true });
+const resources = thinkingboxResources({
+  warm_processes: 1,
+  server_start_timeout_ms: 30_000,
+  test_timeout_ms: 30_000,
+  native_grading: true,
+});
 const doubles: OpenAIWireProtocolDouble[] = [];
 let suite: ThinkingBoxSuite;
 
 const capture = () => {
-  const io = { lines: [] as string[], errors: [] as string[], out: (s: string) => io.lines.push(s), err: (s: string) => io.errors.push(s) };
+  const io = {
+    lines: [] as string[],
+    errors: [] as string[],
+    out: (s: string) => io.lines.push(s),
+    err: (s: string) => io.errors.push(s),
+  };
   return io;
 };
 
@@ -46,7 +65,10 @@ before(async () => {
   const io = capture();
   const exclude = path.join(work, 'benchmark.yaml');
   fs.writeFileSync(exclude, '- stacks/shelving.py:test_move_silent_spring\n');
-  const code = importThinkingbox(['--data', fixture, '--list', path.join(fixture, 'tests.yaml'), '--out', imported, '--exclude-uids', exclude], io);
+  const code = importThinkingbox(
+    ['--data', fixture, '--list', path.join(fixture, 'tests.yaml'), '--out', imported, '--exclude-uids', exclude],
+    io,
+  );
   assert.equal(code, 0, io.errors.join('\n'));
   suite = loadImportedSuite(imported).suite!;
 });
@@ -63,78 +85,133 @@ const task = (uid: string) => {
 const withNative = (pred: (t: ImportedTask) => boolean) => suite.tasks.find((t) => t.test.native && pred(t))!;
 
 test('import keeps the original uids, merges init into world_state and marks --exclude-uids evaluation-only', () => {
-  const listed = (fs.readFileSync(path.join(fixture, 'tests.yaml'), 'utf8').match(/^- .+$/gm) ?? []).map((l) => l.slice(2).trim());
-  assert.deepEqual(suite.tasks.map((t) => t.uid), listed);
-  assert.ok(suite.tasks.some((t) => t.uid.includes('/')), 'a task from a sub-folder of test_case/ keeps its relative path in the uid');
-  assert.deepEqual(suite.tasks.filter((t) => t.evaluation_only).map((t) => t.uid), ['stacks/shelving.py:test_move_silent_spring']);
+  const listed = (fs.readFileSync(path.join(fixture, 'tests.yaml'), 'utf8').match(/^- .+$/gm) ?? []).map((l) =>
+    l.slice(2).trim(),
+  );
+  assert.deepEqual(
+    suite.tasks.map((t) => t.uid),
+    listed,
+  );
+  assert.ok(
+    suite.tasks.some((t) => t.uid.includes('/')),
+    'a task from a sub-folder of test_case/ keeps its relative path in the uid',
+  );
+  assert.deepEqual(
+    suite.tasks.filter((t) => t.evaluation_only).map((t) => t.uid),
+    ['stacks/shelving.py:test_move_silent_spring'],
+  );
   for (const t of suite.tasks) {
     const scenario = suite.scenarios[t.scenario]!;
     for (const [server, config] of Object.entries(scenario.world_state)) {
       // Lists concatenate: every row of the scenario's state is still there, in front of what init adds.
       const base = (config.state ?? {}) as Record<string, unknown[]>;
       const merged = (t.world_state[server]!.state ?? {}) as Record<string, unknown[]>;
-      for (const [table, rows] of Object.entries(base)) assert.deepEqual(merged[table]!.slice(0, rows.length), rows, `${t.uid}: ${server}.${table}`);
+      for (const [table, rows] of Object.entries(base))
+        assert.deepEqual(merged[table]!.slice(0, rows.length), rows, `${t.uid}: ${server}.${table}`);
     }
   }
-  assert.ok(suite.tasks.some((t) => t.golden.length === 0), 'a no-change task');
-  assert.ok(suite.tasks.some((t) => !t.test.native), 'a task with a custom test body');
-  assert.ok(suite.tasks.some((t) => t.test.native?.rubrics), 'a rubric task');
+  assert.ok(
+    suite.tasks.some((t) => t.golden.length === 0),
+    'a no-change task',
+  );
+  assert.ok(
+    suite.tasks.some((t) => !t.test.native),
+    'a task with a custom test body',
+  );
+  assert.ok(
+    suite.tasks.some((t) => t.test.native?.rubrics),
+    'a rubric task',
+  );
 });
 
 test('files and tasks that cannot be parsed are reported with file and line; the rest still import', () => {
   const broken = path.join(work, 'broken-dataset');
   fs.cpSync(fixture, broken, { recursive: true });
-  fs.writeFileSync(path.join(broken, 'test_case', 'syntax.py'), '"""!\nscenario: circulation_desk\n"""\n\ndef test_a(x):\n    """!\n    query: hi\n    """\n    assert (\n');
-  fs.writeFileSync(path.join(broken, 'test_case', 'yaml_errors.py'), [
-    '"""!',
-    'scenario: circulation_desk',
-    '"""',
-    '',
-    'def test_bad_yaml(x):',
-    '    """!',
-    '    query: a: b',
-    '    """',
-    '',
-    'def test_unknown_scenario(x):',
-    '    """!',
-    '    query: Hello',
-    '    scenario: no_such_scenario',
-    '    """',
-    '',
-    'def test_fine(x):',
-    '    """!',
-    '    query: Hello there',
-    '    """',
-    '    assert True',
-    '',
-  ].join('\n'));
+  fs.writeFileSync(
+    path.join(broken, 'test_case', 'syntax.py'),
+    '"""!\nscenario: circulation_desk\n"""\n\ndef test_a(x):\n    """!\n    query: hi\n    """\n    assert (\n',
+  );
+  fs.writeFileSync(
+    path.join(broken, 'test_case', 'yaml_errors.py'),
+    [
+      '"""!',
+      'scenario: circulation_desk',
+      '"""',
+      '',
+      'def test_bad_yaml(x):',
+      '    """!',
+      '    query: a: b',
+      '    """',
+      '',
+      'def test_unknown_scenario(x):',
+      '    """!',
+      '    query: Hello',
+      '    scenario: no_such_scenario',
+      '    """',
+      '',
+      'def test_fine(x):',
+      '    """!',
+      '    query: Hello there',
+      '    """',
+      '    assert True',
+      '',
+    ].join('\n'),
+  );
   const list = path.join(broken, 'list.yaml');
-  fs.writeFileSync(list, `${fs.readFileSync(path.join(fixture, 'tests.yaml'), 'utf8')}- syntax.py:test_a\n- yaml_errors.py:test_bad_yaml\n- yaml_errors.py:test_unknown_scenario\n- yaml_errors.py:test_fine\n- missing.py:test_x\n`);
+  fs.writeFileSync(
+    list,
+    `${fs.readFileSync(path.join(fixture, 'tests.yaml'), 'utf8')}- syntax.py:test_a\n- yaml_errors.py:test_bad_yaml\n- yaml_errors.py:test_unknown_scenario\n- yaml_errors.py:test_fine\n- missing.py:test_x\n`,
+  );
   const result = importThinkingboxDataset({ dataDir: broken, listFile: list });
-  const at = (file: string) => result.problems.filter((p) => p.file.endsWith(file)).map((p) => `${p.line}: ${p.message}`);
-  assert.match(at('syntax.py').join('\n'), /^9: .*(syntax|never closed|was not closed)/im, 'a Python syntax error names its line');
-  assert.match(at('yaml_errors.py').join('\n'), /^7: .*YAML syntax/m, 'a YAML error inside a docstring names the .py line');
-  assert.match(at('yaml_errors.py').join('\n'), /^13: task yaml_errors\.py:test_unknown_scenario: unknown scenario 'no_such_scenario'/m);
+  const at = (file: string) =>
+    result.problems.filter((p) => p.file.endsWith(file)).map((p) => `${p.line}: ${p.message}`);
+  assert.match(
+    at('syntax.py').join('\n'),
+    /^9: .*(syntax|never closed|was not closed)/im,
+    'a Python syntax error names its line',
+  );
+  assert.match(
+    at('yaml_errors.py').join('\n'),
+    /^7: .*YAML syntax/m,
+    'a YAML error inside a docstring names the .py line',
+  );
+  assert.match(
+    at('yaml_errors.py').join('\n'),
+    /^13: task yaml_errors\.py:test_unknown_scenario: unknown scenario 'no_such_scenario'/m,
+  );
   assert.match(at('list.yaml').join('\n'), /missing\.py:test_x: no such test file/);
-  assert.equal(result.suite.tasks.length, suite.tasks.length + 1, 'every good task still imports (the fixture tasks and test_fine)');
-  assert.ok(result.suite.tasks.some((t) => t.uid === 'yaml_errors.py:test_fine' && t.scenario === 'circulation_desk'), 'module defaults apply');
+  assert.equal(
+    result.suite.tasks.length,
+    suite.tasks.length + 1,
+    'every good task still imports (the fixture tasks and test_fine)',
+  );
+  assert.ok(
+    result.suite.tasks.some((t) => t.uid === 'yaml_errors.py:test_fine' && t.scenario === 'circulation_desk'),
+    'module defaults apply',
+  );
 });
 
-test('golden validation: replaying the golden calls found in init passes; a null agent fails (or passes a no-change task)', { timeout: 300_000 }, async () => {
-  const picks = [
-    withNative((t) => t.golden.length > 0 && Object.keys(t.world_state).length > 1 && t.test.native!.servers.length > 1),
-    withNative((t) => t.golden.length === 0),
-    withNative((t) => !!t.test.native!.rubrics),
-    suite.tasks.find((t) => !t.test.native)!,
-  ];
-  for (const t of picks) {
-    const v = await validateImportedTask(resources, suite, t);
-    assert.deepEqual(v.problems, [], t.uid);
-    assert.equal(v.goldenPass, true, `${t.uid}: golden passes`);
-    assert.equal(v.nullOk, true, `${t.uid}: null agent ${v.noChange ? 'passes (no change)' : 'fails'}`);
-    assert.equal(v.noChange, t.golden.length === 0, `${t.uid}: no-change iff no golden calls`);
-  }
-});
+test(
+  'golden validation: replaying the golden calls found in init passes; a null agent fails (or passes a no-change task)',
+  { timeout: 300_000 },
+  async () => {
+    const picks = [
+      withNative(
+        (t) => t.golden.length > 0 && Object.keys(t.world_state).length > 1 && t.test.native!.servers.length > 1,
+      ),
+      withNative((t) => t.golden.length === 0),
+      withNative((t) => !!t.test.native!.rubrics),
+      suite.tasks.find((t) => !t.test.native)!,
+    ];
+    for (const t of picks) {
+      const v = await validateImportedTask(resources, suite, t);
+      assert.deepEqual(v.problems, [], t.uid);
+      assert.equal(v.goldenPass, true, `${t.uid}: golden passes`);
+      assert.equal(v.nullOk, true, `${t.uid}: null agent ${v.noChange ? 'passes (no change)' : 'fails'}`);
+      assert.equal(v.noChange, t.golden.length === 0, `${t.uid}: no-change iff no golden calls`);
+    }
+  },
+);
 
 function startDouble(reply: (body: unknown, i: number) => DoubleReply): Promise<string> {
   const d = new OpenAIWireProtocolDouble(reply);
@@ -142,7 +219,8 @@ function startDouble(reply: (body: unknown, i: number) => DoubleReply): Promise<
   return d.start();
 }
 
-const toolCall = (name: string, args: unknown) => `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
+const toolCall = (name: string, args: unknown) =>
+  `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
 
 async function episode(t: ImportedTask, script: string[], options: { judgeSays?: string; dir?: string } = {}) {
   const policyUrl = await startDouble((_b, i) => script[Math.min(i, script.length - 1)]!);
@@ -154,38 +232,61 @@ async function episode(t: ImportedTask, script: string[], options: { judgeSays?:
   });
   const found = findTask(options.dir ?? imported, t.uid);
   const pool = newPool();
-  const backends: EpisodeBackends = { pool, grader: new TerminalStateGrader(pool, await controlReady()), thinkingbox: () => resources };
+  const backends: EpisodeBackends = {
+    pool,
+    grader: new TerminalStateGrader(pool, await controlReady()),
+    thinkingbox: () => resources,
+  };
   try {
-    return await runEpisode(episodeDependencies(config, episodeEnvironment(backends, config, found.suite, found.task), t), t, `test:tb:${t.uid}`, episodeOptions(config));
+    return await runEpisode(
+      episodeDependencies(config, episodeEnvironment(backends, config, found.suite, found.task), t),
+      t,
+      `test:tb:${t.uid}`,
+      episodeOptions(config),
+    );
   } finally {
     await pool.close();
   }
 }
 
-test('an episode against the real tool servers: golden calls succeed, doing nothing fails, only visible tools are offered', { timeout: 120_000 }, async () => {
-  const t = withNative((x) => x.golden.length > 0 && !x.test.native!.rubrics);
-  const good = await episode(t, [...t.golden.map((c) => toolCall(c.tool, c.arguments)), 'All done. <DONE>']);
-  assert.equal(good.outcome, 'success', good.cause);
-  assert.equal(good.toolCalls.length, t.golden.length);
-  const offered = good.tools!.map((x) => x.name).filter((n) => n !== 'end_turn').sort();
-  assert.deepEqual(offered, suite.scenarios[t.scenario]!.tools.map((x) => x.name).sort(), 'exactly the scenario\'s visible tools');
-  assert.ok(!offered.some((n) => n.startsWith('__reserved__')));
+test(
+  'an episode against the real tool servers: golden calls succeed, doing nothing fails, only visible tools are offered',
+  { timeout: 120_000 },
+  async () => {
+    const t = withNative((x) => x.golden.length > 0 && !x.test.native!.rubrics);
+    const good = await episode(t, [...t.golden.map((c) => toolCall(c.tool, c.arguments)), 'All done. <DONE>']);
+    assert.equal(good.outcome, 'success', good.cause);
+    assert.equal(good.toolCalls.length, t.golden.length);
+    const offered = good
+      .tools!.map((x) => x.name)
+      .filter((n) => n !== 'end_turn')
+      .sort();
+    assert.deepEqual(
+      offered,
+      suite.scenarios[t.scenario]!.tools.map((x) => x.name).sort(),
+      "exactly the scenario's visible tools",
+    );
+    assert.ok(!offered.some((n) => n.startsWith('__reserved__')));
 
-  const idle = await episode(t, ['I cannot help with that. <DONE>']);
-  assert.equal(idle.outcome, 'agent_failure');
-  assert.match(idle.cause ?? '', /differs from the golden state/);
+    const idle = await episode(t, ['I cannot help with that. <DONE>']);
+    assert.equal(idle.outcome, 'agent_failure');
+    assert.match(idle.cause ?? '', /differs from the golden state/);
 
-  // move_book is served by the catalog server but not visible at the circulation desk.
-  const desk = withNative((x) => x.scenario === 'circulation_desk' && 'catalog' in x.world_state);
-  assert.ok(!suite.scenarios.circulation_desk!.tools.some((x) => x.name === 'move_book'));
-  const sneaky = await episode(desk, [toolCall('move_book', { book_id: 'B001', shelf: 'Z9' }), 'Done. <DONE>']);
-  assert.equal(sneaky.toolCalls[0]!.isError, true, 'a tool the scenario does not make visible cannot be called');
-  assert.match(sneaky.toolCalls[0]!.result, /unknown tool 'move_book'/);
-});
+    // move_book is served by the catalog server but not visible at the circulation desk.
+    const desk = withNative((x) => x.scenario === 'circulation_desk' && 'catalog' in x.world_state);
+    assert.ok(!suite.scenarios.circulation_desk!.tools.some((x) => x.name === 'move_book'));
+    const sneaky = await episode(desk, [toolCall('move_book', { book_id: 'B001', shelf: 'Z9' }), 'Done. <DONE>']);
+    assert.equal(sneaky.toolCalls[0]!.isError, true, 'a tool the scenario does not make visible cannot be called');
+    assert.match(sneaky.toolCalls[0]!.result, /unknown tool 'move_book'/);
+  },
+);
 
 test('a rubric task asks the judge: yes passes, no fails', { timeout: 120_000 }, async () => {
   const t = withNative((x) => !!x.test.native!.rubrics);
-  const script = [...t.golden.map((c) => toolCall(c.tool, c.arguments)), 'Sorry, that loan cannot be renewed again. <DONE>'];
+  const script = [
+    ...t.golden.map((c) => toolCall(c.tool, c.arguments)),
+    'Sorry, that loan cannot be renewed again. <DONE>',
+  ];
   const yes = await episode(t, script, { judgeSays: 'yes' });
   assert.equal(yes.outcome, 'success', yes.cause);
   assert.ok(yes.grade!.rubrics.length >= 1, 'the judge was asked');
@@ -198,7 +299,10 @@ test('a rubric task asks the judge: yes passes, no fails', { timeout: 120_000 },
 test('a broken tool server is an infrastructure error, not a failure', { timeout: 120_000 }, async () => {
   const dir = path.join(work, 'broken-server');
   const data = JSON.parse(fs.readFileSync(path.join(imported, IMPORTED_SUITE_FILE), 'utf8'));
-  data.servers.loans = { ...data.servers.loans, args: ['-c', 'import sys; sys.stderr.write("loans server: cannot open its database\\n"); sys.exit(3)'] };
+  data.servers.loans = {
+    ...data.servers.loans,
+    args: ['-c', 'import sys; sys.stderr.write("loans server: cannot open its database\\n"); sys.exit(3)'],
+  };
   fs.mkdirSync(dir, { recursive: true });
   fs.writeFileSync(path.join(dir, IMPORTED_SUITE_FILE), JSON.stringify(data));
   const t = withNative((x) => 'loans' in x.world_state && x.golden.length > 0);
@@ -207,99 +311,184 @@ test('a broken tool server is an infrastructure error, not a failure', { timeout
   assert.match(record.cause ?? '', /tool server 'loans'.*did not start.*cannot open its database/s);
 });
 
-test('native grading and the Python test body agree (pass, state mismatch, rubric yes and no)', { timeout: 180_000 }, async () => {
-  // A fixed-answer judge: the point is that both paths ask it the same questions and act on the answer alike.
-  const judge = (answer: string) => ({ ask: async (question: string) => ({ question, answer, yes: answer === 'yes', usage: { input: 0, output: 0 } }) });
-  let compared = 0;
-  for (const t of suite.tasks.filter((x) => x.test.native)) {
-    for (const match of [true, false]) {
-      for (const answer of t.test.native!.rubrics ? ['yes', 'no'] : ['yes']) {
-        const effects: Record<string, ServerEffects> = {};
-        for (const server of Object.keys(t.world_state)) {
-          effects[server] = { result_hash: match ? 'h1' : 'h2', golden_hash: 'h1', initial_hash: 'h0', diff: [], rubrics: t.test.native!.rubrics ? ['Did the assistant explain the renewal limit?'] : [] };
+test(
+  'native grading and the Python test body agree (pass, state mismatch, rubric yes and no)',
+  { timeout: 180_000 },
+  async () => {
+    // A fixed-answer judge: the point is that both paths ask it the same questions and act on the answer alike.
+    const judge = (answer: string) => ({
+      ask: async (question: string) => ({ question, answer, yes: answer === 'yes', usage: { input: 0, output: 0 } }),
+    });
+    let compared = 0;
+    for (const t of suite.tasks.filter((x) => x.test.native)) {
+      for (const match of [true, false]) {
+        for (const answer of t.test.native!.rubrics ? ['yes', 'no'] : ['yes']) {
+          const effects: Record<string, ServerEffects> = {};
+          for (const server of Object.keys(t.world_state)) {
+            effects[server] = {
+              result_hash: match ? 'h1' : 'h2',
+              golden_hash: 'h1',
+              initial_hash: 'h0',
+              diff: [],
+              rubrics: t.test.native!.rubrics ? ['Did the assistant explain the renewal limit?'] : [],
+            };
+          }
+          const native = await gradeNatively(t.test.native!, effects, 'an answer', judge(answer));
+          const python = await runTestCase({
+            file: t.test.file,
+            function: t.test.function,
+            context: { effects, response: 'an answer', tool_calls: [] },
+            judge: judge(answer),
+            timeoutMs: 30_000,
+            python: datasetPython(),
+          });
+          assert.equal(native.status, python.status, `${t.uid} match=${match} judge=${answer}`);
+          assert.equal(native.verdicts.length, python.verdicts.length, `${t.uid}: same judge calls`);
+          compared += 1;
         }
-        const native = await gradeNatively(t.test.native!, effects, 'an answer', judge(answer));
-        const python = await runTestCase({ file: t.test.file, function: t.test.function, context: { effects, response: 'an answer', tool_calls: [] }, judge: judge(answer), timeoutMs: 30_000, python: datasetPython() });
-        assert.equal(native.status, python.status, `${t.uid} match=${match} judge=${answer}`);
-        assert.equal(native.verdicts.length, python.verdicts.length, `${t.uid}: same judge calls`);
-        compared += 1;
       }
     }
-  }
-  assert.ok(compared >= 10, `${compared} comparisons`);
-});
+    assert.ok(compared >= 10, `${compared} comparisons`);
+  },
+);
 
 test('evaluation-only uids never enter a training pool, even when the campaign lists no exclusions', async () => {
   const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-tb-ingest-'));
   const activities = createCampaignActivities({ controlUrl: await controlReady(), stateDir });
   const campaignId = `tb-ingest-${process.pid}`;
   const { uids, excluded, evaluationUids } = await activities.ingestCandidates({ campaignId, suiteDir: imported });
-  assert.ok(!uids.includes('stacks/shelving.py:test_move_silent_spring'), 'the evaluation-only task is not a candidate');
-  assert.ok(evaluationUids.includes('stacks/shelving.py:test_move_silent_spring'), 'but it is evaluated (evaluation.tasks: all)');
+  assert.ok(
+    !uids.includes('stacks/shelving.py:test_move_silent_spring'),
+    'the evaluation-only task is not a candidate',
+  );
+  assert.ok(
+    evaluationUids.includes('stacks/shelving.py:test_move_silent_spring'),
+    'but it is evaluated (evaluation.tasks: all)',
+  );
   assert.equal(excluded, 1);
   assert.equal(uids.length, suite.tasks.length - 1);
   // An exclusion file at ingestion removes more.
   const file = path.join(stateDir, 'more.yaml');
   fs.writeFileSync(file, `- ${JSON.stringify(uids[0])}\n`);
-  const second = await activities.ingestCandidates({ campaignId: `${campaignId}-b`, suiteDir: imported, excludeUidsFile: file });
+  const second = await activities.ingestCandidates({
+    campaignId: `${campaignId}-b`,
+    suiteDir: imported,
+    excludeUidsFile: file,
+  });
   assert.ok(!second.uids.includes(uids[0]!) && !second.uids.includes('stacks/shelving.py:test_move_silent_spring'));
   assert.equal(second.excluded, 2);
 });
 
-test('test code has no network, and a test that hangs is killed as an infrastructure error', { timeout: 60_000 }, async () => {
-  const listening = await startDouble(() => 'yes');
-  const file = path.join(work, 'hostile_tests.py');
-  fs.writeFileSync(file, [
-    'import time, urllib.request',
-    '',
-    'def test_phone_home(x, judge):',
-    `    urllib.request.urlopen(${JSON.stringify(listening.replace(/\/v1$/, '/'))}, timeout=5).read()`,
-    '',
-    'def test_hangs(x, judge):',
-    '    time.sleep(60)',
-    '',
-  ].join('\n'));
-  const context = { effects: {}, response: '', tool_calls: [] };
-  await assert.rejects(runTestCase({ file, function: 'test_phone_home', context, timeoutMs: 20_000, python: datasetPython() }), (err: Error) => {
-    assert.equal(err.name, 'InfrastructureError');
-    assert.match(err.message, /test .*test_phone_home raised an error/);
-    return true;
-  });
-  // Had it not been killed it would have passed after its sleep: the timeout, not the test, ended it.
-  await assert.rejects(runTestCase({ file, function: 'test_hangs', context, timeoutMs: 2_000, python: datasetPython() }), /did not finish within 2000 ms/);
-});
+test(
+  'test code has no network, and a test that hangs is killed as an infrastructure error',
+  { timeout: 60_000 },
+  async () => {
+    const listening = await startDouble(() => 'yes');
+    const file = path.join(work, 'hostile_tests.py');
+    fs.writeFileSync(
+      file,
+      [
+        'import time, urllib.request',
+        '',
+        'def test_phone_home(x, judge):',
+        `    urllib.request.urlopen(${JSON.stringify(listening.replace(/\/v1$/, '/'))}, timeout=5).read()`,
+        '',
+        'def test_hangs(x, judge):',
+        '    time.sleep(60)',
+        '',
+      ].join('\n'),
+    );
+    const context = { effects: {}, response: '', tool_calls: [] };
+    await assert.rejects(
+      runTestCase({ file, function: 'test_phone_home', context, timeoutMs: 20_000, python: datasetPython() }),
+      (err: Error) => {
+        assert.equal(err.name, 'InfrastructureError');
+        assert.match(err.message, /test .*test_phone_home raised an error/);
+        return true;
+      },
+    );
+    // Had it not been killed it would have passed after its sleep: the timeout, not the test, ended it.
+    await assert.rejects(
+      runTestCase({ file, function: 'test_hangs', context, timeoutMs: 2_000, python: datasetPython() }),
+      /did not finish within 2000 ms/,
+    );
+  },
+);
 
-test('imported tasks run as Temporal episode activities on a rollout worker, stored under their original uids', { timeout: 180_000 }, async () => {
-  const picks = suite.tasks.filter((t) => t.test.native && !t.test.native.rubrics).slice(0, 3);
-  // A scripted policy that plays each task's golden calls (found by the task's query), then says it is done.
-  const policyUrl = await startDouble((body) => {
-    const messages = (body as { messages: { role: string; content: string }[] }).messages;
-    const at = messages.findIndex((m) => m.role === 'user' && picks.some((t) => t.query === m.content));
-    const t = picks.find((x) => x.query === messages[at]!.content)!;
-    const turn = messages.slice(at).filter((m) => m.role === 'assistant').length;
-    return turn < t.golden.length ? toolCall(t.golden[turn]!.tool, t.golden[turn]!.arguments) : 'Done. <DONE>';
-  });
-  const config = episodeConfigSchema.parse({ policy: { base_url: policyUrl, model: 'policy-double', timeout_ms: 15_000 }, limits: { max_agent_turns: 6, wall_clock_ms: 120_000 }, thinkingbox: { warm_processes: 1 } });
-  const controlUrl = await controlReady();
-  const prefix = `test-tb-${process.pid}`;
-  const queues = taskQueues({ TBT_TASK_QUEUE_PREFIX: prefix });
-  const pool = newPool();
-  const connection = await NativeConnection.connect({ address: temporalAddress(env) });
-  const { client, connection: clientConnection } = await temporalClient();
-  const thinkingbox = thinkingboxResourcesFactory();
-  const rollout = await Worker.create({ connection, taskQueue: queues.rollout, activities: createEpisodeActivities({ pool, grader: new TerminalStateGrader(pool, controlUrl), controlUrl, thinkingbox }) });
-  const orchestrator = await Worker.create({ connection, taskQueue: queues.orchestrator, workflowBundle: await workflowBundle() });
-  try {
-    const episodes = picks.map((t, i) => ({ episodeId: `${prefix}/episode-${i}`, suiteDir: imported, taskUid: t.uid, purpose: 'adhoc' as const, config }));
-    const run = client.workflow.execute(episodeBatchWorkflow, { taskQueue: queues.orchestrator, workflowId: `${prefix}/batch`, args: [{ rolloutQueue: queues.rollout, episodes, concurrency: 2 }] });
-    const summaries = await Promise.all([rollout.runUntil(run), orchestrator.runUntil(run)]).then((r) => r[0]);
-    assert.deepEqual(summaries.map((s) => s.outcome), picks.map(() => 'success'), JSON.stringify(summaries));
-    const stored = await withClient(controlUrl, (c) => c.query<{ task_uid: string; suite: string; status: string }>(`SELECT task_uid, suite, status FROM episodes WHERE id LIKE $1 ORDER BY id`, [`${prefix}/%`]));
-    assert.deepEqual(stored.rows.map((r) => [r.task_uid, r.suite, r.status]), picks.map((t) => [t.uid, suite.name, 'success']));
-  } finally {
-    await clientConnection.close();
-    await connection.close();
-    await pool.close();
-    await thinkingbox.close();
-  }
-});
+test(
+  'imported tasks run as Temporal episode activities on a rollout worker, stored under their original uids',
+  { timeout: 180_000 },
+  async () => {
+    const picks = suite.tasks.filter((t) => t.test.native && !t.test.native.rubrics).slice(0, 3);
+    // A scripted policy that plays each task's golden calls (found by the task's query), then says it is done.
+    const policyUrl = await startDouble((body) => {
+      const messages = (body as { messages: { role: string; content: string }[] }).messages;
+      const at = messages.findIndex((m) => m.role === 'user' && picks.some((t) => t.query === m.content));
+      const t = picks.find((x) => x.query === messages[at]!.content)!;
+      const turn = messages.slice(at).filter((m) => m.role === 'assistant').length;
+      return turn < t.golden.length ? toolCall(t.golden[turn]!.tool, t.golden[turn]!.arguments) : 'Done. <DONE>';
+    });
+    const config = episodeConfigSchema.parse({
+      policy: { base_url: policyUrl, model: 'policy-double', timeout_ms: 15_000 },
+      limits: { max_agent_turns: 6, wall_clock_ms: 120_000 },
+      thinkingbox: { warm_processes: 1 },
+    });
+    const controlUrl = await controlReady();
+    const prefix = `test-tb-${process.pid}`;
+    const queues = taskQueues({ TBT_TASK_QUEUE_PREFIX: prefix });
+    const pool = newPool();
+    const connection = await NativeConnection.connect({ address: temporalAddress(env) });
+    const { client, connection: clientConnection } = await temporalClient();
+    const thinkingbox = thinkingboxResourcesFactory();
+    const rollout = await Worker.create({
+      connection,
+      taskQueue: queues.rollout,
+      activities: createEpisodeActivities({
+        pool,
+        grader: new TerminalStateGrader(pool, controlUrl),
+        controlUrl,
+        thinkingbox,
+      }),
+    });
+    const orchestrator = await Worker.create({
+      connection,
+      taskQueue: queues.orchestrator,
+      workflowBundle: await workflowBundle(),
+    });
+    try {
+      const episodes = picks.map((t, i) => ({
+        episodeId: `${prefix}/episode-${i}`,
+        suiteDir: imported,
+        taskUid: t.uid,
+        purpose: 'adhoc' as const,
+        config,
+      }));
+      const run = client.workflow.execute(episodeBatchWorkflow, {
+        taskQueue: queues.orchestrator,
+        workflowId: `${prefix}/batch`,
+        args: [{ rolloutQueue: queues.rollout, episodes, concurrency: 2 }],
+      });
+      const summaries = await Promise.all([rollout.runUntil(run), orchestrator.runUntil(run)]).then((r) => r[0]);
+      assert.deepEqual(
+        summaries.map((s) => s.outcome),
+        picks.map(() => 'success'),
+        JSON.stringify(summaries),
+      );
+      const stored = await withClient(controlUrl, (c) =>
+        c.query<{ task_uid: string; suite: string; status: string }>(
+          `SELECT task_uid, suite, status FROM episodes WHERE id LIKE $1 ORDER BY id`,
+          [`${prefix}/%`],
+        ),
+      );
+      assert.deepEqual(
+        stored.rows.map((r) => [r.task_uid, r.suite, r.status]),
+        picks.map((t) => [t.uid, suite.name, 'success']),
+      );
+    } finally {
+      await clientConnection.close();
+      await connection.close();
+      await pool.close();
+      await thinkingbox.close();
+    }
+  },
+);

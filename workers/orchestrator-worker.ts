@@ -20,7 +20,10 @@ async function run(): Promise<void> {
       namespace: env.TBT_TEMPORAL_NAMESPACE,
       taskQueue: taskQueues(env).orchestrator,
       workflowsPath: path.join(repoRoot, 'workflows', 'index.ts'),
-      activities: { ...createSmokeActivities(controlUrl), ...createCampaignActivities({ controlUrl, stateDir: env.TBT_STATE_DIR }) },
+      activities: {
+        ...createSmokeActivities(controlUrl),
+        ...createCampaignActivities({ controlUrl, stateDir: env.TBT_STATE_DIR }),
+      },
       shutdownGraceTime: '10s',
     });
     log.info({ taskQueue: taskQueues(env).orchestrator }, 'orchestrator worker started');

@@ -18,10 +18,18 @@ async function run(): Promise<void> {
   const log = pino({ name: 'rollout-worker', base: { host: os.hostname(), pid: process.pid } });
   const controlUrl = databaseUrl(env);
   await ensureControlDatabase(env);
-  const pool = new SandboxPool({ controlUrl, agentPassword: env.TBT_AGENT_DB_PASSWORD, readerPassword: env.TBT_READER_DB_PASSWORD, warm: Number(process.env.TBT_SANDBOX_WARM ?? 2) });
+  const pool = new SandboxPool({
+    controlUrl,
+    agentPassword: env.TBT_AGENT_DB_PASSWORD,
+    readerPassword: env.TBT_READER_DB_PASSWORD,
+    warm: Number(process.env.TBT_SANDBOX_WARM ?? 2),
+  });
   const swept = await pool.sweep();
   if (swept.dropped.length) log.info({ dropped: swept.dropped.length }, 'swept sandboxes left by crashed workers');
-  const sweeper = setInterval(() => pool.sweep().catch((err: unknown) => log.warn({ err }, 'sandbox sweep failed')), 5 * 60_000);
+  const sweeper = setInterval(
+    () => pool.sweep().catch((err: unknown) => log.warn({ err }, 'sandbox sweep failed')),
+    5 * 60_000,
+  );
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });
   const thinkingbox = thinkingboxResourcesFactory(); // tool servers of imported ThinkingBox tasks, on first use
   try {
@@ -29,7 +37,12 @@ async function run(): Promise<void> {
       connection,
       namespace: env.TBT_TEMPORAL_NAMESPACE,
       taskQueue: taskQueues(env).rollout,
-      activities: createEpisodeActivities({ pool, grader: new TerminalStateGrader(pool, controlUrl), controlUrl, thinkingbox }),
+      activities: createEpisodeActivities({
+        pool,
+        grader: new TerminalStateGrader(pool, controlUrl),
+        controlUrl,
+        thinkingbox,
+      }),
       maxConcurrentActivityTaskExecutions: Number(process.env.TBT_ROLLOUT_CONCURRENCY ?? 4),
       shutdownGraceTime: '30s',
     });

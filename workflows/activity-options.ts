@@ -5,6 +5,13 @@ import type { ActivityOptions } from '@temporalio/workflow';
  * heartbeat every 10 s (activities/campaign-activities.ts), so a worker killed mid-activity is noticed within a
  * minute and the activity retried elsewhere, instead of after the start-to-close limit. Bad input never retries.
  */
-export function bookkeepingOptions(startToCloseTimeout: ActivityOptions['startToCloseTimeout'], maximumAttempts: number): ActivityOptions {
-  return { startToCloseTimeout, heartbeatTimeout: '1 minute', retry: { maximumAttempts, nonRetryableErrorTypes: ['BadInput'] } };
+export function bookkeepingOptions(
+  startToCloseTimeout: ActivityOptions['startToCloseTimeout'],
+  maximumAttempts: number,
+): ActivityOptions {
+  return {
+    startToCloseTimeout,
+    heartbeatTimeout: '1 minute',
+    retry: { maximumAttempts, nonRetryableErrorTypes: ['BadInput'] },
+  };
 }

@@ -1,5 +1,15 @@
 import {
-  condition, continueAsNew, defineQuery, defineSignal, executeChild, log, proxyActivities, setHandler, upsertMemo, upsertSearchAttributes, workflowInfo,
+  condition,
+  continueAsNew,
+  defineQuery,
+  defineSignal,
+  executeChild,
+  log,
+  proxyActivities,
+  setHandler,
+  upsertMemo,
+  upsertSearchAttributes,
+  workflowInfo,
 } from '@temporalio/workflow';
 import type { CampaignActivities, StepRecord } from '../activities/campaign-activities.ts';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
@@ -30,7 +40,10 @@ export interface CampaignState {
   allTasks?: string[];
   manifest?: string;
   weightsPath?: string;
-  lastStep?: Pick<StepRecord, 'step' | 'meanReward' | 'informativeGroups' | 'infraErrors' | 'leakedInfraEpisodes' | 'fallback'> & { loss: unknown };
+  lastStep?: Pick<
+    StepRecord,
+    'step' | 'meanReward' | 'informativeGroups' | 'infraErrors' | 'leakedInfraEpisodes' | 'fallback'
+  > & { loss: unknown };
   evalBefore?: EvaluationResult;
   evalAfter?: EvaluationResult;
   report?: { html: string; markdown: string };
@@ -50,7 +63,11 @@ export interface CampaignInput {
   state?: CampaignState;
 }
 
-export interface CampaignStatus extends Omit<CampaignState, 'pool'> { campaignId: string; poolSize: number; steps: number }
+export interface CampaignStatus extends Omit<CampaignState, 'pool'> {
+  campaignId: string;
+  poolSize: number;
+  steps: number;
+}
 
 export const pauseSignal = defineSignal('pause');
 export const resumeSignal = defineSignal('resume');
@@ -66,7 +83,12 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
     taskQueue: input.queues.gpu,
     startToCloseTimeout: '1 hour',
     heartbeatTimeout: '2 minutes', // every GPU activity heartbeats at least every 10 s
-    retry: { maximumAttempts: 10, initialInterval: '5 seconds', maximumInterval: '1 minute', nonRetryableErrorTypes: ['BadInput'] },
+    retry: {
+      maximumAttempts: 10,
+      initialInterval: '5 seconds',
+      maximumInterval: '1 minute',
+      nonRetryableErrorTypes: ['BadInput'],
+    },
   });
   const status = (): CampaignStatus => {
     const { pool, allTasks: _all, ...rest } = state;
@@ -78,7 +100,11 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
   setHandler(stopAfterStepSignal, () => void (state.stopAfterStep = true));
   const enter = (stage: Stage) => {
     state.stage = stage;
-    upsertSearchAttributes([{ key: campaignKey, value: campaignId }, { key: stageKey, value: stage }, { key: stepKey, value: state.step }]);
+    upsertSearchAttributes([
+      { key: campaignKey, value: campaignId },
+      { key: stageKey, value: stage },
+      { key: stepKey, value: state.step },
+    ]);
     log.info('campaign stage', { campaignId, stage, step: state.step });
   };
   if (!input.state) upsertMemo({ config });
@@ -87,25 +113,52 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
   const episodeConfig = async (): Promise<{ episode: EpisodeConfig; policyBaseUrl?: string }> => {
     if (config.episode.policy.base_url !== 'embedded') return { episode: config.episode };
     const server = await gpu.ensurePolicyServer({ campaignId, weightsPath: state.weightsPath });
-    return { episode: { ...config.episode, policy: { ...config.episode.policy, base_url: server.baseUrl, model: server.model } }, policyBaseUrl: server.baseUrl };
+    return {
+      episode: {
+        ...config.episode,
+        policy: { ...config.episode.policy, base_url: server.baseUrl, model: server.model },
+      },
+      policyBaseUrl: server.baseUrl,
+    };
   };
   const keyed = (episode: EpisodeConfig, uids: string[], repeats: number, concurrency: number) => ({
-    uids, repeats, concurrency, episode, suiteDir: input.suiteDir, campaignId, rolloutQueue: input.queues.rollout, maxReruns: 3,
+    uids,
+    repeats,
+    concurrency,
+    episode,
+    suiteDir: input.suiteDir,
+    campaignId,
+    rolloutQueue: input.queues.rollout,
+    maxReruns: 3,
   });
 
   if (state.stage === 'ingest') {
     enter('ingest');
-    const { uids, evaluationUids } = await bookkeeping.ingestCandidates({ campaignId, suiteDir: input.suiteDir, excludeUidsFile: input.excludeUidsFile, maxCandidates: config.probe.max_candidates });
+    const { uids, evaluationUids } = await bookkeeping.ingestCandidates({
+      campaignId,
+      suiteDir: input.suiteDir,
+      excludeUidsFile: input.excludeUidsFile,
+      maxCandidates: config.probe.max_candidates,
+    });
     state.candidates = uids.length;
     // Every suite task, evaluation-only ones included (histories recorded before the field existed: the candidates).
     if (config.evaluation.tasks === 'all') state.allTasks = evaluationUids ?? uids;
     const learner = await gpu.startLearner({ campaignId, learner: config.learner, seed: config.seed });
-    state.manifest = await bookkeeping.writeManifest({ campaignId, manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest } });
+    state.manifest = await bookkeeping.writeManifest({
+      campaignId,
+      manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest },
+    });
     enter('probe');
     const { episode } = await episodeConfig();
     const probe = await executeChild(probeWorkflow, {
       workflowId: `${campaignId}/probe`,
-      args: [{ ...(keyed(episode, uids, config.probe.repeats, config.probe.concurrency)), minCleanRuns: config.probe.min_clean_runs, retainBands: config.probe.retain_bands }],
+      args: [
+        {
+          ...keyed(episode, uids, config.probe.repeats, config.probe.concurrency),
+          minCleanRuns: config.probe.min_clean_runs,
+          retainBands: config.probe.retain_bands,
+        },
+      ],
     });
     const { pool, ...probeSummary } = probe;
     state.pool = pool;
@@ -118,7 +171,13 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
     const { episode } = await episodeConfig();
     return executeChild(evaluationWorkflow, {
       workflowId: `${campaignId}/eval-${label}`,
-      args: [{ ...(keyed(episode, evalUids(), config.evaluation.repeats, config.evaluation.concurrency)), label, prices: input.pricesFile }],
+      args: [
+        {
+          ...keyed(episode, evalUids(), config.evaluation.repeats, config.evaluation.concurrency),
+          label,
+          prices: input.pricesFile,
+        },
+      ],
     });
   };
   if (state.stage === 'evaluate-before') {
@@ -136,11 +195,33 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
       const { episode, policyBaseUrl } = await episodeConfig();
       const record = await executeChild(trainingStepWorkflow, {
         workflowId: `${campaignId}/step-${step}`,
-        args: [{ campaignId, step, pool: state.pool!, suiteDir: input.suiteDir, episode, training: config.training, learner: config.learner, seed: config.seed, rolloutQueue: input.queues.rollout, gpuQueue: input.queues.gpu, policyBaseUrl }],
+        args: [
+          {
+            campaignId,
+            step,
+            pool: state.pool!,
+            suiteDir: input.suiteDir,
+            episode,
+            training: config.training,
+            learner: config.learner,
+            seed: config.seed,
+            rolloutQueue: input.queues.rollout,
+            gpuQueue: input.queues.gpu,
+            policyBaseUrl,
+          },
+        ],
       });
       state.step = step;
       state.weightsPath = record.exportPath;
-      state.lastStep = { step, meanReward: record.meanReward, informativeGroups: record.informativeGroups, infraErrors: record.infraErrors, leakedInfraEpisodes: record.leakedInfraEpisodes, fallback: record.fallback, loss: record.update.loss };
+      state.lastStep = {
+        step,
+        meanReward: record.meanReward,
+        informativeGroups: record.informativeGroups,
+        infraErrors: record.infraErrors,
+        leakedInfraEpisodes: record.leakedInfraEpisodes,
+        fallback: record.fallback,
+        loss: record.update.loss,
+      };
       // Signals that arrived during the step are part of `state` and survive the continue-as-new.
       await continueAsNew<typeof campaignWorkflow>({ ...input, state });
     }
@@ -154,9 +235,21 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
     const stopped = state.stage === 'stopped';
     enter('report');
     const costs = input.pricesFile
-      ? await bookkeeping.campaignCosts({ campaignId, prices: input.pricesFile, hourlyPriceUsd: config.learner.hourly_price_usd, learnerProcesses: config.learner.nodes * config.learner.gpus_per_node })
+      ? await bookkeeping.campaignCosts({
+          campaignId,
+          prices: input.pricesFile,
+          hourlyPriceUsd: config.learner.hourly_price_usd,
+          learnerProcesses: config.learner.nodes * config.learner.gpus_per_node,
+        })
       : undefined;
-    state.report = await bookkeeping.writeReport({ campaignId, title: `Campaign ${campaignId}`, probe: state.probe?.aggregates, before: state.evalBefore?.aggregate, after: state.evalAfter?.aggregate, costs });
+    state.report = await bookkeeping.writeReport({
+      campaignId,
+      title: `Campaign ${campaignId}`,
+      probe: state.probe?.aggregates,
+      before: state.evalBefore?.aggregate,
+      after: state.evalAfter?.aggregate,
+      costs,
+    });
     // The learner and the embedded policy server hold a GPU (or CPU cores): release them.
     await gpu.stopLearner({ campaignId });
     enter(stopped ? 'stopped' : 'done');

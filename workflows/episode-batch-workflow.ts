@@ -20,7 +20,12 @@ export function episodeActivities(rolloutQueue: string, wallClockMs: number) {
     startToCloseTimeout: wallClockMs + 5 * 60_000,
     // The episode heartbeats every 20 s and per turn: a killed rollout worker's episodes are retried within 90 s.
     heartbeatTimeout: '90 seconds',
-    retry: { maximumAttempts: 5, initialInterval: '2 seconds', backoffCoefficient: 2, nonRetryableErrorTypes: ['BadInput'] },
+    retry: {
+      maximumAttempts: 5,
+      initialInterval: '2 seconds',
+      backoffCoefficient: 2,
+      nonRetryableErrorTypes: ['BadInput'],
+    },
   });
 }
 
@@ -29,14 +34,25 @@ export function episodeActivities(rolloutQueue: string, wallClockMs: number) {
  * control-database outages) becomes an infrastructure-error summary, so refill and re-run logic handle it
  * instead of failing the whole step. Bad input still fails at once.
  */
-export async function runEpisodeOrInfraError(rolloutQueue: string, input: EpisodeActivityInput): Promise<EpisodeSummary> {
+export async function runEpisodeOrInfraError(
+  rolloutQueue: string,
+  input: EpisodeActivityInput,
+): Promise<EpisodeSummary> {
   const { runEpisode } = episodeActivities(rolloutQueue, input.config.limits.wall_clock_ms);
   try {
     return await runEpisode(input);
   } catch (err) {
-    if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'BadInput') throw err;
+    if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'BadInput')
+      throw err;
     if (!(err instanceof ActivityFailure)) throw err;
-    return { id: input.episodeId, outcome: 'infrastructure_error', reward: 0, finishReason: 'infrastructure_error', cause: `episode activity failed after its retries: ${err.cause?.message ?? err.message}`.slice(0, 500), policyTokens: 0 };
+    return {
+      id: input.episodeId,
+      outcome: 'infrastructure_error',
+      reward: 0,
+      finishReason: 'infrastructure_error',
+      cause: `episode activity failed after its retries: ${err.cause?.message ?? err.message}`.slice(0, 500),
+      policyTokens: 0,
+    };
   }
 }
 

@@ -23,7 +23,13 @@ export interface KeyedEpisodesInput {
   maxReruns: number;
 }
 
-export interface KeyedResult { key: string; uid: string; repetition: number; attempts: number; final: EpisodeSummary }
+export interface KeyedResult {
+  key: string;
+  uid: string;
+  repetition: number;
+  attempts: number;
+  final: EpisodeSummary;
+}
 
 export async function runKeyedEpisodes(input: KeyedEpisodesInput): Promise<KeyedResult[]> {
   let inFlight = 0;
@@ -37,13 +43,19 @@ export async function runKeyedEpisodes(input: KeyedEpisodesInput): Promise<Keyed
       try {
         final = await runEpisodeOrInfraError(input.rolloutQueue, {
           episodeId: `${input.idPrefix}/${key}${attempts ? `~retry-${attempts}` : ''}`,
-          suiteDir: input.suiteDir, taskUid: uid, purpose: input.purpose, campaign: input.campaignId, repetition, config: input.episode,
+          suiteDir: input.suiteDir,
+          taskUid: uid,
+          purpose: input.purpose,
+          campaign: input.campaignId,
+          repetition,
+          config: input.episode,
         });
       } finally {
         inFlight -= 1;
       }
       attempts += 1;
-      if (final.outcome !== 'infrastructure_error' || attempts > input.maxReruns) return { key, uid, repetition, attempts, final };
+      if (final.outcome !== 'infrastructure_error' || attempts > input.maxReruns)
+        return { key, uid, repetition, attempts, final };
     }
   };
   return Promise.all(input.uids.flatMap((uid) => Array.from({ length: input.repeats }, (_, rep) => runKey(uid, rep))));

@@ -26,19 +26,41 @@ export interface ScheduledEvaluationInput {
 
 const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('10 minutes', 5));
 
-export async function scheduledEvaluationWorkflow(input: ScheduledEvaluationInput): Promise<EvaluationResult & { step: number }> {
-  const gpu = proxyActivities<GpuActivities>({ taskQueue: input.queues.gpu, startToCloseTimeout: '1 hour', heartbeatTimeout: '2 minutes', retry: { maximumAttempts: 5, nonRetryableErrorTypes: ['BadInput'] } });
+export async function scheduledEvaluationWorkflow(
+  input: ScheduledEvaluationInput,
+): Promise<EvaluationResult & { step: number }> {
+  const gpu = proxyActivities<GpuActivities>({
+    taskQueue: input.queues.gpu,
+    startToCloseTimeout: '1 hour',
+    heartbeatTimeout: '2 minutes',
+    retry: { maximumAttempts: 5, nonRetryableErrorTypes: ['BadInput'] },
+  });
   const latest = await bookkeeping.latestCheckpoint({ campaignId: input.campaignId, needPool: !input.uids });
   let episode = input.config.episode;
   if (episode.policy.base_url === 'embedded') {
-    const server = await gpu.ensurePolicyServer({ campaignId: `${input.campaignId}-eval`, weightsPath: latest.exportPath ?? undefined });
+    const server = await gpu.ensurePolicyServer({
+      campaignId: `${input.campaignId}-eval`,
+      weightsPath: latest.exportPath ?? undefined,
+    });
     episode = { ...episode, policy: { ...episode.policy, base_url: server.baseUrl, model: server.model } };
   }
   // The whole run id: its first characters are a timestamp (UUIDv7) shared by runs started close together.
   const label = `${input.labelPrefix ?? 'scheduled'}-step${latest.step}-${workflowInfo().runId}`;
   const result = await executeChild(evaluationWorkflow, {
     workflowId: `${input.campaignId}/eval-${label}`,
-    args: [{ label, uids: input.uids ?? latest.pool, repeats: input.repeats, suiteDir: input.suiteDir, episode, campaignId: input.campaignId, rolloutQueue: input.queues.rollout, concurrency: input.config.evaluation.concurrency, maxReruns: 3 }],
+    args: [
+      {
+        label,
+        uids: input.uids ?? latest.pool,
+        repeats: input.repeats,
+        suiteDir: input.suiteDir,
+        episode,
+        campaignId: input.campaignId,
+        rolloutQueue: input.queues.rollout,
+        concurrency: input.config.evaluation.concurrency,
+        maxReruns: 3,
+      },
+    ],
   });
   return { ...result, step: latest.step };
 }

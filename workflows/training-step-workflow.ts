@@ -33,7 +33,12 @@ export interface TrainingStepInput {
   policyBaseUrl?: string;
 }
 
-interface GroupResult { uid: string; episodes: EpisodeSummary[]; lost: boolean; infraErrors: number }
+interface GroupResult {
+  uid: string;
+  episodes: EpisodeSummary[];
+  lost: boolean;
+  infraErrors: number;
+}
 
 export async function trainingStepWorkflow(input: TrainingStepInput): Promise<StepRecord> {
   const t = input.training;
@@ -41,7 +46,12 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
     taskQueue: input.gpuQueue,
     startToCloseTimeout: '4 hours',
     heartbeatTimeout: '2 minutes',
-    retry: { maximumAttempts: 10, initialInterval: '5 seconds', maximumInterval: '2 minutes', nonRetryableErrorTypes: ['BadInput'] },
+    retry: {
+      maximumAttempts: 10,
+      initialInterval: '5 seconds',
+      maximumInterval: '2 minutes',
+      nonRetryableErrorTypes: ['BadInput'],
+    },
   });
   const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('10 minutes', 10));
 
@@ -53,7 +63,13 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
     try {
       const activityInput: EpisodeActivityInput = {
         episodeId: `${input.campaignId}/step-${input.step}/${uid}#${rep}`,
-        suiteDir: input.suiteDir, taskUid: uid, purpose: 'train', campaign: input.campaignId, step: input.step, repetition: rep, config: input.episode,
+        suiteDir: input.suiteDir,
+        taskUid: uid,
+        purpose: 'train',
+        campaign: input.campaignId,
+        step: input.step,
+        repetition: rep,
+        config: input.episode,
       };
       return await runEpisodeOrInfraError(input.rolloutQueue, activityInput);
     } finally {
@@ -102,25 +118,46 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
   const trained = [...informative];
   if (trained.length < t.groups_per_step) {
     fallback = t.zero_variance_fallback;
-    if (fallback === 'keep_zero_variance' || trained.length === 0) trained.push(...zeroVariance.slice(0, t.groups_per_step - trained.length));
-    log.warn('fewer informative groups than configured', { step: input.step, informative: informative.length, wanted: t.groups_per_step, fallback });
+    if (fallback === 'keep_zero_variance' || trained.length === 0)
+      trained.push(...zeroVariance.slice(0, t.groups_per_step - trained.length));
+    log.warn('fewer informative groups than configured', {
+      step: input.step,
+      informative: informative.length,
+      wanted: t.groups_per_step,
+      fallback,
+    });
   }
   const items = trained.flatMap((g) => {
-    const advantages = groupAdvantages(g.episodes.map((e) => e.reward), t.normalize_std);
+    const advantages = groupAdvantages(
+      g.episodes.map((e) => e.reward),
+      t.normalize_std,
+    );
     return g.episodes.map((e, i) => ({ episodeId: e.id, advantage: advantages[i]! }));
   });
   // Leakage check: an infrastructure-errored episode must never reach an advantage.
   const leaked = trained.flatMap((g) => g.episodes).filter((e) => e.outcome === 'infrastructure_error').length;
 
   const stepId = input.step;
-  const update = await gpu.trainStep({ campaignId: input.campaignId, stepId, items, learner: input.learner, seed: input.seed });
+  const update = await gpu.trainStep({
+    campaignId: input.campaignId,
+    stepId,
+    items,
+    learner: input.learner,
+    seed: input.seed,
+  });
   const exported = await gpu.exportWeights({ campaignId: input.campaignId, stepId });
-  const synced = input.policyBaseUrl ? await gpu.syncWeights({ baseUrl: input.policyBaseUrl, path: exported.path }) : undefined;
+  const synced = input.policyBaseUrl
+    ? await gpu.syncWeights({ baseUrl: input.policyBaseUrl, path: exported.path })
+    : undefined;
   const rewards = trained.flatMap((g) => g.episodes.map((e) => e.reward as number));
   const record: StepRecord = {
     campaignId: input.campaignId,
     step: stepId,
-    groups: trained.map((g) => ({ uid: g.uid, rewards: g.episodes.map((e) => e.reward), episodeIds: g.episodes.map((e) => e.id) })),
+    groups: trained.map((g) => ({
+      uid: g.uid,
+      rewards: g.episodes.map((e) => e.reward),
+      episodeIds: g.episodes.map((e) => e.id),
+    })),
     informativeGroups: informative.length,
     zeroVarianceGroups: zeroVariance.length,
     replacements,

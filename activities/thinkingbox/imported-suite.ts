@@ -1,6 +1,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { IMPORTED_SUITE_FILE, importedSuiteSchema, type ImportedScenario, type ImportedSuite, type ImportedTask } from '../../config/thinkingbox-schema.ts';
+import {
+  IMPORTED_SUITE_FILE,
+  importedSuiteSchema,
+  type ImportedScenario,
+  type ImportedSuite,
+  type ImportedTask,
+} from '../../config/thinkingbox-schema.ts';
 import type { TaskFileProblem } from '../../config/yaml-file.ts';
 
 /** A suite written by `tbt tasks import-thinkingbox`: one JSON file beside nothing else. */
@@ -24,15 +30,32 @@ export function loadImportedSuite(dir: string): { suite?: ThinkingBoxSuite; prob
   try {
     raw = JSON.parse(fs.readFileSync(file, 'utf8'));
   } catch (err) {
-    return { problems: [{ file, line: 1, field: '', message: `cannot read the imported suite: ${(err as Error).message}` }] };
+    return {
+      problems: [{ file, line: 1, field: '', message: `cannot read the imported suite: ${(err as Error).message}` }],
+    };
   }
   const parsed = importedSuiteSchema.safeParse(raw);
   if (!parsed.success) {
-    return { problems: parsed.error.issues.map((i) => ({ file, line: 1, field: i.path.join('.'), message: `${i.message} (re-run tbt tasks import-thinkingbox)` })) };
+    return {
+      problems: parsed.error.issues.map((i) => ({
+        file,
+        line: 1,
+        field: i.path.join('.'),
+        message: `${i.message} (re-run tbt tasks import-thinkingbox)`,
+      })),
+    };
   }
   const imported = parsed.data;
   const orphans = imported.tasks.filter((t) => !imported.scenarios[t.scenario]);
-  if (orphans.length) return { problems: orphans.map((t) => ({ file, line: 1, field: `tasks.${t.uid}.scenario`, message: `unknown scenario '${t.scenario}' (re-run tbt tasks import-thinkingbox)` })) };
+  if (orphans.length)
+    return {
+      problems: orphans.map((t) => ({
+        file,
+        line: 1,
+        field: `tasks.${t.uid}.scenario`,
+        message: `unknown scenario '${t.scenario}' (re-run tbt tasks import-thinkingbox)`,
+      })),
+    };
   return {
     suite: {
       kind: 'thinkingbox',

@@ -21,8 +21,19 @@ const ASSUME_YES: Judge = {
   },
 };
 
-export async function validateImportedTask(resources: ThinkingBoxResources, suite: ThinkingBoxSuite, task: ImportedTask): Promise<TaskValidation> {
-  const v: TaskValidation = { uid: task.uid, goldenPass: false, noChange: false, nullOk: false, mutationFail: false, problems: [] };
+export async function validateImportedTask(
+  resources: ThinkingBoxResources,
+  suite: ThinkingBoxSuite,
+  task: ImportedTask,
+): Promise<TaskValidation> {
+  const v: TaskValidation = {
+    uid: task.uid,
+    goldenPass: false,
+    noChange: false,
+    nullOk: false,
+    mutationFail: false,
+    problems: [],
+  };
   const run = async (calls: ImportedTask['golden']) => {
     const opened = await thinkingboxEnvironment(resources, suite, task).open(`validate:${task.uid}`);
     try {
@@ -39,13 +50,20 @@ export async function validateImportedTask(resources: ThinkingBoxResources, suit
   };
   try {
     const golden = await run(task.golden);
-    v.goldenPass = golden.outcome === 'success' || (!task.test.native && golden.outcome === 'agent_failure' && golden.stateMatches);
+    v.goldenPass =
+      golden.outcome === 'success' || (!task.test.native && golden.outcome === 'agent_failure' && golden.stateMatches);
     if (!v.goldenPass) v.problems.push(`golden replay does not pass: ${golden.cause ?? golden.outcome}`);
-    else if (golden.outcome !== 'success') v.warnings = [`golden state reached, but the custom test body fails without a final answer: ${golden.cause}`];
+    else if (golden.outcome !== 'success')
+      v.warnings = [`golden state reached, but the custom test body fails without a final answer: ${golden.cause}`];
     const nothing = await run([]);
     v.noChange = task.golden.length === 0 || nothing.stateMatches;
     v.nullOk = v.noChange ? nothing.outcome === 'success' : nothing.outcome === 'agent_failure';
-    if (!v.nullOk) v.problems.push(v.noChange ? `no-change task, but a null agent does not pass: ${nothing.cause}` : `a null agent does not fail: ${nothing.outcome}`);
+    if (!v.nullOk)
+      v.problems.push(
+        v.noChange
+          ? `no-change task, but a null agent does not pass: ${nothing.cause}`
+          : `a null agent does not fail: ${nothing.outcome}`,
+      );
   } catch (err) {
     v.problems.push(errorMessage(err));
   }

@@ -37,7 +37,13 @@ async function startServer(name: string, spec: ServerSpec, options: StdioServerP
   const started = Date.now();
   const env = { ...getDefaultEnvironment(), ...spec.env };
   if (options.pathPrefix?.length) env.PATH = [...options.pathPrefix, env.PATH ?? ''].join(path.delimiter);
-  const transport = new StdioClientTransport({ command: spec.command, args: spec.args, env, cwd: spec.cwd, stderr: 'pipe' });
+  const transport = new StdioClientTransport({
+    command: spec.command,
+    args: spec.args,
+    env,
+    cwd: spec.cwd,
+    stderr: 'pipe',
+  });
   let stderr = '';
   transport.stderr?.on('data', (chunk: Buffer) => {
     stderr = (stderr + chunk.toString('utf8')).slice(-4000);
@@ -53,19 +59,27 @@ async function startServer(name: string, spec: ServerSpec, options: StdioServerP
   try {
     await Promise.race([
       client.connect(transport, { timeout: timeoutMs }),
-      new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`no MCP initialize answer within ${timeoutMs} ms`)), timeoutMs); }),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no MCP initialize answer within ${timeoutMs} ms`)), timeoutMs);
+      }),
     ]);
   } catch (err) {
     await stop();
     const tail = stderrTail();
-    throw new InfrastructureError(`tool server '${name}' (${[spec.command, ...spec.args].join(' ')}) did not start: ${errorMessage(err)}${tail ? `; stderr: ${tail}` : ''}`, { cause: err });
+    throw new InfrastructureError(
+      `tool server '${name}' (${[spec.command, ...spec.args].join(' ')}) did not start: ${errorMessage(err)}${tail ? `; stderr: ${tail}` : ''}`,
+      { cause: err },
+    );
   } finally {
     clearTimeout(timer);
   }
   return { name, client, pid: transport.pid, startMs: Date.now() - started, stderrTail, stop };
 }
 
-interface Idle { server: StartedServer; alive: boolean }
+interface Idle {
+  server: StartedServer;
+  alive: boolean;
+}
 
 export class StdioServerPool {
   private readonly idle = new Map<string, Idle[]>();
@@ -98,15 +112,19 @@ export class StdioServerPool {
     this.idle.set(key, ready);
     while (!this.closed && ready.length + (this.starting.get(key) ?? 0) < this.options.warm) {
       this.starting.set(key, (this.starting.get(key) ?? 0) + 1);
-      startServer(name, spec, this.options).then(
-        (server) => {
-          const entry: Idle = { server, alive: true };
-          server.client.onclose = () => { entry.alive = false; };
-          if (this.closed) void server.stop();
-          else ready.push(entry);
-        },
-        () => undefined, // a warm start that fails is retried by the next acquire, which reports the error
-      ).finally(() => this.starting.set(key, (this.starting.get(key) ?? 1) - 1));
+      startServer(name, spec, this.options)
+        .then(
+          (server) => {
+            const entry: Idle = { server, alive: true };
+            server.client.onclose = () => {
+              entry.alive = false;
+            };
+            if (this.closed) void server.stop();
+            else ready.push(entry);
+          },
+          () => undefined, // a warm start that fails is retried by the next acquire, which reports the error
+        )
+        .finally(() => this.starting.set(key, (this.starting.get(key) ?? 1) - 1));
     }
   }
 

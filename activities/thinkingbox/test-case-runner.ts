@@ -40,16 +40,23 @@ const helperDir = path.join(repoRoot, 'thinkingbox');
 let isolation: string[] | undefined;
 /** `unshare -rn` gives the test its own empty network namespace (also without root, where user namespaces are on). */
 function networkIsolation(): string[] {
-  isolation ??= spawnSync('unshare', ['-rn', 'true'], { stdio: 'ignore', timeout: 5000 }).status === 0 ? ['unshare', '-rn'] : [];
+  isolation ??=
+    spawnSync('unshare', ['-rn', 'true'], { stdio: 'ignore', timeout: 5000 }).status === 0 ? ['unshare', '-rn'] : [];
   return isolation;
 }
 
 export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
   const argv = [...networkIsolation(), request.python, '-m', 'tbt_thinkingbox.run_test_case'];
-  const child = spawn(argv[0]!, argv.slice(1), { cwd: helperDir, stdio: ['pipe', 'pipe', 'pipe'], env: { PATH: process.env.PATH ?? '', PYTHONPATH: helperDir, PYTHONDONTWRITEBYTECODE: '1', LANG: 'C.UTF-8' } });
+  const child = spawn(argv[0]!, argv.slice(1), {
+    cwd: helperDir,
+    stdio: ['pipe', 'pipe', 'pipe'],
+    env: { PATH: process.env.PATH ?? '', PYTHONPATH: helperDir, PYTHONDONTWRITEBYTECODE: '1', LANG: 'C.UTF-8' },
+  });
   const verdicts: JudgeVerdict[] = [];
   let stderr = '';
-  child.stderr.on('data', (c: Buffer) => { stderr = (stderr + c.toString('utf8')).slice(-4000); });
+  child.stderr.on('data', (c: Buffer) => {
+    stderr = (stderr + c.toString('utf8')).slice(-4000);
+  });
   const where = `${request.file}:${request.function}`;
 
   return new Promise<TestCaseResult>((resolve, reject) => {
@@ -62,23 +69,44 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
       if (err) reject(err);
       else resolve(result!);
     };
-    const timer = setTimeout(() => finish(new InfrastructureError(`test ${where} did not finish within ${request.timeoutMs} ms`)), request.timeoutMs);
-    child.on('error', (err) => finish(new InfrastructureError(`cannot run test ${where}: ${errorMessage(err)}`, { cause: err })));
-    child.on('close', (code) => finish(new InfrastructureError(`test runner for ${where} exited (code ${code}) without a result${stderr ? `: ${stderr.trim().split('\n').slice(-3).join(' | ')}` : ''}`)));
+    const timer = setTimeout(
+      () => finish(new InfrastructureError(`test ${where} did not finish within ${request.timeoutMs} ms`)),
+      request.timeoutMs,
+    );
+    child.on('error', (err) =>
+      finish(new InfrastructureError(`cannot run test ${where}: ${errorMessage(err)}`, { cause: err })),
+    );
+    child.on('close', (code) =>
+      finish(
+        new InfrastructureError(
+          `test runner for ${where} exited (code ${code}) without a result${stderr ? `: ${stderr.trim().split('\n').slice(-3).join(' | ')}` : ''}`,
+        ),
+      ),
+    );
     child.stdin.on('error', () => undefined); // a dead child shows up as 'close'
 
     const lines = readline.createInterface({ input: child.stdout });
     lines.on('line', (line) => {
       if (settled) return;
-      let message: { type?: string; status?: string; message?: string; traceback?: string; question?: string; text?: string };
+      let message: {
+        type?: string;
+        status?: string;
+        message?: string;
+        traceback?: string;
+        question?: string;
+        text?: string;
+      };
       try {
         message = JSON.parse(line);
       } catch {
-        return finish(new InfrastructureError(`test runner for ${where} wrote a line that is not JSON: ${line.slice(0, 200)}`));
+        return finish(
+          new InfrastructureError(`test runner for ${where} wrote a line that is not JSON: ${line.slice(0, 200)}`),
+        );
       }
       if (message.type === 'judge') {
         const question = String(message.question ?? '');
-        if (!request.judge) return finish(new BadInputError(`test ${where} asks the judge ('${question}') but no judge is configured`));
+        if (!request.judge)
+          return finish(new BadInputError(`test ${where} asks the judge ('${question}') but no judge is configured`));
         request.judge.ask(question, message.text ?? request.context.response).then(
           (v) => {
             if (settled) return;
@@ -92,10 +120,17 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
         return;
       }
       if (message.type === 'result') {
-        if (message.status === 'pass' || message.status === 'fail') return finish(undefined, { status: message.status, message: message.message ?? '', verdicts });
-        return finish(new InfrastructureError(`test ${where} raised an error: ${message.message ?? ''}${message.traceback ? `\n${message.traceback.trim().split('\n').slice(-6).join('\n')}` : ''}`));
+        if (message.status === 'pass' || message.status === 'fail')
+          return finish(undefined, { status: message.status, message: message.message ?? '', verdicts });
+        return finish(
+          new InfrastructureError(
+            `test ${where} raised an error: ${message.message ?? ''}${message.traceback ? `\n${message.traceback.trim().split('\n').slice(-6).join('\n')}` : ''}`,
+          ),
+        );
       }
     });
-    child.stdin.write(`${JSON.stringify({ file: request.file, function: request.function, context: request.context })}\n`);
+    child.stdin.write(
+      `${JSON.stringify({ file: request.file, function: request.function, context: request.context })}\n`,
+    );
   });
 }

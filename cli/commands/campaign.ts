@@ -4,14 +4,29 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
-import { readEnvironment, repoRoot, taskQueues, temporalAddress, temporalUiUrl, type Environment } from '../../config/environment.ts';
+import {
+  readEnvironment,
+  repoRoot,
+  taskQueues,
+  temporalAddress,
+  temporalUiUrl,
+  type Environment,
+} from '../../config/environment.ts';
 import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
 import { gpuHost, learnerConfigJson } from '../../activities/gpu-activities.ts';
 import { withClient } from '../../infra/control-database.ts';
 import { databaseUrl } from '../../config/environment.ts';
 import { gpuLearnerDir, pythonBinary } from '../../infra/python-env.ts';
 import { scheduledEvaluationWorkflow } from '../../workflows/scheduled-evaluation-workflow.ts';
-import { campaignWorkflow, pauseSignal, resumeSignal, statusQuery, stopAfterStepSignal, type CampaignInput, type CampaignStatus } from '../../workflows/campaign-workflow.ts';
+import {
+  campaignWorkflow,
+  pauseSignal,
+  resumeSignal,
+  statusQuery,
+  stopAfterStepSignal,
+  type CampaignInput,
+  type CampaignStatus,
+} from '../../workflows/campaign-workflow.ts';
 
 /** `tbt train` and `tbt campaign status|pause|resume|stop`. */
 
@@ -28,38 +43,98 @@ function currentFile(env: Environment, name: string): string {
   return path.join(env.TBT_STATE_DIR, 'campaigns', `${name}.current`);
 }
 
-function campaignInput(env: Environment, config: CampaignConfig, campaignId: string, configFile: string): CampaignInput {
+function campaignInput(
+  env: Environment,
+  config: CampaignConfig,
+  campaignId: string,
+  configFile: string,
+): CampaignInput {
   const base = path.dirname(path.resolve(configFile));
-  const resolve = (p: string) => [path.resolve(base, p), path.resolve(repoRoot, p)].find((x) => fs.existsSync(x)) ?? path.resolve(repoRoot, p);
+  const resolve = (p: string) =>
+    [path.resolve(base, p), path.resolve(repoRoot, p)].find((x) => fs.existsSync(x)) ?? path.resolve(repoRoot, p);
   const suiteDir = resolve(config.suite);
-  if (!fs.existsSync(path.join(suiteDir, 'scenarios'))) throw new Error(`${configFile}: field suite: ${config.suite} is not a task suite folder`);
+  if (!fs.existsSync(path.join(suiteDir, 'scenarios')))
+    throw new Error(`${configFile}: field suite: ${config.suite} is not a task suite folder`);
   const excludeUidsFile = config.exclude_uids ? resolve(config.exclude_uids) : undefined;
-  if (excludeUidsFile && !fs.existsSync(excludeUidsFile)) throw new Error(`${configFile}: field exclude_uids: ${config.exclude_uids} does not exist`);
+  if (excludeUidsFile && !fs.existsSync(excludeUidsFile))
+    throw new Error(`${configFile}: field exclude_uids: ${config.exclude_uids} does not exist`);
   const pricesFile = config.prices ? resolve(config.prices) : undefined;
-  if (pricesFile && !fs.existsSync(pricesFile)) throw new Error(`${configFile}: field prices: ${config.prices} does not exist`);
-  return { campaignId, config, suiteDir, excludeUidsFile, pricesFile, queues: { rollout: taskQueues(env).rollout, gpu: taskQueues(env).gpu(gpuHost()) } };
+  if (pricesFile && !fs.existsSync(pricesFile))
+    throw new Error(`${configFile}: field prices: ${config.prices} does not exist`);
+  return {
+    campaignId,
+    config,
+    suiteDir,
+    excludeUidsFile,
+    pricesFile,
+    queues: { rollout: taskQueues(env).rollout, gpu: taskQueues(env).gpu(gpuHost()) },
+  };
 }
 
 function dryRun(input: CampaignInput, configFile: string): void {
   const c = input.config;
   const t = c.training;
   console.log(`campaign ${input.campaignId} (dry run: nothing is started)`);
-  console.log(`  suite        ${input.suiteDir}${input.excludeUidsFile ? ` (excluding uids in ${input.excludeUidsFile})` : ''}`);
-  console.log(`  stages       ingest -> probe (${c.probe.repeats} episodes per candidate${c.probe.max_candidates ? `, first ${c.probe.max_candidates} candidates` : ''}) -> select (bands ${c.probe.retain_bands.join('/')}, min clean runs ${c.probe.min_clean_runs})`);
-  console.log(`               -> ${c.evaluation.before_training ? `evaluate base policy (${c.evaluation.repeats} repeats) -> ` : ''}${t.steps} training steps x ${t.groups_per_step} groups x ${t.group_size} episodes = ${t.groups_per_step * t.group_size} per update -> evaluate (${c.evaluation.repeats} repeats) -> report`);
-  console.log(`  refill       up to ${t.infra_refill_cap} extra episodes per group for infrastructure errors, then the group is replaced`);
-  console.log(`  zero variance  up to ${t.max_replacements} replacement tasks per step, then fallback: ${t.zero_variance_fallback}`);
-  console.log(`  policy       ${c.episode.policy.base_url} (${c.episode.policy.model}, ${c.episode.policy.mode} mode, temperature ${c.episode.sampling.temperature})`);
+  console.log(
+    `  suite        ${input.suiteDir}${input.excludeUidsFile ? ` (excluding uids in ${input.excludeUidsFile})` : ''}`,
+  );
+  console.log(
+    `  stages       ingest -> probe (${c.probe.repeats} episodes per candidate${c.probe.max_candidates ? `, first ${c.probe.max_candidates} candidates` : ''}) -> select (bands ${c.probe.retain_bands.join('/')}, min clean runs ${c.probe.min_clean_runs})`,
+  );
+  console.log(
+    `               -> ${c.evaluation.before_training ? `evaluate base policy (${c.evaluation.repeats} repeats) -> ` : ''}${t.steps} training steps x ${t.groups_per_step} groups x ${t.group_size} episodes = ${t.groups_per_step * t.group_size} per update -> evaluate (${c.evaluation.repeats} repeats) -> report`,
+  );
+  console.log(
+    `  refill       up to ${t.infra_refill_cap} extra episodes per group for infrastructure errors, then the group is replaced`,
+  );
+  console.log(
+    `  zero variance  up to ${t.max_replacements} replacement tasks per step, then fallback: ${t.zero_variance_fallback}`,
+  );
+  console.log(
+    `  policy       ${c.episode.policy.base_url} (${c.episode.policy.model}, ${c.episode.policy.mode} mode, temperature ${c.episode.sampling.temperature})`,
+  );
   console.log(`  queues       rollout ${input.queues.rollout}, gpu ${input.queues.gpu}`);
   console.log('  hyperparameters (learner):');
   for (const [k, v] of Object.entries(c.learner)) console.log(`    ${k.padEnd(24)} ${JSON.stringify(v)}`);
   // The learner's own launch plan: exact torchrun command per node and its resolved hyperparameters.
   const tmp = path.join(os.tmpdir(), `tbt-learner-${process.pid}.json`);
   const learner = learnerConfigJson(c.learner, c.seed);
-  fs.writeFileSync(tmp, JSON.stringify({ ...learner, checkpoint: { ...(learner.checkpoint as object), dir: `<state>/learners/${input.campaignId}/checkpoints` } }, null, 2));
+  fs.writeFileSync(
+    tmp,
+    JSON.stringify(
+      {
+        ...learner,
+        checkpoint: { ...(learner.checkpoint as object), dir: `<state>/learners/${input.campaignId}/checkpoints` },
+      },
+      null,
+      2,
+    ),
+  );
   try {
-    const plan = execFileSync(pythonBinary(), ['-m', 'tbt_gpu.learner.launch', '--nodes', String(c.learner.nodes), '--gpus-per-node', String(c.learner.gpus_per_node), '--master-addr', c.learner.nodes > 1 ? 'NODE0_ADDRESS' : '127.0.0.1', '--config', tmp, '--dry-run'], { cwd: gpuLearnerDir, encoding: 'utf8' });
-    console.log(plan.trimEnd().split('\n').map((l) => `  ${l}`).join('\n'));
+    const plan = execFileSync(
+      pythonBinary(),
+      [
+        '-m',
+        'tbt_gpu.learner.launch',
+        '--nodes',
+        String(c.learner.nodes),
+        '--gpus-per-node',
+        String(c.learner.gpus_per_node),
+        '--master-addr',
+        c.learner.nodes > 1 ? 'NODE0_ADDRESS' : '127.0.0.1',
+        '--config',
+        tmp,
+        '--dry-run',
+      ],
+      { cwd: gpuLearnerDir, encoding: 'utf8' },
+    );
+    console.log(
+      plan
+        .trimEnd()
+        .split('\n')
+        .map((l) => `  ${l}`)
+        .join('\n'),
+    );
   } finally {
     fs.rmSync(tmp, { force: true });
   }
@@ -67,7 +142,15 @@ function dryRun(input: CampaignInput, configFile: string): void {
 }
 
 async function episodeCount(campaignId: string, env: Environment): Promise<number> {
-  return withClient(databaseUrl(env), async (c) => Number((await c.query<{ n: string }>(`SELECT count(*) AS n FROM episodes WHERE campaign = $1 AND status <> 'running'`, [campaignId])).rows[0]!.n)).catch(() => -1);
+  return withClient(databaseUrl(env), async (c) =>
+    Number(
+      (
+        await c.query<{ n: string }>(`SELECT count(*) AS n FROM episodes WHERE campaign = $1 AND status <> 'running'`, [
+          campaignId,
+        ])
+      ).rows[0]!.n,
+    ),
+  ).catch(() => -1);
 }
 
 /** Follows a campaign until it ends, redrawing one progress line (stage, step bar, episodes). */
@@ -79,7 +162,8 @@ export async function follow(client: Client, env: Environment, workflowId: strin
     const description = await handle.describe();
     if (description.status.name !== 'RUNNING') {
       if (tty) process.stdout.write('\n');
-      if (description.status.name !== 'COMPLETED' && description.status.name !== 'CONTINUED_AS_NEW') throw new Error(`campaign ${workflowId} ended ${description.status.name}: see ${workflowUrl(env, workflowId)}`);
+      if (description.status.name !== 'COMPLETED' && description.status.name !== 'CONTINUED_AS_NEW')
+        throw new Error(`campaign ${workflowId} ended ${description.status.name}: see ${workflowUrl(env, workflowId)}`);
       return (await handle.result()) as CampaignStatus;
     }
     const s = await handle.query(statusQuery).catch(() => undefined);
@@ -96,7 +180,10 @@ export async function follow(client: Client, env: Environment, workflowId: strin
   }
 }
 
-export async function startCampaign(configFile: string, options: { wait: boolean; id?: string }): Promise<{ workflowId: string; status?: CampaignStatus }> {
+export async function startCampaign(
+  configFile: string,
+  options: { wait: boolean; id?: string },
+): Promise<{ workflowId: string; status?: CampaignStatus }> {
   const env = readEnvironment();
   const config = loadCampaignConfig(configFile);
   const { client, close } = await connect(env);
@@ -105,7 +192,13 @@ export async function startCampaign(configFile: string, options: { wait: boolean
     let workflowId: string | undefined = options.id;
     if (!workflowId && fs.existsSync(current)) {
       const id = fs.readFileSync(current, 'utf8').trim();
-      const running = await client.workflow.getHandle(id).describe().then((d) => d.status.name === 'RUNNING', (err: unknown) => (err instanceof WorkflowNotFoundError ? false : Promise.reject(err)));
+      const running = await client.workflow
+        .getHandle(id)
+        .describe()
+        .then(
+          (d) => d.status.name === 'RUNNING',
+          (err: unknown) => (err instanceof WorkflowNotFoundError ? false : Promise.reject(err)),
+        );
       if (running) {
         workflowId = id;
         console.log(`campaign ${id} is already running: following it`);
@@ -114,10 +207,18 @@ export async function startCampaign(configFile: string, options: { wait: boolean
     if (!workflowId || options.id) {
       workflowId ??= `${config.name}-${new Date().toISOString().replace(/[-:]/g, '').replace(/\..*/, '').replace('T', '-')}`;
       const input = campaignInput(env, config, workflowId, configFile);
-      await client.workflow.start(campaignWorkflow, { workflowId, taskQueue: taskQueues(env).orchestrator, args: [input], memo: { config }, workflowIdReusePolicy: 'ALLOW_DUPLICATE_FAILED_ONLY' }).catch((err: unknown) => {
-        if ((err as Error).name !== 'WorkflowExecutionAlreadyStartedError') throw err;
-        console.log(`campaign ${workflowId} is already running: following it`);
-      });
+      await client.workflow
+        .start(campaignWorkflow, {
+          workflowId,
+          taskQueue: taskQueues(env).orchestrator,
+          args: [input],
+          memo: { config },
+          workflowIdReusePolicy: 'ALLOW_DUPLICATE_FAILED_ONLY',
+        })
+        .catch((err: unknown) => {
+          if ((err as Error).name !== 'WorkflowExecutionAlreadyStartedError') throw err;
+          console.log(`campaign ${workflowId} is already running: following it`);
+        });
       fs.mkdirSync(path.dirname(current), { recursive: true });
       fs.writeFileSync(current, workflowId);
     }
@@ -131,7 +232,15 @@ export async function startCampaign(configFile: string, options: { wait: boolean
 }
 
 export async function train(args: string[]): Promise<number> {
-  const { values } = parseArgs({ args, options: { config: { type: 'string' }, 'dry-run': { type: 'boolean', default: false }, wait: { type: 'boolean', default: false }, id: { type: 'string' } } });
+  const { values } = parseArgs({
+    args,
+    options: {
+      config: { type: 'string' },
+      'dry-run': { type: 'boolean', default: false },
+      wait: { type: 'boolean', default: false },
+      id: { type: 'string' },
+    },
+  });
   if (!values.config) {
     console.error('usage: tbt train --config FILE [--dry-run] [--wait] [--id WORKFLOW_ID]');
     return 2;
@@ -149,9 +258,19 @@ export async function train(args: string[]): Promise<number> {
 
 /** `tbt eval run`: evaluate a campaign's latest checkpoint (or the base policy) on tasks x repeats, coverage-gated. */
 export async function runEvaluation(args: string[]): Promise<number> {
-  const { values } = parseArgs({ args, options: { config: { type: 'string' }, campaign: { type: 'string' }, repeats: { type: 'string' }, tasks: { type: 'string' } } });
+  const { values } = parseArgs({
+    args,
+    options: {
+      config: { type: 'string' },
+      campaign: { type: 'string' },
+      repeats: { type: 'string' },
+      tasks: { type: 'string' },
+    },
+  });
   if (!values.config) {
-    console.error('usage: tbt eval run --config FILE [--campaign WORKFLOW_ID] [--repeats K] [--tasks all|FILE.yaml]   (default tasks: the campaign pool)');
+    console.error(
+      'usage: tbt eval run --config FILE [--campaign WORKFLOW_ID] [--repeats K] [--tasks all|FILE.yaml]   (default tasks: the campaign pool)',
+    );
     return 2;
   }
   const env = readEnvironment();
@@ -159,13 +278,30 @@ export async function runEvaluation(args: string[]): Promise<number> {
   const campaignId = values.campaign ?? `${config.name}-eval`;
   const input = campaignInput(env, config, campaignId, values.config);
   let uids: string[] | undefined;
-  if (values.tasks === 'all') uids = (await import('../../activities/task-suite-loader.ts')).loadSuites(input.suiteDir).suites[0]!.tasks.map((t) => t.uid);
+  if (values.tasks === 'all')
+    uids = (await import('../../activities/task-suite-loader.ts'))
+      .loadSuites(input.suiteDir)
+      .suites[0]!.tasks.map((t) => t.uid);
   else if (values.tasks) uids = (await import('yaml')).parse(fs.readFileSync(values.tasks, 'utf8')) as string[];
   const { client, close } = await connect(env);
   try {
     const workflowId = `${campaignId}/eval-run-${Date.now()}`;
     console.log(`evaluation workflow: ${workflowId}\nTemporal UI: ${workflowUrl(env, workflowId)}`);
-    const result = await client.workflow.execute(scheduledEvaluationWorkflow, { workflowId, taskQueue: taskQueues(env).orchestrator, args: [{ campaignId, config, suiteDir: input.suiteDir, queues: input.queues, repeats: Number(values.repeats ?? config.evaluation.repeats), uids, labelPrefix: 'run' }] });
+    const result = await client.workflow.execute(scheduledEvaluationWorkflow, {
+      workflowId,
+      taskQueue: taskQueues(env).orchestrator,
+      args: [
+        {
+          campaignId,
+          config,
+          suiteDir: input.suiteDir,
+          queues: input.queues,
+          repeats: Number(values.repeats ?? config.evaluation.repeats),
+          uids,
+          labelPrefix: 'run',
+        },
+      ],
+    });
     console.log(result.summary);
     console.log(`aggregate: ${result.aggregate}`);
     return 0;
@@ -176,9 +312,20 @@ export async function runEvaluation(args: string[]): Promise<number> {
 
 /** `tbt eval schedule`: a Temporal Schedule that re-evaluates a campaign's latest checkpoint. */
 export async function scheduleEvaluation(args: string[]): Promise<number> {
-  const { values } = parseArgs({ args, options: { campaign: { type: 'string' }, config: { type: 'string' }, cron: { type: 'string' }, repeats: { type: 'string' }, id: { type: 'string' } } });
+  const { values } = parseArgs({
+    args,
+    options: {
+      campaign: { type: 'string' },
+      config: { type: 'string' },
+      cron: { type: 'string' },
+      repeats: { type: 'string' },
+      id: { type: 'string' },
+    },
+  });
   if (!values.campaign || !values.config || !values.cron) {
-    console.error('usage: tbt eval schedule --campaign WORKFLOW_ID --config FILE --cron "EXPR" [--repeats K] [--id SCHEDULE_ID]');
+    console.error(
+      'usage: tbt eval schedule --campaign WORKFLOW_ID --config FILE --cron "EXPR" [--repeats K] [--id SCHEDULE_ID]',
+    );
     return 2;
   }
   const env = readEnvironment();
@@ -194,13 +341,25 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
         type: 'startWorkflow',
         workflowType: 'scheduledEvaluationWorkflow',
         taskQueue: taskQueues(env).orchestrator,
-        args: [{ campaignId: values.campaign, config, suiteDir: input.suiteDir, queues: input.queues, repeats: Number(values.repeats ?? config.evaluation.repeats) }],
+        args: [
+          {
+            campaignId: values.campaign,
+            config,
+            suiteDir: input.suiteDir,
+            queues: input.queues,
+            repeats: Number(values.repeats ?? config.evaluation.repeats),
+          },
+        ],
       },
       // A slow evaluation is never doubled by the next tick.
       policies: { overlap: 'SKIP' },
     });
-    console.log(`schedule ${scheduleId}: cron "${values.cron}" re-evaluates the latest checkpoint of ${values.campaign}`);
-    console.log(`Temporal UI: ${temporalUiUrl(env)}/namespaces/${env.TBT_TEMPORAL_NAMESPACE}/schedules/${encodeURIComponent(scheduleId)}`);
+    console.log(
+      `schedule ${scheduleId}: cron "${values.cron}" re-evaluates the latest checkpoint of ${values.campaign}`,
+    );
+    console.log(
+      `Temporal UI: ${temporalUiUrl(env)}/namespaces/${env.TBT_TEMPORAL_NAMESPACE}/schedules/${encodeURIComponent(scheduleId)}`,
+    );
     return 0;
   } finally {
     await close();

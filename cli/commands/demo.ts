@@ -14,7 +14,10 @@ export async function demo(args: string[]): Promise<number> {
   const env = readEnvironment();
   await up();
   const spawned = startWorkers(env);
-  for (const k of workerKinds) console.log(`worker ${k.padEnd(12)} ${spawned.includes(k) ? 'started' : 'already running'} (log ${workerLog(env, k)})`);
+  for (const k of workerKinds)
+    console.log(
+      `worker ${k.padEnd(12)} ${spawned.includes(k) ? 'started' : 'already running'} (log ${workerLog(env, k)})`,
+    );
   const config = args[0] ?? path.join(repoRoot, 'config', 'local.yaml');
   const { workflowId, status } = await startCampaign(config, { wait: true });
   const minutes = ((Date.now() - started) / 60_000).toFixed(1);
@@ -24,6 +27,8 @@ export async function demo(args: string[]): Promise<number> {
     console.log(`summary:     ${status.report.markdown}`);
   }
   console.log(`Temporal UI: ${temporalUiUrl(env)} (search: TbtCampaign = "${workflowId}")`);
-  console.log('workers keep running in the background; stop them with `./bin/tbt workers down`, the servers with `./bin/tbt down`.');
+  console.log(
+    'workers keep running in the background; stop them with `./bin/tbt workers down`, the servers with `./bin/tbt down`.',
+  );
   return 0;
 }

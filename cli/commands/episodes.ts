@@ -4,7 +4,14 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { databaseUrl, readEnvironment } from '../../config/environment.ts';
 import { episodeConfigSchema } from '../../config/episode-config.ts';
-import { episodeDependencies, episodeEnvironment, episodeOptions, findTask, thinkingboxResourcesFactory, type EpisodeBackends } from '../../activities/episode-activities.ts';
+import {
+  episodeDependencies,
+  episodeEnvironment,
+  episodeOptions,
+  findTask,
+  thinkingboxResourcesFactory,
+  type EpisodeBackends,
+} from '../../activities/episode-activities.ts';
 import { resultLine } from '../../activities/episode-result-line.ts';
 import { runEpisode } from '../../activities/episode-runner.ts';
 import { SandboxPool } from '../../activities/sandbox-pool.ts';
@@ -22,12 +29,14 @@ Runs episodes in this process (no Temporal) and writes one result line per episo
 
 async function mapLimit<T>(items: T[], limit: number, fn: (item: T, i: number) => Promise<void>): Promise<void> {
   let next = 0;
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) {
-      const i = next++;
-      await fn(items[i]!, i);
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: Math.min(limit, items.length) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        await fn(items[i]!, i);
+      }
+    }),
+  );
 }
 
 export async function episodes(args: string[]): Promise<number> {
@@ -38,11 +47,20 @@ export async function episodes(args: string[]): Promise<number> {
   const { values } = parseArgs({
     args: args.slice(1),
     options: {
-      suite: { type: 'string' }, uid: { type: 'string', multiple: true }, repeats: { type: 'string', default: '1' },
-      concurrency: { type: 'string', default: '2' }, 'policy-url': { type: 'string' }, model: { type: 'string' },
-      mode: { type: 'string', default: 'chat' }, temperature: { type: 'string', default: '1' }, stop: { type: 'string', multiple: true },
-      'max-tokens-per-turn': { type: 'string', default: '128' }, 'max-agent-turns': { type: 'string', default: '4' },
-      example: { type: 'boolean', default: false }, out: { type: 'string' }, records: { type: 'string' },
+      suite: { type: 'string' },
+      uid: { type: 'string', multiple: true },
+      repeats: { type: 'string', default: '1' },
+      concurrency: { type: 'string', default: '2' },
+      'policy-url': { type: 'string' },
+      model: { type: 'string' },
+      mode: { type: 'string', default: 'chat' },
+      temperature: { type: 'string', default: '1' },
+      stop: { type: 'string', multiple: true },
+      'max-tokens-per-turn': { type: 'string', default: '128' },
+      'max-agent-turns': { type: 'string', default: '4' },
+      example: { type: 'boolean', default: false },
+      out: { type: 'string' },
+      records: { type: 'string' },
     },
   });
   if (!values.suite || !values.out) {
@@ -55,14 +73,29 @@ export async function episodes(args: string[]): Promise<number> {
   const repeats = Number(values.repeats);
   const env = readEnvironment();
   await ensureControlDatabase(env);
-  const server = values['policy-url'] ? undefined : await startPolicyServer({ logFile: path.join(os.tmpdir(), 'tbt-episodes-policy-server.log') });
+  const server = values['policy-url']
+    ? undefined
+    : await startPolicyServer({ logFile: path.join(os.tmpdir(), 'tbt-episodes-policy-server.log') });
   const config = episodeConfigSchema.parse({
-    policy: { base_url: values['policy-url'] ?? server!.baseUrl, model: values.model ?? server!.model, mode: values.mode },
+    policy: {
+      base_url: values['policy-url'] ?? server!.baseUrl,
+      model: values.model ?? server!.model,
+      mode: values.mode,
+    },
     sampling: { temperature: Number(values.temperature), stop: values.stop ?? [] },
-    limits: { max_tokens_per_turn: Number(values['max-tokens-per-turn']), max_agent_turns: Number(values['max-agent-turns']), wall_clock_ms: 300_000 },
+    limits: {
+      max_tokens_per_turn: Number(values['max-tokens-per-turn']),
+      max_agent_turns: Number(values['max-agent-turns']),
+      wall_clock_ms: 300_000,
+    },
     prompt: { tools_in_prompt: true, example: values.example },
   });
-  const pool = new SandboxPool({ controlUrl: databaseUrl(env), agentPassword: env.TBT_AGENT_DB_PASSWORD, readerPassword: env.TBT_READER_DB_PASSWORD, warm: 2 });
+  const pool = new SandboxPool({
+    controlUrl: databaseUrl(env),
+    agentPassword: env.TBT_AGENT_DB_PASSWORD,
+    readerPassword: env.TBT_READER_DB_PASSWORD,
+    warm: 2,
+  });
   const thinkingbox = thinkingboxResourcesFactory();
   const backends: EpisodeBackends = { pool, grader: new TerminalStateGrader(pool, databaseUrl(env)), thinkingbox };
   const jobs = uids.flatMap((uid) => Array.from({ length: repeats }, (_, repetition) => ({ uid, repetition })));
@@ -77,18 +110,31 @@ export async function episodes(args: string[]): Promise<number> {
       const id = `adhoc:${uid}#${repetition}`;
       let record;
       try {
-        record = await runEpisode(episodeDependencies(config, episodeEnvironment(backends, config, suite, task), task), task, id, episodeOptions(config, id));
+        record = await runEpisode(
+          episodeDependencies(config, episodeEnvironment(backends, config, suite, task), task),
+          task,
+          id,
+          episodeOptions(config, id),
+        );
       } catch (err) {
         // A task defect (e.g. rubrics without a judge) is reported and the run goes on with the other tasks.
         process.stderr.write(`\n${uid}#${repetition}: ${(err as Error).message}\n`);
         failures.push(`${uid}#${repetition}: ${(err as Error).message}`);
         return;
       }
-      fs.writeSync(out, `${JSON.stringify(resultLine(id, uid, repetition, taskDomain(suite, task.scenario), record))}\n`);
+      fs.writeSync(
+        out,
+        `${JSON.stringify(resultLine(id, uid, repetition, taskDomain(suite, task.scenario), record))}\n`,
+      );
       if (records !== undefined) fs.writeSync(records, `${JSON.stringify({ id, record })}\n`);
-      perTask.set(uid, [...(perTask.get(uid) ?? []), record.outcome === 'success' ? 1 : record.outcome === 'infrastructure_error' ? NaN : 0]);
+      perTask.set(uid, [
+        ...(perTask.get(uid) ?? []),
+        record.outcome === 'success' ? 1 : record.outcome === 'infrastructure_error' ? NaN : 0,
+      ]);
       done += 1;
-      process.stderr.write(`\r[${done}/${jobs.length}] ${uid}#${repetition}: ${record.outcome} (${record.finishReason})`.padEnd(100));
+      process.stderr.write(
+        `\r[${done}/${jobs.length}] ${uid}#${repetition}: ${record.outcome} (${record.finishReason})`.padEnd(100),
+      );
     });
   } finally {
     process.stderr.write('\n');
@@ -99,11 +145,16 @@ export async function episodes(args: string[]): Promise<number> {
     await server?.stop();
   }
   const rates = [...perTask.entries()].sort(([a], [b]) => a.localeCompare(b));
-  for (const [uid, r] of rates) console.log(`${uid.padEnd(40)} ${r.filter((x) => x === 1).length}/${r.length}${r.some(Number.isNaN) ? ` (${r.filter(Number.isNaN).length} infra)` : ''}`);
+  for (const [uid, r] of rates)
+    console.log(
+      `${uid.padEnd(40)} ${r.filter((x) => x === 1).length}/${r.length}${r.some(Number.isNaN) ? ` (${r.filter(Number.isNaN).length} infra)` : ''}`,
+    );
   const mixed = rates.filter(([, r]) => r.some((x) => x === 1) && r.some((x) => x === 0)).length;
   const all = rates.filter(([, r]) => r.every((x) => x === 1)).length;
   const none = rates.filter(([, r]) => r.every((x) => x === 0)).length;
   for (const f of failures) console.log(`not run: ${f}`);
-  console.log(`tasks=${rates.length} always=${all} never=${none} mixed=${mixed} mean_success=${(rates.flatMap(([, r]) => r).filter((x) => x === 1).length / jobs.length).toFixed(3)}`);
+  console.log(
+    `tasks=${rates.length} always=${all} never=${none} mixed=${mixed} mean_success=${(rates.flatMap(([, r]) => r).filter((x) => x === 1).length / jobs.length).toFixed(3)}`,
+  );
   return failures.length ? 1 : 0;
 }

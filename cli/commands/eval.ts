@@ -160,7 +160,8 @@ function parseAggregateArgs(args: string[]): AggregateConfig | 'help' {
   });
   if (values.help) return 'help';
   const format = values.format;
-  if (format !== 'episode' && format !== 'thinkingbox') throw new UsageError(`--format: expected episode or thinkingbox, got '${format}'`);
+  if (format !== 'episode' && format !== 'thinkingbox')
+    throw new UsageError(`--format: expected episode or thinkingbox, got '${format}'`);
   const defaults = FORMAT_DEFAULTS[format];
   if (!values.results?.length) throw new UsageError('--results FILE is required (repeatable)');
   if (values.repeats === undefined) throw new UsageError('--repeats K is required');
@@ -171,7 +172,8 @@ function parseAggregateArgs(args: string[]): AggregateConfig | 'help' {
     return v;
   };
   const systemErrorFields = values['system-error-field'] ?? [...defaults.systemError];
-  if (systemErrorFields.some((f) => f.trim() === '')) throw new UsageError('--system-error-field: expected a dotted field path');
+  if (systemErrorFields.some((f) => f.trim() === ''))
+    throw new UsageError('--system-error-field: expected a dotted field path');
   return {
     resultFiles: values.results,
     format,
@@ -205,7 +207,13 @@ const tokenCount = z.number().int().nonnegative();
 const tokenUsageSchema = z
   .object({ input: tokenCount, output: tokenCount, cached_input: tokenCount.default(0) })
   .strict();
-const roleUsageSchema = z.object({ policy: tokenUsageSchema.optional(), user: tokenUsageSchema.optional(), judge: tokenUsageSchema.optional() }).strict();
+const roleUsageSchema = z
+  .object({
+    policy: tokenUsageSchema.optional(),
+    user: tokenUsageSchema.optional(),
+    judge: tokenUsageSchema.optional(),
+  })
+  .strict();
 const openAiUsageSchema = z.object({
   input_tokens: tokenCount,
   output_tokens: tokenCount,
@@ -223,7 +231,8 @@ function readTokens(r: JsonlRow, field: string): RoleUsage {
         throw r.fieldError([field, i, ...issue.path].join('.'), issue.message);
       }
       const cached = parsed.data.input_tokens_details?.cached_tokens ?? 0;
-      if (cached > parsed.data.input_tokens) throw r.fieldError(`${field}.${i}`, `cached_tokens ${cached} exceed input_tokens ${parsed.data.input_tokens}`);
+      if (cached > parsed.data.input_tokens)
+        throw r.fieldError(`${field}.${i}`, `cached_tokens ${cached} exceed input_tokens ${parsed.data.input_tokens}`);
       policy.input += parsed.data.input_tokens - cached;
       policy.cached_input += cached;
       policy.output += parsed.data.output_tokens;
@@ -264,7 +273,8 @@ function readResultRows(file: string, text: string, config: AggregateConfig, wit
     let domain = datasetGroup(uid);
     if (config.domainField) {
       const value = r.get(config.domainField);
-      if (typeof value !== 'string' || value === '') throw r.fieldError(config.domainField, `expected a non-empty string, got ${show(value)}`);
+      if (typeof value !== 'string' || value === '')
+        throw r.fieldError(config.domainField, `expected a non-empty string, got ${show(value)}`);
       domain = value;
     }
     return {
@@ -281,14 +291,22 @@ function readResultRows(file: string, text: string, config: AggregateConfig, wit
 }
 
 /** Problems that keep any score from being reported; each names file and line. */
-export function coverageProblems(rows: readonly ResultRow[], repeats: number, expectedUids: readonly string[] | null): string[] {
+export function coverageProblems(
+  rows: readonly ResultRow[],
+  repeats: number,
+  expectedUids: readonly string[] | null,
+): string[] {
   const problems: string[] = [];
   const at = (r: ResultRow) => `${r.file}:${r.line}`;
-  const rep = (r: ResultRow) => (r.repetition.startsWith('#') ? `attempt ${Number(r.repetition.slice(1)) + 1}` : `repetition ${r.repetition}`);
+  const rep = (r: ResultRow) =>
+    r.repetition.startsWith('#') ? `attempt ${Number(r.repetition.slice(1)) + 1}` : `repetition ${r.repetition}`;
   const byKey = new Map<string, ResultRow>();
   const byUid = new Map<string, ResultRow[]>();
   for (const r of rows) {
-    if (r.systemErrorField) problems.push(`${at(r)}: uid ${r.uid} ${rep(r)}: infrastructure error (field ${r.systemErrorField} is true); re-run this key`);
+    if (r.systemErrorField)
+      problems.push(
+        `${at(r)}: uid ${r.uid} ${rep(r)}: infrastructure error (field ${r.systemErrorField} is true); re-run this key`,
+      );
     const key = `${r.uid}\0${r.repetition}`;
     const first = byKey.get(key);
     if (first) problems.push(`${at(r)}: uid ${r.uid} ${rep(r)}: duplicate key, first seen at ${at(first)}`);
@@ -305,11 +323,15 @@ export function coverageProblems(rows: readonly ResultRow[], repeats: number, ex
       problems.push(`${where}: uid ${uid}: ${distinct} distinct repetitions, expected --repeats ${repeats}`);
     }
     const domains = new Set(list.map((r) => r.domain));
-    if (domains.size > 1) problems.push(`${at(list[0]!)}: uid ${uid}: rows disagree on the domain (${[...domains].sort(compareStrings).join(', ')})`);
+    if (domains.size > 1)
+      problems.push(
+        `${at(list[0]!)}: uid ${uid}: rows disagree on the domain (${[...domains].sort(compareStrings).join(', ')})`,
+      );
   }
   if (expectedUids) {
     const expected = new Set(expectedUids);
-    for (const uid of [...expected].sort(compareStrings)) if (!byUid.has(uid)) problems.push(`uid ${uid}: no results (expected ${repeats} repetitions)`);
+    for (const uid of [...expected].sort(compareStrings))
+      if (!byUid.has(uid)) problems.push(`uid ${uid}: no results (expected ${repeats} repetitions)`);
     for (const uid of [...byUid.keys()].sort(compareStrings)) {
       if (!expected.has(uid)) problems.push(`${at(byUid.get(uid)![0]!)}: uid ${uid}: not in the task list`);
     }
@@ -338,7 +360,12 @@ interface CostReport {
   per_reliable_task: number | null;
 }
 
-function costReport(rows: readonly ResultRow[], tasks: readonly TaskOutcome[], repeats: number, prices: PriceTable): CostReport {
+function costReport(
+  rows: readonly ResultRow[],
+  tasks: readonly TaskOutcome[],
+  repeats: number,
+  prices: PriceTable,
+): CostReport {
   const breakdown = campaignCost(
     rows.map((r) => r.tokens ?? {}),
     prices,
@@ -443,7 +470,11 @@ function aggregateCommand(args: string[], io: CommandIo): number {
       prices,
       seed: config.seed,
     },
-    inputs: { results: inputs, tasks: tasksInput, prices: config.pricesFile ? { path: config.pricesFile, sha256: sha256(readInputFile(config.pricesFile)) } : null },
+    inputs: {
+      results: inputs,
+      tasks: tasksInput,
+      prices: config.pricesFile ? { path: config.pricesFile, sha256: sha256(readInputFile(config.pricesFile)) } : null,
+    },
     coverage: { tasks: outcomes.length, attempts: rows.length, complete: true },
     overall,
     domains,
@@ -477,13 +508,29 @@ function interval([lo, hi]: [number, number]): string {
 
 function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  const line = (cells: string[]) =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
   return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n');
 }
 
-function renderAggregate(repeats: number, overall: Summary, domains: Record<string, Summary>, cost: (CostReport & { domains: Record<string, CostReport> }) | null): string {
+function renderAggregate(
+  repeats: number,
+  overall: Summary,
+  domains: Record<string, Summary>,
+  cost: (CostReport & { domains: Record<string, CostReport> }) | null,
+): string {
   const k = repeats;
-  const header = ['domain', 'tasks', 'attempts', 'pass@1', '95% CI (tasks)', `pass@${k}`, `pass^${k}`, `observed ${k}/${k}`, 'solved >= 1'];
+  const header = [
+    'domain',
+    'tasks',
+    'attempts',
+    'pass@1',
+    '95% CI (tasks)',
+    `pass@${k}`,
+    `pass^${k}`,
+    `observed ${k}/${k}`,
+    'solved >= 1',
+  ];
   if (cost) header.push('cost', 'per success', 'per reliable');
   const row = (name: string, s: Summary, c: CostReport | undefined): string[] => {
     const atK = s.pass_at_k.find((x) => x.k === k)?.estimate ?? Number.NaN;
@@ -530,7 +577,11 @@ function renderAggregate(repeats: number, overall: Summary, domains: Record<stri
 
 const aggregateFileSchema = z.object({
   kind: z.literal('tbt-eval-aggregate'),
-  tasks: z.array(z.object({ uid: z.string().min(1), domain: z.string(), n: z.number().int().min(1), c: z.number().int().min(0) })).min(1),
+  tasks: z
+    .array(
+      z.object({ uid: z.string().min(1), domain: z.string(), n: z.number().int().min(1), c: z.number().int().min(0) }),
+    )
+    .min(1),
 });
 
 function readAggregateFile(file: string): TaskOutcome[] {
@@ -544,7 +595,9 @@ function readAggregateFile(file: string): TaskOutcome[] {
   const parsed = aggregateFileSchema.safeParse(json);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
-    throw new InputError(`${file}: field ${issue.path.join('.') || '(root)'}: ${issue.message} (expected the output of 'tbt eval aggregate --out')`);
+    throw new InputError(
+      `${file}: field ${issue.path.join('.') || '(root)'}: ${issue.message} (expected the output of 'tbt eval aggregate --out')`,
+    );
   }
   return parsed.data.tasks.map(({ uid, domain, n, c }) => ({ uid, domain, n, c }));
 }
@@ -570,7 +623,8 @@ function compareCommand(args: string[], io: CommandIo): number {
     io.out(USAGE);
     return 0;
   }
-  if (parsed.positionals.length !== 2) throw new UsageError(`compare needs two aggregate files (A and B), got ${parsed.positionals.length}`);
+  if (parsed.positionals.length !== 2)
+    throw new UsageError(`compare needs two aggregate files (A and B), got ${parsed.positionals.length}`);
   const [fileA, fileB] = parsed.positionals as [string, string];
   const resamples = parseInteger('--resamples', parsed.values.resamples, 1);
   const seed = parseInteger('--seed', parsed.values.seed, 0);
@@ -583,21 +637,51 @@ function compareCommand(args: string[], io: CommandIo): number {
   }
   if (parsed.values.out) {
     fs.mkdirSync(path.dirname(parsed.values.out), { recursive: true });
-    writeFileAtomic(parsed.values.out, `${JSON.stringify(JSON.parse(canonicalJson({ schema_version: 1, kind: 'tbt-eval-compare', a: fileA, b: fileB, ...comparison })), null, 2)}\n`);
+    writeFileAtomic(
+      parsed.values.out,
+      `${JSON.stringify(JSON.parse(canonicalJson({ schema_version: 1, kind: 'tbt-eval-compare', a: fileA, b: fileB, ...comparison })), null, 2)}\n`,
+    );
   }
   const points = (x: number) => `${x >= 0 ? '+' : ''}${(100 * x).toFixed(2)} pts`;
   const ci = ([lo, hi]: [number, number]) => `[${points(lo)}, ${points(hi)}]`;
   const rows = [
-    ['pass@1', percent(comparison.pass_at_1.a), percent(comparison.pass_at_1.b), points(comparison.pass_at_1.difference), ci(comparison.pass_at_1.interval)],
-    ['all attempts pass', percent(comparison.all_pass_rate.a), percent(comparison.all_pass_rate.b), points(comparison.all_pass_rate.difference), ci(comparison.all_pass_rate.interval)],
-    ...Object.entries(comparison.domains).map(([d, x]) => [`pass@1 ${d} (${x.tasks})`, percent(x.pass_at_1.a), percent(x.pass_at_1.b), points(x.pass_at_1.difference), ci(x.pass_at_1.interval)]),
+    [
+      'pass@1',
+      percent(comparison.pass_at_1.a),
+      percent(comparison.pass_at_1.b),
+      points(comparison.pass_at_1.difference),
+      ci(comparison.pass_at_1.interval),
+    ],
+    [
+      'all attempts pass',
+      percent(comparison.all_pass_rate.a),
+      percent(comparison.all_pass_rate.b),
+      points(comparison.all_pass_rate.difference),
+      ci(comparison.all_pass_rate.interval),
+    ],
+    ...Object.entries(comparison.domains).map(([d, x]) => [
+      `pass@1 ${d} (${x.tasks})`,
+      percent(x.pass_at_1.a),
+      percent(x.pass_at_1.b),
+      points(x.pass_at_1.difference),
+      ci(x.pass_at_1.interval),
+    ]),
   ];
   io.out(
     [
       `paired comparison over ${comparison.tasks} tasks: A = ${fileA}, B = ${fileB}`,
       `B better on ${comparison.b_better} tasks, worse on ${comparison.b_worse}, equal on ${comparison.equal}`,
       '',
-      table(['metric', 'A', 'B', 'B - A', `${Math.round(comparison.level * 100)}% paired bootstrap (${comparison.resamples}, seed ${comparison.seed})`], rows),
+      table(
+        [
+          'metric',
+          'A',
+          'B',
+          'B - A',
+          `${Math.round(comparison.level * 100)}% paired bootstrap (${comparison.resamples}, seed ${comparison.seed})`,
+        ],
+        rows,
+      ),
     ].join('\n') + (parsed.values.out ? `\n\nwrote ${parsed.values.out}` : ''),
   );
   return 0;

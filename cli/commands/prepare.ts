@@ -164,7 +164,8 @@ export function jsonlRows(file: string, text: string): JsonlRow[] {
       throw new InputError(`${file}:${line}: expected a JSON object, got ${describeKind(parsed)}`);
     }
     const row = parsed as Record<string, unknown>;
-    const fieldError = (field: string, message: string) => new InputError(`${file}:${line}: field ${field}: ${message}`);
+    const fieldError = (field: string, message: string) =>
+      new InputError(`${file}:${line}: field ${field}: ${message}`);
     const get = (field: string): unknown => {
       const lookup = readDotted(row, field);
       if (!lookup.found) throw fieldError(field, `missing (${lookup.reason})`);
@@ -183,7 +184,8 @@ export function jsonlRows(file: string, text: string): JsonlRow[] {
       },
       getUid: (field) => {
         const value = get(field);
-        if (typeof value !== 'string' || value === '') throw fieldError(field, `expected a non-empty string, got ${show(value)}`);
+        if (typeof value !== 'string' || value === '')
+          throw fieldError(field, `expected a non-empty string, got ${show(value)}`);
         return value;
       },
     });
@@ -209,7 +211,11 @@ export function sha256(bytes: Buffer | string): string {
  * meaningful line starts with '-', '[' or '{'; otherwise one uid per line ('#' starts a comment line).
  */
 export function parseUidList(file: string, text: string): string[] {
-  const firstLine = text.split('\n').map((l) => l.trim()).find((l) => l && !l.startsWith('#')) ?? '';
+  const firstLine =
+    text
+      .split('\n')
+      .map((l) => l.trim())
+      .find((l) => l && !l.startsWith('#')) ?? '';
   const looksYaml = /\.(ya?ml|json)$/i.test(file) || /^[-[{]/.test(firstLine);
   if (!looksYaml) {
     return text
@@ -220,7 +226,10 @@ export function parseUidList(file: string, text: string): string[] {
   const counter = new LineCounter();
   const doc = parseDocument(text, { lineCounter: counter, prettyErrors: false });
   const firstError = doc.errors[0];
-  if (firstError) throw new InputError(`${file}:${firstError.linePos?.[0]?.line ?? 1}: YAML syntax: ${firstError.message.split('\n')[0]}`);
+  if (firstError)
+    throw new InputError(
+      `${file}:${firstError.linePos?.[0]?.line ?? 1}: YAML syntax: ${firstError.message.split('\n')[0]}`,
+    );
   let seq = doc.contents;
   let where = '';
   if (seq && !isSeq(seq) && typeof doc.get('uids', true) === 'object') {
@@ -233,7 +242,9 @@ export function parseUidList(file: string, text: string): string[] {
     const line = isScalar(item) && item.range ? counter.linePos(item.range[0]).line : 1;
     const value = isScalar(item) ? item.value : undefined;
     if (typeof value !== 'string' || value === '') {
-      throw new InputError(`${file}:${line}: field ${where ? `${where}[${i}]` : `[${i}]`}: expected a non-empty uid string, got ${isScalar(item) ? show(value) : 'a collection'}`);
+      throw new InputError(
+        `${file}:${line}: field ${where ? `${where}[${i}]` : `[${i}]`}: expected a non-empty uid string, got ${isScalar(item) ? show(value) : 'a collection'}`,
+      );
     }
     return value;
   });
@@ -290,17 +301,22 @@ function parsePrepareArgs(args: string[]): PrepareConfig | 'help' {
   if (policyFiles.length === 0) throw new UsageError('--policy FILE is required (repeatable)');
   if (!values['output-dir']) throw new UsageError('--output-dir DIR is required');
   for (const flag of ['uid-field', 'success-field', 'system-error-field'] as const) {
-    if (values[flag] !== undefined && values[flag].trim() === '') throw new UsageError(`--${flag}: expected a dotted field path`);
+    if (values[flag] !== undefined && values[flag].trim() === '')
+      throw new UsageError(`--${flag}: expected a dotted field path`);
   }
   const retained = values['retain-band'] ?? [...DEFAULT_RETAINED_BANDS];
   for (const band of retained) {
-    if (!isBandName(band)) throw new UsageError(`--retain-band: unknown band '${band}' (bands: ${BAND_NAMES.join(', ')})`);
+    if (!isBandName(band))
+      throw new UsageError(`--retain-band: unknown band '${band}' (bands: ${BAND_NAMES.join(', ')})`);
   }
   const mode = values.mode;
-  if (mode !== 'selection' && mode !== 'split') throw new UsageError(`--mode: expected selection or split, got '${mode}'`);
+  if (mode !== 'selection' && mode !== 'split')
+    throw new UsageError(`--mode: expected selection or split, got '${mode}'`);
   const testFraction = Number(values['test-fraction']);
   if (!/^\s*[0-9.eE+-]+\s*$/.test(values['test-fraction']) || !(testFraction > 0 && testFraction < 1)) {
-    throw new UsageError(`--test-fraction: expected a number strictly between 0 and 1, got '${values['test-fraction']}'`);
+    throw new UsageError(
+      `--test-fraction: expected a number strictly between 0 and 1, got '${values['test-fraction']}'`,
+    );
   }
   return {
     policyFiles,
@@ -318,7 +334,11 @@ function parsePrepareArgs(args: string[]): PrepareConfig | 'help' {
 }
 
 /** Probe outcomes of one JSONL file. */
-export function readProbeOutcomes(file: string, text: string, config: Pick<PrepareConfig, 'uidField' | 'successField' | 'systemErrorField'>): ProbeOutcome[] {
+export function readProbeOutcomes(
+  file: string,
+  text: string,
+  config: Pick<PrepareConfig, 'uidField' | 'successField' | 'systemErrorField'>,
+): ProbeOutcome[] {
   return jsonlRows(file, text).map((r): ProbeOutcome => {
     const uid = r.getUid(config.uidField);
     if (config.systemErrorField && r.getBoolean(config.systemErrorField)) return { uid, systemError: true };
@@ -382,14 +402,20 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
   if (outcomes.length === 0) throw new InputError(`${config.policyFiles.join(', ')}: no probe rows`);
 
   const counts = aggregateOutcomes(outcomes);
-  const selection = selectTasks(counts, { exclusions, minCleanRuns: config.minCleanRuns, retainedBands: config.retainedBands });
+  const selection = selectTasks(counts, {
+    exclusions,
+    minCleanRuns: config.minCleanRuns,
+    retainedBands: config.retainedBands,
+  });
   if (selection.rows.length === 0) {
     throw new InputError(
       `nothing to assess: of ${counts.length} uids, ${selection.excludedPresent.length} are excluded and ${selection.systemErrorOnly.length} have only system errors`,
     );
   }
   if (selection.selected.length === 0) {
-    const reasons = Object.entries(selection.rejections).map(([r, n]) => `${r}: ${n}`).join(', ');
+    const reasons = Object.entries(selection.rejections)
+      .map(([r, n]) => `${r}: ${n}`)
+      .join(', ');
     throw new InputError(
       `empty selection: none of ${selection.rows.length} assessed uids is eligible (${reasons}; min clean runs ${config.minCleanRuns}, retained bands ${config.retainedBands.join(', ')})`,
     );
@@ -398,7 +424,10 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
   const outputs: Record<string, string> = {};
   let split: { train: string[]; test: string[] } | null = null;
   if (config.mode === 'split') {
-    split = stratifiedSplit(selection.rows.filter((r) => r.eligible), { testFraction: config.testFraction, seed: config.seed });
+    split = stratifiedSplit(
+      selection.rows.filter((r) => r.eligible),
+      { testFraction: config.testFraction, seed: config.seed },
+    );
     if (split.test.length === 0) {
       throw new InputError(
         `split mode: the test set is empty (${selection.selected.length} selected uids, and every dataset file group holds one uid; a group of one always goes to train)`,
@@ -411,7 +440,9 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
   }
   outputs['aggregates.jsonl'] = selection.rows.map((r) => `${aggregateLine(r)}\n`).join('');
 
-  const difficultyCounts = Object.fromEntries(BAND_NAMES.map((b) => [b, selection.rows.filter((r) => r.difficulty === b).length]));
+  const difficultyCounts = Object.fromEntries(
+    BAND_NAMES.map((b) => [b, selection.rows.filter((r) => r.difficulty === b).length]),
+  );
   const manifest = {
     schema_version: SCHEMA_VERSION,
     tool: 'tbt prepare',
@@ -441,12 +472,19 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
       difficulty_counts: difficultyCounts,
     },
     inputs: { policy: policyInputs, exclude_uids: exclusionInput },
-    outputs: Object.fromEntries(Object.keys(outputs).sort().map((name) => [name, { sha256: sha256(outputs[name]!) }])),
+    outputs: Object.fromEntries(
+      Object.keys(outputs)
+        .sort()
+        .map((name) => [name, { sha256: sha256(outputs[name]!) }]),
+    ),
   };
 
   fs.mkdirSync(config.outputDir, { recursive: true });
   for (const [name, content] of Object.entries(outputs)) writeFileAtomic(path.join(config.outputDir, name), content);
-  writeFileAtomic(path.join(config.outputDir, 'manifest.json'), `${JSON.stringify(JSON.parse(canonicalJson(manifest)), null, 2)}\n`);
+  writeFileAtomic(
+    path.join(config.outputDir, 'manifest.json'),
+    `${JSON.stringify(JSON.parse(canonicalJson(manifest)), null, 2)}\n`,
+  );
 
   const bandLine = BAND_NAMES.map((b) => `${b} ${difficultyCounts[b]}`).join(', ');
   io.out(

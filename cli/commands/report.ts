@@ -1,11 +1,25 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { BadInputError } from '../../core/errors.ts';
-import { parseCosts, parseEvalAggregate, parseProbeAggregates, parseTrainingSteps } from '../../core/report/parse-inputs.ts';
+import {
+  parseCosts,
+  parseEvalAggregate,
+  parseProbeAggregates,
+  parseTrainingSteps,
+} from '../../core/report/parse-inputs.ts';
 import { renderHtml } from '../../core/report/render-html.ts';
 import { renderMarkdown } from '../../core/report/render-markdown.ts';
 import { buildReportModel, type ReportInput } from '../../core/report/report-model.ts';
-import { commandErrorExit, parseFlags, consoleIo, InputError, readInputFile, UsageError, writeFileAtomic, type CommandIo } from './prepare.ts';
+import {
+  commandErrorExit,
+  parseFlags,
+  consoleIo,
+  InputError,
+  readInputFile,
+  UsageError,
+  writeFileAtomic,
+  type CommandIo,
+} from './prepare.ts';
 
 /**
  * `tbt report`: one static HTML page (inline SVG plots, no scripts, no network) and a markdown summary
@@ -47,7 +61,8 @@ export function loadReportInput(files: ReportFiles): ReportInput {
   if (!files.probe && !files.steps && !files.before && !files.after && !files.eval && !files.costs) {
     throw new UsageError('at least one input is required: --probe, --steps, --before/--after, --eval or --costs');
   }
-  if (Boolean(files.before) !== Boolean(files.after)) throw new UsageError('--before and --after go together (use --eval for a single evaluation)');
+  if (Boolean(files.before) !== Boolean(files.after))
+    throw new UsageError('--before and --after go together (use --eval for a single evaluation)');
   try {
     return {
       title: files.title ?? (files.campaign ? `Campaign ${files.campaign}` : 'Training campaign report'),
@@ -92,7 +107,8 @@ function parseReportArgs(args: string[]): (ReportFiles & { out: string }) | 'hel
   if (values.help) return 'help';
   if (!values.out) throw new UsageError('--out DIR is required');
   for (const flag of ['title', 'campaign'] as const) {
-    if (values[flag] !== undefined && values[flag].trim() === '') throw new UsageError(`--${flag}: expected a non-empty value`);
+    if (values[flag] !== undefined && values[flag].trim() === '')
+      throw new UsageError(`--${flag}: expected a non-empty value`);
   }
   const { help: _help, ...files } = values;
   return { ...files, out: values.out };

@@ -10,7 +10,15 @@ import { thinkingboxResources } from '../../activities/episode-activities.ts';
 import { validateImportedTask } from '../../activities/thinkingbox/imported-task-validation.ts';
 import { importThinkingboxDataset } from '../../activities/thinkingbox/dataset-importer.ts';
 import { IMPORTED_SUITE_FILE } from '../../config/thinkingbox-schema.ts';
-import { commandErrorExit, consoleIo, InputError, parseFlags, readUidListInput, UsageError, type CommandIo } from './prepare.ts';
+import {
+  commandErrorExit,
+  consoleIo,
+  InputError,
+  parseFlags,
+  readUidListInput,
+  UsageError,
+  type CommandIo,
+} from './prepare.ts';
 import { validateTask, type TaskValidation } from '../../activities/task-validation.ts';
 import { TerminalStateGrader } from '../../activities/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
@@ -27,17 +35,23 @@ const USAGE = `usage:
 async function mapLimit<T, R>(items: T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
   const results: R[] = new Array(items.length);
   let next = 0;
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) {
-      const i = next++;
-      results[i] = await fn(items[i]!);
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: Math.min(limit, items.length) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        results[i] = await fn(items[i]!);
+      }
+    }),
+  );
   return results;
 }
 
 export async function validate(args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { concurrency: { type: 'string', default: '4' } } });
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { concurrency: { type: 'string', default: '4' } },
+  });
   const dir = positionals[0];
   if (!dir) {
     console.error(USAGE);
@@ -47,7 +61,12 @@ export async function validate(args: string[]): Promise<number> {
   for (const p of problems) console.error(formatProblem(p));
   const env = readEnvironment();
   await ensureControlDatabase(env);
-  const pool = new SandboxPool({ controlUrl: databaseUrl(env), agentPassword: env.TBT_AGENT_DB_PASSWORD, readerPassword: env.TBT_READER_DB_PASSWORD, warm: 2 });
+  const pool = new SandboxPool({
+    controlUrl: databaseUrl(env),
+    agentPassword: env.TBT_AGENT_DB_PASSWORD,
+    readerPassword: env.TBT_READER_DB_PASSWORD,
+    warm: 2,
+  });
   const grader = new TerminalStateGrader(pool, databaseUrl(env));
   const results: TaskValidation[] = [];
   const thinkingbox = thinkingboxResources();
@@ -55,14 +74,21 @@ export async function validate(args: string[]): Promise<number> {
   try {
     for (const suite of suites) {
       const tasks: { file: string; line: number }[] = suite.tasks;
-      const checked = suite.kind === 'native'
-        ? await mapLimit(suite.tasks, Number(values.concurrency), (task) => validateTask(pool, grader, suite.scenarios[task.scenario]!, task))
-        : await mapLimit(suite.tasks, Number(values.concurrency), (task) => validateImportedTask(thinkingbox, suite, task));
+      const checked =
+        suite.kind === 'native'
+          ? await mapLimit(suite.tasks, Number(values.concurrency), (task) =>
+              validateTask(pool, grader, suite.scenarios[task.scenario]!, task),
+            )
+          : await mapLimit(suite.tasks, Number(values.concurrency), (task) =>
+              validateImportedTask(thinkingbox, suite, task),
+            );
       if (suite.kind !== 'native') imported += checked.length;
       for (const [i, r] of checked.entries()) {
         const task = tasks[i]!;
-        for (const p of r.problems) console.error(`${path.relative(process.cwd(), task.file)}:${task.line}: task ${r.uid}: ${p}`);
-        for (const w of r.warnings ?? []) console.error(`warning: ${path.relative(process.cwd(), task.file)}:${task.line}: task ${r.uid}: ${w}`);
+        for (const p of r.problems)
+          console.error(`${path.relative(process.cwd(), task.file)}:${task.line}: task ${r.uid}: ${p}`);
+        for (const w of r.warnings ?? [])
+          console.error(`warning: ${path.relative(process.cwd(), task.file)}:${task.line}: task ${r.uid}: ${w}`);
       }
       results.push(...checked);
     }
@@ -73,9 +99,16 @@ export async function validate(args: string[]): Promise<number> {
   const domains = new Set(suites.flatMap((s) => Object.keys(s.scenarios).map((name) => taskDomain(s, name))));
   const count = (f: (r: TaskValidation) => boolean) => results.filter(f).length;
   const changeTasks = results.filter((r) => !r.noChange);
-  console.log(`no_change_tasks=${count((r) => r.noChange)} file_problems=${problems.length} task_problems=${count((r) => r.problems.length > 0)}`);
-  if (imported) console.log(`imported_tasks=${imported} (no one-row mutation check: their state lives in the dataset's tool servers)`);
-  console.log(`tasks=${results.length} domains=${domains.size} golden_pass=${count((r) => r.goldenPass)} null_fail=${changeTasks.filter((r) => r.nullOk).length} mutation_fail=${count((r) => r.mutationFail)}`);
+  console.log(
+    `no_change_tasks=${count((r) => r.noChange)} file_problems=${problems.length} task_problems=${count((r) => r.problems.length > 0)}`,
+  );
+  if (imported)
+    console.log(
+      `imported_tasks=${imported} (no one-row mutation check: their state lives in the dataset's tool servers)`,
+    );
+  console.log(
+    `tasks=${results.length} domains=${domains.size} golden_pass=${count((r) => r.goldenPass)} null_fail=${changeTasks.filter((r) => r.nullOk).length} mutation_fail=${count((r) => r.mutationFail)}`,
+  );
   return problems.length === 0 && results.every((r) => r.problems.length === 0) && results.length > 0 ? 0 : 1;
 }
 
@@ -86,7 +119,10 @@ function writeSchemas(args: string[]): number {
     return 2;
   }
   fs.mkdirSync(values.out, { recursive: true });
-  for (const [name, schema] of [['scenario', scenarioSchema], ['task-file', taskFileSchema]] as const) {
+  for (const [name, schema] of [
+    ['scenario', scenarioSchema],
+    ['task-file', taskFileSchema],
+  ] as const) {
     const file = path.join(values.out, `${name}.schema.json`);
     fs.writeFileSync(file, `${JSON.stringify(z.toJSONSchema(schema, { io: 'input' }), null, 2)}\n`);
     console.log(file);
@@ -97,11 +133,25 @@ function writeSchemas(args: string[]): number {
 /** Writes the imported suite even when some files or tasks had problems (they are listed; exit 1). */
 export function importThinkingbox(args: string[], io: CommandIo = consoleIo): number {
   try {
-    const flags = parseFlags(args, { data: { type: 'string' }, list: { type: 'string' }, servers: { type: 'string' }, 'exclude-uids': { type: 'string' }, out: { type: 'string' }, name: { type: 'string' } });
+    const flags = parseFlags(args, {
+      data: { type: 'string' },
+      list: { type: 'string' },
+      servers: { type: 'string' },
+      'exclude-uids': { type: 'string' },
+      out: { type: 'string' },
+      name: { type: 'string' },
+    });
     if (!flags.data || !flags.list) throw new UsageError('--data and --list are required');
-    if (!fs.existsSync(flags.data) || !fs.statSync(flags.data).isDirectory()) throw new InputError(`--data ${flags.data}: no such folder`);
+    if (!fs.existsSync(flags.data) || !fs.statSync(flags.data).isDirectory())
+      throw new InputError(`--data ${flags.data}: no such folder`);
     const evaluationOnly = new Set(flags['exclude-uids'] ? readUidListInput(flags['exclude-uids']).uids : []);
-    const result = importThinkingboxDataset({ dataDir: flags.data, listFile: flags.list, serversFile: flags.servers, evaluationOnly, name: flags.name });
+    const result = importThinkingboxDataset({
+      dataDir: flags.data,
+      listFile: flags.list,
+      serversFile: flags.servers,
+      evaluationOnly,
+      name: flags.name,
+    });
     const out = path.resolve(flags.out ?? path.join(readEnvironment().TBT_STATE_DIR, 'imported', result.suite.name));
     fs.mkdirSync(out, { recursive: true });
     fs.writeFileSync(path.join(out, IMPORTED_SUITE_FILE), `${JSON.stringify(result.suite, null, 2)}\n`);
@@ -109,7 +159,9 @@ export function importThinkingbox(args: string[], io: CommandIo = consoleIo): nu
     for (const p of result.problems) io.err(formatProblem(p));
     const excluded = result.suite.tasks.filter((t) => t.evaluation_only).length;
     const unmatched = [...evaluationOnly].filter((u) => !result.suite.tasks.some((t) => t.uid === u)).length;
-    io.out(`imported ${result.suite.tasks.length} of ${result.listed} listed tasks (${Object.keys(result.suite.scenarios).length} scenarios, servers: ${Object.keys(result.suite.servers).join(', ') || 'none'}); evaluation-only ${excluded}${unmatched ? ` (${unmatched} excluded uids not in the list)` : ''}; problems ${result.problems.length}`);
+    io.out(
+      `imported ${result.suite.tasks.length} of ${result.listed} listed tasks (${Object.keys(result.suite.scenarios).length} scenarios, servers: ${Object.keys(result.suite.servers).join(', ') || 'none'}); evaluation-only ${excluded}${unmatched ? ` (${unmatched} excluded uids not in the list)` : ''}; problems ${result.problems.length}`,
+    );
     io.out(`suite written to ${out}`);
     return result.problems.length ? 1 : 0;
   } catch (err) {

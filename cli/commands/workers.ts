@@ -7,7 +7,8 @@ export async function workers(args: string[]): Promise<number> {
   const sub = args[0];
   if (sub === 'up') {
     const started = startWorkers(env);
-    for (const k of workerKinds) console.log(`${k.padEnd(12)} ${started.includes(k) ? 'started' : 'already running'} (log ${workerLog(env, k)})`);
+    for (const k of workerKinds)
+      console.log(`${k.padEnd(12)} ${started.includes(k) ? 'started' : 'already running'} (log ${workerLog(env, k)})`);
     return 0;
   }
   if (sub === 'down') {
@@ -19,7 +20,8 @@ export async function workers(args: string[]): Promise<number> {
     return 0;
   }
   if (sub === 'status') {
-    for (const k of workerKinds) console.log(`${k.padEnd(12)} ${workerPid(env, k) ? `running (pid ${workerPid(env, k)})` : 'stopped'}`);
+    for (const k of workerKinds)
+      console.log(`${k.padEnd(12)} ${workerPid(env, k) ? `running (pid ${workerPid(env, k)})` : 'stopped'}`);
     return workerKinds.every((k) => workerPid(env, k)) ? 0 : 1;
   }
   console.error('usage: tbt workers up|down|status');

@@ -51,7 +51,11 @@ export function parseArgumentsValue(value: unknown, name: string): ParsedCall {
   if (value === undefined) return { ok: true, name, arguments: {} };
   if (isRecord(value)) return { ok: true, name, arguments: value };
   if (typeof value === 'string') return parseArgumentsJson(value, name);
-  return { ok: false, name, error: `malformed JSON tool call: "arguments" must be an object, got ${JSON.stringify(value)}` };
+  return {
+    ok: false,
+    name,
+    error: `malformed JSON tool call: "arguments" must be an object, got ${JSON.stringify(value)}`,
+  };
 }
 
 /** Parses a JSON arguments string; an empty or blank string means no arguments. */
@@ -64,7 +68,11 @@ export function parseArgumentsJson(json: string, name: string): ParsedCall {
     return { ok: false, name, error: `malformed JSON tool call: "arguments" is not valid JSON (${errorText(error)})` };
   }
   if (!isRecord(value)) {
-    return { ok: false, name, error: `malformed JSON tool call: "arguments" must be a JSON object, got ${json.trim()}` };
+    return {
+      ok: false,
+      name,
+      error: `malformed JSON tool call: "arguments" must be a JSON object, got ${json.trim()}`,
+    };
   }
   return { ok: true, name, arguments: value };
 }

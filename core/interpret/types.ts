@@ -40,5 +40,4 @@ export interface NativeAssistantMessage {
 
 /** What a format parser makes of one call before typing: either a name and untyped arguments, or an error. */
 export type ParsedCall =
-  | { ok: true; name: string; arguments: Record<string, unknown> }
-  | { ok: false; name: string; error: string };
+  { ok: true; name: string; arguments: Record<string, unknown> } | { ok: false; name: string; error: string };

@@ -1,5 +1,13 @@
 import { count, dollars } from './format.ts';
-import { evaluations, finalEvaluation, type Figure, type Headline, type ReportInput, type SectionPart, type Table } from './report-model.ts';
+import {
+  evaluations,
+  finalEvaluation,
+  type Figure,
+  type Headline,
+  type ReportInput,
+  type SectionPart,
+  type Table,
+} from './report-model.ts';
 import { barChart, formats } from './svg-charts.ts';
 
 /**
@@ -30,9 +38,22 @@ export function costTotals(input: ReportInput): CostTotals {
   if (costs?.evaluation != null) {
     evaluation = { name: 'evaluation', usd: costs.evaluation, from: costs.source };
   } else if (evals.length > 0 && evals.every((e) => e.aggregate.cost)) {
-    evaluation = { name: 'evaluation', usd: evals.reduce((s, e) => s + e.aggregate.cost!.campaign, 0), from: `campaign cost of ${evals.map((e) => e.label).join(' + ')}` };
+    evaluation = {
+      name: 'evaluation',
+      usd: evals.reduce((s, e) => s + e.aggregate.cost!.campaign, 0),
+      from: `campaign cost of ${evals.map((e) => e.label).join(' + ')}`,
+    };
   } else {
-    evaluation = { name: 'evaluation', usd: null, from: evals.length ? `not in ${evals.filter((e) => !e.aggregate.cost).map((e) => e.label).join(', ')}` : 'not given' };
+    evaluation = {
+      name: 'evaluation',
+      usd: null,
+      from: evals.length
+        ? `not in ${evals
+            .filter((e) => !e.aggregate.cost)
+            .map((e) => e.label)
+            .join(', ')}`
+        : 'not given',
+    };
   }
   const components: Component[] = [
     { name: 'probing', usd: costs?.probing ?? null, from: costs?.probing != null ? costs.source : 'not given' },
@@ -64,11 +85,26 @@ export function costSection(input: ReportInput): SectionPart {
 
   if (input.costs) {
     const rows = totals.components.map((c) => [c.name, dollars(c.usd), c.from]);
-    rows.push(['total', dollars(totals.total), totals.missing.length ? `known components only; missing: ${totals.missing.join(', ')}` : 'probing + training + evaluation']);
+    rows.push([
+      'total',
+      dollars(totals.total),
+      totals.missing.length
+        ? `known components only; missing: ${totals.missing.join(', ')}`
+        : 'probing + training + evaluation',
+    ]);
     if (final) {
-      rows.push([`all-in cost per reliable task`, dollars(totals.allInPerReliableTask), `total / ${count(totals.reliableTasks ?? 0)} tasks at ${k}/${k} (${final.label})`]);
+      rows.push([
+        `all-in cost per reliable task`,
+        dollars(totals.allInPerReliableTask),
+        `total / ${count(totals.reliableTasks ?? 0)} tasks at ${k}/${k} (${final.label})`,
+      ]);
     }
-    tables.push({ caption: 'Campaign cost', header: ['component', 'USD', 'from'], align: ['left', 'right', 'left'], rows });
+    tables.push({
+      caption: 'Campaign cost',
+      header: ['component', 'USD', 'from'],
+      align: ['left', 'right', 'left'],
+      rows,
+    });
     const known = totals.components.filter((c) => c.usd !== null);
     if (known.length >= 2) {
       figures.push({
@@ -91,7 +127,11 @@ export function costSection(input: ReportInput): SectionPart {
         detail: `${dollars(totals.total)} (probing, training, evaluation)${missingText} / ${count(totals.reliableTasks ?? 0)} tasks at ${k}/${k}; serving only: ${dollars(final.aggregate.cost?.per_reliable_task ?? null)}`,
       });
     } else {
-      headline.push({ label: 'Campaign cost', value: dollars(totals.total), detail: `probing, training, evaluation${missingText}` });
+      headline.push({
+        label: 'Campaign cost',
+        value: dollars(totals.total),
+        detail: `probing, training, evaluation${missingText}`,
+      });
     }
   }
 
@@ -99,12 +139,28 @@ export function costSection(input: ReportInput): SectionPart {
   if (priced.length) {
     tables.push({
       caption: 'Serving cost of each evaluation (inference tokens of policy, simulated user and judge)',
-      header: ['evaluation', 'campaign cost', 'attempts', 'passing attempts', 'per successful attempt', 'tasks at k/k', 'per reliable task'],
+      header: [
+        'evaluation',
+        'campaign cost',
+        'attempts',
+        'passing attempts',
+        'per successful attempt',
+        'tasks at k/k',
+        'per reliable task',
+      ],
       align: ['left', 'right', 'right', 'right', 'right', 'right', 'right'],
       rows: priced.map((e) => {
         const c = e.aggregate.cost!;
         const r = e.aggregate.repeats;
-        return [e.label, dollars(c.campaign), count(e.aggregate.overall.attempts), count(c.passing_attempts), dollars(c.per_successful_attempt), `${count(c.reliable_tasks)} (k = ${r})`, dollars(c.per_reliable_task)];
+        return [
+          e.label,
+          dollars(c.campaign),
+          count(e.aggregate.overall.attempts),
+          count(c.passing_attempts),
+          dollars(c.per_successful_attempt),
+          `${count(c.reliable_tasks)} (k = ${r})`,
+          dollars(c.per_reliable_task),
+        ];
       }),
     });
     if (!input.costs && final?.aggregate.cost) {
@@ -116,14 +172,18 @@ export function costSection(input: ReportInput): SectionPart {
       });
     }
   }
-  notes.push('Cost per reliable task = cost / tasks passed in all k attempts; the serving figure counts evaluation tokens only (as the reference does), the all-in figure adds probing and training.');
+  notes.push(
+    'Cost per reliable task = cost / tasks passed in all k attempts; the serving figure counts evaluation tokens only (as the reference does), the all-in figure adds probing and training.',
+  );
 
   return {
     headline,
     section: {
       id: 'cost',
       title: 'Cost',
-      caption: input.costs ? `What the campaign cost${missingText}, and the cost per reliable task.` : 'Serving cost of the evaluations and the cost per reliable task.',
+      caption: input.costs
+        ? `What the campaign cost${missingText}, and the cost per reliable task.`
+        : 'Serving cost of the evaluations and the cost per reliable task.',
       figures,
       tables,
       notes,

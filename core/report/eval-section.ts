@@ -1,7 +1,15 @@
 import { compareStrings } from '../difficulty.ts';
 import { pairedComparison, type Comparison, type Summary } from '../metrics.ts';
 import { count, dollars, percent, percentInterval, points, pointsInterval } from './format.ts';
-import { evaluations, finalEvaluation, type EvalInput, type Headline, type ReportInput, type SectionPart, type Table } from './report-model.ts';
+import {
+  evaluations,
+  finalEvaluation,
+  type EvalInput,
+  type Headline,
+  type ReportInput,
+  type SectionPart,
+  type Table,
+} from './report-model.ts';
 import { barChart, formats, PALETTE, scatterChart, type ScatterSeries } from './svg-charts.ts';
 
 /**
@@ -30,7 +38,11 @@ function rowsOf(e: EvalInput): Row[] {
   const a = e.aggregate;
   const domains = Object.keys(a.domains).sort(compareStrings);
   return [
-    ...domains.map((d) => ({ name: d, summary: a.domains[d]!, costPerAttempt: a.cost ? a.cost.domains[d]!.campaign / a.domains[d]!.attempts : null })),
+    ...domains.map((d) => ({
+      name: d,
+      summary: a.domains[d]!,
+      costPerAttempt: a.cost ? a.cost.domains[d]!.campaign / a.domains[d]!.attempts : null,
+    })),
     { name: ALL, summary: a.overall, costPerAttempt: a.cost ? a.cost.campaign / a.overall.attempts : null },
   ];
 }
@@ -46,7 +58,18 @@ function allPass(s: Summary): string {
 function evalTable(e: EvalInput): Table {
   const k = e.aggregate.repeats;
   const withCost = e.aggregate.cost !== null;
-  const header = ['domain', 'tasks', 'attempts', 'pass@1', 'Wilson 95%', `pass@${k}`, `pass^${k}`, `observed ${k}/${k}`, 'Wilson 95%', 'solved ≥ 1'];
+  const header = [
+    'domain',
+    'tasks',
+    'attempts',
+    'pass@1',
+    'Wilson 95%',
+    `pass@${k}`,
+    `pass^${k}`,
+    `observed ${k}/${k}`,
+    'Wilson 95%',
+    'solved ≥ 1',
+  ];
   if (withCost) header.push('cost / attempt');
   return {
     caption: `${e.label}: ${count(e.aggregate.overall.tasks)} tasks × ${k} attempts (${e.source})`,
@@ -89,7 +112,13 @@ function comparisonTable(before: EvalInput, after: EvalInput, paired: Comparison
     return [name, dollars(x), dollars(y), delta, ''];
   };
   const rows: string[][] = [
-    ['pass@1', percent(b.overall.pass_at_1.estimate), percent(a.overall.pass_at_1.estimate), change(b.overall.pass_at_1.estimate, a.overall.pass_at_1.estimate), paired ? pointsInterval(paired.pass_at_1.interval) : ''],
+    [
+      'pass@1',
+      percent(b.overall.pass_at_1.estimate),
+      percent(a.overall.pass_at_1.estimate),
+      change(b.overall.pass_at_1.estimate, a.overall.pass_at_1.estimate),
+      paired ? pointsInterval(paired.pass_at_1.interval) : '',
+    ],
     [
       kLabel('observed k/k', kb, ka),
       allPass(b.overall),
@@ -97,9 +126,27 @@ function comparisonTable(before: EvalInput, after: EvalInput, paired: Comparison
       `${a.overall.observed_all_pass.count - b.overall.observed_all_pass.count >= 0 ? '+' : ''}${a.overall.observed_all_pass.count - b.overall.observed_all_pass.count} tasks`,
       paired ? pointsInterval(paired.all_pass_rate.interval) : '',
     ],
-    [kLabel('pass@k', kb, ka), percent(estimateAt(b.overall.pass_at_k, kb)), percent(estimateAt(a.overall.pass_at_k, ka)), change(estimateAt(b.overall.pass_at_k, kb), estimateAt(a.overall.pass_at_k, ka)), ''],
-    [kLabel('pass^k', kb, ka), percent(estimateAt(b.overall.pass_hat_k, kb)), percent(estimateAt(a.overall.pass_hat_k, ka)), change(estimateAt(b.overall.pass_hat_k, kb), estimateAt(a.overall.pass_hat_k, ka)), ''],
-    ['solved ≥ 1', percent(b.overall.solved_at_least_once.rate), percent(a.overall.solved_at_least_once.rate), change(b.overall.solved_at_least_once.rate, a.overall.solved_at_least_once.rate), ''],
+    [
+      kLabel('pass@k', kb, ka),
+      percent(estimateAt(b.overall.pass_at_k, kb)),
+      percent(estimateAt(a.overall.pass_at_k, ka)),
+      change(estimateAt(b.overall.pass_at_k, kb), estimateAt(a.overall.pass_at_k, ka)),
+      '',
+    ],
+    [
+      kLabel('pass^k', kb, ka),
+      percent(estimateAt(b.overall.pass_hat_k, kb)),
+      percent(estimateAt(a.overall.pass_hat_k, ka)),
+      change(estimateAt(b.overall.pass_hat_k, kb), estimateAt(a.overall.pass_hat_k, ka)),
+      '',
+    ],
+    [
+      'solved ≥ 1',
+      percent(b.overall.solved_at_least_once.rate),
+      percent(a.overall.solved_at_least_once.rate),
+      change(b.overall.solved_at_least_once.rate, a.overall.solved_at_least_once.rate),
+      '',
+    ],
   ];
   if (b.cost || a.cost) {
     rows.push(
@@ -120,12 +167,39 @@ function pairedDomainTable(before: EvalInput, after: EvalInput, paired: Comparis
   const rows = Object.entries(paired.domains).map(([d, x]) => {
     const kb = before.aggregate.domains[d]!;
     const ka = after.aggregate.domains[d]!;
-    return [d, count(x.tasks), percent(x.pass_at_1.a), percent(x.pass_at_1.b), points(x.pass_at_1.difference), pointsInterval(x.pass_at_1.interval), allPass(kb), allPass(ka)];
+    return [
+      d,
+      count(x.tasks),
+      percent(x.pass_at_1.a),
+      percent(x.pass_at_1.b),
+      points(x.pass_at_1.difference),
+      pointsInterval(x.pass_at_1.interval),
+      allPass(kb),
+      allPass(ka),
+    ];
   });
-  rows.push([ALL, count(paired.tasks), percent(paired.pass_at_1.a), percent(paired.pass_at_1.b), points(paired.pass_at_1.difference), pointsInterval(paired.pass_at_1.interval), allPass(before.aggregate.overall), allPass(after.aggregate.overall)]);
+  rows.push([
+    ALL,
+    count(paired.tasks),
+    percent(paired.pass_at_1.a),
+    percent(paired.pass_at_1.b),
+    points(paired.pass_at_1.difference),
+    pointsInterval(paired.pass_at_1.interval),
+    allPass(before.aggregate.overall),
+    allPass(after.aggregate.overall),
+  ]);
   return {
     caption: `Paired per-task comparison by domain (${count(paired.tasks)} tasks; ${after.label} better on ${paired.b_better}, worse on ${paired.b_worse}, equal on ${paired.equal})`,
-    header: ['domain', 'tasks', `pass@1 ${before.label}`, `pass@1 ${after.label}`, 'change', '95% paired bootstrap', `observed k/k ${before.label}`, `observed k/k ${after.label}`],
+    header: [
+      'domain',
+      'tasks',
+      `pass@1 ${before.label}`,
+      `pass@1 ${after.label}`,
+      'change',
+      '95% paired bootstrap',
+      `observed k/k ${before.label}`,
+      `observed k/k ${after.label}`,
+    ],
     align: ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
     rows,
   };
@@ -144,23 +218,35 @@ function headline(input: ReportInput, paired: Comparison | null): Headline[] {
       label: `pass@1 (${final.label})`,
       value: percent(pass1),
       detail: before
-        ? join(was(percent(before.overall.pass_at_1.estimate)), `change ${points(pass1 - before.overall.pass_at_1.estimate)}${paired ? `, 95% paired bootstrap ${pointsInterval(paired.pass_at_1.interval)}` : ''}`)
+        ? join(
+            was(percent(before.overall.pass_at_1.estimate)),
+            `change ${points(pass1 - before.overall.pass_at_1.estimate)}${paired ? `, 95% paired bootstrap ${pointsInterval(paired.pass_at_1.interval)}` : ''}`,
+          )
         : `Wilson 95% ${percentInterval(f.overall.pass_at_1.wilson_attempts)}; ${count(f.overall.successes)} of ${count(f.overall.attempts)} attempts`,
     },
     {
       label: `Observed ${k}/${k} (${final.label})`,
       value: `${count(f.overall.observed_all_pass.count)} of ${count(f.overall.tasks)}`,
-      detail: join(`${percent(f.overall.observed_all_pass.rate)}, Wilson 95% ${percentInterval(f.overall.observed_all_pass.wilson)}`, before ? was(`${count(before.overall.observed_all_pass.count)} of ${count(before.overall.tasks)}`) : ''),
+      detail: join(
+        `${percent(f.overall.observed_all_pass.rate)}, Wilson 95% ${percentInterval(f.overall.observed_all_pass.wilson)}`,
+        before ? was(`${count(before.overall.observed_all_pass.count)} of ${count(before.overall.tasks)}`) : '',
+      ),
     },
     {
       label: `pass@${k} (${final.label})`,
       value: percent(estimateAt(f.overall.pass_at_k, k)),
-      detail: join('unbiased 1 − C(n−c,k)/C(n,k)', before ? was(percent(estimateAt(before.overall.pass_at_k, before.repeats))) : ''),
+      detail: join(
+        'unbiased 1 − C(n−c,k)/C(n,k)',
+        before ? was(percent(estimateAt(before.overall.pass_at_k, before.repeats))) : '',
+      ),
     },
     {
       label: `pass^${k} (${final.label})`,
       value: percent(estimateAt(f.overall.pass_hat_k, k)),
-      detail: join('unbiased C(c,k)/C(n,k), not (c/n)^k', before ? was(percent(estimateAt(before.overall.pass_hat_k, before.repeats))) : ''),
+      detail: join(
+        'unbiased C(c,k)/C(n,k), not (c/n)^k',
+        before ? was(percent(estimateAt(before.overall.pass_hat_k, before.repeats))) : '',
+      ),
     },
   ];
 }
@@ -180,7 +266,10 @@ export function evalSection(input: ReportInput): SectionPart {
   ];
   if (input.before && input.after) {
     try {
-      paired = pairedComparison(input.before.aggregate.tasks, input.after.aggregate.tasks, { resamples: PAIRED_RESAMPLES, seed: PAIRED_SEED });
+      paired = pairedComparison(input.before.aggregate.tasks, input.after.aggregate.tasks, {
+        resamples: PAIRED_RESAMPLES,
+        seed: PAIRED_SEED,
+      });
     } catch (err) {
       if (!(err instanceof RangeError)) throw err;
       notes.push(`No paired comparison: ${err.message}.`);
@@ -217,8 +306,17 @@ export function evalSection(input: ReportInput): SectionPart {
   });
 
   const figures: SectionPart['section']['figures'] = [
-    { id: 'eval-pass1', caption: `pass@1 (mean success over attempts) per domain and overall for ${evals.map((e) => e.label).join(' and ')}; whiskers: Wilson 95% over attempts.`, svg: pass1 },
-    { id: 'eval-all-pass', caption: 'Share of tasks that passed every one of their k attempts (observed k/k) per domain; whiskers: Wilson 95% over tasks.', svg: allPassChart },
+    {
+      id: 'eval-pass1',
+      caption: `pass@1 (mean success over attempts) per domain and overall for ${evals.map((e) => e.label).join(' and ')}; whiskers: Wilson 95% over attempts.`,
+      svg: pass1,
+    },
+    {
+      id: 'eval-all-pass',
+      caption:
+        'Share of tasks that passed every one of their k attempts (observed k/k) per domain; whiskers: Wilson 95% over tasks.',
+      svg: allPassChart,
+    },
   ];
 
   const withCost = evals.map((e, i) => ({ e, i })).filter(({ e }) => e.aggregate.cost !== null);
@@ -226,16 +324,33 @@ export function evalSection(input: ReportInput): SectionPart {
     const series: ScatterSeries[] = withCost.map(({ e, i }) => ({
       name: e.label,
       color: colorOf(e, i),
-      points: rowsOf(e).map((r) => ({ x: r.costPerAttempt!, y: r.summary.pass_at_1.estimate, key: r.name, label: r.name === ALL ? `${e.label} (all)` : r.name, emphasis: r.name === ALL })),
+      points: rowsOf(e).map((r) => ({
+        x: r.costPerAttempt!,
+        y: r.summary.pass_at_1.estimate,
+        key: r.name,
+        label: r.name === ALL ? `${e.label} (all)` : r.name,
+        emphasis: r.name === ALL,
+      })),
     }));
     figures.push({
       id: 'eval-cost',
       caption: `pass@1 against serving cost per attempt (campaign cost / attempts): one small point per domain, a large one per evaluation overall${withCost.length > 1 ? '; dotted lines join the same domain' : ''}.`,
-      svg: scatterChart({ title: 'pass@1 against cost per attempt', series, xLabel: 'serving cost per attempt (USD)', yLabel: 'pass@1', xFormat: formats.dollars, yFormat: formats.percent, yDomain: [0, 1] }),
+      svg: scatterChart({
+        title: 'pass@1 against cost per attempt',
+        series,
+        xLabel: 'serving cost per attempt (USD)',
+        yLabel: 'pass@1',
+        xFormat: formats.dollars,
+        yFormat: formats.percent,
+        yDomain: [0, 1],
+      }),
     });
   }
   const missingCost = evals.filter((e) => e.aggregate.cost === null).map((e) => e.label);
-  if (missingCost.length) notes.push(`No cost in ${missingCost.join(', ')} (run 'tbt eval aggregate' with --prices to get it), so ${missingCost.length === evals.length ? 'there is no cost plot' : 'it is left out of the cost plot'}.`);
+  if (missingCost.length)
+    notes.push(
+      `No cost in ${missingCost.join(', ')} (run 'tbt eval aggregate' with --prices to get it), so ${missingCost.length === evals.length ? 'there is no cost plot' : 'it is left out of the cost plot'}.`,
+    );
 
   const tables: Table[] = [];
   if (input.before && input.after) {

@@ -1,7 +1,15 @@
 import { z } from 'zod';
 import { BAND_NAMES, DEFAULT_RETAINED_BANDS, type BandName } from '../difficulty.ts';
 import { BadInputError } from '../errors.ts';
-import type { CostsInput, EvalAggregate, EvalInput, ProbeInput, ProbeRow, StepsInput, TrainingStep } from './report-model.ts';
+import type {
+  CostsInput,
+  EvalAggregate,
+  EvalInput,
+  ProbeInput,
+  ProbeRow,
+  StepsInput,
+  TrainingStep,
+} from './report-model.ts';
 
 /**
  * Parsing of the report's input files from their text (the caller reads the files). Every error is a
@@ -31,7 +39,8 @@ function describeIssue(error: z.ZodError, root: unknown): string {
   }
   const field = issue.path.map(String).join('.') || '(root)';
   const value = valueAt(root, issue.path);
-  if (value === undefined && issue.code === 'invalid_type') return `field ${field}: missing (expected ${issue.expected})`;
+  if (value === undefined && issue.code === 'invalid_type')
+    return `field ${field}: missing (expected ${issue.expected})`;
   return `field ${field}: ${issue.message} (got ${show(value)})`;
 }
 
@@ -87,9 +96,13 @@ export function parseProbeAggregates(file: string, text: string): ProbeInput {
     const parsed = probeRowSchema.safeParse(value);
     if (!parsed.success) throw new BadInputError(`${file}:${line}: ${describeIssue(parsed.error, value)}`);
     const row = parsed.data;
-    if (row.successes > row.clean_runs) throw new BadInputError(`${file}:${line}: field successes: ${row.successes} exceeds clean_runs ${row.clean_runs}`);
+    if (row.successes > row.clean_runs)
+      throw new BadInputError(
+        `${file}:${line}: field successes: ${row.successes} exceeds clean_runs ${row.clean_runs}`,
+      );
     const first = seen.get(row.uid);
-    if (first !== undefined) throw new BadInputError(`${file}:${line}: field uid: ${show(row.uid)} already appeared on line ${first}`);
+    if (first !== undefined)
+      throw new BadInputError(`${file}:${line}: field uid: ${show(row.uid)} already appeared on line ${first}`);
     seen.set(row.uid, line);
     const retained = !row.rejection_reasons.includes('difficulty_not_retained');
     const known = bandLine.get(row.difficulty);
@@ -101,7 +114,8 @@ export function parseProbeAggregates(file: string, text: string): ProbeInput {
     if (!known) bandLine.set(row.difficulty, { retained, line });
     rows.push(row);
   }
-  if (rows.length === 0) throw new BadInputError(`${file}: no probe rows (expected the aggregates.jsonl written by 'tbt prepare')`);
+  if (rows.length === 0)
+    throw new BadInputError(`${file}: no probe rows (expected the aggregates.jsonl written by 'tbt prepare')`);
   const retainedBands = BAND_NAMES.filter((b) => bandLine.get(b)?.retained ?? DEFAULT_RETAINED_BANDS.includes(b));
   return { source: file, rows, retainedBands };
 }
@@ -126,11 +140,15 @@ export function parseTrainingSteps(file: string, text: string): StepsInput {
   const steps: (TrainingStep & { line: number })[] = [];
   const seen = new Map<number, number>();
   for (const { line, value } of jsonLines(file, text)) {
-    if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new BadInputError(`${file}:${line}: expected a JSON object, got ${show(value)}`);
+    if (value === null || typeof value !== 'object' || Array.isArray(value))
+      throw new BadInputError(`${file}:${line}: expected a JSON object, got ${show(value)}`);
     const parsed = stepSchema.safeParse(value);
     if (!parsed.success) throw new BadInputError(`${file}:${line}: ${describeIssue(parsed.error, value)}`);
     const first = seen.get(parsed.data.step);
-    if (first !== undefined) throw new BadInputError(`${file}:${line}: field step: step ${parsed.data.step} already appeared on line ${first}`);
+    if (first !== undefined)
+      throw new BadInputError(
+        `${file}:${line}: field step: step ${parsed.data.step} already appeared on line ${first}`,
+      );
     seen.set(parsed.data.step, line);
     steps.push({ ...parsed.data, line });
   }
@@ -168,24 +186,44 @@ const aggregateSchema = z.object({
   overall: summarySchema,
   domains: z.record(z.string(), summarySchema),
   cost: costReportSchema.extend({ domains: z.record(z.string(), costReportSchema) }).nullable(),
-  tasks: z.array(z.object({ uid: z.string().min(1), domain: z.string(), n: z.number().int().min(1), c: count, cost: money.nullable() })).min(1),
+  tasks: z
+    .array(
+      z.object({
+        uid: z.string().min(1),
+        domain: z.string(),
+        n: z.number().int().min(1),
+        c: count,
+        cost: money.nullable(),
+      }),
+    )
+    .min(1),
 });
 
 export function parseEvalAggregate(file: string, text: string, label: string): EvalInput {
   const json = jsonDocument(file, text);
   const parsed = aggregateSchema.safeParse(json);
-  if (!parsed.success) throw new BadInputError(`${file}: ${describeIssue(parsed.error, json)} (expected the output of 'tbt eval aggregate --out')`);
+  if (!parsed.success)
+    throw new BadInputError(
+      `${file}: ${describeIssue(parsed.error, json)} (expected the output of 'tbt eval aggregate --out')`,
+    );
   const aggregate: EvalAggregate = parsed.data;
   const k = aggregate.repeats;
-  for (const [where, s] of [['overall', aggregate.overall], ...Object.entries(aggregate.domains).map(([d, s]) => [`domains.${d}`, s] as const)] as const) {
-    if (!s.pass_at_k.some((x) => x.k === k)) throw new BadInputError(`${file}: field ${where}.pass_at_k: no entry for k = repeats = ${k}`);
-    if (!s.pass_hat_k.some((x) => x.k === k)) throw new BadInputError(`${file}: field ${where}.pass_hat_k: no entry for k = repeats = ${k}`);
-    if (s.successes > s.attempts) throw new BadInputError(`${file}: field ${where}.successes: ${s.successes} exceeds attempts ${s.attempts}`);
+  for (const [where, s] of [
+    ['overall', aggregate.overall],
+    ...Object.entries(aggregate.domains).map(([d, s]) => [`domains.${d}`, s] as const),
+  ] as const) {
+    if (!s.pass_at_k.some((x) => x.k === k))
+      throw new BadInputError(`${file}: field ${where}.pass_at_k: no entry for k = repeats = ${k}`);
+    if (!s.pass_hat_k.some((x) => x.k === k))
+      throw new BadInputError(`${file}: field ${where}.pass_hat_k: no entry for k = repeats = ${k}`);
+    if (s.successes > s.attempts)
+      throw new BadInputError(`${file}: field ${where}.successes: ${s.successes} exceeds attempts ${s.attempts}`);
   }
   if (Object.keys(aggregate.domains).length === 0) throw new BadInputError(`${file}: field domains: empty`);
   if (aggregate.cost) {
     for (const d of Object.keys(aggregate.domains)) {
-      if (!aggregate.cost.domains[d]) throw new BadInputError(`${file}: field cost.domains.${d}: missing (domain ${d} has scores but no cost)`);
+      if (!aggregate.cost.domains[d])
+        throw new BadInputError(`${file}: field cost.domains.${d}: missing (domain ${d} has scores but no cost)`);
     }
   }
   return { label, source: file, aggregate };
@@ -206,7 +244,10 @@ const costsSchema = z
 export function parseCosts(file: string, text: string): CostsInput {
   const json = jsonDocument(file, text);
   const parsed = costsSchema.safeParse(json);
-  if (!parsed.success) throw new BadInputError(`${file}: ${describeIssue(parsed.error, json)} (expected {"probing": USD, "training": USD, "evaluation": USD}, each optional)`);
+  if (!parsed.success)
+    throw new BadInputError(
+      `${file}: ${describeIssue(parsed.error, json)} (expected {"probing": USD, "training": USD, "evaluation": USD}, each optional)`,
+    );
   const { probing = null, training = null, evaluation = null } = parsed.data;
   if (probing === null && training === null && evaluation === null) {
     throw new BadInputError(`${file}: field probing: none of probing, training, evaluation is given`);

@@ -21,13 +21,20 @@ export function probeSection(probe: ProbeInput): SectionPart {
   const retained = new Set<BandName>(probe.retainedBands);
   const perBand = BANDS.map((band) => {
     const inBand = rows.filter((r) => r.difficulty === band.name);
-    return { band, tasks: inBand.length, selected: inBand.filter((r) => r.eligible).length, retained: retained.has(band.name) };
+    return {
+      band,
+      tasks: inBand.length,
+      selected: inBand.filter((r) => r.eligible).length,
+      retained: retained.has(band.name),
+    };
   });
   const selected = rows.filter((r) => r.eligible).length;
   const tooFewRuns = rows.filter((r) => r.rejection_reasons.includes('insufficient_clean_runs')).length;
   const runs = rows.map((r) => r.clean_runs).sort((a, b) => a - b);
   const medianRuns = runs[Math.floor((runs.length - 1) / 2)]!;
-  const retainedText = probe.retainedBands.length ? probe.retainedBands.map((b) => b.replace('_', ' ')).join(', ') : 'none';
+  const retainedText = probe.retainedBands.length
+    ? probe.retainedBands.map((b) => b.replace('_', ' ')).join(', ')
+    : 'none';
 
   const bands = barChart({
     title: 'Probe tasks per difficulty band',
@@ -42,7 +49,12 @@ export function probeSection(probe: ProbeInput): SectionPart {
   const innerEdges = BANDS.slice(1).map((b) => b.lower);
   const histogram = histogramChart({
     title: 'Observed probe pass rate',
-    bins: binValues(rows.map((r) => r.pass_rate), 0, 1, 10),
+    bins: binValues(
+      rows.map((r) => r.pass_rate),
+      0,
+      1,
+      10,
+    ),
     xLabel: 'pass rate in probing (successes / clean runs); dashed lines: band edges',
     yLabel: 'tasks',
     xFormat: formats.percent,
@@ -62,8 +74,17 @@ export function probeSection(probe: ProbeInput): SectionPart {
       title: 'Probe difficulty',
       caption: `${count(total)} probed tasks (median ${medianRuns} clean runs each), assigned to the band holding the largest Jeffreys posterior mass; ${count(selected)} selected for training.`,
       figures: [
-        { id: 'probe-bands', caption: 'Number of probed tasks in each difficulty band; highlighted bands are kept for training.', svg: bands },
-        { id: 'probe-pass-rate', caption: 'Distribution of the observed probe pass rate, with the band edges marked (bands use the posterior, so a task can sit across an edge).', svg: histogram },
+        {
+          id: 'probe-bands',
+          caption: 'Number of probed tasks in each difficulty band; highlighted bands are kept for training.',
+          svg: bands,
+        },
+        {
+          id: 'probe-pass-rate',
+          caption:
+            'Distribution of the observed probe pass rate, with the band edges marked (bands use the posterior, so a task can sit across an edge).',
+          svg: histogram,
+        },
       ],
       tables: [
         {
@@ -71,12 +92,20 @@ export function probeSection(probe: ProbeInput): SectionPart {
           header: ['band', 'tasks', 'share', 'retained', 'selected'],
           align: ['left', 'right', 'right', 'left', 'right'],
           rows: [
-            ...perBand.map((b) => [bandLabel(b.band), count(b.tasks), percent(total ? b.tasks / total : 0), b.retained ? 'yes' : 'no', count(b.selected)]),
+            ...perBand.map((b) => [
+              bandLabel(b.band),
+              count(b.tasks),
+              percent(total ? b.tasks / total : 0),
+              b.retained ? 'yes' : 'no',
+              count(b.selected),
+            ]),
             ['all', count(total), percent(1), '', count(selected)],
           ],
         },
       ],
-      notes: tooFewRuns ? [`${count(tooFewRuns)} task(s) were rejected for too few clean runs, whatever their band.`] : [],
+      notes: tooFewRuns
+        ? [`${count(tooFewRuns)} task(s) were rejected for too few clean runs, whatever their band.`]
+        : [],
     },
   };
 }

@@ -45,7 +45,10 @@ function table(t: Table): string {
   const cls = (i: number) => (t.align[i] === 'right' ? ' class="num"' : '');
   const head = `<tr>${t.header.map((h, i) => `<th scope="col"${cls(i)}>${escape(h)}</th>`).join('')}</tr>`;
   const body = t.rows
-    .map((r) => `<tr${r[0] === 'all' || r[0] === 'total' ? ' class="total"' : ''}>${r.map((c, i) => `<td${cls(i)}>${escape(c)}</td>`).join('')}</tr>`)
+    .map(
+      (r) =>
+        `<tr${r[0] === 'all' || r[0] === 'total' ? ' class="total"' : ''}>${r.map((c, i) => `<td${cls(i)}>${escape(c)}</td>`).join('')}</tr>`,
+    )
     .join('\n');
   return `<div class="table-wrap"><table>\n<caption>${escape(t.caption)}</caption>\n<thead>${head}</thead>\n<tbody>\n${body}\n</tbody>\n</table></div>`;
 }
@@ -70,9 +73,14 @@ function section(s: Section): string {
 
 export function renderHtml(model: ReportModel): string {
   const cards = model.headline
-    .map((h) => `<div class="card"><div class="label">${escape(h.label)}</div><div class="value">${escape(h.value)}</div><div class="detail">${escape(h.detail)}</div></div>`)
+    .map(
+      (h) =>
+        `<div class="card"><div class="label">${escape(h.label)}</div><div class="value">${escape(h.value)}</div><div class="detail">${escape(h.detail)}</div></div>`,
+    )
     .join('\n');
-  const nav = [{ id: 'summary', title: 'Summary' }, ...model.sections].map((s) => `<a href="#${escape(s.id)}">${escape(s.title)}</a>`).join('');
+  const nav = [{ id: 'summary', title: 'Summary' }, ...model.sections]
+    .map((s) => `<a href="#${escape(s.id)}">${escape(s.title)}</a>`)
+    .join('');
   return `<!doctype html>
 <html lang="en">
 <head>

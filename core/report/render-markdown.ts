@@ -15,7 +15,16 @@ export function markdownTable(t: Pick<Table, 'header' | 'rows' | 'align'>): stri
 export function renderMarkdown(model: ReportModel): string {
   const out: string[] = [`# ${model.title}`, ''];
   if (model.campaign) out.push(`Campaign: \`${model.campaign}\``, '');
-  out.push('## Summary', '', markdownTable({ header: ['metric', 'value', 'detail'], align: ['left', 'right', 'left'], rows: model.headline.map((h) => [h.label, h.value, h.detail]) }), '');
+  out.push(
+    '## Summary',
+    '',
+    markdownTable({
+      header: ['metric', 'value', 'detail'],
+      align: ['left', 'right', 'left'],
+      rows: model.headline.map((h) => [h.label, h.value, h.detail]),
+    }),
+    '',
+  );
   for (const s of model.sections) {
     out.push(`## ${s.title}`, '', s.caption, '');
     if (s.figures.length) {

@@ -162,7 +162,8 @@ export function buildReportModel(input: ReportInput): ReportModel {
   if (!input.probe && !input.steps && evaluations(input).length === 0 && !input.costs) {
     throw new RangeError('a report needs at least one input (probe, training steps, an evaluation or costs)');
   }
-  if ((input.before === null) !== (input.after === null)) throw new RangeError('a before/after comparison needs both evaluations');
+  if ((input.before === null) !== (input.after === null))
+    throw new RangeError('a before/after comparison needs both evaluations');
   const probe = input.probe ? probeSection(input.probe) : null;
   const training = input.steps ? trainingSection(input.steps) : null;
   const evaluation = evaluations(input).length > 0 ? evalSection(input) : null;

@@ -34,7 +34,12 @@ export const formats = {
 };
 
 export function escapeXml(text: string): string {
-  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;').replace(/'/g, '&#39;');
+  return text
+    .replace(/&/g, '&amp;')
+    .replace(/</g, '&lt;')
+    .replace(/>/g, '&gt;')
+    .replace(/"/g, '&quot;')
+    .replace(/'/g, '&#39;');
 }
 
 function num(x: number): string {
@@ -63,8 +68,14 @@ function niceStep(rough: number, integer: boolean): number {
  * Round tick values covering [min, max] with about `target` intervals; the domain widens to the outer
  * ticks. `integer` keeps every tick a whole number (for counts).
  */
-export function niceTicks(min: number, max: number, target = 5, integer = false): { ticks: number[]; domain: [number, number] } {
-  if (!Number.isFinite(min) || !Number.isFinite(max)) throw new RangeError(`niceTicks: non-finite range [${min}, ${max}]`);
+export function niceTicks(
+  min: number,
+  max: number,
+  target = 5,
+  integer = false,
+): { ticks: number[]; domain: [number, number] } {
+  if (!Number.isFinite(min) || !Number.isFinite(max))
+    throw new RangeError(`niceTicks: non-finite range [${min}, ${max}]`);
   if (max < min) [min, max] = [max, min];
   if (max === min) {
     const pad = min === 0 ? 1 : Math.abs(min) * 0.1;
@@ -135,16 +146,28 @@ function legend(entries: readonly LegendEntry[], frame: Frame): string {
   return parts.join('');
 }
 
-function yAxis(frame: Frame, ticks: readonly number[], y: (v: number) => number, format: AxisFormat, label: string): string {
+function yAxis(
+  frame: Frame,
+  ticks: readonly number[],
+  y: (v: number) => number,
+  format: AxisFormat,
+  label: string,
+): string {
   const parts: string[] = ['<g class="axis axis-y">'];
   for (const t of ticks) {
     const py = num(y(t));
     parts.push(`<line x1="${frame.left}" x2="${frame.width - frame.right}" y1="${py}" y2="${py}" stroke="${GRID}"/>`);
-    parts.push(`<text x="${frame.left - 8}" y="${py}" dy="0.32em" text-anchor="end" fill="${MUTED_TEXT}" font-size="11">${escapeXml(format(t))}</text>`);
+    parts.push(
+      `<text x="${frame.left - 8}" y="${py}" dy="0.32em" text-anchor="end" fill="${MUTED_TEXT}" font-size="11">${escapeXml(format(t))}</text>`,
+    );
   }
-  parts.push(`<line x1="${frame.left}" x2="${frame.left}" y1="${frame.top}" y2="${frame.height - frame.bottom}" stroke="${AXIS}"/>`);
+  parts.push(
+    `<line x1="${frame.left}" x2="${frame.left}" y1="${frame.top}" y2="${frame.height - frame.bottom}" stroke="${AXIS}"/>`,
+  );
   const cy = frame.top + plotHeight(frame) / 2;
-  parts.push(`<text transform="translate(16 ${num(cy)}) rotate(-90)" text-anchor="middle" fill="${MUTED_TEXT}">${escapeXml(label)}</text>`);
+  parts.push(
+    `<text transform="translate(16 ${num(cy)}) rotate(-90)" text-anchor="middle" fill="${MUTED_TEXT}">${escapeXml(label)}</text>`,
+  );
   parts.push('</g>');
   return parts.join('');
 }
@@ -153,17 +176,27 @@ function xAxisLine(frame: Frame, label: string): string {
   const base = frame.height - frame.bottom;
   return [
     `<line x1="${frame.left}" x2="${frame.width - frame.right}" y1="${base}" y2="${base}" stroke="${AXIS}"/>`,
-    label ? `<text x="${num(frame.left + plotWidth(frame) / 2)}" y="${frame.height - 10}" text-anchor="middle" fill="${MUTED_TEXT}">${escapeXml(label)}</text>` : '',
+    label
+      ? `<text x="${num(frame.left + plotWidth(frame) / 2)}" y="${frame.height - 10}" text-anchor="middle" fill="${MUTED_TEXT}">${escapeXml(label)}</text>`
+      : '',
   ].join('');
 }
 
-function numericXAxis(frame: Frame, ticks: readonly number[], x: (v: number) => number, format: AxisFormat, label: string): string {
+function numericXAxis(
+  frame: Frame,
+  ticks: readonly number[],
+  x: (v: number) => number,
+  format: AxisFormat,
+  label: string,
+): string {
   const base = frame.height - frame.bottom;
   const parts: string[] = ['<g class="axis axis-x">'];
   for (const t of ticks) {
     const px = num(x(t));
     parts.push(`<line x1="${px}" x2="${px}" y1="${base}" y2="${base + 5}" stroke="${AXIS}"/>`);
-    parts.push(`<text x="${px}" y="${base + 18}" text-anchor="middle" fill="${MUTED_TEXT}" font-size="11">${escapeXml(format(t))}</text>`);
+    parts.push(
+      `<text x="${px}" y="${base + 18}" text-anchor="middle" fill="${MUTED_TEXT}" font-size="11">${escapeXml(format(t))}</text>`,
+    );
   }
   parts.push(xAxisLine(frame, label), '</g>');
   return parts.join('');
@@ -214,7 +247,13 @@ export interface BarChartOptions {
   /** Counts: whole-number ticks only. */
   yInteger?: boolean;
   /** Single-series charts: colour each bar by whether its category is highlighted, with a two-entry legend. */
-  highlight?: { categories: readonly boolean[]; label: string; mutedLabel: string; color?: string; mutedColor?: string };
+  highlight?: {
+    categories: readonly boolean[];
+    label: string;
+    mutedLabel: string;
+    color?: string;
+    mutedColor?: string;
+  };
   width?: number;
   height?: number;
 }
@@ -223,10 +262,18 @@ export function barChart(options: BarChartOptions): string {
   const { categories, series } = options;
   if (series.length === 0) throw new RangeError('barChart: no series');
   for (const s of series) {
-    if (s.values.length !== categories.length) throw new RangeError(`barChart: series '${s.name}' has ${s.values.length} values for ${categories.length} categories`);
-    checkFinite('barChart', `values of '${s.name}'`, s.values.filter((v): v is number => v !== null));
+    if (s.values.length !== categories.length)
+      throw new RangeError(
+        `barChart: series '${s.name}' has ${s.values.length} values for ${categories.length} categories`,
+      );
+    checkFinite(
+      'barChart',
+      `values of '${s.name}'`,
+      s.values.filter((v): v is number => v !== null),
+    );
   }
-  if (options.highlight && options.highlight.categories.length !== categories.length) throw new RangeError('barChart: highlight needs one flag per category');
+  if (options.highlight && options.highlight.categories.length !== categories.length)
+    throw new RangeError('barChart: highlight needs one flag per category');
   const yFormat = options.yFormat ?? formats.number;
   const valueFormat = options.valueFormat === undefined ? yFormat : options.valueFormat;
   const width = options.width ?? 640;
@@ -235,7 +282,14 @@ export function barChart(options: BarChartOptions): string {
   const rotate = shown.some((c) => textWidth(c, 11) > slot - 6);
   const longest = Math.max(0, ...shown.map((c) => textWidth(c, 11)));
   const labelRoom = rotate ? Math.min(110, 20 + longest * 0.6) : 28;
-  const frame: Frame = { width, height: 0, left: 64, right: 20, top: 56, bottom: labelRoom + (options.xLabel ? 24 : 4) };
+  const frame: Frame = {
+    width,
+    height: 0,
+    left: 64,
+    right: 20,
+    top: 56,
+    bottom: labelRoom + (options.xLabel ? 24 : 4),
+  };
   frame.height = options.height ?? 240 + frame.top + frame.bottom;
 
   const all = series.flatMap((s) => [
@@ -245,7 +299,10 @@ export function barChart(options: BarChartOptions): string {
   const [lo, hi] = options.yDomain ?? [Math.min(0, ...all), Math.max(0, ...all)];
   const integer = options.yInteger ?? false;
   const { ticks, domain } = options.yDomain
-    ? { ticks: niceTicks(lo, hi, 5, integer).ticks.filter((t) => t >= lo - 1e-9 && t <= hi + 1e-9), domain: [lo, hi] as [number, number] }
+    ? {
+        ticks: niceTicks(lo, hi, 5, integer).ticks.filter((t) => t >= lo - 1e-9 && t <= hi + 1e-9),
+        domain: [lo, hi] as [number, number],
+      }
     : niceTicks(lo, hi === lo ? lo + 1 : hi, 5, integer);
   const y = scale(domain, [frame.height - frame.bottom, frame.top]);
   const base = y(Math.max(domain[0], Math.min(0, domain[1])));
@@ -282,7 +339,9 @@ export function barChart(options: BarChartOptions): string {
       const value = s.values[ci];
       const bx = gx + si * barWidth;
       if (value === null || value === undefined) {
-        parts.push(`<text x="${num(bx + barWidth / 2)}" y="${num(base - 4)}" text-anchor="middle" fill="${AXIS}" font-size="10">n/a</text>`);
+        parts.push(
+          `<text x="${num(bx + barWidth / 2)}" y="${num(base - 4)}" text-anchor="middle" fill="${AXIS}" font-size="10">n/a</text>`,
+        );
         return;
       }
       const vy = y(Math.max(domain[0], Math.min(domain[1], value)));
@@ -304,14 +363,19 @@ export function barChart(options: BarChartOptions): string {
         labelY = Math.min(labelY, y1);
       }
       if (valueFormat) {
-        parts.push(`<text class="value" x="${num(bx + barWidth / 2)}" y="${num(labelY - 4)}" text-anchor="middle" font-size="${labelSize}" fill="${TEXT}">${escapeXml(valueFormat(value))}</text>`);
+        parts.push(
+          `<text class="value" x="${num(bx + barWidth / 2)}" y="${num(labelY - 4)}" text-anchor="middle" font-size="${labelSize}" fill="${TEXT}">${escapeXml(valueFormat(value))}</text>`,
+        );
       }
     });
   });
   parts.push('</g>');
 
   const axisBase = frame.height - frame.bottom;
-  parts.push('<g class="axis axis-x">', `<line x1="${frame.left}" x2="${frame.width - frame.right}" y1="${num(base)}" y2="${num(base)}" stroke="${AXIS}"/>`);
+  parts.push(
+    '<g class="axis axis-x">',
+    `<line x1="${frame.left}" x2="${frame.width - frame.right}" y1="${num(base)}" y2="${num(base)}" stroke="${AXIS}"/>`,
+  );
   shown.forEach((label, ci) => {
     const cx = frame.left + (ci + 0.5) * groupWidth;
     const full = categories[ci]!;
@@ -322,7 +386,10 @@ export function barChart(options: BarChartOptions): string {
         : `<text x="${num(cx)}" y="${axisBase + 18}" text-anchor="middle" fill="${MUTED_TEXT}" font-size="11">${tip}${escapeXml(label)}</text>`,
     );
   });
-  if (options.xLabel) parts.push(`<text x="${num(frame.left + plotWidth(frame) / 2)}" y="${frame.height - 10}" text-anchor="middle" fill="${MUTED_TEXT}">${escapeXml(options.xLabel)}</text>`);
+  if (options.xLabel)
+    parts.push(
+      `<text x="${num(frame.left + plotWidth(frame) / 2)}" y="${frame.height - 10}" text-anchor="middle" fill="${MUTED_TEXT}">${escapeXml(options.xLabel)}</text>`,
+    );
   parts.push('</g>');
   if (marks === 0) parts.push(emptyNote(frame, 'no data'));
   parts.push('</svg>');
@@ -357,16 +424,36 @@ export function lineChart(options: LineChartOptions): string {
   const { series } = options;
   if (series.length === 0) throw new RangeError('lineChart: no series');
   for (const s of series) {
-    checkFinite('lineChart', `x of '${s.name}'`, s.points.map((p) => p.x));
-    checkFinite('lineChart', `y of '${s.name}'`, s.points.map((p) => p.y));
+    checkFinite(
+      'lineChart',
+      `x of '${s.name}'`,
+      s.points.map((p) => p.x),
+    );
+    checkFinite(
+      'lineChart',
+      `y of '${s.name}'`,
+      s.points.map((p) => p.y),
+    );
   }
-  const frame: Frame = { width: options.width ?? 640, height: options.height ?? 300, left: 64, right: 20, top: 56, bottom: 48 };
+  const frame: Frame = {
+    width: options.width ?? 640,
+    height: options.height ?? 300,
+    left: 64,
+    right: 20,
+    top: 56,
+    bottom: 48,
+  };
   const xs = series.flatMap((s) => s.points.map((p) => p.x));
   const ys = series.flatMap((s) => s.points.map((p) => p.y));
   const [x0, x1] = extent(xs);
   const xt = niceTicks(x0, x1 === x0 ? x0 + 1 : x1, 6);
   const [y0, y1] = options.yDomain ?? extent(ys);
-  const yt = options.yDomain ? { ticks: niceTicks(y0, y1).ticks.filter((t) => t >= y0 - 1e-9 && t <= y1 + 1e-9), domain: [y0, y1] as [number, number] } : niceTicks(y0, y1);
+  const yt = options.yDomain
+    ? {
+        ticks: niceTicks(y0, y1).ticks.filter((t) => t >= y0 - 1e-9 && t <= y1 + 1e-9),
+        domain: [y0, y1] as [number, number],
+      }
+    : niceTicks(y0, y1);
   const x = scale(xt.domain, [frame.left, frame.width - frame.right]);
   const y = scale(yt.domain, [frame.height - frame.bottom, frame.top]);
   const colorOf = (i: number) => series[i]!.color ?? PALETTE[(i + 1) % PALETTE.length]!;
@@ -375,7 +462,18 @@ export function lineChart(options: LineChartOptions): string {
   const yFormat = options.yFormat ?? formats.number;
 
   const parts: string[] = [openSvg('line', options.title, frame, marks)];
-  parts.push(legend(series.length > 1 ? series.map((s, i) => ({ name: s.name, color: colorOf(i), shape: s.dashed ? ('dashed' as const) : ('line' as const) })) : [], frame));
+  parts.push(
+    legend(
+      series.length > 1
+        ? series.map((s, i) => ({
+            name: s.name,
+            color: colorOf(i),
+            shape: s.dashed ? ('dashed' as const) : ('line' as const),
+          }))
+        : [],
+      frame,
+    ),
+  );
   parts.push(yAxis(frame, yt.ticks, y, yFormat, options.yLabel));
   parts.push(numericXAxis(frame, xt.ticks, x, xFormat, options.xLabel));
   parts.push('<g class="marks">');
@@ -383,12 +481,16 @@ export function lineChart(options: LineChartOptions): string {
     const color = colorOf(si);
     const pts = s.points.map((p) => `${num(x(p.x))},${num(y(p.y))}`).join(' ');
     if (s.points.length > 1) {
-      parts.push(`<polyline class="line" points="${pts}" fill="none" stroke="${color}" stroke-width="${s.dashed ? 1.8 : 2}" stroke-linejoin="round"${s.dashed ? ' stroke-dasharray="5 4"' : ''}/>`);
+      parts.push(
+        `<polyline class="line" points="${pts}" fill="none" stroke="${color}" stroke-width="${s.dashed ? 1.8 : 2}" stroke-linejoin="round"${s.dashed ? ' stroke-dasharray="5 4"' : ''}/>`,
+      );
     }
     if (s.markers !== false) {
       const r = s.points.length <= 60 ? 3 : 1.6;
       for (const p of s.points) {
-        parts.push(`<circle class="point" cx="${num(x(p.x))}" cy="${num(y(p.y))}" r="${r}" fill="${color}"><title>${escapeXml(`${xFormat(p.x)}: ${yFormat(p.y)}`)}</title></circle>`);
+        parts.push(
+          `<circle class="point" cx="${num(x(p.x))}" cy="${num(y(p.y))}" r="${r}" fill="${color}"><title>${escapeXml(`${xFormat(p.x)}: ${yFormat(p.y)}`)}</title></circle>`,
+        );
       }
     }
   });
@@ -443,10 +545,25 @@ export function scatterChart(options: ScatterChartOptions): string {
   const { series } = options;
   if (series.length === 0) throw new RangeError('scatterChart: no series');
   for (const s of series) {
-    checkFinite('scatterChart', `x of '${s.name}'`, s.points.map((p) => p.x));
-    checkFinite('scatterChart', `y of '${s.name}'`, s.points.map((p) => p.y));
+    checkFinite(
+      'scatterChart',
+      `x of '${s.name}'`,
+      s.points.map((p) => p.x),
+    );
+    checkFinite(
+      'scatterChart',
+      `y of '${s.name}'`,
+      s.points.map((p) => p.y),
+    );
   }
-  const frame: Frame = { width: options.width ?? 640, height: options.height ?? 340, left: 64, right: 28, top: 56, bottom: 48 };
+  const frame: Frame = {
+    width: options.width ?? 640,
+    height: options.height ?? 340,
+    left: 64,
+    right: 28,
+    top: 56,
+    bottom: 48,
+  };
   const xs = series.flatMap((s) => s.points.map((p) => p.x));
   const ys = series.flatMap((s) => s.points.map((p) => p.y));
   let [x0, x1] = options.xDomain ?? extent(xs);
@@ -456,9 +573,19 @@ export function scatterChart(options: ScatterChartOptions): string {
     x0 = Math.max(0, x0 - pad);
     x1 += pad;
   }
-  const xt = options.xDomain ? { ticks: niceTicks(x0, x1).ticks.filter((t) => t >= x0 - 1e-12 && t <= x1 + 1e-12), domain: [x0, x1] as [number, number] } : niceTicks(x0, x1);
+  const xt = options.xDomain
+    ? {
+        ticks: niceTicks(x0, x1).ticks.filter((t) => t >= x0 - 1e-12 && t <= x1 + 1e-12),
+        domain: [x0, x1] as [number, number],
+      }
+    : niceTicks(x0, x1);
   const [y0, y1] = options.yDomain ?? extent(ys);
-  const yt = options.yDomain ? { ticks: niceTicks(y0, y1).ticks.filter((t) => t >= y0 - 1e-9 && t <= y1 + 1e-9), domain: [y0, y1] as [number, number] } : niceTicks(y0, y1);
+  const yt = options.yDomain
+    ? {
+        ticks: niceTicks(y0, y1).ticks.filter((t) => t >= y0 - 1e-9 && t <= y1 + 1e-9),
+        domain: [y0, y1] as [number, number],
+      }
+    : niceTicks(y0, y1);
   const x = scale(xt.domain, [frame.left, frame.width - frame.right]);
   const y = scale(yt.domain, [frame.height - frame.bottom, frame.top]);
   const colorOf = (i: number) => series[i]!.color ?? PALETTE[i % PALETTE.length]!;
@@ -466,9 +593,16 @@ export function scatterChart(options: ScatterChartOptions): string {
   const yFormat = options.yFormat ?? formats.number;
   const marks = xs.length;
 
-  const placed = series.flatMap((s, si) => s.points.map((p) => ({ p, si, px: x(p.x), py: y(p.y), r: p.emphasis ? 7 : 4.5 })));
+  const placed = series.flatMap((s, si) =>
+    s.points.map((p) => ({ p, si, px: x(p.x), py: y(p.y), r: p.emphasis ? 7 : 4.5 })),
+  );
   const parts: string[] = [openSvg('scatter', options.title, frame, marks)];
-  parts.push(legend(series.map((s, i) => ({ name: s.name, color: colorOf(i), shape: 'circle' as const })), frame));
+  parts.push(
+    legend(
+      series.map((s, i) => ({ name: s.name, color: colorOf(i), shape: 'circle' as const })),
+      frame,
+    ),
+  );
   parts.push(yAxis(frame, yt.ticks, y, yFormat, options.yLabel));
   parts.push(numericXAxis(frame, xt.ticks, x, xFormat, options.xLabel));
 
@@ -495,7 +629,12 @@ export function scatterChart(options: ScatterChartOptions): string {
 
   // Labels go to the first free spot around their point (right, left, above, below), emphasised ones first.
   const occupied: Box[] = placed.map((q) => ({ x0: q.px - q.r, y0: q.py - q.r, x1: q.px + q.r, y1: q.py + q.r }));
-  const bounds: Box = { x0: frame.left, y0: frame.top - 10, x1: frame.width - frame.right + 20, y1: frame.height - frame.bottom };
+  const bounds: Box = {
+    x0: frame.left,
+    y0: frame.top - 10,
+    x1: frame.width - frame.right + 20,
+    y1: frame.height - frame.bottom,
+  };
   const inside = (b: Box) => b.x0 >= bounds.x0 && b.x1 <= bounds.x1 && b.y0 >= bounds.y0 && b.y1 <= bounds.y1;
   parts.push('<g class="labels">');
   for (const q of [...placed].sort((a, b) => Number(b.p.emphasis ?? false) - Number(a.p.emphasis ?? false))) {
@@ -505,10 +644,42 @@ export function scatterChart(options: ScatterChartOptions): string {
     const h = size + 2;
     const gap = q.r + 4;
     const candidates: (Box & { anchor: 'start' | 'end' | 'middle'; tx: number; ty: number })[] = [
-      { x0: q.px + gap, x1: q.px + gap + w, y0: q.py - h / 2, y1: q.py + h / 2, anchor: 'start', tx: q.px + gap, ty: q.py },
-      { x0: q.px - gap - w, x1: q.px - gap, y0: q.py - h / 2, y1: q.py + h / 2, anchor: 'end', tx: q.px - gap, ty: q.py },
-      { x0: q.px - w / 2, x1: q.px + w / 2, y0: q.py - gap - h, y1: q.py - gap, anchor: 'middle', tx: q.px, ty: q.py - gap - h / 2 },
-      { x0: q.px - w / 2, x1: q.px + w / 2, y0: q.py + gap, y1: q.py + gap + h, anchor: 'middle', tx: q.px, ty: q.py + gap + h / 2 },
+      {
+        x0: q.px + gap,
+        x1: q.px + gap + w,
+        y0: q.py - h / 2,
+        y1: q.py + h / 2,
+        anchor: 'start',
+        tx: q.px + gap,
+        ty: q.py,
+      },
+      {
+        x0: q.px - gap - w,
+        x1: q.px - gap,
+        y0: q.py - h / 2,
+        y1: q.py + h / 2,
+        anchor: 'end',
+        tx: q.px - gap,
+        ty: q.py,
+      },
+      {
+        x0: q.px - w / 2,
+        x1: q.px + w / 2,
+        y0: q.py - gap - h,
+        y1: q.py - gap,
+        anchor: 'middle',
+        tx: q.px,
+        ty: q.py - gap - h / 2,
+      },
+      {
+        x0: q.px - w / 2,
+        x1: q.px + w / 2,
+        y0: q.py + gap,
+        y1: q.py + gap + h,
+        anchor: 'middle',
+        tx: q.px,
+        ty: q.py + gap + h / 2,
+      },
     ];
     const free = candidates.find((c) => inside(c) && !occupied.some((o) => overlaps(c, o)));
     const spot = free ?? candidates.find(inside) ?? candidates[0]!;
@@ -534,9 +705,14 @@ export interface HistogramBin {
 
 /** Equal-width bins over [lower, upper]; the last bin includes its upper edge. */
 export function binValues(values: readonly number[], lower: number, upper: number, bins: number): HistogramBin[] {
-  if (!(upper > lower) || !Number.isInteger(bins) || bins < 1) throw new RangeError(`binValues: need lower < upper and bins >= 1, got [${lower}, ${upper}] in ${bins}`);
+  if (!(upper > lower) || !Number.isInteger(bins) || bins < 1)
+    throw new RangeError(`binValues: need lower < upper and bins >= 1, got [${lower}, ${upper}] in ${bins}`);
   const width = (upper - lower) / bins;
-  const out = Array.from({ length: bins }, (_, i) => ({ lower: lower + i * width, upper: i === bins - 1 ? upper : lower + (i + 1) * width, count: 0 }));
+  const out = Array.from({ length: bins }, (_, i) => ({
+    lower: lower + i * width,
+    upper: i === bins - 1 ? upper : lower + (i + 1) * width,
+    count: 0,
+  }));
   for (const v of values) {
     if (!(v >= lower && v <= upper)) throw new RangeError(`binValues: ${v} lies outside [${lower}, ${upper}]`);
     out[Math.min(bins - 1, Math.floor((v - lower) / width + 1e-9))]!.count += 1;
@@ -560,8 +736,19 @@ export interface HistogramOptions {
 export function histogramChart(options: HistogramOptions): string {
   const { bins } = options;
   if (bins.length === 0) throw new RangeError('histogramChart: no bins');
-  checkFinite('histogramChart', 'bin edges and counts', bins.flatMap((b) => [b.lower, b.upper, b.count]));
-  const frame: Frame = { width: options.width ?? 640, height: options.height ?? 300, left: 64, right: 20, top: 56, bottom: 48 };
+  checkFinite(
+    'histogramChart',
+    'bin edges and counts',
+    bins.flatMap((b) => [b.lower, b.upper, b.count]),
+  );
+  const frame: Frame = {
+    width: options.width ?? 640,
+    height: options.height ?? 300,
+    left: 64,
+    right: 20,
+    top: 56,
+    bottom: 48,
+  };
   const x0 = bins[0]!.lower;
   const x1 = bins[bins.length - 1]!.upper;
   const x = scale([x0, x1], [frame.left, frame.width - frame.right]);
@@ -575,7 +762,15 @@ export function histogramChart(options: HistogramOptions): string {
   parts.push(yAxis(frame, ticks, y, formats.integer, options.yLabel));
   const xTicks = [...new Set([x0, ...bins.map((b) => b.upper)])];
   const every = Math.ceil(xTicks.length / 11);
-  parts.push(numericXAxis(frame, xTicks.filter((_, i) => i % every === 0 || i === xTicks.length - 1), x, xFormat, options.xLabel));
+  parts.push(
+    numericXAxis(
+      frame,
+      xTicks.filter((_, i) => i % every === 0 || i === xTicks.length - 1),
+      x,
+      xFormat,
+      options.xLabel,
+    ),
+  );
   parts.push('<g class="marks">');
   const base = y(0);
   for (const b of bins) {
@@ -591,7 +786,9 @@ export function histogramChart(options: HistogramOptions): string {
     parts.push(`<g class="markers" font-size="10" fill="${MUTED_TEXT}">`);
     for (const m of options.markers) {
       const px = num(x(m.x));
-      parts.push(`<line x1="${px}" x2="${px}" y1="${frame.top - 4}" y2="${frame.height - frame.bottom}" stroke="${TEXT}" stroke-opacity="0.55" stroke-dasharray="3 3"/>`);
+      parts.push(
+        `<line x1="${px}" x2="${px}" y1="${frame.top - 4}" y2="${frame.height - frame.bottom}" stroke="${TEXT}" stroke-opacity="0.55" stroke-dasharray="3 3"/>`,
+      );
       parts.push(`<text x="${px}" y="${frame.top - 8}" text-anchor="middle">${escapeXml(m.label)}</text>`);
     }
     parts.push('</g>');

@@ -32,9 +32,17 @@ export function trainingSection(input: StepsInput): SectionPart {
     window,
   );
   const smooth = n >= 2 * window;
-  const rewardSeries: LineSeries[] = [{ name: 'mean reward', points: steps.map((s) => ({ x: s.step, y: s.mean_reward })) }];
+  const rewardSeries: LineSeries[] = [
+    { name: 'mean reward', points: steps.map((s) => ({ x: s.step, y: s.mean_reward })) },
+  ];
   if (smooth) {
-    rewardSeries.push({ name: `trailing mean of ${window} steps`, points: steps.map((s, i) => ({ x: s.step, y: smoothed[i]! })), markers: false, dashed: true, color: '#d97706' });
+    rewardSeries.push({
+      name: `trailing mean of ${window} steps`,
+      points: steps.map((s, i) => ({ x: s.step, y: smoothed[i]! })),
+      markers: false,
+      dashed: true,
+      color: '#d97706',
+    });
   }
   const sum = (f: (s: (typeof steps)[number]) => number) => steps.reduce((acc, s) => acc + f(s), 0);
   const groups = sum((s) => s.groups);
@@ -43,7 +51,10 @@ export function trainingSection(input: StepsInput): SectionPart {
   const wall = sum((s) => s.wall_s);
   const meanInformative = sum((s) => s.informative_group_fraction) / n;
   const gradNorms = steps.map((s) => s.grad_norm);
-  const rewardRange = steps.length > 1 ? `step ${first.step}: ${reward(first.mean_reward)} → step ${last.step}: ${reward(last.mean_reward)}` : `step ${last.step}`;
+  const rewardRange =
+    steps.length > 1
+      ? `step ${first.step}: ${reward(first.mean_reward)} → step ${last.step}: ${reward(last.mean_reward)}`
+      : `step ${last.step}`;
 
   return {
     headline: [
@@ -66,14 +77,27 @@ export function trainingSection(input: StepsInput): SectionPart {
         {
           id: 'training-reward',
           caption: `Mean reward of the rollouts in each step${smooth ? `, with a trailing mean over ${window} steps` : ''}.`,
-          svg: lineChart({ title: 'Mean reward per step', series: rewardSeries, xLabel: 'step', yLabel: 'mean reward', xFormat: formats.integer }),
+          svg: lineChart({
+            title: 'Mean reward per step',
+            series: rewardSeries,
+            xLabel: 'step',
+            yLabel: 'mean reward',
+            xFormat: formats.integer,
+          }),
         },
         {
           id: 'training-informative',
-          caption: 'Fraction of groups whose rollouts did not all get the same reward (the groups that carry a GRPO signal).',
+          caption:
+            'Fraction of groups whose rollouts did not all get the same reward (the groups that carry a GRPO signal).',
           svg: lineChart({
             title: 'Informative-group fraction per step',
-            series: [{ name: 'informative groups', points: steps.map((s) => ({ x: s.step, y: s.informative_group_fraction })), color: '#0d9488' }],
+            series: [
+              {
+                name: 'informative groups',
+                points: steps.map((s) => ({ x: s.step, y: s.informative_group_fraction })),
+                color: '#0d9488',
+              },
+            ],
             xLabel: 'step',
             yLabel: 'fraction of groups',
             xFormat: formats.integer,

@@ -74,7 +74,9 @@ def random_batch(path: pathlib.Path, *, seed: int, count: int = 6, vocab: int = 
     return path
 
 
-def write_config(path: pathlib.Path, *, model: pathlib.Path, checkpoint_dir: pathlib.Path, **sections: dict) -> pathlib.Path:
+def write_config(
+    path: pathlib.Path, *, model: pathlib.Path, checkpoint_dir: pathlib.Path, **sections: dict
+) -> pathlib.Path:
     data: dict[str, Any] = {
         "model": {"path": str(model), "dtype": "float32"},
         "checkpoint": {"dir": str(checkpoint_dir), "keep_last": 2},

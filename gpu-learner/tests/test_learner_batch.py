@@ -40,7 +40,11 @@ def load(path: pathlib.Path):
         ({**GOOD, "trajectory_id": ""}, "trajectory_id", "non-empty string"),
         ({**GOOD, "input_ids": [5, 99, 7, 8]}, "input_ids", "item 1 is 99"),
         ({**GOOD, "input_ids": [5, 6.5, 7, 8]}, "input_ids", "item 1"),
-        ({**GOOD, "input_ids": list(range(9)), "loss_mask": [0] * 9}, "input_ids", "longer than the model context of 8"),
+        (
+            {**GOOD, "input_ids": list(range(9)), "loss_mask": [0] * 9},
+            "input_ids",
+            "longer than the model context of 8",
+        ),
         ({**GOOD, "loss_mask": [0, 1, 1]}, "loss_mask", "as long as input_ids (4), got 3"),
         ({**GOOD, "loss_mask": [0, 2, 1, 1]}, "loss_mask", "item 1 is 2"),
         ({**GOOD, "loss_mask": [1, 1, 1, 1]}, "loss_mask", "item 0 must be 0"),

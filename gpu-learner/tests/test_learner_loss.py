@@ -69,9 +69,7 @@ def test_token_mean_over_the_global_count_not_per_sequence() -> None:
     # Row 0: A=+1 over 3 tokens, row 1: A=-0.5 over 1 token, on-policy (rho = 1).
     logp = torch.full((2, 3), -1.0, requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
-    args = dict(
-        old_logp=torch.zeros(2, 3), has_old_logp=torch.tensor([False, False]), cfg=CFG, global_tokens=4
-    )
+    args = dict(old_logp=torch.zeros(2, 3), has_old_logp=torch.tensor([False, False]), cfg=CFG, global_tokens=4)
     loss, sums = policy_loss(logp=logp, advantages=torch.tensor([1.0, -0.5]), mask=mask, **args)
     # token-mean: (-1 -1 -1 + 0.5) / 4; a per-sequence mean would give (-1 + 0.5) / 2 = -0.25
     assert float(loss.detach()) == pytest.approx(-0.625)

@@ -133,7 +133,9 @@ def test_long_sequence_is_an_error_not_truncated(tmp_path, tiny_model) -> None:
     trainer, _ = build(tmp_path, tiny_model)
     path = tmp_path / "long.jsonl"
     path.write_text(json.dumps(trajectory("long", [5] * 49, 10, 1.0)) + "\n")
-    with pytest.raises(ValueError, match=r"long\.jsonl:1: field 'input_ids': has 49 tokens, longer than the model context of 48"):
+    with pytest.raises(
+        ValueError, match=r"long\.jsonl:1: field 'input_ids': has 49 tokens, longer than the model context of 48"
+    ):
         trainer.load_batch(str(path))
 
 

@@ -36,8 +36,9 @@ class Client:
 
     def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.base + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=120) as response:
                 return response.status, json.loads(response.read())
@@ -71,8 +72,21 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     port = _free_port()
     log = tmp_path_factory.mktemp("policy_server") / "server.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(GPU_LEARNER), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "tbt_gpu.policy_server", "--model", str(model_dir), "--port", str(port),
-           "--max-batch", "4", "--batch-wait-ms", "200", "--threads", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tbt_gpu.policy_server",
+        "--model",
+        str(model_dir),
+        "--port",
+        str(port),
+        "--max-batch",
+        "4",
+        "--batch-wait-ms",
+        "200",
+        "--threads",
+        "2",
+    ]
     with open(log, "w") as log_file:
         proc = subprocess.Popen(cmd, cwd=GPU_LEARNER, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     client = Client(f"http://127.0.0.1:{port}")
@@ -122,8 +136,9 @@ def _teacher_forced(model, prompt: list[int], completion: list[int]) -> list[flo
 def test_model_store_cli_is_idempotent(model_dir: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(GPU_LEARNER)}
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "tbt_gpu.model_store"], env=env, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "tbt_gpu.model_store"], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == str(model_dir)
     assert time.monotonic() - started < 10
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
@@ -155,8 +170,9 @@ def test_chat_template_rendering_matches_tokenizer(server: Client, reference) ->
     assert served == _chat_ids(tokenizer, MESSAGES, add_generation_prompt=True)
     assert tokenizer.decode(served).endswith("<|im_start|>assistant\n")
     partial = [*MESSAGES, {"role": "assistant", "content": "The capital is"}]
-    continued = server.post("/tokenize", {"messages": partial, "add_generation_prompt": False,
-                                          "continue_final_message": True})["tokens"]
+    continued = server.post(
+        "/tokenize", {"messages": partial, "add_generation_prompt": False, "continue_final_message": True}
+    )["tokens"]
     assert continued == _chat_ids(tokenizer, partial, add_generation_prompt=False, continue_final_message=True)
     assert tokenizer.decode(continued).endswith("The capital is")
 
@@ -164,14 +180,27 @@ def test_chat_template_rendering_matches_tokenizer(server: Client, reference) ->
 def test_completion_logprobs_match_teacher_forcing(server: Client, reference) -> None:
     tokenizer, model = reference
     prompt = _chat_ids(tokenizer, MESSAGES, add_generation_prompt=True)
-    out = server.post("/v1/completions", {"prompt": prompt, "max_tokens": 6, "temperature": 0.7, "top_p": 0.95,
-                                          "seed": 1234, "logprobs": 0, "return_token_ids": True})
+    out = server.post(
+        "/v1/completions",
+        {
+            "prompt": prompt,
+            "max_tokens": 6,
+            "temperature": 0.7,
+            "top_p": 0.95,
+            "seed": 1234,
+            "logprobs": 0,
+            "return_token_ids": True,
+        },
+    )
     choice = out["choices"][0]
     assert choice["prompt_token_ids"] == prompt
     tokens, served = choice["token_ids"], choice["logprobs"]["token_logprobs"]
     assert 1 <= len(tokens) == len(served) <= 6
-    assert out["usage"] == {"prompt_tokens": len(prompt), "completion_tokens": len(tokens),
-                            "total_tokens": len(prompt) + len(tokens)}
+    assert out["usage"] == {
+        "prompt_tokens": len(prompt),
+        "completion_tokens": len(tokens),
+        "total_tokens": len(prompt) + len(tokens),
+    }
     assert choice["finish_reason"] in ("stop", "length")
     expected = _teacher_forced(model, prompt, tokens)
     assert max(abs(a - b) for a, b in zip(served, expected)) < 1e-3, (served, expected)
@@ -180,21 +209,34 @@ def test_completion_logprobs_match_teacher_forcing(server: Client, reference) ->
 
 
 def test_greedy_and_seeded_sampling_are_deterministic(server: Client) -> None:
-    body = {"prompt": "The three primary colours are", "max_tokens": 5, "temperature": 0, "logprobs": 0,
-            "return_token_ids": True}
+    body = {
+        "prompt": "The three primary colours are",
+        "max_tokens": 5,
+        "temperature": 0,
+        "logprobs": 0,
+        "return_token_ids": True,
+    }
     first, second = server.post("/v1/completions", body), server.post("/v1/completions", body)
     assert first["choices"][0]["token_ids"] == second["choices"][0]["token_ids"]
     assert first["choices"][0]["logprobs"]["token_logprobs"] == second["choices"][0]["logprobs"]["token_logprobs"]
     sampled = {**body, "temperature": 1.0, "seed": 7}
-    assert (server.post("/v1/completions", sampled)["choices"][0]["token_ids"]
-            == server.post("/v1/completions", sampled)["choices"][0]["token_ids"])
+    assert (
+        server.post("/v1/completions", sampled)["choices"][0]["token_ids"]
+        == server.post("/v1/completions", sampled)["choices"][0]["token_ids"]
+    )
 
 
 def test_concurrent_requests_are_batched_like_sequential_ones(server: Client) -> None:
     bodies = [
         {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0, "logprobs": 0, "return_token_ids": True},
-        {"prompt": "def fibonacci(n):\n   ", "max_tokens": 4, "temperature": 0, "logprobs": 0,
-         "return_token_ids": True, "stop": ["\n\n"]},
+        {
+            "prompt": "def fibonacci(n):\n   ",
+            "max_tokens": 4,
+            "temperature": 0,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "stop": ["\n\n"],
+        },
     ]
     sequential = [server.post("/v1/completions", body)["choices"][0] for body in bodies]
     before = server.get("/health")["batcher"]
@@ -220,8 +262,10 @@ def test_concurrent_requests_are_batched_like_sequential_ones(server: Client) ->
 
 def test_chat_completion_returns_raw_text_and_token_ids(server: Client, reference) -> None:
     tokenizer, _ = reference
-    out = server.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 12, "temperature": 0,
-                                               "return_token_ids": True, "logprobs": True})
+    out = server.post(
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "max_tokens": 12, "temperature": 0, "return_token_ids": True, "logprobs": True},
+    )
     choice = out["choices"][0]
     assert out["prompt_token_ids"] == _chat_ids(tokenizer, MESSAGES, add_generation_prompt=True)
     assert "Paris" in choice["message"]["content"]
@@ -258,8 +302,13 @@ def test_bad_requests_are_400_naming_the_field(server: Client) -> None:
 def test_reload_weights_swaps_after_in_flight_requests(server: Client, model_dir: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file, save_file
 
-    greedy = {"prompt": "The capital of France is", "max_tokens": 5, "temperature": 0, "logprobs": 0,
-              "return_token_ids": True}
+    greedy = {
+        "prompt": "The capital of France is",
+        "max_tokens": 5,
+        "temperature": 0,
+        "logprobs": 0,
+        "return_token_ids": True,
+    }
     original = server.post("/v1/completions", greedy)
     tensors = load_file(str(model_dir / "model.safetensors"))
     tensors["model.norm.weight"] = -tensors["model.norm.weight"]  # negated logits: argmax becomes argmin

@@ -10,7 +10,11 @@ export class FaultInjectingProxy {
   requests = 0;
   failed = 0;
 
-  constructor(private readonly target: string, private readonly failEvery: number, private readonly failPaths = ['/v1/completions', '/v1/chat/completions']) {}
+  constructor(
+    private readonly target: string,
+    private readonly failEvery: number,
+    private readonly failPaths = ['/v1/completions', '/v1/chat/completions'],
+  ) {}
 
   async start(): Promise<string> {
     const target = new URL(this.target);
@@ -21,13 +25,18 @@ export class FaultInjectingProxy {
         const generation = this.failPaths.includes(req.url ?? '');
         if (generation && ++this.requests % this.failEvery === 0) {
           this.failed += 1;
-          res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'injected fault', type: 'server_error' } }));
+          res
+            .writeHead(500, { 'content-type': 'application/json' })
+            .end(JSON.stringify({ error: { message: 'injected fault', type: 'server_error' } }));
           return;
         }
-        const upstream = http.request({ host: target.hostname, port: target.port, path: req.url, method: req.method, headers: req.headers }, (up) => {
-          res.writeHead(up.statusCode ?? 502, up.headers);
-          up.pipe(res);
-        });
+        const upstream = http.request(
+          { host: target.hostname, port: target.port, path: req.url, method: req.method, headers: req.headers },
+          (up) => {
+            res.writeHead(up.statusCode ?? 502, up.headers);
+            up.pipe(res);
+          },
+        );
         upstream.on('error', (err) => res.writeHead(502).end(String(err)));
         upstream.end(Buffer.concat(chunks));
       });

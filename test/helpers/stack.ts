@@ -21,7 +21,13 @@ export async function controlReady(): Promise<string> {
 }
 
 export function newPool(options: { warm?: number; leaseMs?: number } = {}): SandboxPool {
-  return new SandboxPool({ controlUrl, agentPassword: env.TBT_AGENT_DB_PASSWORD, readerPassword: env.TBT_READER_DB_PASSWORD, warm: options.warm ?? 0, leaseMs: options.leaseMs });
+  return new SandboxPool({
+    controlUrl,
+    agentPassword: env.TBT_AGENT_DB_PASSWORD,
+    readerPassword: env.TBT_READER_DB_PASSWORD,
+    warm: options.warm ?? 0,
+    leaseMs: options.leaseMs,
+  });
 }
 
 export async function temporalClient(): Promise<{ client: Client; connection: Connection }> {
@@ -32,7 +38,17 @@ export async function temporalClient(): Promise<{ client: Client; connection: Co
 let bundle: Promise<WorkflowBundleWithSourceMap> | undefined;
 /** Workflow code bundled once per test process. */
 export function workflowBundle(): Promise<WorkflowBundleWithSourceMap> {
-  bundle ??= bundleWorkflowCode({ workflowsPath: path.join(repoRoot, 'workflows', 'index.ts'), logger: { log: () => undefined, info: () => undefined, warn: () => undefined, error: console.error, debug: () => undefined, trace: () => undefined } as never });
+  bundle ??= bundleWorkflowCode({
+    workflowsPath: path.join(repoRoot, 'workflows', 'index.ts'),
+    logger: {
+      log: () => undefined,
+      info: () => undefined,
+      warn: () => undefined,
+      error: console.error,
+      debug: () => undefined,
+      trace: () => undefined,
+    } as never,
+  });
   return bundle;
 }
 

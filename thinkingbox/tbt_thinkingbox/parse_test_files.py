@@ -61,8 +61,12 @@ def _effects_server(node: ast.AST) -> str | None:
     if not isinstance(node, ast.Subscript) or not isinstance(node.ctx, ast.Load):
         return None
     value = node.value
-    if not (isinstance(value, ast.Attribute) and value.attr == "effects" and isinstance(value.value, ast.Name)
-            and value.value.id == "x"):
+    if not (
+        isinstance(value, ast.Attribute)
+        and value.attr == "effects"
+        and isinstance(value.value, ast.Name)
+        and value.value.id == "x"
+    ):
         return None
     return _str_const(node.slice)
 
@@ -87,8 +91,12 @@ def _hash_assert(stmt: ast.stmt) -> str | None:
     if not isinstance(stmt, ast.Assert) or not _simple_msg(stmt.msg):
         return None
     test = stmt.test
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
-            and len(test.comparators) == 1):
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and len(test.comparators) == 1
+    ):
         return None
     left, right = _hash_ref(test.left), _hash_ref(test.comparators[0])
     if left is None or right is None or left[0] != right[0]:
@@ -105,9 +113,16 @@ def _rubric_loop(stmt: ast.stmt) -> str | None:
         return None
     it = stmt.iter
     # x.effects["S"].get("rubrics", [])
-    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "get"
-            and not it.keywords and len(it.args) == 2 and _str_const(it.args[0]) == "rubrics"
-            and isinstance(it.args[1], ast.List) and not it.args[1].elts):
+    if not (
+        isinstance(it, ast.Call)
+        and isinstance(it.func, ast.Attribute)
+        and it.func.attr == "get"
+        and not it.keywords
+        and len(it.args) == 2
+        and _str_const(it.args[0]) == "rubrics"
+        and isinstance(it.args[1], ast.List)
+        and not it.args[1].elts
+    ):
         return None
     server = _effects_server(it.func.value)
     if server is None or len(stmt.body) != 1:
@@ -116,9 +131,15 @@ def _rubric_loop(stmt: ast.stmt) -> str | None:
     if not isinstance(inner, ast.Assert) or not _simple_msg(inner.msg):
         return None
     call = inner.test
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "judge"
-            and not call.keywords and len(call.args) == 1 and isinstance(call.args[0], ast.Name)
-            and call.args[0].id == stmt.target.id):
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "judge"
+        and not call.keywords
+        and len(call.args) == 1
+        and isinstance(call.args[0], ast.Name)
+        and call.args[0].id == stmt.target.id
+    ):
         return None
     return server
 
@@ -182,7 +203,9 @@ def _required_unsupported(func: ast.FunctionDef) -> list[str]:
 def _module_bound_names(tree: ast.Module) -> set[str]:
     names: set[str] = set()
     for stmt in tree.body:
-        for node in ast.walk(stmt) if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else [stmt]:
+        for node in (
+            ast.walk(stmt) if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else [stmt]
+        ):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.add(node.name)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -225,7 +248,10 @@ def parse_source(path: str, source: bytes) -> dict[str, Any]:
         if text is None:
             # A function without a "!" string is a helper. A top-level redefinition of a task replaces it.
             if stmt.name in tasks_by_name:
-                problem(stmt.lineno, f"{stmt.name} redefines the test function at line {tasks_by_name[stmt.name]['line']} (it is no longer a task)")
+                problem(
+                    stmt.lineno,
+                    f"{stmt.name} redefines the test function at line {tasks_by_name[stmt.name]['line']} (it is no longer a task)",
+                )
                 del tasks_by_name[stmt.name]
             continue
         if isinstance(stmt, ast.AsyncFunctionDef):
@@ -234,11 +260,17 @@ def parse_source(path: str, source: bytes) -> dict[str, Any]:
             continue
         bad = _required_unsupported(stmt)
         if bad:
-            problem(stmt.lineno, f"{stmt.name}: unsupported parameter(s) {', '.join(bad)} (test functions take x and/or judge)")
+            problem(
+                stmt.lineno,
+                f"{stmt.name}: unsupported parameter(s) {', '.join(bad)} (test functions take x and/or judge)",
+            )
             tasks_by_name.pop(stmt.name, None)
             continue
         if stmt.name in tasks_by_name:
-            problem(stmt.lineno, f"{stmt.name} is defined twice (lines {tasks_by_name[stmt.name]['line']} and {stmt.lineno}); the last one is used")
+            problem(
+                stmt.lineno,
+                f"{stmt.name} is defined twice (lines {tasks_by_name[stmt.name]['line']} and {stmt.lineno}); the last one is used",
+            )
             del tasks_by_name[stmt.name]
         tasks_by_name[stmt.name] = {
             "function": stmt.name,
@@ -258,8 +290,12 @@ def parse_file(path: str) -> dict[str, Any]:
         with open(path, "rb") as f:
             source = f.read()
     except OSError as e:
-        return {"file": path, "defaults": None, "tasks": [],
-                "problems": [{"file": path, "line": 1, "message": f"cannot read file: {e.strerror or e}"}]}
+        return {
+            "file": path,
+            "defaults": None,
+            "tasks": [],
+            "problems": [{"file": path, "line": 1, "message": f"cannot read file: {e.strerror or e}"}],
+        }
     return parse_source(path, source)
 
 

@@ -45,7 +45,9 @@ class Context:
         self.tool_calls = tool_calls
 
     def __repr__(self) -> str:
-        return f"Context(effects={list(self.effects)}, response={self.response!r:.80}, tool_calls={len(self.tool_calls)})"
+        return (
+            f"Context(effects={list(self.effects)}, response={self.response!r:.80}, tool_calls={len(self.tool_calls)})"
+        )
 
 
 NETWORK_DISABLED = "network access is disabled in test code"
@@ -92,8 +94,12 @@ def make_judge(proto_in: TextIO, proto_out: TextIO, default_text: Callable[[], s
 
 def _module_name(path: str) -> str:
     stem = os.path.splitext(os.path.basename(path))[0]
-    if (stem.isidentifier() and stem not in sys.modules and stem not in sys.stdlib_module_names
-            and not stem.startswith("tbt_")):
+    if (
+        stem.isidentifier()
+        and stem not in sys.modules
+        and stem not in sys.stdlib_module_names
+        and not stem.startswith("tbt_")
+    ):
         return stem
     return "tbt_testcase_" + re.sub(r"\W", "_", stem)
 
@@ -181,14 +187,26 @@ def run(proto_in: TextIO, proto_out: TextIO) -> dict[str, Any]:
         func = load_function(path, function)
         call_test(func, x, judge)
     except AssertionError as e:
-        return {"status": "fail", "message": _assert_message(e), "traceback": _trimmed_traceback(e),
-                "error_type": type(e).__name__}
+        return {
+            "status": "fail",
+            "message": _assert_message(e),
+            "traceback": _trimmed_traceback(e),
+            "error_type": type(e).__name__,
+        }
     except SystemExit as e:
-        return {"status": "error", "message": f"test code called sys.exit({e.code!r})",
-                "traceback": _trimmed_traceback(e), "error_type": "SystemExit"}
+        return {
+            "status": "error",
+            "message": f"test code called sys.exit({e.code!r})",
+            "traceback": _trimmed_traceback(e),
+            "error_type": "SystemExit",
+        }
     except BaseException as e:  # noqa: BLE001 - everything else is a system error, including KeyboardInterrupt
-        return {"status": "error", "message": f"{type(e).__name__}: {e}", "traceback": _trimmed_traceback(e),
-                "error_type": type(e).__name__}
+        return {
+            "status": "error",
+            "message": f"{type(e).__name__}: {e}",
+            "traceback": _trimmed_traceback(e),
+            "error_type": type(e).__name__,
+        }
     return {"status": "pass", "message": "", "traceback": "", "error_type": ""}
 
 

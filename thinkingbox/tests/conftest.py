@@ -16,5 +16,7 @@ from tb_testpaths import tbvenv_python  # noqa: E402
 def tb_python() -> Path:
     python = tbvenv_python()
     if python is None:
-        pytest.skip("the thinkingbox tool-server venv is missing: run scripts/setup.sh (it records .tools/thinkingbox-venv)")
+        pytest.skip(
+            "the thinkingbox tool-server venv is missing: run scripts/setup.sh (it records .tools/thinkingbox-venv)"
+        )
     return python

@@ -38,8 +38,9 @@ async def run_session(cwd: str, command: str, args: list[str], steps: list[dict[
             init = await session.initialize()
             out["protocol_version"] = init.protocol_version
             listed = await session.list_tools()
-            out["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.input_schema}
-                            for t in listed.tools]
+            out["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in listed.tools
+            ]
             for step in steps:
                 result = await session.call_tool(step["tool"], step.get("arguments", {}))
                 text = "".join(getattr(c, "text", "") for c in result.content)
@@ -65,20 +66,37 @@ def time_start_raw(cwd: str, server: str, config: dict[str, Any]) -> float:
 
     env = {**os.environ, **_env()}
     t0 = time.perf_counter()
-    proc = subprocess.Popen(["python", server], cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        ["python", server], cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdin and proc.stdout
 
     def send(message: dict[str, Any]) -> None:
         proc.stdin.write(json.dumps(message) + "\n")  # type: ignore[union-attr]
         proc.stdin.flush()  # type: ignore[union-attr]
 
-    send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "timer", "version": "0"}}})
+    send(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "timer", "version": "0"},
+            },
+        }
+    )
     json.loads(proc.stdout.readline())
     send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-          "params": {"name": "__reserved__init", "arguments": {"config": config}}})
+    send(
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "__reserved__init", "arguments": {"config": config}},
+        }
+    )
     reply = json.loads(proc.stdout.readline())
     elapsed = time.perf_counter() - t0
     assert not reply["result"].get("isError"), reply
@@ -105,8 +123,9 @@ def main() -> int:
         print(json.dumps({"samples_s": samples, "median_s": statistics.median(samples)}))
         return 0
     plan = json.load(sys.stdin)
-    sessions = [anyio.run(run_session, plan["cwd"], plan["command"], plan.get("args", []), steps)
-                for steps in plan["sessions"]]
+    sessions = [
+        anyio.run(run_session, plan["cwd"], plan["command"], plan.get("args", []), steps) for steps in plan["sessions"]
+    ]
     print(json.dumps({"sessions": sessions}))
     return 0
 

@@ -50,7 +50,9 @@ def dataset_tasks() -> list[dict[str, Any]]:
         for t in parsed["tasks"]:
             spec = {**(defaults or {}), **yaml.safe_load(t["yaml"])}
             scenario = load_yaml(DATASET / "scenario" / f"{spec['scenario']}.yaml")
-            world = {name: merge(cfg, spec.get("init", {}).get(name, {})) for name, cfg in scenario["world_state"].items()}
+            world = {
+                name: merge(cfg, spec.get("init", {}).get(name, {})) for name, cfg in scenario["world_state"].items()
+            }
             extra = set(spec.get("init", {})) - set(world)
             assert not extra, f"init names servers outside the scenario's world_state: {extra}"
             visible = [v if isinstance(v, str) else v["name"] for v in scenario["tools"]]
@@ -62,8 +64,9 @@ def dataset_tasks() -> list[dict[str, Any]]:
 def drive(tb_python: Path, server: str, sessions: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     cmd = servers()[server]
     plan = {"cwd": str(DATASET), "command": cmd["command"], "args": cmd.get("args", []), "sessions": sessions}
-    proc = subprocess.run([str(tb_python), str(DRIVER)], input=json.dumps(plan), capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [str(tb_python), str(DRIVER)], input=json.dumps(plan), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout)["sessions"]
 
@@ -123,23 +126,34 @@ def test_golden_replay_through_visible_tools_matches(tb_python, tasks):
         for _uid, config in entries:
             steps += [{"tool": "__reserved__init", "arguments": {"config": config}}, {"tool": "__reserved__geteffects"}]
             steps += [{"tool": c["tool"], "arguments": c.get("arguments", {})} for c in config.get("golden", [])]
-            steps += [{"tool": "__reserved__geteffects"}, {"tool": "__reserved__teardown"},
-                      {"tool": "__reserved__geteffects"}]
+            steps += [
+                {"tool": "__reserved__geteffects"},
+                {"tool": "__reserved__teardown"},
+                {"tool": "__reserved__geteffects"},
+            ]
         (session,) = drive(tb_python, server, [steps])
         results = session["results"]
         for uid, config in entries:
             golden_calls = config.get("golden", [])
-            block, results = results[:5 + len(golden_calls)], results[5 + len(golden_calls):]
+            block, results = results[: 5 + len(golden_calls)], results[5 + len(golden_calls) :]
             assert body(block[0])["status"] == "ok", uid
             before = body(block[1])
-            assert set(before) == {"initial_state", "result_state", "golden_state", "initial_hash", "result_hash",
-                                   "golden_hash", "diff", "rubrics"}
+            assert set(before) == {
+                "initial_state",
+                "result_state",
+                "golden_state",
+                "initial_hash",
+                "result_hash",
+                "golden_hash",
+                "diff",
+                "rubrics",
+            }
             assert before["initial_hash"] == before["result_hash"]
             if golden_calls:
                 assert before["result_hash"] != before["golden_hash"] and before["diff"], uid
             else:
                 assert before["result_hash"] == before["golden_hash"] and before["diff"] == [], uid
-            for r in block[2:2 + len(golden_calls)]:
+            for r in block[2 : 2 + len(golden_calls)]:
                 body(r)  # each golden call succeeds as an ordinary call
             after = body(block[2 + len(golden_calls)])
             assert after["result_hash"] == after["golden_hash"], (uid, after["diff"])
@@ -162,19 +176,19 @@ def test_bad_calls_are_tool_errors_not_crashes(tb_python):
     config = load_yaml(DATASET / "scenario" / "circulation_desk.yaml")["world_state"]["loans"]
     bad_golden = merge(config, {"golden": [{"tool": "return_book", "arguments": {"loan_id": "L0003"}}]})
     steps = [
-        {"tool": "get_member", "arguments": {"member_id": "M01"}},                  # before init
-        {"tool": "__reserved__geteffects"},                                          # before init
-        {"tool": "__reserved__init", "arguments": {"config": bad_golden}},          # golden call fails
+        {"tool": "get_member", "arguments": {"member_id": "M01"}},  # before init
+        {"tool": "__reserved__geteffects"},  # before init
+        {"tool": "__reserved__init", "arguments": {"config": bad_golden}},  # golden call fails
         {"tool": "__reserved__init", "arguments": {"config": config}},
         {"tool": "no_such_tool", "arguments": {}},
-        {"tool": "get_member", "arguments": {"member_id": 7}},                       # wrong type
-        {"tool": "get_member", "arguments": {}},                                     # missing argument
-        {"tool": "get_member", "arguments": {"member_id": "M99"}},                   # unknown id
-        {"tool": "get_member", "arguments": {"member_id": "M01", "extra": 1}},       # unknown argument
+        {"tool": "get_member", "arguments": {"member_id": 7}},  # wrong type
+        {"tool": "get_member", "arguments": {}},  # missing argument
+        {"tool": "get_member", "arguments": {"member_id": "M99"}},  # unknown id
+        {"tool": "get_member", "arguments": {"member_id": "M01", "extra": 1}},  # unknown argument
         {"tool": "checkout_book", "arguments": {"member_id": "M01", "book_id": "B001", "due_date": "soon"}},
         {"tool": "checkout_book", "arguments": {"member_id": "M04", "book_id": "B001", "due_date": "2025-04-01"}},
         {"tool": "renew_loan", "arguments": {"loan_id": "L0004", "new_due_date": "2025-04-08"}},
-        {"tool": "get_member", "arguments": {"member_id": "M01"}},                   # still alive and well
+        {"tool": "get_member", "arguments": {"member_id": "M01"}},  # still alive and well
         {"tool": "__reserved__geteffects"},
     ]
     (session,) = drive(tb_python, "loans", [steps])
@@ -183,8 +197,16 @@ def test_bad_calls_are_tool_errors_not_crashes(tb_python):
     assert r[1]["is_error"] and "not initialised" in r[1]["text"]
     assert r[2]["is_error"] and "golden call 0 (return_book) failed" in r[2]["text"]
     assert body(r[3])["status"] == "ok"
-    expected = ["unknown tool", "expected string", "missing required argument", "no member", "unknown argument",
-                "not a date", "blocked", "renewed 2 times"]
+    expected = [
+        "unknown tool",
+        "expected string",
+        "missing required argument",
+        "no member",
+        "unknown argument",
+        "not a date",
+        "blocked",
+        "renewed 2 times",
+    ]
     for result, text in zip(r[4:12], expected):
         assert result["is_error"] and text in result["text"], (text, result)
     member = body(r[12])
@@ -196,21 +218,33 @@ def test_bad_calls_are_tool_errors_not_crashes(tb_python):
 def test_diff_and_volatile_fields(tb_python):
     catalog = load_yaml(DATASET / "scenario" / "stacks_maintenance.yaml")["world_state"]["catalog"]
     catalog = merge(catalog, {"golden": [{"tool": "move_book", "arguments": {"book_id": "B004", "shelf": "A3"}}]})
-    (session,) = drive(tb_python, "catalog", [[
-        {"tool": "__reserved__init", "arguments": catalog},  # the bare config as arguments is accepted too
-        {"tool": "move_book", "arguments": {"book_id": "B004", "shelf": "A4"}},
-        {"tool": "__reserved__geteffects"},
-    ]])
+    (session,) = drive(
+        tb_python,
+        "catalog",
+        [
+            [
+                {"tool": "__reserved__init", "arguments": catalog},  # the bare config as arguments is accepted too
+                {"tool": "move_book", "arguments": {"book_id": "B004", "shelf": "A4"}},
+                {"tool": "__reserved__geteffects"},
+            ]
+        ],
+    )
     effects = body(session["results"][2])
     assert effects["diff"] == [{"path": "books[B004].shelf", "result": "A4", "golden": "A3"}]
 
     loans = load_yaml(DATASET / "scenario" / "circulation_desk.yaml")["world_state"]["loans"]
     golden = [{"tool": "checkout_book", "arguments": {"member_id": "M02", "book_id": "B001", "due_date": "2025-04-01"}}]
-    (session,) = drive(tb_python, "loans", [[
-        {"tool": "__reserved__init", "arguments": {"config": merge(loans, {"golden": golden})}},
-        {"tool": "checkout_book", "arguments": {**golden[0]["arguments"], "note": "asked for a bag"}},
-        {"tool": "__reserved__geteffects"},
-    ]])
+    (session,) = drive(
+        tb_python,
+        "loans",
+        [
+            [
+                {"tool": "__reserved__init", "arguments": {"config": merge(loans, {"golden": golden})}},
+                {"tool": "checkout_book", "arguments": {**golden[0]["arguments"], "note": "asked for a bag"}},
+                {"tool": "__reserved__geteffects"},
+            ]
+        ],
+    )
     effects = body(session["results"][2])
     assert effects["result_hash"] == effects["golden_hash"], "the free-text note is volatile"
     assert all("note" not in row for row in effects["result_state"]["loans"])
@@ -228,22 +262,53 @@ def _rpc(proc: subprocess.Popen, message: dict[str, Any]) -> dict[str, Any] | No
 @pytest.mark.parametrize("version", ["2025-11-25", "2025-06-18"])
 def test_raw_jsonrpc_handshake_like_the_typescript_client(tb_python, version):
     """No SDK on the client side: the wire format a TypeScript MCP client sees (camelCase fields)."""
-    proc = subprocess.Popen([str(tb_python), "servers/catalog_server.py"], cwd=DATASET, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(tb_python), "servers/catalog_server.py"],
+        cwd=DATASET,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        init = _rpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw-test", "version": "0"}}})
+        init = _rpc(
+            proc,
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": version,
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw-test", "version": "0"},
+                },
+            },
+        )
         assert init and init["result"]["protocolVersion"] == version and "tools" in init["result"]["capabilities"]
         _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
         listed = _rpc(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})
         tools = {t["name"]: t for t in listed["result"]["tools"]}
         assert tools["move_book"]["inputSchema"]["required"] == ["book_id", "shelf"]
         assert tools["search_books"]["annotations"]["readOnlyHint"] is True
-        bad = _rpc(proc, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                          "params": {"name": "move_book", "arguments": {"book_id": "nope"}}})
+        bad = _rpc(
+            proc,
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "move_book", "arguments": {"book_id": "nope"}},
+            },
+        )
         assert bad["result"]["isError"] is True
-        ok = _rpc(proc, {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
-                         "params": {"name": "__reserved__init", "arguments": {"config": {}}}})
+        ok = _rpc(
+            proc,
+            {
+                "jsonrpc": "2.0",
+                "id": 4,
+                "method": "tools/call",
+                "params": {"name": "__reserved__init", "arguments": {"config": {}}},
+            },
+        )
         assert ok["result"].get("isError", False) is False
         assert json.loads(ok["result"]["content"][0]["text"])["status"] == "ok"
     finally:

@@ -11,8 +11,14 @@ from tbt_thinkingbox.parse_test_files import parse_source
 
 
 def run_parser(paths: list[str]) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "tbt_thinkingbox.parse_test_files"], input=json.dumps(paths),
-                          capture_output=True, text=True, cwd=THINKINGBOX, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tbt_thinkingbox.parse_test_files"],
+        input=json.dumps(paths),
+        capture_output=True,
+        text=True,
+        cwd=THINKINGBOX,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("\n") == 1, "exactly one JSON line on stdout"
     return json.loads(proc.stdout)
@@ -36,8 +42,14 @@ def test_cli_reads_paths_and_keeps_order():
 
 
 def test_cli_rejects_bad_input():
-    proc = subprocess.run([sys.executable, "-m", "tbt_thinkingbox.parse_test_files"], input='{"not": "a list"}',
-                          capture_output=True, text=True, cwd=THINKINGBOX, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tbt_thinkingbox.parse_test_files"],
+        input='{"not": "a list"}',
+        capture_output=True,
+        text=True,
+        cwd=THINKINGBOX,
+        timeout=60,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
 
 

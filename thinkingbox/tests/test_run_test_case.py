@@ -17,18 +17,42 @@ TOOL_CALLS = [
 ]
 
 
-def run_case(function: str, *, file: str = CASES, effects: dict | None = None, response: str = "all done",
-             judge_replies: list[dict] | None = None, raw_input: str | None = None) -> tuple[dict, list[dict], str]:
+def run_case(
+    function: str,
+    *,
+    file: str = CASES,
+    effects: dict | None = None,
+    response: str = "all done",
+    judge_replies: list[dict] | None = None,
+    raw_input: str | None = None,
+) -> tuple[dict, list[dict], str]:
     """Runs one test function; answers judge requests in order from judge_replies.
 
     Returns (result line, judge requests seen, stderr)."""
-    proc = subprocess.Popen([sys.executable, "-m", "tbt_thinkingbox.run_test_case"], cwd=THINKINGBOX,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tbt_thinkingbox.run_test_case"],
+        cwd=THINKINGBOX,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdin and proc.stdout and proc.stderr
-    request = raw_input if raw_input is not None else json.dumps({
-        "file": file, "function": function,
-        "context": {"effects": EFFECTS if effects is None else effects, "response": response, "tool_calls": TOOL_CALLS},
-    })
+    request = (
+        raw_input
+        if raw_input is not None
+        else json.dumps(
+            {
+                "file": file,
+                "function": function,
+                "context": {
+                    "effects": EFFECTS if effects is None else effects,
+                    "response": response,
+                    "tool_calls": TOOL_CALLS,
+                },
+            }
+        )
+    )
     proc.stdin.write(request + "\n")
     proc.stdin.flush()
     replies = list(judge_replies or [])
@@ -172,12 +196,18 @@ def test_effects_arrive_unchanged():
 def test_fixture_dataset_custom_task():
     """The example dataset's custom-body task, against a hand-made terminal context."""
     from tb_testpaths import DATASET
+
     file = str(DATASET / "test_case" / "circulation.py")
     effects = {"loans": {"result_hash": "h", "golden_hash": "h", "diff": []}}
     calls = [{"name": "checkout_book", "arguments": {}, "result": "{}", "is_error": False}]
     for response, status in (("It is due back on 2025-04-01.", "pass"), ("Enjoy the book!", "fail")):
-        request = json.dumps({"file": file, "function": "test_checkout_confirms_due_date",
-                              "context": {"effects": effects, "response": response, "tool_calls": calls}})
+        request = json.dumps(
+            {
+                "file": file,
+                "function": "test_checkout_confirms_due_date",
+                "context": {"effects": effects, "response": response, "tool_calls": calls},
+            }
+        )
         result, _, _ = run_case("", raw_input=request)
         assert result["status"] == status, result
 

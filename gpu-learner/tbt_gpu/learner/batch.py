@@ -256,7 +256,9 @@ def filler_micro_batch(pad_id: int) -> MicroBatch:
     return collate([filler], pad_id)
 
 
-def plan_rank_micro_batches(batch: Batch, *, rank: int, world_size: int, token_budget: int, pad_id: int) -> list[MicroBatch]:
+def plan_rank_micro_batches(
+    batch: Batch, *, rank: int, world_size: int, token_budget: int, pad_id: int
+) -> list[MicroBatch]:
     """This rank's micro-batches, padded with fillers to the count of the busiest rank."""
     shares = shard_for_ranks(batch.trajectories, world_size)
     packed = [pack_micro_batches(share, token_budget) for share in shares]

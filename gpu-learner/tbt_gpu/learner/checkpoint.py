@@ -164,13 +164,13 @@ class Checkpointer:
                 "format": FORMAT_VERSION,
                 "step": step,
                 "parent_step": parent,
-                "parent_manifest_sha256": _sha256(parent_manifest) if parent_manifest and parent_manifest.is_file() else None,
+                "parent_manifest_sha256": _sha256(parent_manifest)
+                if parent_manifest and parent_manifest.is_file()
+                else None,
                 "world_size": self.info.world_size,
                 "created_unix": time.time(),
                 "hyperparameters": self.info.config.to_manifest(),
-                "files": {
-                    str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files
-                },
+                "files": {str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files},
             }
             _write_json(tmp / MANIFEST, manifest)
             _fsync_dir(tmp)
@@ -232,7 +232,9 @@ class Checkpointer:
     def export(self, step: int) -> pathlib.Path:
         """Gather the full weights to rank 0 and write a Hugging Face folder atomically (all ranks call)."""
         if step != self.trainer.state.last_step:
-            raise CheckpointError(f"export of step {step}: the weights in memory are step {self.trainer.state.last_step}")
+            raise CheckpointError(
+                f"export of step {step}: the weights in memory are step {self.trainer.state.last_step}"
+            )
         final = self.export_dir(step)
         full = get_model_state_dict(
             self.trainer.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)

@@ -122,9 +122,15 @@ class OptimizerConfig:
         )
         self.betas = (float(self.betas[0]), float(self.betas[1]))
         for i, beta in enumerate(self.betas):
-            _require(0.0 <= _require_number(beta, f"optimizer.betas[{i}]") < 1.0, f"optimizer.betas[{i}]", "must be in [0, 1)")
+            _require(
+                0.0 <= _require_number(beta, f"optimizer.betas[{i}]") < 1.0,
+                f"optimizer.betas[{i}]",
+                "must be in [0, 1)",
+            )
         _require(_require_number(self.eps, "optimizer.eps") > 0, "optimizer.eps", "must be > 0")
-        _require(_require_number(self.weight_decay, "optimizer.weight_decay") >= 0, "optimizer.weight_decay", "must be >= 0")
+        _require(
+            _require_number(self.weight_decay, "optimizer.weight_decay") >= 0, "optimizer.weight_decay", "must be >= 0"
+        )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -176,7 +182,9 @@ class CheckpointConfig:
         _require_int(self.keep_last, "checkpoint.keep_last", 1)
         _require(isinstance(self.verify_checksums, bool), "checkpoint.verify_checksums", "must be true or false")
         _require(
-            isinstance(self.export_subdir, str) and self.export_subdir not in ("", ".", "..") and "/" not in self.export_subdir,
+            isinstance(self.export_subdir, str)
+            and self.export_subdir not in ("", ".", "..")
+            and "/" not in self.export_subdir,
             "checkpoint.export_subdir",
             "must be a plain folder name",
         )
@@ -193,7 +201,11 @@ class ControlConfig:
 
     def __post_init__(self) -> None:
         _require(isinstance(self.host, str) and self.host != "", "control.host", "must be a non-empty address")
-        _require(isinstance(self.port, int) and 0 <= self.port <= 65535, "control.port", f"must be in [0, 65535], got {self.port!r}")
+        _require(
+            isinstance(self.port, int) and 0 <= self.port <= 65535,
+            "control.port",
+            f"must be in [0, 65535], got {self.port!r}",
+        )
         _require(_require_number(self.idle_tick_s, "control.idle_tick_s") > 0, "control.idle_tick_s", "must be > 0")
 
 
@@ -217,13 +229,20 @@ class LearnerConfig:
     """The HTTP control endpoint."""
 
     def __post_init__(self) -> None:
-        _require(self.distributed.timeout_s > self.control.idle_tick_s, "control.idle_tick_s", "must be shorter than distributed.timeout_s")
+        _require(
+            self.distributed.timeout_s > self.control.idle_tick_s,
+            "control.idle_tick_s",
+            "must be shorter than distributed.timeout_s",
+        )
 
     @property
     def is_resolved(self) -> bool:
-        return "auto" not in (self.distributed.device, self.distributed.backend, self.model.dtype, self.model.export_dtype) and (
-            self.distributed.world_size is not None
-        )
+        return "auto" not in (
+            self.distributed.device,
+            self.distributed.backend,
+            self.model.dtype,
+            self.model.export_dtype,
+        ) and (self.distributed.world_size is not None)
 
     def resolve(self, *, cuda_available: bool, world_size: int) -> LearnerConfig:
         """A copy with every "auto" replaced by what it means on this machine and world size."""

@@ -358,5 +358,3 @@ def write_port_file(checkpoint_dir: pathlib.Path, server: ThreadingHTTPServer, s
 
 def remove_port_file(checkpoint_dir: pathlib.Path) -> None:
     (checkpoint_dir / PORT_FILE).unlink(missing_ok=True)
-
-

@@ -73,7 +73,9 @@ def plan(topology: Topology, config_path: str, *, resume: bool) -> str:
         f"its port is written to {resolved.checkpoint.dir}/control.json",
     ]
     if resolved.distributed.device != "cuda":
-        lines.append(f"# warning: distributed.device is {resolved.distributed.device!r}; GPU nodes want 'cuda' or 'auto'")
+        lines.append(
+            f"# warning: distributed.device is {resolved.distributed.device!r}; GPU nodes want 'cuda' or 'auto'"
+        )
     for node_rank, command in enumerate(node_commands(topology, config_path, resume=resume)):
         lines.append(f"# node {node_rank}")
         lines.append(command)
@@ -97,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("only --dry-run is supported: run the printed command on each node")
     try:
         topology = Topology(
-            nodes=args.nodes, gpus_per_node=args.gpus_per_node, master_addr=args.master_addr, master_port=args.master_port
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            master_addr=args.master_addr,
+            master_port=args.master_port,
         )
         print(plan(topology, args.config, resume=args.resume))
     except (ValueError, OSError) as err:

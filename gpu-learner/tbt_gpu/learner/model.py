@@ -32,7 +32,9 @@ def _decoder_layers(model: nn.Module) -> list[nn.Module]:
     names = set(getattr(model, "_no_split_modules", None) or [])
     layers = [m for m in model.modules() if type(m).__name__ in names]
     if not layers:
-        raise ValueError(f"model: cannot find decoder layers in {type(model).__name__} (_no_split_modules={sorted(names)})")
+        raise ValueError(
+            f"model: cannot find decoder layers in {type(model).__name__} (_no_split_modules={sorted(names)})"
+        )
     return layers
 
 
@@ -48,7 +50,9 @@ def load_model(info: DistInfo) -> tuple[nn.Module, ModelInfo]:
         raise FileNotFoundError(f"model.path: {path} has no config.json")
     hf_config = AutoConfig.from_pretrained(path)
     hf_config.use_cache = False
-    model = AutoModelForCausalLM.from_pretrained(path, config=hf_config, dtype=torch.float32, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_pretrained(
+        path, config=hf_config, dtype=torch.float32, attn_implementation="sdpa"
+    )
     if cfg.fsdp.activation_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.train()

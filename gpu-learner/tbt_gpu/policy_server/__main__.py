@@ -22,13 +22,21 @@ logger = logging.getLogger("tbt_gpu.policy_server")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tbt_gpu.policy_server", description=__doc__)
-    parser.add_argument("--model", type=Path, default=None,
-                        help="model folder (config.json, *.safetensors, tokenizer); default: ensure_model()")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help="model folder (config.json, *.safetensors, tokenizer); default: ensure_model()",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--max-batch", type=int, default=8, help="most requests per generation batch")
-    parser.add_argument("--batch-wait-ms", type=float, default=10.0,
-                        help="how long the first queued request waits for others to join its batch")
+    parser.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=10.0,
+        help="how long the first queued request waits for others to join its batch",
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--max-model-len", type=int, default=None, help="context length (prompt + max_tokens)")
     parser.add_argument("--served-model-name", default=None, help="model id; default: the folder name")
@@ -39,8 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     model = args.model
     if model is None:
         from tbt_gpu.model_store import ensure_model

@@ -30,8 +30,9 @@ class PolicyServer:
         self.config = config
         self.started_at = time.time()
         template = read_chat_template(config.chat_template) if config.chat_template else None
-        self.engine = Engine(config.model, threads=config.threads, max_model_len=config.max_model_len,
-                             chat_template=template)
+        self.engine = Engine(
+            config.model, threads=config.threads, max_model_len=config.max_model_len, chat_template=template
+        )
         self.batcher = Batcher(self.engine, max_batch=config.max_batch, batch_wait_s=config.batch_wait_ms / 1000)
         self.routes: dict[str, dict[str, Handler]] = {
             "/health": {"GET": self._health},

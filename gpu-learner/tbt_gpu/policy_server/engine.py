@@ -56,7 +56,17 @@ class GenerationResult:
 class _Sequence:
     """One request's progress through a batch."""
 
-    __slots__ = ("request", "sampler", "stop_ids", "token_ids", "logprobs", "top", "finish", "stop_reason", "stop_text_at")
+    __slots__ = (
+        "request",
+        "sampler",
+        "stop_ids",
+        "token_ids",
+        "logprobs",
+        "top",
+        "finish",
+        "stop_reason",
+        "stop_text_at",
+    )
 
     def __init__(self, request: GenerationRequest, eos_ids: frozenset[int]) -> None:
         self.request = request
@@ -102,8 +112,13 @@ class Engine:
         self.weight_version = 0
         self.weights_path = str(self.model_dir)
         self._tok_lock = threading.Lock()
-        logger.info("loaded %s in %.1f s (max_model_len %d, eos %s)", self.model_dir, self.load_seconds,
-                    self.max_model_len, sorted(self.eos_token_ids))
+        logger.info(
+            "loaded %s in %.1f s (max_model_len %d, eos %s)",
+            self.model_dir,
+            self.load_seconds,
+            self.max_model_len,
+            sorted(self.eos_token_ids),
+        )
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -157,7 +172,9 @@ class Engine:
             return [self.tokenizer.decode([t]) for t in token_ids]
 
     def check_token_ids(self, token_ids: Any, param: str) -> list[int]:
-        if not isinstance(token_ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in token_ids):
+        if not isinstance(token_ids, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in token_ids
+        ):
             raise BadRequest(f"`{param}` must be a list of integer token ids", param=param)
         bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
         if bad:
@@ -188,8 +205,8 @@ class Engine:
         input_ids = torch.full((len(seqs), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(seqs), width), dtype=torch.long)
         for row, r in enumerate(requests):
-            input_ids[row, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids, dtype=torch.long)
-            mask[row, width - len(r.prompt_ids):] = 1
+            input_ids[row, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            mask[row, width - len(r.prompt_ids) :] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
         logits = self.model(
@@ -295,26 +312,31 @@ class Engine:
         unknown = sorted(set(incoming) - set(live))
         missing = sorted(set(live) - set(incoming) - set(tied))
         if unknown or missing:
-            raise BadRequest(f"weights in {folder} do not fit the model: unknown {unknown[:5]}, missing {missing[:5]}",
-                             param="path")
+            raise BadRequest(
+                f"weights in {folder} do not fit the model: unknown {unknown[:5]}, missing {missing[:5]}", param="path"
+            )
         for name, tensor in incoming.items():
             if tuple(tensor.shape) != tuple(live[name].shape):
-                raise BadRequest(f"{name}: shape {tuple(tensor.shape)}, model has {tuple(live[name].shape)}",
-                                 param="path")
+                raise BadRequest(
+                    f"{name}: shape {tuple(tensor.shape)}, model has {tuple(live[name].shape)}", param="path"
+                )
         for alias, source in tied.items():
             if alias in incoming and source in incoming and not torch.equal(incoming[alias], incoming[source]):
                 raise BadRequest(f"{alias} differs from {source}, but the model ties them", param="path")
         if weight_version is not None and weight_version <= self.weight_version:
-            raise BadRequest(f"`weight_version` {weight_version} is not above the current {self.weight_version}",
-                             param="weight_version")
+            raise BadRequest(
+                f"`weight_version` {weight_version} is not above the current {self.weight_version}",
+                param="weight_version",
+            )
         for name, tensor in incoming.items():
             if name in tied and tied[name] in incoming:
                 continue
             live[name].copy_(tensor.to(live[name].dtype))
         self.weight_version = weight_version if weight_version is not None else self.weight_version + 1
         self.weights_path = str(folder)
-        logger.info("loaded weights from %s as version %d in %.1f s", folder, self.weight_version,
-                    time.monotonic() - started)
+        logger.info(
+            "loaded weights from %s as version %d in %.1f s", folder, self.weight_version, time.monotonic() - started
+        )
         return self.weight_version
 
     def _tied_aliases(self) -> dict[str, str]:

@@ -59,8 +59,15 @@ class Body:
     def raw(self, name: str) -> Any:
         return self.data.get(name)
 
-    def integer(self, name: str, default: int | None = None, *, required: bool = False,
-                minimum: int | None = None, maximum: int | None = None) -> int | None:
+    def integer(
+        self,
+        name: str,
+        default: int | None = None,
+        *,
+        required: bool = False,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> int | None:
         value = self.data.get(name)
         if value is None:
             if required:
@@ -76,8 +83,9 @@ class Body:
             raise BadRequest(f"`{name}` must be <= {maximum}, got {value}", param=name)
         return value
 
-    def number(self, name: str, default: float, *, minimum: float, maximum: float,
-               exclusive_minimum: bool = False) -> float:
+    def number(
+        self, name: str, default: float, *, minimum: float, maximum: float, exclusive_minimum: bool = False
+    ) -> float:
         value = self.data.get(name)
         if value is None:
             return default
@@ -146,8 +154,7 @@ def _reject_unsupported(body: Body) -> None:
         if value is not None and value not in accepted:
             raise BadRequest(f"`{name}` is not supported by this server (got {json.dumps(value)})", param=name)
     if body.boolean("stream", False):
-        raise BadRequest("streaming is not supported (rollouts must not stream: token ids get lost)",
-                         param="stream")
+        raise BadRequest("streaming is not supported (rollouts must not stream: token ids get lost)", param="stream")
     body.integer("n", 1, minimum=1, maximum=1)
 
 
@@ -188,8 +195,9 @@ def parse_completion(body: Body, engine: Engine) -> Parsed:
     elif prompt is None:
         raise BadRequest("`prompt` is required", param="prompt")
     else:
-        raise BadRequest("`prompt` must be a non-empty string or list of token ids (one prompt per request)",
-                         param="prompt")
+        raise BadRequest(
+            "`prompt` must be a non-empty string or list of token ids (one prompt per request)", param="prompt"
+        )
     max_tokens = body.integer("max_tokens", required=True, minimum=1)
     assert max_tokens is not None
     engine.check_length(len(prompt_ids), max_tokens, "prompt")
@@ -202,8 +210,9 @@ def parse_completion(body: Body, engine: Engine) -> Parsed:
     )
 
 
-def _generation_request(body: Body, engine: Engine, prompt_ids: list[int], max_tokens: int,
-                        logprobs: int | None) -> GenerationRequest:
+def _generation_request(
+    body: Body, engine: Engine, prompt_ids: list[int], max_tokens: int, logprobs: int | None
+) -> GenerationRequest:
     return GenerationRequest(
         prompt_ids=prompt_ids,
         max_tokens=max_tokens,
@@ -229,16 +238,24 @@ def completion_response(parsed: Parsed, result: GenerationResult, engine: Engine
         tokens = _token_strings(engine, result.token_ids, parsed.tokens_as_ids)
         top: list[dict[str, float]] = []
         for token, lp, alternatives in zip(tokens, result.logprobs, result.top_logprobs or []):
-            entry = dict(zip(_token_strings(engine, [t for t, _ in alternatives], parsed.tokens_as_ids),
-                             (v for _, v in alternatives)))
+            entry = dict(
+                zip(
+                    _token_strings(engine, [t for t, _ in alternatives], parsed.tokens_as_ids),
+                    (v for _, v in alternatives),
+                )
+            )
             entry[token] = lp
             top.append(entry)
         offsets, at = [], 0
         for token in tokens:
             offsets.append(at)
             at += len(token)
-        choice["logprobs"] = {"text_offset": offsets, "token_logprobs": result.logprobs, "tokens": tokens,
-                              "top_logprobs": top}
+        choice["logprobs"] = {
+            "text_offset": offsets,
+            "token_logprobs": result.logprobs,
+            "tokens": tokens,
+            "top_logprobs": top,
+        }
     if parsed.return_token_ids:
         choice["prompt_token_ids"] = parsed.prompt_ids
         choice["token_ids"] = result.token_ids
@@ -270,13 +287,13 @@ def normalise_messages(value: Any) -> list[dict[str, Any]]:
             texts = []
             for part in content:
                 if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                    raise BadRequest(f"`messages[{index}].content`: only text parts are supported",
-                                     param="messages")
+                    raise BadRequest(f"`messages[{index}].content`: only text parts are supported", param="messages")
                 texts.append(part["text"])
             message["content"] = "\n".join(texts)
         elif content is not None and not isinstance(content, str):
-            raise BadRequest(f"`messages[{index}].content` must be a string, a list of text parts or null",
-                             param="messages")
+            raise BadRequest(
+                f"`messages[{index}].content` must be a string, a list of text parts or null", param="messages"
+            )
         if isinstance(message.get("tool_calls"), list):
             calls = []
             for call in message["tool_calls"]:
@@ -308,8 +325,9 @@ def render_chat_prompt(body: Body, engine: Engine) -> list[int]:
     add_generation_prompt = body.boolean("add_generation_prompt", True)
     continue_final_message = body.boolean("continue_final_message", False)
     if add_generation_prompt and continue_final_message:
-        raise BadRequest("`continue_final_message` needs `add_generation_prompt: false`",
-                         param="continue_final_message")
+        raise BadRequest(
+            "`continue_final_message` needs `add_generation_prompt: false`", param="continue_final_message"
+        )
     return engine.render_chat(
         normalise_messages(body.raw("messages")),
         tools=_tools(body),
@@ -324,8 +342,7 @@ def parse_chat(body: Body, engine: Engine) -> Parsed:
     _reject_unsupported(body)
     tool_choice = body.raw("tool_choice")
     if tool_choice not in (None, "auto", "none"):
-        raise BadRequest("`tool_choice` must be \"auto\" or \"none\" (no guided decoding here)",
-                         param="tool_choice")
+        raise BadRequest("`tool_choice` must be \"auto\" or \"none\" (no guided decoding here)", param="tool_choice")
     prompt_ids = render_chat_prompt(body, engine)
     name = "max_completion_tokens" if body.has("max_completion_tokens") else "max_tokens"
     # vLLM's chat default: whatever context is left after the prompt.
