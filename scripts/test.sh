@@ -1,29 +1,55 @@
 #!/usr/bin/env bash
-# Runs every test suite against real local servers (started here if needed, stopped again afterwards when
-# this script started them). Prints one final line: `N passed, N failed`.
+# Runs the test tiers against real local servers (started here if needed, stopped again afterwards when this
+# script started them). Tier from the first argument: unit (test/unit: pure code and workflow tests with mocked
+# activities; no Postgres), integration (everything else, and the Python suites) or all (the default).
+# TBT_TEST_FILTER (a regex over file paths) narrows the node files. Prints one final line: `N passed, N failed`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/node_modules/.bin:$PATH"
-started=0
-if ! tsx cli/tbt.ts status >/dev/null 2>&1; then started=1; fi
-tsx cli/tbt.ts up || { echo "0 passed, 1 failed (could not start the local servers)"; exit 1; }
-cleanup() { [ $started = 1 ] && [ -z "${TBT_KEEP_UP:-}" ] && tsx cli/tbt.ts down >/dev/null 2>&1; }
-trap cleanup EXIT
-
+tier="${1:-all}"
+case "$tier" in unit|integration|all) ;; *) echo "usage: scripts/test.sh [unit|integration|all]" >&2; exit 2;; esac
+mkdir -p .state
 pass=0; fail=0
-files=$(find test -name '*.test.ts' | sort)
-[ -n "${TBT_TEST_FILTER:-}" ] && files=$(echo "$files" | grep -E "$TBT_TEST_FILTER")
-if [ -n "$files" ]; then
-  node --import tsx --test --test-concurrency=1 --test-reporter=spec $files 2>&1 | tee .state/node-tests.log
-  p=$(grep -E '^ℹ pass [0-9]+' .state/node-tests.log | awk '{print $3}'); f=$(grep -E '^ℹ fail [0-9]+' .state/node-tests.log | awk '{print $3}')
+
+run_node() { # $1: label, rest: files
+  local label=$1; shift
+  [ $# = 0 ] && return 0
+  local log=".state/node-tests-$label.log"
+  node --import tsx --test --test-concurrency=1 --test-reporter=spec "$@" 2>&1 | tee "$log"
+  local p f
+  p=$(grep -E '^ℹ pass [0-9]+' "$log" | awk '{print $3}'); f=$(grep -E '^ℹ fail [0-9]+' "$log" | awk '{print $3}')
   pass=$((pass + ${p:-0})); fail=$((fail + ${f:-1}))
+}
+select_files() { # $1: find expression root, $2: extra find args
+  local files
+  files=$(find "$@" -name '*.test.ts' -print | sort)
+  [ -n "${TBT_TEST_FILTER:-}" ] && files=$(echo "$files" | grep -E "$TBT_TEST_FILTER")
+  echo "$files"
+}
+
+if [ "$tier" != integration ]; then
+  start=$(date +%s)
+  # shellcheck disable=SC2046
+  run_node unit $(select_files test/unit)
+  echo "unit tier: $(( $(date +%s) - start )) s"
 fi
-venv=$(cat .tools/python-venv)
-if [ -z "${TBT_TEST_FILTER:-}" ] && ls gpu-learner/tests/test_*.py >/dev/null 2>&1; then
-  "$venv/bin/python" -m pytest gpu-learner/tests thinkingbox/tests -q -p no:cacheprovider 2>&1 | tee .state/python-tests.log
-  p=$(grep -oE '[0-9]+ passed' .state/python-tests.log | tail -1 | awk '{print $1}'); f=$(grep -oE '[0-9]+ (failed|error)' .state/python-tests.log | awk '{s+=$1} END {print s+0}')
-  [ -z "$p" ] && [ "${f:-0}" = 0 ] && f=1
-  pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
+
+if [ "$tier" != unit ]; then
+  started=0
+  if ! tsx cli/tbt.ts status >/dev/null 2>&1; then started=1; fi
+  tsx cli/tbt.ts up || { echo "$pass passed, $((fail + 1)) failed (could not start the local servers)"; exit 1; }
+  cleanup() { [ $started = 1 ] && [ -z "${TBT_KEEP_UP:-}" ] && tsx cli/tbt.ts down >/dev/null 2>&1; }
+  trap cleanup EXIT
+  # shellcheck disable=SC2046
+  run_node integration $(select_files test -path test/unit -prune -o)
+  venv=$(cat .tools/python-venv)
+  if [ -z "${TBT_TEST_FILTER:-}" ]; then
+    "$venv/bin/python" -m pytest gpu-learner/tests thinkingbox/tests -q -p no:cacheprovider 2>&1 | tee .state/python-tests.log
+    p=$(grep -oE '[0-9]+ passed' .state/python-tests.log | tail -1 | awk '{print $1}')
+    f=$(grep -oE '[0-9]+ (failed|error)' .state/python-tests.log | awk '{s+=$1} END {print s+0}')
+    [ -z "$p" ] && [ "${f:-0}" = 0 ] && f=1
+    pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
+  fi
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { dollars, percent } from '../cli/commands/eval.ts';
+import { dollars, percent } from '../../cli/commands/eval.ts';
 import {
   bootstrapMeanIntervals,
   campaignCost,
@@ -20,7 +20,7 @@ import {
   wilsonInterval,
   type PriceTable,
   type TaskOutcome,
-} from '../core/metrics.ts';
+} from '../../core/metrics.ts';
 
 function close(actual: number, expected: number, tolerance = 1e-12, message = ''): void {
   assert.ok(Math.abs(actual - expected) <= tolerance, `${message} expected ${expected}, got ${actual}`);

@@ -5,10 +5,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
-import { prepare, type CommandIo } from '../cli/commands/prepare.ts';
-import { canonicalJson } from '../core/canonical-json.ts';
+import { prepare, type CommandIo } from '../../cli/commands/prepare.ts';
+import { canonicalJson } from '../../core/canonical-json.ts';
 
-const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'prepare');
+const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'prepare');
 const fixture = (name: string) => path.join(fixtures, name);
 
 function capture(): CommandIo & { stdout: string[]; stderr: string[] } {

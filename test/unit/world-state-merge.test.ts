@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { goldenCallsOf, mergeWorldState } from '../core/world-state-merge.ts';
+import { goldenCallsOf, mergeWorldState } from '../../core/world-state-merge.ts';
 
 test('init merges into world_state: dicts recursively, lists concatenated, scalars replaced', () => {
   const base = {

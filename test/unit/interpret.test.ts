@@ -9,7 +9,7 @@ import {
   type InterpretedToolCall,
   type NativeAssistantMessage,
   type ToolSpecForTyping,
-} from '../core/interpret/index.ts';
+} from '../../core/interpret/index.ts';
 
 interface ExpectedCall {
   name: string;
@@ -27,7 +27,7 @@ interface GoldenCase {
   expect: Omit<Interpretation, 'toolCalls'> & { toolCalls: ExpectedCall[] };
 }
 
-const golden = JSON.parse(readFileSync(new URL('./fixtures/interpret/cases.json', import.meta.url), 'utf8')) as {
+const golden = JSON.parse(readFileSync(new URL('../fixtures/interpret/cases.json', import.meta.url), 'utf8')) as {
   tools: ToolSpecForTyping[];
   cases: GoldenCase[];
 };

@@ -4,10 +4,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
-import { evaluate } from '../cli/commands/eval.ts';
-import type { CommandIo } from '../cli/commands/prepare.ts';
+import { evaluate } from '../../cli/commands/eval.ts';
+import type { CommandIo } from '../../cli/commands/prepare.ts';
 
-const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'eval');
+const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'eval');
 const fixture = (name: string) => path.join(fixtures, name);
 
 function capture(): CommandIo & { stdout: string[]; stderr: string[] } {

@@ -13,7 +13,7 @@ import {
   type BandMasses,
   type ProbeOutcome,
   type UidCounts,
-} from '../core/difficulty.ts';
+} from '../../core/difficulty.ts';
 
 function counts(uid: string, successes: number, failures: number, systemErrors = 0): UidCounts {
   return {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { compileNamedSql } from '../core/named-sql.ts';
-import { judgeSaysYes } from '../core/judge-verdict.ts';
+import { compileNamedSql } from '../../core/named-sql.ts';
+import { judgeSaysYes } from '../../core/judge-verdict.ts';
 
 test('named parameters become positional, repeated names share one position', () => {
   assert.deepEqual(compileNamedSql('UPDATE t SET a = :a, b = :b WHERE id = :id AND a <> :a'), {

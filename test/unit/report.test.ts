@@ -4,14 +4,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { loadReportInput, report } from '../cli/commands/report.ts';
-import type { CommandIo } from '../cli/commands/prepare.ts';
-import { renderHtml } from '../core/report/render-html.ts';
-import { buildReportModel } from '../core/report/report-model.ts';
-import { barChart, binValues, niceTicks, scatterChart } from '../core/report/svg-charts.ts';
-import { rollingMean } from '../core/report/training-section.ts';
+import { loadReportInput, report } from '../../cli/commands/report.ts';
+import type { CommandIo } from '../../cli/commands/prepare.ts';
+import { renderHtml } from '../../core/report/render-html.ts';
+import { buildReportModel } from '../../core/report/report-model.ts';
+import { barChart, binValues, niceTicks, scatterChart } from '../../core/report/svg-charts.ts';
+import { rollingMean } from '../../core/report/training-section.ts';
 
-const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'report');
+const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'report');
 const fixture = (name: string) => path.join(fixtures, name);
 const tempDir = () => fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-report-'));
 

@@ -5,7 +5,7 @@ import {
   logBeta,
   logGamma,
   regularizedIncompleteBeta,
-} from '../core/special-functions.ts';
+} from '../../core/special-functions.ts';
 
 function close(actual: number, expected: number, relative: number, message?: string): void {
   const scale = Math.max(Math.abs(expected), 1e-300);

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { groupAdvantages, isZeroVariance } from '../core/grpo.ts';
-import { stepTaskOrder } from '../core/seeded-choice.ts';
+import { groupAdvantages, isZeroVariance } from '../../core/grpo.ts';
+import { stepTaskOrder } from '../../core/seeded-choice.ts';
 
 test('GRPO advantages: c successes in 8 give (1-c/8)/std and -(c/8)/std with the unbiased std', () => {
   const rewards = [1, 1, 1, 0, 0, 0, 0, 0];

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { stringify } from 'yaml';
-import { formatProblem, loadSuites } from '../activities/task-suite-loader.ts';
+import { formatProblem, loadSuites } from '../../activities/task-suite-loader.ts';
 
 /** Each case breaks one thing of a valid suite; the loader must name the file and the field (and a line). */
 
