@@ -169,7 +169,7 @@ export class SandboxPool {
         [template, owner, this.leaseMs / 1000],
       );
       const name = leased.rows[0]?.name ?? (await this.clone(template, 'leased', owner));
-      this.refill(template);
+      void this.refill(template); // never rejects: a failed refill only costs latency
       const sandbox = this.sandbox(name, scenario.name);
       if (options.dataPatch?.trim()) {
         try {

@@ -77,11 +77,6 @@ after(async () => {
   await Promise.all(doubles.map((d) => d.stop()));
 });
 
-const task = (uid: string) => {
-  const t = suite.tasks.find((x) => x.uid === uid);
-  assert.ok(t, `fixture task ${uid}`);
-  return t;
-};
 const withNative = (pred: (t: ImportedTask) => boolean) => suite.tasks.find((t) => t.test.native && pred(t))!;
 
 test('import keeps the original uids, merges init into world_state and marks --exclude-uids evaluation-only', () => {

@@ -9,7 +9,8 @@ import {
 } from '../../core/report/parse-inputs.ts';
 import { renderHtml } from '../../core/report/render-html.ts';
 import { renderMarkdown } from '../../core/report/render-markdown.ts';
-import { buildReportModel, type ReportInput } from '../../core/report/report-model.ts';
+import { buildReportModel } from '../../core/report/build-report-model.ts';
+import type { ReportInput } from '../../core/report/report-model.ts';
 import {
   commandErrorExit,
   parseFlags,

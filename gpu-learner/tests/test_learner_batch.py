@@ -6,8 +6,8 @@ import json
 import pathlib
 
 import pytest
-
 from learner_support import trajectory
+
 from tbt_gpu.learner.batch import (
     BatchError,
     load_batch,

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from learner_support import GPU_LEARNER, learner_env
+
 from tbt_gpu.learner.config import LearnerConfig, LossConfig, OptimizerConfig, gpu_grpo_preset
 from tbt_gpu.learner.launch import Topology, node_commands
 
@@ -97,7 +97,8 @@ def test_launch_dry_run_prints_the_plan_and_starts_nothing(tmp_path) -> None:
     config.write_text(json.dumps(BASE))
     script = (
         "import sys; from tbt_gpu.learner import launch; "
-        f"code = launch.main(['--nodes', '3', '--gpus-per-node', '8', '--master-addr', 'head', '--config', {str(config)!r}, '--dry-run']); "
+        "code = launch.main(['--nodes', '3', '--gpus-per-node', '8', '--master-addr', 'head', "
+        f"'--config', {str(config)!r}, '--dry-run']); "
         "assert 'torch' not in sys.modules, 'the dry run imported torch'; sys.exit(code)"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=learner_env(),

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pathlib
 
 import pytest
+from learner_support import Learner, make_tiny_model, max_abs_diff, random_batch, read_export, write_config
 from safetensors.torch import load_file
 
-from learner_support import Learner, make_tiny_model, max_abs_diff, random_batch, read_export, write_config
 from tbt_gpu.learner.batch import shard_for_ranks
 from tbt_gpu.learner.config import LearnerConfig
 from tbt_gpu.learner.distributed import init_distributed

@@ -8,6 +8,7 @@ import pathlib
 import time
 
 from learner_support import Learner, make_tiny_model, max_abs_diff, random_batch, read_export, write_config
+
 from tbt_gpu.learner.config import LearnerConfig
 from tbt_gpu.learner.distributed import init_distributed
 from tbt_gpu.learner.trainer import Trainer

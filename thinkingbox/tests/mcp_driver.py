@@ -33,30 +33,28 @@ def _env() -> dict[str, str]:
 async def run_session(cwd: str, command: str, args: list[str], steps: list[dict[str, Any]]) -> dict[str, Any]:
     params = StdioServerParameters(command=command, args=args, cwd=cwd, env=_env())
     out: dict[str, Any] = {"results": []}
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as session:
-            init = await session.initialize()
-            out["protocol_version"] = init.protocol_version
-            listed = await session.list_tools()
-            out["tools"] = [
-                {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in listed.tools
-            ]
-            for step in steps:
-                result = await session.call_tool(step["tool"], step.get("arguments", {}))
-                text = "".join(getattr(c, "text", "") for c in result.content)
-                out["results"].append({"is_error": bool(result.is_error), "text": text})
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        init = await session.initialize()
+        out["protocol_version"] = init.protocol_version
+        listed = await session.list_tools()
+        out["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in listed.tools
+        ]
+        for step in steps:
+            result = await session.call_tool(step["tool"], step.get("arguments", {}))
+            text = "".join(getattr(c, "text", "") for c in result.content)
+            out["results"].append({"is_error": bool(result.is_error), "text": text})
     return out
 
 
 async def time_start(cwd: str, server: str, config: dict[str, Any]) -> float:
     params = StdioServerParameters(command="python", args=[server], cwd=cwd, env=_env())
     t0 = time.perf_counter()
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            result = await session.call_tool("__reserved__init", {"config": config})
-            elapsed = time.perf_counter() - t0
-            assert not result.is_error, result
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        result = await session.call_tool("__reserved__init", {"config": config})
+        elapsed = time.perf_counter() - t0
+        assert not result.is_error, result
     return elapsed
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tb_testpaths import DATASET
+
 from tbt_thinkingbox.parse_test_files import parse_file
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read the example dataset's YAML")
@@ -87,7 +87,7 @@ def test_dataset_shape(tasks):
     assert len(tasks) >= 8 and set(listed) <= set(uids) and len(listed) == len(uids) - 1
     assert any("/" in uid for uid in uids), "a task in a sub-folder of test_case/"
     for t in tasks:
-        for server, config in t["world"].items():
+        for config in t["world"].values():
             for call in config.get("golden", []):
                 assert call["tool"] in t["visible"], f"{t['uid']}: golden tool {call['tool']} is not visible"
     agent = load_yaml(DATASET / "agent" / "default.yaml")
@@ -210,7 +210,7 @@ def test_bad_calls_are_tool_errors_not_crashes(tb_python):
     for result, text in zip(r[4:12], expected):
         assert result["is_error"] and text in result["text"], (text, result)
     member = body(r[12])
-    assert member["id"] == "M01" and [l["id"] for l in member["active_loans"]] == ["L0001"]
+    assert member["id"] == "M01" and [loan["id"] for loan in member["active_loans"]] == ["L0001"]
     effects = body(r[13])
     assert effects["result_hash"] == effects["initial_hash"] == effects["golden_hash"]
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from tb_testpaths import DATASET, FIXTURES, THINKINGBOX
+
 from tbt_thinkingbox.parse_test_files import parse_source
 
 
@@ -129,8 +130,8 @@ def test_async_and_unsupported_parameters_are_problems():
     assert "async_task" not in t and "needs_fixture" not in t
     messages = {p["message"]: p["line"] for p in out["problems"]}
     src = (FIXTURES / "native_patterns.py").read_text().split("\n")
-    async_line = next(i for i, l in enumerate(src, 1) if l.startswith("async def async_task"))
-    fixture_line = next(i for i, l in enumerate(src, 1) if l.startswith("def needs_fixture"))
+    async_line = next(i for i, line in enumerate(src, 1) if line.startswith("async def async_task"))
+    fixture_line = next(i for i, line in enumerate(src, 1) if line.startswith("def needs_fixture"))
     assert messages == {
         "async_task: async test functions are not supported": async_line,
         "needs_fixture: unsupported parameter(s) db (test functions take x and/or judge)": fixture_line,

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         if info.is_main:
             server = start_control_server(service)
         service.ready.set()
-        if info.is_main:
+        if server is not None:
             write_port_file(checkpoint_dir, server, service)
         service.run()
     finally:

@@ -18,11 +18,10 @@ import pathlib
 import random
 import shutil
 import time
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
-import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -30,6 +29,8 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from . import faults
 from .distributed import barrier, broadcast_object
@@ -151,7 +152,7 @@ class Checkpointer:
         barrier()
         started = time.perf_counter()
         model_sd, optim_sd = get_state_dict(self.trainer.model, self.trainer.optimizer)
-        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(tmp))
+        dcp_save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(tmp))
         torch.save(_rng_state(), tmp / f"rng-rank{self.info.rank}.pt")
         barrier()
         if self.info.is_main:
@@ -214,7 +215,7 @@ class Checkpointer:
         folder = self.step_dir(step)
         model_sd, optim_sd = get_state_dict(self.trainer.model, self.trainer.optimizer)
         state = {"model": model_sd, "optimizer": optim_sd}
-        dcp.load(state, checkpoint_id=str(folder))
+        dcp_load(state, checkpoint_id=str(folder))
         set_state_dict(
             self.trainer.model,
             self.trainer.optimizer,
@@ -246,7 +247,8 @@ class Checkpointer:
             dtype = DTYPES[self.info.config.model.export_dtype]
             if self.trainer.model_info.tied_embeddings:
                 full.pop("lm_head.weight", None)
-            tensors = {name: t.detach().to(dtype).contiguous() for name, t in full.items()}
+            # Full (non-sharded) state dicts hold plain tensors only.
+            tensors = {name: cast(torch.Tensor, t).detach().to(dtype).contiguous() for name, t in full.items()}
             save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt", "step": str(step)})
             self._copy_model_files(tmp, dtype)
             _write_json(tmp / "tbt_export.json", {"step": step, "dtype": str(dtype).removeprefix("torch.")})

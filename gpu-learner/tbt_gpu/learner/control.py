@@ -289,7 +289,7 @@ class _Handler(BaseHTTPRequestHandler):
             logger.exception("request failed")
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": repr(err), "code": "internal"})
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+    def do_GET(self) -> None:
         if self.path == "/health":
             self._guard(self.service.health)
         elif self.path == "/manifest":
@@ -297,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(HTTPStatus.NOT_FOUND, {"error": f"no route GET {self.path}", "code": "not_found"})
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+    def do_POST(self) -> None:
         routes = {
             "/train_step": self._train_step,
             "/export": self._export,

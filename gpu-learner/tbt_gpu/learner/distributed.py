@@ -77,11 +77,13 @@ def init_distributed(cfg: LearnerConfig) -> DistInfo:
     if not dist.is_initialized():
         # A lone process uses an in-memory store: no port, and nothing leaks into os.environ for
         # child processes to inherit.
+        # torch re-exports HashStore from its C extension without listing it in __all__.
+        store = None if under_torchrun else dist.HashStore()  # pyright: ignore[reportPrivateImportUsage]
         dist.init_process_group(
             backend=backend,
             timeout=timeout,
             device_id=device if device_type == "cuda" else None,
-            **({} if under_torchrun else {"store": dist.HashStore(), "rank": 0, "world_size": 1}),
+            **({} if store is None else {"store": store, "rank": 0, "world_size": 1}),
         )
     # Commands and abort flags travel on a CPU group so that an idle rank waiting for the next
     # command never holds a GPU stream, and so that object broadcasts need no device copies.

@@ -69,7 +69,8 @@ def plan(topology: Topology, config_path: str, *, resume: bool) -> str:
         f"{topology.world_size}, rendezvous at {topology.master_addr}:{topology.master_port}",
         f"# every node needs the repo's gpu-learner/ on PYTHONPATH, {config_path} at the same path, the model at "
         f"{resolved.model.path}, and checkpoint.dir {resolved.checkpoint.dir} on a shared filesystem",
-        f"# the control endpoint runs on node 0 (rank 0) at {resolved.control.host}:{resolved.control.port or '<ephemeral>'}; "
+        f"# the control endpoint runs on node 0 (rank 0) at "
+        f"{resolved.control.host}:{resolved.control.port or '<ephemeral>'}; "
         f"its port is written to {resolved.checkpoint.dir}/control.json",
     ]
     if resolved.distributed.device != "cuda":

@@ -63,16 +63,20 @@ def load_model(info: DistInfo) -> tuple[nn.Module, ModelInfo]:
         reduce_dtype=torch.float32,
     )
     offload: OffloadPolicy = CPUOffloadPolicy() if cfg.fsdp.cpu_offload else OffloadPolicy()
-    shard_args = dict(
-        mesh=info.mesh,
-        mp_policy=mp_policy,
-        offload_policy=offload,
-        reshard_after_forward=cfg.fsdp.reshard_after_forward,
-    )
+
+    def shard(module: torch.nn.Module) -> None:
+        fully_shard(
+            module,
+            mesh=info.mesh,
+            mp_policy=mp_policy,
+            offload_policy=offload,
+            reshard_after_forward=cfg.fsdp.reshard_after_forward,
+        )
+
     for layer in _decoder_layers(model):
-        fully_shard(layer, **shard_args)
+        shard(layer)
     # fully_shard moves parameters and buffers to the mesh's device (parameters to host under offload).
-    fully_shard(model, **shard_args)
+    shard(model)
 
     text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
     context = int(getattr(text_config, "max_position_embeddings", 0) or 0)

@@ -169,7 +169,7 @@ class Trainer:
                 )
             params = [p for p in self.model.parameters() if p.grad is not None]
             torch.nn.utils.clip_grads_with_norm_(
-                params, self.cfg.train.grad_clip, torch.tensor(grad_norm, device=params[0].grad.device)
+                params, self.cfg.train.grad_clip, torch.tensor(grad_norm, device=_grad(params[0]).device)
             )
             self.optimizer.step()
         except BaseException:
@@ -216,3 +216,8 @@ class Trainer:
             for row, traj in enumerate(group):
                 out[traj.trajectory_id] = float((logp[row] * mb.loss_mask[row]).sum())
         return out
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    assert p.grad is not None, "selected for having a gradient"
+    return p.grad

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from . import protocol
@@ -122,10 +123,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "tbt-policy-server/1"
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         self._dispatch("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._dispatch("POST")
 
     def _dispatch(self, method: str) -> None:
@@ -137,7 +138,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             status, payload = 200, handler(data)
         except ApiError as exc:
             status, payload = exc.status, exc.body()
-        except Exception as exc:  # noqa: BLE001 - a bug must still answer with JSON
+        except Exception as exc:
             logger.exception("%s %s failed", method, path)
             status, payload = 500, ApiError(f"internal error: {type(exc).__name__}: {exc}").body()
         if status >= 400:

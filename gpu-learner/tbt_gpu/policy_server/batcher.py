@@ -122,7 +122,7 @@ class Batcher:
         started = time.monotonic()
         try:
             results: list[GenerationResult] = self._engine.generate([job.request for job in live])
-        except BaseException as exc:  # noqa: BLE001 - every waiting client must hear about it
+        except BaseException as exc:
             logger.exception("generation batch of %d failed", len(live))
             for job in live:
                 job.future.set_exception(exc)
