@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { canonicalizeState, diffStates, formatDiff, stateHash, type StateSnapshot } from '../../core/canonical-state.ts';
+import {
+  canonicalizeState,
+  diffStates,
+  formatDiff,
+  stateHash,
+  type StateSnapshot,
+} from '../../core/canonical-state.ts';
 import { canonicalJson } from '../../core/canonical-json.ts';
 
 const snapshot = (rows: Record<string, unknown>[]): StateSnapshot => ({
