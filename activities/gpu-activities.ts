@@ -8,8 +8,8 @@ import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { withClient } from '../infra/control-database.ts';
 import { readPid, stopPid } from '../infra/daemon.ts';
 import { startPolicyServer } from '../infra/embedded-policy-server.ts';
-import { smallModelDir } from '../infra/python-env.ts';
 import type { Trajectory } from './policy-driver.ts';
+import { learnerConfigJson } from './learner-config.ts';
 import { ensureLearner, learnerFiles, learnerRequest, LearnerHttpError, stopLearner } from './learner-process.ts';
 
 /**
@@ -34,24 +34,6 @@ export interface TrainStepResult {
   repeated: boolean;
   checkpoint: string;
   metrics: Record<string, unknown>;
-}
-
-export function learnerConfigJson(learner: CampaignConfig['learner'], seed: number): Record<string, unknown> {
-  const modelPath = learner.model_path === 'embedded' ? smallModelDir() : learner.model_path;
-  const cuda = learner.device === 'cuda';
-  return {
-    model: { path: modelPath, dtype: cuda ? 'bfloat16' : 'float32', export_dtype: cuda ? 'bfloat16' : 'float32' },
-    checkpoint: { dir: '', keep_last: learner.keep_checkpoints },
-    distributed: {
-      device: learner.device,
-      backend: cuda ? 'nccl' : 'gloo',
-      world_size: learner.nodes * learner.gpus_per_node,
-    },
-    fsdp: { cpu_offload: learner.cpu_offload, activation_checkpointing: learner.activation_checkpointing },
-    optimizer: { lr: learner.lr, betas: learner.betas, eps: learner.eps, weight_decay: learner.weight_decay },
-    loss: { eps_low: learner.eps_low, eps_high: learner.eps_high, dual_clip_c: learner.dual_clip_c },
-    train: { grad_clip: learner.grad_clip, micro_batch_tokens: learner.micro_batch_tokens, seed },
-  };
 }
 
 function nonRetryable(err: unknown): never {

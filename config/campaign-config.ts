@@ -11,28 +11,28 @@ import { formatProblem, parseYamlFile } from './yaml-file.ts';
 
 const band = z.enum(['too_hard', 'hard', 'medium', 'easy', 'too_easy']);
 
+// Hyperparameters are named here but owned by the learner (gpu-learner/tbt_gpu/learner/config.py): their
+// defaults and bounds live only there, and `tbt train` has the learner check them (activities/learner-config.ts).
+const learnerOwned = (what: string) => `${what}; default and bounds: the learner's config, checked at tbt train`;
+
 export const learnerSchema = z
   .object({
     model_path: z.string().default('embedded').describe("Local HF model folder; 'embedded' = the bundled small model"),
     nodes: z.number().int().min(1).default(1).describe('Learner nodes'),
     gpus_per_node: z.number().int().min(1).default(1).describe('Processes per node (GPUs; CPU processes locally)'),
     device: z.enum(['cpu', 'cuda']).default('cpu').describe('cpu = gloo + fp32; cuda = nccl + bf16'),
-    lr: z.number().positive().default(1e-6).describe('AdamW learning rate'),
-    betas: z.tuple([z.number(), z.number()]).default([0.9, 0.999]),
-    eps: z.number().positive().default(1e-8),
-    weight_decay: z
-      .number()
-      .min(0)
-      .default(0)
-      .describe('AdamW weight decay (the reference launcher silently used 0.01)'),
-    grad_clip: z.number().positive().default(1),
-    eps_low: z.number().min(0).default(0.2).describe('PPO clip below 1'),
-    eps_high: z.number().min(0).default(0.2).describe('PPO clip above 1 (DAPO: 0.28)'),
-    dual_clip_c: z.number().gt(1).default(3).describe('Dual clip for negative advantages'),
-    micro_batch_tokens: z.number().int().positive().default(4096),
-    cpu_offload: z.boolean().default(false).describe('FSDP2 parameter and optimizer offload'),
-    activation_checkpointing: z.boolean().default(false),
-    keep_checkpoints: z.number().int().min(1).default(3),
+    lr: z.number().optional().describe(learnerOwned('AdamW learning rate')),
+    betas: z.tuple([z.number(), z.number()]).optional().describe(learnerOwned('AdamW (beta1, beta2)')),
+    eps: z.number().optional().describe(learnerOwned('AdamW epsilon')),
+    weight_decay: z.number().optional().describe(learnerOwned('AdamW decoupled weight decay (0 unless set)')),
+    grad_clip: z.number().optional().describe(learnerOwned('Gradient-norm clip')),
+    eps_low: z.number().optional().describe(learnerOwned('PPO clip below 1')),
+    eps_high: z.number().optional().describe(learnerOwned('PPO clip above 1 (DAPO: 0.28)')),
+    dual_clip_c: z.number().optional().describe(learnerOwned('Dual clip for negative advantages')),
+    micro_batch_tokens: z.number().optional().describe(learnerOwned('Tokens per micro-batch')),
+    cpu_offload: z.boolean().optional().describe(learnerOwned('FSDP2 parameter and optimizer offload')),
+    activation_checkpointing: z.boolean().optional().describe(learnerOwned('Recompute decoder activations')),
+    keep_checkpoints: z.number().optional().describe(learnerOwned('Checkpoints kept')),
     hourly_price_usd: z
       .number()
       .min(0)
@@ -100,7 +100,7 @@ export const campaignConfigSchema = z
           ),
       })
       .strict(),
-    learner: learnerSchema.default(learnerSchema.parse({})),
+    learner: learnerSchema.prefault({}),
     evaluation: z
       .object({
         repeats: z.number().int().min(1).default(4).describe('Attempts per task (k)'),
@@ -109,7 +109,7 @@ export const campaignConfigSchema = z
         before_training: z.boolean().default(true).describe('Also evaluate the base policy'),
       })
       .strict()
-      .default({ repeats: 4, tasks: 'pool', concurrency: 8, before_training: true }),
+      .prefault({}),
   })
   .strict();
 

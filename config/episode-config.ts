@@ -40,7 +40,7 @@ export const thinkingboxSettingsSchema = z
       .describe('Grade the common hash-and-rubrics test body natively instead of in Python'),
   })
   .strict()
-  .default({ warm_processes: 2, server_start_timeout_ms: 30_000, test_timeout_ms: 60_000, native_grading: true })
+  .prefault({})
   .describe('Imported ThinkingBox tasks: tool-server pool and test-code grading');
 
 export const episodeConfigSchema = z
@@ -69,7 +69,7 @@ export const episodeConfigSchema = z
           ),
       })
       .strict()
-      .default({ temperature: 1, top_p: 1, stop: [] }),
+      .prefault({}),
     user: z
       .discriminatedUnion('mode', [
         z.object({ mode: z.literal('scripted') }).strict(),
@@ -108,12 +108,7 @@ export const episodeConfigSchema = z
           .describe('Whole-episode wall-clock limit (the reference has none)'),
       })
       .strict()
-      .default({
-        max_agent_turns: 30,
-        max_tokens_per_turn: 8192,
-        episode_token_budget: 106_496,
-        wall_clock_ms: 600_000,
-      }),
+      .prefault({}),
     prompt: z
       .object({
         tools_in_prompt: z
@@ -123,7 +118,7 @@ export const episodeConfigSchema = z
         example: z.boolean().default(false).describe('Add a worked tool-call example (helps very small models)'),
       })
       .strict()
-      .default({ tools_in_prompt: true, example: false }),
+      .prefault({}),
     thinkingbox: thinkingboxSettingsSchema,
   })
   .strict();

@@ -172,7 +172,7 @@ export const taskSchema = z
       .default([])
       .describe('Yes/no questions about the last visible assistant message, asked of the judge'),
     assertions: z.array(assertionSchema).default([]).describe('Extra SQL checks on the terminal state'),
-    limits: taskLimitsSchema.default({ max_user_turns: 10, max_agent_turns: null }),
+    limits: taskLimitsSchema.prefault({}),
     tags: z.array(z.string()).default([]),
   })
   .strict();

@@ -13,7 +13,9 @@ import {
   type Environment,
 } from '../../config/environment.ts';
 import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
-import { gpuHost, learnerConfigJson } from '../../activities/gpu-activities.ts';
+import { gpuHost } from '../../activities/gpu-activities.ts';
+import { BadInputError } from '../../core/errors.ts';
+import { learnerConfigJson, resolveLearnerSection } from '../../activities/learner-config.ts';
 import { withClient } from '../../infra/control-database.ts';
 import { databaseUrl } from '../../config/environment.ts';
 import { gpuLearnerDir, pythonBinary } from '../../infra/python-env.ts';
@@ -61,9 +63,16 @@ function campaignInput(
   const pricesFile = config.prices ? resolve(config.prices) : undefined;
   if (pricesFile && !fs.existsSync(pricesFile))
     throw new Error(`${configFile}: field prices: ${config.prices} does not exist`);
+  let learner: CampaignConfig['learner'];
+  try {
+    learner = resolveLearnerSection(config.learner, config.seed);
+  } catch (err) {
+    if (err instanceof BadInputError) throw new BadInputError(`${configFile}: field ${err.message}`, { cause: err });
+    throw err;
+  }
   return {
     campaignId,
-    config,
+    config: Object.freeze({ ...config, learner }),
     suiteDir,
     excludeUidsFile,
     pricesFile,

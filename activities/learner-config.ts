@@ -1,0 +1,94 @@
+import { spawnSync } from 'node:child_process';
+import type { CampaignConfig } from '../config/campaign-config.ts';
+import { BadInputError } from '../core/errors.ts';
+import { gpuLearnerDir, pythonBinary, smallModelDir } from '../infra/python-env.ts';
+
+/**
+ * The campaign YAML's flat `learner:` section and the learner's own nested config. The learner's dataclasses
+ * (gpu-learner/tbt_gpu/learner/config.py) own every hyperparameter's default and bounds; this side only names
+ * the fields, so the two can never disagree. `resolveLearnerSection` asks the learner to validate a section and
+ * fill in its defaults before anything starts.
+ */
+
+type LearnerSection = CampaignConfig['learner'];
+
+/** YAML field -> [section, field] of the learner config, for every hyperparameter the learner owns. */
+const learnerFields = {
+  lr: ['optimizer', 'lr'],
+  betas: ['optimizer', 'betas'],
+  eps: ['optimizer', 'eps'],
+  weight_decay: ['optimizer', 'weight_decay'],
+  grad_clip: ['train', 'grad_clip'],
+  micro_batch_tokens: ['train', 'micro_batch_tokens'],
+  eps_low: ['loss', 'eps_low'],
+  eps_high: ['loss', 'eps_high'],
+  dual_clip_c: ['loss', 'dual_clip_c'],
+  cpu_offload: ['fsdp', 'cpu_offload'],
+  activation_checkpointing: ['fsdp', 'activation_checkpointing'],
+  keep_checkpoints: ['checkpoint', 'keep_last'],
+} as const satisfies Partial<Record<keyof LearnerSection, readonly [string, string]>>;
+
+/** The learner's JSON config for a campaign's section; fields left unset take the learner's defaults. */
+export function learnerConfigJson(learner: LearnerSection, seed: number): Record<string, Record<string, unknown>> {
+  const cuda = learner.device === 'cuda';
+  const config: Record<string, Record<string, unknown>> = {
+    model: {
+      path: learner.model_path === 'embedded' ? smallModelDir() : learner.model_path,
+      dtype: cuda ? 'bfloat16' : 'float32',
+      export_dtype: cuda ? 'bfloat16' : 'float32',
+    },
+    checkpoint: { dir: '' },
+    distributed: {
+      device: learner.device,
+      backend: cuda ? 'nccl' : 'gloo',
+      world_size: learner.nodes * learner.gpus_per_node,
+    },
+    train: { seed },
+  };
+  for (const [yamlField, [section, field]] of Object.entries(learnerFields)) {
+    const value = learner[yamlField as keyof typeof learnerFields];
+    if (value !== undefined) (config[section] ??= {})[field] = value;
+  }
+  return config;
+}
+
+/** The YAML field a learner config path such as `optimizer.betas[1]` came from. */
+export function learnerYamlField(learnerPath: string): string {
+  const [sectionField = '', index = ''] = learnerPath.split(/(?=\[)/);
+  for (const [yamlField, [section, field]] of Object.entries(learnerFields)) {
+    if (`${section}.${field}` === sectionField) return `learner.${yamlField}${index}`;
+  }
+  return `learner (${learnerPath})`;
+}
+
+/**
+ * Validates the section with the learner's own config code and returns it with every default filled in (so the
+ * workflow memo and the run manifest record every hyperparameter). A rejected value is a BadInputError naming
+ * the YAML field, e.g. `learner.eps_low: must be in (0, 1)`.
+ */
+export function resolveLearnerSection(learner: LearnerSection, seed: number): LearnerSection {
+  const config = learnerConfigJson(learner, seed);
+  config.checkpoint!.dir = '<checked only>';
+  const run = spawnSync(pythonBinary(), ['-m', 'tbt_gpu.learner.check_config'], {
+    cwd: gpuLearnerDir,
+    input: JSON.stringify(config),
+    encoding: 'utf8',
+    env: { ...process.env, PYTHONPATH: gpuLearnerDir },
+    timeout: 60_000,
+  });
+  let answer: { config?: Record<string, Record<string, unknown>>; error?: string };
+  try {
+    answer = JSON.parse(run.stdout.trim().split('\n').pop() ?? '') as typeof answer;
+  } catch {
+    throw new Error(`learner config check failed (exit ${run.status}): ${run.stderr || run.error?.message}`);
+  }
+  if (answer.error !== undefined) {
+    const [, where = '', message = answer.error] = /^([a-z_]+\.[a-z_]+(?:\[\d+\])?): (.*)$/s.exec(answer.error) ?? [];
+    throw new BadInputError(where ? `${learnerYamlField(where)}: ${message}` : `learner: ${answer.error}`);
+  }
+  const resolved: Record<string, unknown> = { ...learner };
+  for (const [yamlField, [section, field]] of Object.entries(learnerFields)) {
+    resolved[yamlField] = answer.config![section]![field];
+  }
+  return resolved as LearnerSection;
+}
