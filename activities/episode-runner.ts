@@ -16,7 +16,7 @@ import type { SimulatedUser } from './simulated-user.ts';
 import type { GradeReport } from './terminal-state-grader.ts';
 
 /**
- * One full episode (REFERENCE.md section 2): a fresh backend (sandbox database or tool-server processes), its own MCP session, the agent loop with a
+ * One full episode (docs/reference-rules.md §2): a fresh backend (sandbox database or tool-server processes), its own MCP session, the agent loop with a
  * simulated user, then terminal-state grading. It ends in exactly one outcome: success, agent failure (with
  * a finish reason) or infrastructure error (with a cause). Nothing here waits without a deadline.
  */
@@ -33,7 +33,7 @@ export type FinishReason =
   | 'wall_clock_timeout'
   | 'infrastructure_error';
 
-/** Ends that are graded on the terminal state; the others are limits the agent hit (reward 0, REFERENCE §3). */
+/** Ends that are graded on the terminal state; the others are limits the agent hit (reward 0, docs/reference-rules.md §3). */
 const GRADED: ReadonlySet<FinishReason> = new Set([
   'done',
   'end_turn',

@@ -16,7 +16,7 @@ import { templateFingerprint, type Sandbox, type SandboxPool } from './sandbox-p
 import { readSnapshot } from './state-snapshot.ts';
 
 /**
- * Terminal-state grading (REFERENCE.md section 3). Expected state = a fresh sandbox + the task's data patch
+ * Terminal-state grading (docs/reference-rules.md §3). Expected state = a fresh sandbox + the task's data patch
  * + the golden tool calls replayed through the same MCP tools the agent uses. Reward 1 iff the canonical
  * state hashes match, every SQL assertion holds and every rubric gets a yes. Infrastructure problems give
  * the outcome `infrastructure_error` (never reward 0).

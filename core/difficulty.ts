@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { inverseRegularizedIncompleteBeta, regularizedIncompleteBeta } from './special-functions.ts';
 
 /**
- * Offline, policy-relative task difficulty (REFERENCE.md §1): per-uid probe counts, the Jeffreys
+ * Offline, policy-relative task difficulty (docs/reference-rules.md §1): per-uid probe counts, the Jeffreys
  * posterior over the success probability, five fixed bands, selection and a deterministic stratified
  * train/test split. Pure functions; file reading and writing live in cli/commands/prepare.ts.
  */

@@ -1,5 +1,5 @@
 /**
- * GRPO advantages as the reference computes them (REFERENCE.md section 4): within a group,
+ * GRPO advantages as the reference computes them (docs/reference-rules.md §4): within a group,
  * A_i = (r_i - mean) / (std + 1e-6) with the unbiased (n-1) std; a group of one has mean 0 and std 1.
  * `normalizeStd: false` gives Dr. GRPO's centred-only advantages.
  */

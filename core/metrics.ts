@@ -2,7 +2,7 @@ import { compareStrings } from './difficulty.ts';
 import { inverseRegularizedIncompleteBeta } from './special-functions.ts';
 
 /**
- * Evaluation metrics (REFERENCE.md §5): pass@1, unbiased pass@k and pass^k, the observed k/k count,
+ * Evaluation metrics (docs/reference-rules.md §5): pass@1, unbiased pass@k and pass^k, the observed k/k count,
  * intervals, cost, and a paired comparison of two result sets. Pure and deterministic: the bootstrap
  * uses a seeded PRNG.
  */

@@ -23,7 +23,7 @@ import {
 } from '../../core/difficulty.ts';
 
 /**
- * `tbt prepare`: select training tasks by offline, policy-relative difficulty (REFERENCE.md §1), with
+ * `tbt prepare`: select training tasks by offline, policy-relative difficulty (docs/reference-rules.md §1), with
  * the reference tool's flags. File reading and writing live here; the statistics live in core/difficulty.ts.
  */
 

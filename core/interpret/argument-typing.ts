@@ -1,5 +1,5 @@
 /**
- * Types tool-call arguments from the tool's JSON Schema, exactly as REFERENCE.md section 4 states.
+ * Types tool-call arguments from the tool's JSON Schema, exactly as docs/reference-rules.md §4 states.
  *
  * Per argument, the declared types are the property's `type` (a string or a list) or, when it has no
  * `type`, the `type`s of its `anyOf` members. Only a string value whose declared types exclude "string"

@@ -13,7 +13,7 @@ import {
 import { barChart, formats, PALETTE, scatterChart, type ScatterSeries } from './svg-charts.ts';
 
 /**
- * Evaluation results (REFERENCE.md §5): pass@1, unbiased pass@k and pass^k, the observed k/k count
+ * Evaluation results (docs/reference-rules.md §5): pass@1, unbiased pass@k and pass^k, the observed k/k count
  * with Wilson intervals, per domain; before against after when both are given; and pass@1 against
  * serving cost. pass^k is always the unbiased C(c,k)/C(n,k), never (c/n)^k, and never the k/k count.
  */
