@@ -2,6 +2,7 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import {
   bundleWorkflowCode,
   DefaultLogger,
+  makeTelemetryFilterString,
   Runtime,
   Worker,
   type WorkflowBundleWithSourceMap,
