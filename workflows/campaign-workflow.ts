@@ -21,7 +21,7 @@ import type { CampaignConfig } from '../config/campaign-config.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow.ts';
 import { probeWorkflow, type ProbeResult } from './probe-workflow.ts';
-import { campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
+import { campaignAttributes, campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
 import { stepLostFailureType, trainingStepWorkflow } from './training-step-workflow.ts';
 import { bookkeepingOptions, defaultMaxReruns, gpuOptions } from './activity-options.ts';
 
@@ -172,6 +172,7 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
     const { episode } = await episodeConfig();
     const probe = await executeChild(probeWorkflow, {
       workflowId: `${campaignId}/probe`,
+      typedSearchAttributes: campaignAttributes(campaignId, 'probe', state.step),
       args: [
         {
           ...keyed(episode, uids, config.probe.repeats, config.probe.concurrency, config.probe.shard_size),
@@ -191,6 +192,7 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
     const { episode } = await episodeConfig();
     return executeChild(evaluationWorkflow, {
       workflowId: `${campaignId}/eval-${label}`,
+      typedSearchAttributes: campaignAttributes(campaignId, `evaluate-${label}`, state.step),
       args: [
         {
           ...keyed(
@@ -222,6 +224,7 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
       let lost: string | undefined;
       const record = await executeChild(trainingStepWorkflow, {
         workflowId: `${campaignId}/step-${step}`,
+        typedSearchAttributes: campaignAttributes(campaignId, 'train', step),
         args: [
           {
             campaignId,

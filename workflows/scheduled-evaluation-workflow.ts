@@ -3,6 +3,7 @@ import type { CampaignActivities } from '../activities/campaign-activities.ts';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow.ts';
+import { campaignAttributes } from './search-attribute-keys.ts';
 import { bookkeepingOptions, defaultMaxReruns, gpuOptions } from './activity-options.ts';
 
 /**
@@ -43,6 +44,7 @@ export async function scheduledEvaluationWorkflow(
   const label = `${input.labelPrefix ?? 'scheduled'}-step${latest.step}-${workflowInfo().runId}`;
   const result = await executeChild(evaluationWorkflow, {
     workflowId: `${input.campaignId}/eval-${label}`,
+    typedSearchAttributes: campaignAttributes(input.campaignId, 'evaluate-scheduled', latest.step),
     args: [
       {
         label,
