@@ -301,7 +301,8 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
         }>(
           // Only what the cost needs: never trajectories or token arrays.
           `SELECT purpose, id, task_uid, repetition, domain, jsonb_build_object('outcome', status, 'finishReason',
-             finish_reason, 'usage', record->'usage') AS record FROM episodes WHERE campaign = $1 AND record IS NOT NULL`,
+             finish_reason, 'usage', record->'usage') AS record
+           FROM episodes WHERE campaign = $1 AND record IS NOT NULL`,
           [input.campaignId],
         ),
       );

@@ -376,7 +376,7 @@ test('training step: replacements exhausted -> keep_zero_variance fills up with 
   );
 });
 
-test('training step: every group lost -> waits and retries with fresh ids, then fails StepLostToInfrastructure', async () => {
+test('training step: every group lost -> retries with backoff and fresh ids, then StepLostToInfrastructure', async () => {
   const { run, s } = await runStep('step-all-lost', ['lost', 'lost'], { infra_refill_cap: 0, max_replacements: 0 });
   await assert.rejects(run, (err: unknown) => {
     assert.ok(err instanceof WorkflowFailedError);
