@@ -2,8 +2,9 @@ import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { ApplicationFailure } from '@temporalio/activity';
 import { currentActivity, heartbeating } from './activity-heartbeat.ts';
+import { BadInputError } from '../core/errors.ts';
+import { withFailureMapping } from './temporal-failure.ts';
 import { parse as parseYaml } from 'yaml';
 import { repoRoot } from '../config/environment.ts';
 import { priceTableSchema } from '../config/price-table.ts';
@@ -54,10 +55,7 @@ async function tbt(args: string[]): Promise<string> {
     const e = err as { stderr?: string; code?: number };
     // Exit 1 = the input is wrong (names file/line/field); retrying cannot help.
     if (e.code === 1 || e.code === 2)
-      throw ApplicationFailure.nonRetryable(
-        `tbt ${args[0]} failed: ${(e.stderr ?? '').trim().slice(0, 2000)}`,
-        'BadInput',
-      );
+      throw new BadInputError(`tbt ${args[0]} failed: ${(e.stderr ?? '').trim().slice(0, 2000)}`);
     throw err;
   }
 }
@@ -68,12 +66,26 @@ async function tbt(args: string[]): Promise<string> {
  * start-to-close limit. Called outside an activity (tests, tools), the functions just run.
  */
 function withHeartbeats<T extends Record<string, (...args: never[]) => Promise<unknown>>>(activities: T): T {
-  return Object.fromEntries(
-    Object.entries(activities).map(([name, fn]) => [
-      name,
-      (...args: never[]) => (currentActivity() ? heartbeating(() => fn(...args)) : fn(...args)),
-    ]),
-  ) as T;
+  // Errors become Temporal failures by our one mapping (activities/temporal-failure.ts).
+  return withFailureMapping(
+    Object.fromEntries(
+      Object.entries(activities).map(([name, fn]) => [
+        name,
+        (...args: never[]) => (currentActivity() ? heartbeating(() => fn(...args)) : fn(...args)),
+      ]),
+    ) as T,
+  );
+}
+
+interface ResultRow {
+  id: string;
+  task_uid: string;
+  repetition: number;
+  domain: string;
+  status: EpisodeRecord['outcome'];
+  finish_reason: EpisodeRecord['finishReason'] | null;
+  cause: string | null;
+  usage: EpisodeRecord['usage'];
 }
 
 export function createCampaignActivities(deps: { controlUrl: string; stateDir: string }) {
@@ -83,18 +95,36 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
     return dir;
   };
 
-  async function writeResultLines(episodeIds: { id: string; key?: string }[], file: string): Promise<number> {
+  /**
+   * Result lines of a stage's episodes, selecting only the columns a result line needs (never trajectories or
+   * token arrays): by id list (stages recorded before sharding) or by id prefix, one line per `uid#rep` key, its
+   * final attempt (the one that is not an infrastructure error, else the latest).
+   */
+  async function writeResultLines(
+    select: { episodeIds: string[] } | { campaignId: string; purpose: string; idPrefix: string },
+    file: string,
+  ): Promise<number> {
+    const columns = `id, task_uid, repetition, domain, status, finish_reason, cause, record->'usage' AS usage`;
     const rows = await withClient(deps.controlUrl, (c) =>
-      c.query<{ id: string; task_uid: string; repetition: number; domain: string; record: EpisodeRecord }>(
-        `SELECT id, task_uid, repetition, domain, record FROM episodes WHERE id = ANY($1) AND status <> 'running'`,
-        [episodeIds.map((e) => e.id)],
+      c.query<ResultRow>(
+        'episodeIds' in select
+          ? `SELECT ${columns} FROM episodes WHERE id = ANY($1) AND status <> 'running' ORDER BY array_position($1, id)`
+          : `SELECT DISTINCT ON (task_uid, repetition) ${columns} FROM episodes
+             WHERE campaign = $1 AND purpose = $2 AND starts_with(id, $3) AND status <> 'running' AND record IS NOT NULL
+             ORDER BY task_uid, repetition, (status = 'infrastructure_error'), finished_at DESC`,
+        'episodeIds' in select ? [select.episodeIds] : [select.campaignId, select.purpose, `${select.idPrefix}/`],
       ),
     );
-    const byId = new Map(rows.rows.map((r) => [r.id, r]));
-    const lines = episodeIds.flatMap(({ id }) => {
-      const r = byId.get(id);
-      return r ? [JSON.stringify(resultLine(id, r.task_uid, r.repetition, r.domain, r.record))] : [];
-    });
+    const lines = rows.rows.map((r) =>
+      JSON.stringify(
+        resultLine(r.id, r.task_uid, r.repetition, r.domain, {
+          outcome: r.status,
+          finishReason: r.finish_reason ?? 'infrastructure_error',
+          cause: r.cause ?? undefined,
+          usage: r.usage,
+        }),
+      ),
+    );
     fs.writeFileSync(file, lines.length ? `${lines.join('\n')}\n` : '');
     return lines.length;
   }
@@ -109,18 +139,16 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
     }): Promise<{ uids: string[]; excluded: number; evaluationUids: string[] }> {
       const { suites, problems } = loadSuites(input.suiteDir);
       if (problems.length || !suites[0])
-        throw ApplicationFailure.nonRetryable(
+        throw new BadInputError(
           `suite ${input.suiteDir} has problems: ${problems
             .slice(0, 5)
             .map((p) => `${p.file}:${p.line}: ${p.field} ${p.message}`)
             .join('; ')}`,
-          'BadInput',
         );
       let excluded = new Set<string>();
       if (input.excludeUidsFile) {
         const list = parseYaml(fs.readFileSync(input.excludeUidsFile, 'utf8')) as unknown;
-        if (!Array.isArray(list))
-          throw ApplicationFailure.nonRetryable(`${input.excludeUidsFile}: expected a YAML list of uids`, 'BadInput');
+        if (!Array.isArray(list)) throw new BadInputError(`${input.excludeUidsFile}: expected a YAML list of uids`);
         excluded = new Set(list.map(String));
       }
       // Imported tasks marked evaluation-only (an evaluation-only benchmark) never enter a training pool either.
@@ -137,14 +165,18 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
     /** Difficulty selection over this campaign's probe episodes, by `tbt prepare` (reference semantics). */
     async selectPool(input: {
       campaignId: string;
-      probeEpisodeIds: string[];
+      /** The probe's episode id prefix (sharded probes); `probeEpisodeIds` for probes recorded before. */
+      idPrefix?: string;
+      probeEpisodeIds?: string[];
       minCleanRuns: number;
       retainBands: string[];
     }): Promise<{ pool: string[]; bands: Record<string, number>; aggregates: string }> {
       const dir = runDir(input.campaignId);
       const results = path.join(dir, 'probe-results.jsonl');
       await writeResultLines(
-        input.probeEpisodeIds.map((id) => ({ id })),
+        input.idPrefix !== undefined
+          ? { campaignId: input.campaignId, purpose: 'probe', idPrefix: input.idPrefix }
+          : { episodeIds: input.probeEpisodeIds ?? [] },
         results,
       );
       const out = path.join(dir, 'prepare');
@@ -212,7 +244,9 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
     async aggregateEvaluation(input: {
       campaignId: string;
       label: string;
-      episodeIds: string[];
+      /** The evaluation's episode id prefix (sharded evaluations); `episodeIds` for ones recorded before. */
+      idPrefix?: string;
+      episodeIds?: string[];
       uids: string[];
       repeats: number;
       prices?: string;
@@ -220,7 +254,9 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
       const dir = runDir(input.campaignId);
       const results = path.join(dir, `eval-${input.label}.jsonl`);
       await writeResultLines(
-        input.episodeIds.map((id) => ({ id })),
+        input.idPrefix !== undefined
+          ? { campaignId: input.campaignId, purpose: 'eval', idPrefix: input.idPrefix }
+          : { episodeIds: input.episodeIds ?? [] },
         results,
       );
       const tasks = path.join(dir, `eval-${input.label}-tasks.yaml`);
@@ -261,9 +297,12 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
           task_uid: string;
           repetition: number;
           domain: string;
-          record: EpisodeRecord;
+          record: Pick<EpisodeRecord, 'outcome' | 'finishReason' | 'usage'>;
         }>(
-          `SELECT purpose, id, task_uid, repetition, domain, record FROM episodes WHERE campaign = $1 AND record IS NOT NULL`,
+          // Only what the cost needs: never trajectories or token arrays.
+          `SELECT purpose, id, task_uid, repetition, domain, jsonb_build_object('outcome', status, 'finishReason',
+             finish_reason, 'usage', record->'usage') AS record
+           FROM episodes WHERE campaign = $1 AND record IS NOT NULL`,
           [input.campaignId],
         ),
       );
@@ -333,9 +372,8 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
       const latest = rows.rows[0];
       if (!input.needPool) return { step: latest?.step ?? 0, exportPath: latest?.record.exportPath ?? null, pool: [] };
       if (!fs.existsSync(selected))
-        throw ApplicationFailure.nonRetryable(
+        throw new BadInputError(
           `campaign ${input.campaignId} has no selected pool (${selected} missing): was it probed?`,
-          'BadInput',
         );
       const pool = (parseYaml(fs.readFileSync(selected, 'utf8')) as string[]) ?? [];
       return { step: latest?.step ?? 0, exportPath: latest?.record.exportPath ?? null, pool };

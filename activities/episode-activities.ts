@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
-import { ApplicationFailure, Context } from '@temporalio/activity';
+import { Context } from '@temporalio/activity';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { thinkingboxSettingsSchema, toEndpoint, type ThinkingboxSettings } from '../config/episode-config.ts';
 import type { ImportedTask } from '../config/thinkingbox-schema.ts';
 import { BadInputError } from '../core/errors.ts';
+import { toTemporalFailure } from './temporal-failure.ts';
 import { cyrb53 } from '../core/seeded-choice.ts';
 import type { Scenario } from '../config/task-schema.ts';
 import { withClient } from '../infra/control-database.ts';
@@ -236,8 +237,7 @@ export function createEpisodeActivities(deps: {
         }
         return summarize(input.episodeId, record);
       } catch (err) {
-        if (err instanceof BadInputError) throw ApplicationFailure.nonRetryable(err.message, 'BadInput');
-        throw err;
+        throw toTemporalFailure(err);
       }
     },
   };

@@ -45,21 +45,25 @@ export function summarize(
   };
 }
 
-/** The finished episode with this id, if any (a `running` row is a crashed attempt and does not count). */
+/**
+ * The finished episode with this id, if any. A `running` row is a crashed attempt and an `infrastructure_error`
+ * row an attempt the infrastructure spoiled: neither counts, so a retry of the activity runs the episode again.
+ */
 export async function findFinishedEpisode(db: pg.ClientBase, id: string): Promise<EpisodeSummary | undefined> {
   const { rows } = await db.query<{ record: EpisodeRecord }>(
-    `SELECT record FROM episodes WHERE id = $1 AND status <> 'running'`,
+    `SELECT record FROM episodes WHERE id = $1 AND status NOT IN ('running', 'infrastructure_error')`,
     [id],
   );
   return rows[0] ? summarize(id, rows[0].record) : undefined;
 }
 
-/** Claims the episode for one attempt (a later attempt takes over a crashed one). */
+/** Claims the episode for one attempt (a later attempt takes over a crashed or infrastructure-errored one). */
 export async function markEpisodeRunning(db: pg.ClientBase, meta: EpisodeMeta, attempt: string): Promise<void> {
   await db.query(
     `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, group_index, repetition, status, policy_model, attempt)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'running', $11, $12)
-     ON CONFLICT (id) DO UPDATE SET status = 'running', started_at = now(), attempt = EXCLUDED.attempt WHERE episodes.status = 'running'`,
+     ON CONFLICT (id) DO UPDATE SET status = 'running', started_at = now(), attempt = EXCLUDED.attempt
+     WHERE episodes.status IN ('running', 'infrastructure_error')`,
     [
       meta.id,
       meta.taskUid,

@@ -1,10 +1,11 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ApplicationFailure, Context } from '@temporalio/activity';
+import { Context } from '@temporalio/activity';
 import { heartbeating } from './activity-heartbeat.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
-import { InfrastructureError, errorMessage } from '../core/errors.ts';
+import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
+import { withFailureMapping } from './temporal-failure.ts';
 import { withClient } from '../infra/control-database.ts';
 import { readPid, stopPid } from '../infra/daemon.ts';
 import { startPolicyServer } from '../infra/embedded-policy-server.ts';
@@ -38,7 +39,7 @@ export interface TrainStepResult {
 
 function nonRetryable(err: unknown): never {
   if (err instanceof LearnerHttpError && err.status >= 400 && err.status < 500 && err.code !== 'not_ready') {
-    throw ApplicationFailure.nonRetryable(err.message, 'BadInput');
+    throw new BadInputError(err.message);
   }
   throw err;
 }
@@ -60,11 +61,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     const byId = new Map(rows.rows.map((r) => [r.id, r.trajectory]));
     const lines = input.items.map((item) => {
       const t = byId.get(item.episodeId);
-      if (!t)
-        throw ApplicationFailure.nonRetryable(
-          `episode ${item.episodeId} has no token trajectory (was it run in token mode?)`,
-          'BadInput',
-        );
+      if (!t) throw new BadInputError(`episode ${item.episodeId} has no token trajectory (was it run in token mode?)`);
       return JSON.stringify({
         trajectory_id: item.episodeId,
         input_ids: t.tokenIds,
@@ -78,7 +75,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     return file;
   }
 
-  return {
+  return withFailureMapping({
     async startLearner(input: {
       campaignId: string;
       learner: CampaignConfig['learner'];
@@ -178,7 +175,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       const pid = readPid(path.join(files(input.campaignId).dir, 'policy-server.pid'));
       if (pid !== undefined) await stopPid(-pid, 20_000);
     },
-  };
+  });
 
   async function ensurePolicyServerNow(input: {
     campaignId: string;

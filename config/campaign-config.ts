@@ -65,7 +65,13 @@ export const campaignConfigSchema = z
     probe: z
       .object({
         repeats: z.number().int().min(1).default(8).describe('Probe episodes per candidate task'),
-        concurrency: z.number().int().min(1).default(8),
+        concurrency: z.number().int().min(1).default(8).describe('Probe episodes in flight (across all shards)'),
+        shard_size: z
+          .number()
+          .int()
+          .min(1)
+          .default(500)
+          .describe('Keys (task x repeat) per shard workflow; about 6 history events each'),
         min_clean_runs: z.number().int().min(1).default(3),
         retain_bands: z.array(band).default(['hard', 'medium', 'easy']),
         max_candidates: z.number().int().min(1).optional().describe('Probe only the first N candidates (by uid)'),
@@ -105,7 +111,13 @@ export const campaignConfigSchema = z
       .object({
         repeats: z.number().int().min(1).default(4).describe('Attempts per task (k)'),
         tasks: z.enum(['pool', 'all']).default('pool').describe('Evaluate on the training pool or every suite task'),
-        concurrency: z.number().int().min(1).default(8),
+        concurrency: z.number().int().min(1).default(8).describe('Evaluation episodes in flight (across all shards)'),
+        shard_size: z
+          .number()
+          .int()
+          .min(1)
+          .default(500)
+          .describe('Keys (task x repeat) per shard workflow; about 6 history events each'),
         before_training: z.boolean().default(true).describe('Also evaluate the base policy'),
       })
       .strict()

@@ -1,6 +1,9 @@
 /**
  * The two error classes that decide what happens next: an infrastructure error is never graded (it is
  * retried, refilled or re-run), bad input is never retried (it fails at once, naming what is wrong).
+ * Their class names are the Temporal failure types (activities/temporal-failure.ts converts an error into its
+ * failure), so a workflow tells them apart by `failure.type === BadInputError.name` and retry policies list
+ * `nonRetryableErrorTypes` (below) instead of repeating string literals.
  */
 
 export class InfrastructureError extends Error {
@@ -15,6 +18,26 @@ export class BadInputError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
   }
+}
+
+/** Our error classes and whether Temporal may retry an activity that failed with one. */
+export const errorClasses = [
+  { type: 'InfrastructureError', retryable: true },
+  { type: 'BadInputError', retryable: false },
+] as const satisfies readonly { type: string; retryable: boolean }[];
+
+/**
+ * Failure types no retry policy retries. 'BadInput' is the type activities used before the class names
+ * became the types: an activity task already running old worker code during a deploy may still throw it.
+ */
+export const nonRetryableErrorTypes: string[] = [
+  ...errorClasses.filter((c) => !c.retryable).map((c) => c.type),
+  'BadInput',
+];
+
+/** Whether a Temporal failure type names bad input (never retried, never turned into an infrastructure error). */
+export function isBadInputType(type: string | undefined | null): boolean {
+  return type === 'BadInputError' || type === 'BadInput';
 }
 
 export function errorMessage(err: unknown): string {

@@ -1,17 +1,73 @@
 import type { ActivityOptions } from '@temporalio/workflow';
 
+type Duration = NonNullable<ActivityOptions['startToCloseTimeout']>;
+import { nonRetryableErrorTypes } from '../core/errors.ts';
+
 /**
- * Options of the orchestrator's bookkeeping activities (ingest, prepare, record, aggregate, report). They
- * heartbeat every 10 s (activities/campaign-activities.ts), so a worker killed mid-activity is noticed within a
- * minute and the activity retried elsewhere, instead of after the start-to-close limit. Bad input never retries.
+ * Every retry and timeout profile of the workflows, in one place. Bad input never retries (the list comes from
+ * core/errors.ts); everything else retries with exponential backoff within the bounds stated here.
  */
-export function bookkeepingOptions(
-  startToCloseTimeout: ActivityOptions['startToCloseTimeout'],
-  maximumAttempts: number,
-): ActivityOptions {
+
+/**
+ * Bookkeeping activities (ingest, prepare, record, aggregate, report) on the orchestrator. They heartbeat every
+ * 10 s (activities/campaign-activities.ts), so a worker killed mid-activity is noticed within a minute and the
+ * activity retried elsewhere, instead of after the start-to-close limit.
+ */
+export function bookkeepingOptions(startToCloseTimeout: Duration, maximumAttempts: number): ActivityOptions {
   return {
     startToCloseTimeout,
     heartbeatTimeout: '1 minute',
-    retry: { maximumAttempts, nonRetryableErrorTypes: ['BadInput'] },
+    retry: { maximumAttempts, initialInterval: '2 seconds', maximumInterval: '1 minute', nonRetryableErrorTypes },
   };
 }
+
+/**
+ * GPU activities (learner start, training step, export, weight sync, policy server). Every one heartbeats at
+ * least every 10 s. A task nobody picks up within the schedule-to-start limit fails visibly (a wrong or dead
+ * GPU queue) instead of waiting forever; retries: 10 attempts, 5 s doubling to at most 2 minutes (about 13 min).
+ */
+export function gpuOptions(taskQueue: string, startToCloseTimeout: Duration): ActivityOptions {
+  return {
+    taskQueue,
+    startToCloseTimeout,
+    scheduleToStartTimeout: '30 minutes',
+    heartbeatTimeout: '2 minutes',
+    retry: { maximumAttempts: 10, initialInterval: '5 seconds', maximumInterval: '2 minutes', nonRetryableErrorTypes },
+  };
+}
+
+/**
+ * Episode activities on the rollout queue. The episode enforces its own wall clock; the activity gets that plus
+ * room for set-up and grading. It heartbeats every 20 s and per turn, so a killed rollout worker's episodes are
+ * retried within 90 s. 5 attempts, 2 s doubling (2+4+8+16 = 30 s of backoff).
+ */
+export function episodeOptions(rolloutQueue: string, wallClockMs: number): ActivityOptions {
+  return {
+    taskQueue: rolloutQueue,
+    startToCloseTimeout: wallClockMs + 5 * 60_000,
+    heartbeatTimeout: '90 seconds',
+    retry: { maximumAttempts: 5, initialInterval: '2 seconds', backoffCoefficient: 2, nonRetryableErrorTypes },
+  };
+}
+
+/**
+ * Backoff of the workflows' own re-runs: before re-running a key whose episode ended in an infrastructure error,
+ * before refilling a group, and before retrying a training step that lost every group. Delay n (n = 1, 2, ...) is
+ * initialMs x 2^(n-1), capped at maxMs. With the defaults, 3 re-runs wait 10 + 20 + 40 s after the activity's own
+ * 30 s of retries: an outage of about 1.5 minutes is covered without losing a key.
+ */
+export interface InfraBackoff {
+  initialMs: number;
+  maxMs: number;
+}
+export const defaultInfraBackoff: InfraBackoff = { initialMs: 10_000, maxMs: 5 * 60_000 };
+
+export function infraBackoffMs(retry: number, backoff: InfraBackoff = defaultInfraBackoff): number {
+  return Math.min(backoff.maxMs, backoff.initialMs * 2 ** Math.max(0, retry - 1));
+}
+
+/** Re-runs of a key after infrastructure errors (probe, evaluation) before it counts as uncovered. */
+export const defaultMaxReruns = 3;
+
+/** Retries of a training step that lost every group to infrastructure errors, before the campaign pauses. */
+export const lostStepRetries = 3;

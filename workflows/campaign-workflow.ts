@@ -1,5 +1,9 @@
 import {
+  ApplicationFailure,
+  CancellationScope,
+  ChildWorkflowFailure,
   condition,
+  ContinueAsNew,
   continueAsNew,
   defineQuery,
   defineSignal,
@@ -17,9 +21,9 @@ import type { CampaignConfig } from '../config/campaign-config.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow.ts';
 import { probeWorkflow, type ProbeResult } from './probe-workflow.ts';
-import { campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
-import { trainingStepWorkflow } from './training-step-workflow.ts';
-import { bookkeepingOptions } from './activity-options.ts';
+import { campaignAttributes, campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
+import { stepLostFailureType, trainingStepWorkflow } from './training-step-workflow.ts';
+import { bookkeepingOptions, defaultMaxReruns, gpuOptions } from './activity-options.ts';
 
 /**
  * The six-stage loop as one durable workflow: ingest -> probe -> select -> training steps -> evaluation ->
@@ -48,6 +52,8 @@ export interface CampaignState {
   evalAfter?: EvaluationResult;
   report?: { html: string; markdown: string };
   paused: boolean;
+  /** Why the campaign paused itself (a training step lost every group); cleared by resume. */
+  pauseReason?: string;
   stopAfterStep: boolean;
 }
 
@@ -76,27 +82,40 @@ export const statusQuery = defineQuery<CampaignStatus>('status');
 
 const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('30 minutes', 10));
 
+/**
+ * A campaign that fails or is cancelled releases its learner and policy servers (GPUs stay held otherwise);
+ * a stopped or finished one releases them in its report stage. Continue-as-new is not an end.
+ */
 export async function campaignWorkflow(input: CampaignInput): Promise<CampaignStatus> {
+  try {
+    return await campaignStages(input);
+  } catch (err) {
+    if (!(err instanceof ContinueAsNew)) {
+      const gpu = proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '10 minutes'));
+      await CancellationScope.nonCancellable(() =>
+        gpu.stopLearner({ campaignId: input.campaignId }).catch((stopErr: unknown) => {
+          log.error('could not release the learner after the campaign ended', { error: String(stopErr) });
+        }),
+      );
+    }
+    throw err;
+  }
+}
+
+async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
   const { campaignId, config } = input;
   const state: CampaignState = input.state ?? { stage: 'ingest', step: 0, paused: false, stopAfterStep: false };
-  const gpu = proxyActivities<GpuActivities>({
-    taskQueue: input.queues.gpu,
-    startToCloseTimeout: '1 hour',
-    heartbeatTimeout: '2 minutes', // every GPU activity heartbeats at least every 10 s
-    retry: {
-      maximumAttempts: 10,
-      initialInterval: '5 seconds',
-      maximumInterval: '1 minute',
-      nonRetryableErrorTypes: ['BadInput'],
-    },
-  });
+  const gpu = proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '1 hour'));
   const status = (): CampaignStatus => {
     const { pool, allTasks: _all, ...rest } = state;
     return { ...rest, campaignId, poolSize: pool?.length ?? 0, steps: config.training.steps };
   };
   setHandler(statusQuery, status);
   setHandler(pauseSignal, () => void (state.paused = true));
-  setHandler(resumeSignal, () => void (state.paused = false));
+  setHandler(resumeSignal, () => {
+    state.paused = false;
+    state.pauseReason = undefined;
+  });
   setHandler(stopAfterStepSignal, () => void (state.stopAfterStep = true));
   const enter = (stage: Stage) => {
     state.stage = stage;
@@ -121,15 +140,16 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
       policyBaseUrl: server.baseUrl,
     };
   };
-  const keyed = (episode: EpisodeConfig, uids: string[], repeats: number, concurrency: number) => ({
+  const keyed = (episode: EpisodeConfig, uids: string[], repeats: number, concurrency: number, shardSize: number) => ({
     uids,
     repeats,
     concurrency,
+    shardSize,
     episode,
     suiteDir: input.suiteDir,
     campaignId,
     rolloutQueue: input.queues.rollout,
-    maxReruns: 3,
+    maxReruns: defaultMaxReruns,
   });
 
   if (state.stage === 'ingest') {
@@ -152,9 +172,10 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
     const { episode } = await episodeConfig();
     const probe = await executeChild(probeWorkflow, {
       workflowId: `${campaignId}/probe`,
+      typedSearchAttributes: campaignAttributes(campaignId, 'probe', state.step),
       args: [
         {
-          ...keyed(episode, uids, config.probe.repeats, config.probe.concurrency),
+          ...keyed(episode, uids, config.probe.repeats, config.probe.concurrency, config.probe.shard_size),
           minCleanRuns: config.probe.min_clean_runs,
           retainBands: config.probe.retain_bands,
         },
@@ -171,9 +192,16 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
     const { episode } = await episodeConfig();
     return executeChild(evaluationWorkflow, {
       workflowId: `${campaignId}/eval-${label}`,
+      typedSearchAttributes: campaignAttributes(campaignId, `evaluate-${label}`, state.step),
       args: [
         {
-          ...keyed(episode, evalUids(), config.evaluation.repeats, config.evaluation.concurrency),
+          ...keyed(
+            episode,
+            evalUids(),
+            config.evaluation.repeats,
+            config.evaluation.concurrency,
+            config.evaluation.shard_size,
+          ),
           label,
           prices: input.pricesFile,
         },
@@ -193,8 +221,10 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
     if (state.step < config.training.steps && !state.stopAfterStep) {
       const step = state.step + 1;
       const { episode, policyBaseUrl } = await episodeConfig();
+      let lost: string | undefined;
       const record = await executeChild(trainingStepWorkflow, {
         workflowId: `${campaignId}/step-${step}`,
+        typedSearchAttributes: campaignAttributes(campaignId, 'train', step),
         args: [
           {
             campaignId,
@@ -210,7 +240,19 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
             policyBaseUrl,
           },
         ],
+      }).catch((err: unknown) => {
+        const cause = err instanceof ChildWorkflowFailure ? err.cause : undefined;
+        if (!(cause instanceof ApplicationFailure && cause.type === stepLostFailureType)) throw err;
+        lost = cause.message;
+        return undefined;
       });
+      if (!record) {
+        // Infrastructure, not the campaign, is at fault: pause with the reason visible in `status`; resume retries.
+        state.paused = true;
+        state.pauseReason = lost;
+        log.warn('campaign paused: a training step lost every group', { campaignId, step, reason: lost });
+        return continueAsNew<typeof campaignWorkflow>({ ...input, state });
+      }
       state.step = step;
       state.weightsPath = record.exportPath;
       state.lastStep = {

@@ -1,6 +1,8 @@
 import { ActivityFailure, ApplicationFailure, proxyActivities } from '@temporalio/workflow';
 import type { EpisodeActivities, EpisodeActivityInput } from '../activities/episode-activities.ts';
 import type { EpisodeSummary } from '../activities/episode-store.ts';
+import { isBadInputType } from '../core/errors.ts';
+import { episodeOptions } from './activity-options.ts';
 
 /**
  * Runs a list of episodes on the rollout task queue with bounded concurrency and returns their summaries
@@ -14,19 +16,7 @@ export interface EpisodeBatchInput {
 }
 
 export function episodeActivities(rolloutQueue: string, wallClockMs: number) {
-  return proxyActivities<EpisodeActivities>({
-    taskQueue: rolloutQueue,
-    // The episode enforces its own wall clock; the activity gets that plus room for set-up and grading.
-    startToCloseTimeout: wallClockMs + 5 * 60_000,
-    // The episode heartbeats every 20 s and per turn: a killed rollout worker's episodes are retried within 90 s.
-    heartbeatTimeout: '90 seconds',
-    retry: {
-      maximumAttempts: 5,
-      initialInterval: '2 seconds',
-      backoffCoefficient: 2,
-      nonRetryableErrorTypes: ['BadInput'],
-    },
-  });
+  return proxyActivities<EpisodeActivities>(episodeOptions(rolloutQueue, wallClockMs));
 }
 
 /**
@@ -42,7 +32,7 @@ export async function runEpisodeOrInfraError(
   try {
     return await runEpisode(input);
   } catch (err) {
-    if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'BadInput')
+    if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && isBadInputType(err.cause.type))
       throw err;
     if (!(err instanceof ActivityFailure)) throw err;
     return {

@@ -1,12 +1,14 @@
-import { ApplicationFailure, proxyActivities } from '@temporalio/workflow';
+import { ApplicationFailure, patched, proxyActivities } from '@temporalio/workflow';
 import type { CampaignActivities } from '../activities/campaign-activities.ts';
-import { runKeyedEpisodes, type KeyedEpisodesInput } from './keyed-episodes.ts';
+import { runShardedEpisodes, type KeyedEpisodesInput } from './keyed-episodes.ts';
+import { runKeyedEpisodesV1 } from './keyed-episodes-v1.ts';
 import { bookkeepingOptions } from './activity-options.ts';
 
 /**
- * Evaluation of one policy on tasks x repeats (`uid#rep` keys). Missing or infrastructure-errored keys are
- * re-run automatically (bounded); the coverage gate (every key exactly once, no infrastructure error)
- * must pass before any score is computed.
+ * Evaluation of one policy on tasks x repeats (`uid#rep` keys), sharded (keyed-episodes.ts). Infrastructure-
+ * errored keys are re-run automatically (bounded, with backoff); the coverage gate (every key exactly once, no
+ * infrastructure error) must pass before any score is computed. Aggregation reads the stored episodes of this
+ * evaluation by id prefix.
  */
 
 export interface EvaluationInput extends Omit<KeyedEpisodesInput, 'idPrefix' | 'purpose'> {
@@ -23,35 +25,39 @@ export interface EvaluationResult {
 
 const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('30 minutes', 5));
 
+function coverageGate(label: string, uncovered: number, keys: number, maxReruns: number, samples: string[]): void {
+  if (uncovered === 0) return;
+  throw ApplicationFailure.nonRetryable(
+    `coverage gate failed for evaluation ${label}: ${uncovered} of ${keys} keys still end in infrastructure errors ` +
+      `after ${maxReruns} re-runs (e.g. ${samples.join('; ')}); no score is reported`,
+    'CoverageGate',
+  );
+}
+
 export async function evaluationWorkflow(input: EvaluationInput): Promise<EvaluationResult> {
-  const results = await runKeyedEpisodes({
-    ...input,
-    idPrefix: `${input.campaignId}/eval-${input.label}`,
-    purpose: 'eval',
-  });
-  const uncovered = results.filter((r) => r.final.outcome === 'infrastructure_error');
-  if (uncovered.length > 0) {
-    throw ApplicationFailure.nonRetryable(
-      `coverage gate failed for evaluation ${input.label}: ${uncovered.length} of ${results.length} keys still end in infrastructure errors after ${input.maxReruns} re-runs (e.g. ${uncovered
-        .slice(0, 3)
-        .map((r) => `${r.key}: ${r.final.cause}`)
-        .join('; ')}); no score is reported`,
-      'CoverageGate',
-    );
-  }
-  const { aggregate, summary } = await bookkeeping.aggregateEvaluation({
+  const idPrefix = `${input.campaignId}/eval-${input.label}`;
+  const aggregateOptions = {
     campaignId: input.campaignId,
     label: input.label,
-    episodeIds: results.map((r) => r.final.id),
     uids: input.uids,
     repeats: input.repeats,
     prices: input.prices,
-  });
-  return {
-    label: input.label,
-    aggregate,
-    summary,
-    episodes: results.reduce((a, r) => a + r.attempts, 0),
-    reruns: results.reduce((a, r) => a + r.attempts - 1, 0),
   };
+  if (!patched('episode-shards')) {
+    // An evaluation started before sharding: replay its recorded commands (keyed-episodes-v1.ts).
+    const results = await runKeyedEpisodesV1({ ...input, idPrefix, purpose: 'eval' });
+    const uncovered = results.filter((r) => r.final.outcome === 'infrastructure_error');
+    const samples = uncovered.slice(0, 3).map((r) => `${r.key}: ${r.final.cause}`);
+    coverageGate(input.label, uncovered.length, results.length, input.maxReruns, samples);
+    const { aggregate, summary } = await bookkeeping.aggregateEvaluation({
+      ...aggregateOptions,
+      episodeIds: results.map((r) => r.final.id),
+    });
+    const episodes = results.reduce((a, r) => a + r.attempts, 0);
+    return { label: input.label, aggregate, summary, episodes, reruns: episodes - results.length };
+  }
+  const stage = await runShardedEpisodes({ ...input, idPrefix, purpose: 'eval' });
+  coverageGate(input.label, stage.uncovered, stage.keys, input.maxReruns, stage.uncoveredSamples);
+  const { aggregate, summary } = await bookkeeping.aggregateEvaluation({ ...aggregateOptions, idPrefix });
+  return { label: input.label, aggregate, summary, episodes: stage.episodes, reruns: stage.reruns };
 }

@@ -1,13 +1,18 @@
-import { condition } from '@temporalio/workflow';
+import { executeChild, workflowInfo } from '@temporalio/workflow';
 import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
-import type { EpisodeSummary } from '../activities/episode-store.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
-import { runEpisodeOrInfraError } from './episode-batch-workflow.ts';
+import type { InfraBackoff } from './activity-options.ts';
+import { episodeShardWorkflow, type ShardSummary } from './episode-shard-workflow.ts';
+import { campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
 
 /**
- * Runs `uid#rep` keys as episodes with bounded concurrency. A key whose episode ends in an infrastructure
- * error is re-run under a new episode id (`...~retry-<n>`) up to `maxReruns` times; the result per key is
- * its last attempt. Ids are deterministic, so a replay never runs or counts an episode twice.
+ * The one sharded episode runner of probing and evaluation. A stage of `uids x repeats` keys (`uid#rep`,
+ * uid-major) is cut into shards of at most `shardSize` keys; each shard is a child workflow
+ * (`<idPrefix>/shard-<n>`, episode-shard-workflow.ts) and shards run one after another, each with the stage's
+ * whole concurrency bound, so the bound holds across the stage and no history grows with the stage's size (a
+ * shard of 500 keys is about 3,000 events; the stage itself about 8 per shard). Results stay in Postgres under
+ * deterministic episode ids `<idPrefix>/<uid>#<rep>[~retry-<n>]`; shards return counts, never id lists, and
+ * aggregation activities find a stage's episodes by `idPrefix`.
  */
 
 export interface KeyedEpisodesInput {
@@ -19,44 +24,75 @@ export interface KeyedEpisodesInput {
   purpose: EpisodeActivityInput['purpose'];
   campaignId: string;
   rolloutQueue: string;
+  /** Episodes in flight across the whole stage. */
   concurrency: number;
+  /** Keys per shard (child workflow); default `defaultShardSize` (inputs recorded before the field existed). */
+  shardSize?: number;
   maxReruns: number;
+  /** Backoff before each re-run of an infrastructure-errored key (default: activity-options.ts). */
+  infraBackoff?: InfraBackoff;
+  /** Search attribute TbtStage of the shards (default: the parent's). */
+  stage?: string;
 }
 
-export interface KeyedResult {
-  key: string;
-  uid: string;
-  repetition: number;
-  attempts: number;
-  final: EpisodeSummary;
+/** About 6 history events per episode: 500 keys keep a shard near 3,000 events, re-runs included. */
+export const defaultShardSize = 500;
+
+export interface StageSummary extends Omit<ShardSummary, 'uncoveredSamples'> {
+  shards: number;
+  uncoveredSamples: string[];
 }
 
-export async function runKeyedEpisodes(input: KeyedEpisodesInput): Promise<KeyedResult[]> {
-  let inFlight = 0;
-  const runKey = async (uid: string, repetition: number): Promise<KeyedResult> => {
-    const key = `${uid}#${repetition}`;
-    let attempts = 0;
-    for (;;) {
-      await condition(() => inFlight < input.concurrency);
-      inFlight += 1;
-      let final: EpisodeSummary;
-      try {
-        final = await runEpisodeOrInfraError(input.rolloutQueue, {
-          episodeId: `${input.idPrefix}/${key}${attempts ? `~retry-${attempts}` : ''}`,
-          suiteDir: input.suiteDir,
-          taskUid: uid,
-          purpose: input.purpose,
-          campaign: input.campaignId,
-          repetition,
-          config: input.episode,
-        });
-      } finally {
-        inFlight -= 1;
-      }
-      attempts += 1;
-      if (final.outcome !== 'infrastructure_error' || attempts > input.maxReruns)
-        return { key, uid, repetition, attempts, final };
-    }
+/** [first key, key count] of each shard. */
+export function shardRanges(keys: number, shardSize: number): [number, number][] {
+  if (!Number.isInteger(shardSize) || shardSize < 1)
+    throw new Error(`shard size must be an integer >= 1, got ${shardSize}`);
+  const ranges: [number, number][] = [];
+  for (let first = 0; first < keys; first += shardSize) ranges.push([first, Math.min(shardSize, keys - first)]);
+  return ranges;
+}
+
+export async function runShardedEpisodes(input: KeyedEpisodesInput): Promise<StageSummary> {
+  const { uids, repeats, shardSize, ...common } = input;
+  const total: StageSummary = {
+    keys: 0,
+    episodes: 0,
+    reruns: 0,
+    uncovered: 0,
+    uncoveredSamples: [],
+    peakInFlight: 0,
+    shards: 0,
   };
-  return Promise.all(input.uids.flatMap((uid) => Array.from({ length: input.repeats }, (_, rep) => runKey(uid, rep))));
+  const parent = workflowInfo().typedSearchAttributes;
+  const ranges = shardRanges(uids.length * repeats, shardSize ?? defaultShardSize);
+  for (const [i, [firstKey, keyCount]] of ranges.entries()) {
+    // Only the uids this shard touches travel in its input.
+    const firstUid = Math.floor(firstKey / repeats);
+    const lastUid = Math.floor((firstKey + keyCount - 1) / repeats);
+    const summary = await executeChild(episodeShardWorkflow, {
+      workflowId: `${input.idPrefix}/shard-${i}`,
+      args: [
+        {
+          ...common,
+          uids: uids.slice(firstUid, lastUid + 1),
+          repeats,
+          keyOffset: firstKey - firstUid * repeats,
+          keyCount,
+        },
+      ],
+      typedSearchAttributes: [
+        { key: campaignKey, value: input.campaignId },
+        { key: stageKey, value: input.stage ?? parent.get(stageKey) ?? input.purpose },
+        { key: stepKey, value: parent.get(stepKey) ?? 0 },
+      ],
+    });
+    total.shards += 1;
+    total.keys += summary.keys;
+    total.episodes += summary.episodes;
+    total.reruns += summary.reruns;
+    total.uncovered += summary.uncovered;
+    total.peakInFlight = Math.max(total.peakInFlight, summary.peakInFlight);
+    total.uncoveredSamples.push(...summary.uncoveredSamples.slice(0, 3 - total.uncoveredSamples.length));
+  }
+  return total;
 }

@@ -3,7 +3,8 @@ import type { CampaignActivities } from '../activities/campaign-activities.ts';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow.ts';
-import { bookkeepingOptions } from './activity-options.ts';
+import { campaignAttributes } from './search-attribute-keys.ts';
+import { bookkeepingOptions, defaultMaxReruns, gpuOptions } from './activity-options.ts';
 
 /**
  * Evaluates a campaign's latest checkpoint, or the base policy when it has none (`tbt eval run`, and a
@@ -29,12 +30,7 @@ const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('10 m
 export async function scheduledEvaluationWorkflow(
   input: ScheduledEvaluationInput,
 ): Promise<EvaluationResult & { step: number }> {
-  const gpu = proxyActivities<GpuActivities>({
-    taskQueue: input.queues.gpu,
-    startToCloseTimeout: '1 hour',
-    heartbeatTimeout: '2 minutes',
-    retry: { maximumAttempts: 5, nonRetryableErrorTypes: ['BadInput'] },
-  });
+  const gpu = proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '1 hour'));
   const latest = await bookkeeping.latestCheckpoint({ campaignId: input.campaignId, needPool: !input.uids });
   let episode = input.config.episode;
   if (episode.policy.base_url === 'embedded') {
@@ -48,6 +44,7 @@ export async function scheduledEvaluationWorkflow(
   const label = `${input.labelPrefix ?? 'scheduled'}-step${latest.step}-${workflowInfo().runId}`;
   const result = await executeChild(evaluationWorkflow, {
     workflowId: `${input.campaignId}/eval-${label}`,
+    typedSearchAttributes: campaignAttributes(input.campaignId, 'evaluate-scheduled', latest.step),
     args: [
       {
         label,
@@ -58,7 +55,8 @@ export async function scheduledEvaluationWorkflow(
         campaignId: input.campaignId,
         rolloutQueue: input.queues.rollout,
         concurrency: input.config.evaluation.concurrency,
-        maxReruns: 3,
+        shardSize: input.config.evaluation.shard_size,
+        maxReruns: defaultMaxReruns,
       },
     ],
   });

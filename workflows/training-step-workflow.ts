@@ -1,4 +1,4 @@
-import { condition, log, proxyActivities } from '@temporalio/workflow';
+import { ApplicationFailure, condition, log, patched, proxyActivities, sleep } from '@temporalio/workflow';
 import type { CampaignActivities, StepRecord } from '../activities/campaign-activities.ts';
 import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
 import type { EpisodeSummary } from '../activities/episode-store.ts';
@@ -8,7 +8,14 @@ import type { EpisodeConfig } from '../config/episode-config.ts';
 import { groupAdvantages, isZeroVariance } from '../core/grpo.ts';
 import { stepTaskOrder } from '../core/seeded-choice.ts';
 import { runEpisodeOrInfraError } from './episode-batch-workflow.ts';
-import { bookkeepingOptions } from './activity-options.ts';
+import {
+  bookkeepingOptions,
+  gpuOptions,
+  infraBackoffMs,
+  lostStepRetries,
+  type InfraBackoff,
+} from './activity-options.ts';
+import { ConcurrencySlots } from './concurrency-slots.ts';
 
 /**
  * One GRPO training step (child workflow `<campaign>/step-<n>`): seeded task choice, groups of G episodes,
@@ -16,7 +23,14 @@ import { bookkeepingOptions } from './activity-options.ts';
  * group is dropped and replaced), DAPO-style eviction of zero-variance groups (at most `max_replacements`
  * fresh tasks, then the configured fallback), advantages, the learner update, weight sync, the record.
  * Episode ids are deterministic, so a replay or a restart runs and counts every episode exactly once.
+ * At most `training.concurrency` episodes are in flight across all groups (concurrency-slots.ts). Each refill
+ * waits an exponential backoff first (activity-options.ts). A step left with no group to train (every group
+ * lost to infrastructure errors) waits and starts over with fresh episode ids up to `lostStepRetries` times,
+ * then fails with `StepLostToInfrastructure`, which pauses the campaign with that reason instead of ending it.
  */
+
+/** Failure type of a step that lost every group even after its retries (campaign-workflow.ts pauses on it). */
+export const stepLostFailureType = 'StepLostToInfrastructure';
 
 export interface TrainingStepInput {
   campaignId: string;
@@ -31,6 +45,8 @@ export interface TrainingStepInput {
   gpuQueue: string;
   /** Embedded policy server to sync the exported weights into (absent for an external server). */
   policyBaseUrl?: string;
+  /** Backoff before refills and step retries (default: activity-options.ts). */
+  infraBackoff?: InfraBackoff;
 }
 
 interface GroupResult {
@@ -42,27 +58,22 @@ interface GroupResult {
 
 export async function trainingStepWorkflow(input: TrainingStepInput): Promise<StepRecord> {
   const t = input.training;
-  const gpu = proxyActivities<GpuActivities>({
-    taskQueue: input.gpuQueue,
-    startToCloseTimeout: '4 hours',
-    heartbeatTimeout: '2 minutes',
-    retry: {
-      maximumAttempts: 10,
-      initialInterval: '5 seconds',
-      maximumInterval: '2 minutes',
-      nonRetryableErrorTypes: ['BadInput'],
-    },
-  });
+  const gpu = proxyActivities<GpuActivities>(gpuOptions(input.gpuQueue, '4 hours'));
   const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('10 minutes', 10));
 
+  // Steps started before the slots, refill backoff and step retries replay their recorded commands.
+  const current = patched('step-slots-backoff');
   // Episodes in flight across all groups of this step, bounded by training.concurrency.
+  const slots = new ConcurrencySlots(t.concurrency);
   let inFlight = 0;
+  let stepRetry = 0;
   const episode = async (uid: string, rep: number): Promise<EpisodeSummary> => {
-    await condition(() => inFlight < t.concurrency);
+    if (current) await slots.acquire();
+    else await condition(() => inFlight < t.concurrency);
     inFlight += 1;
     try {
       const activityInput: EpisodeActivityInput = {
-        episodeId: `${input.campaignId}/step-${input.step}/${uid}#${rep}`,
+        episodeId: `${input.campaignId}/step-${input.step}/${uid}#${rep}${stepRetry ? `~retry-${stepRetry}` : ''}`,
         suiteDir: input.suiteDir,
         taskUid: uid,
         purpose: 'train',
@@ -74,6 +85,7 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
       return await runEpisodeOrInfraError(input.rolloutQueue, activityInput);
     } finally {
       inFlight -= 1;
+      if (current) slots.release();
     }
   };
 
@@ -84,6 +96,7 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
     let nextRep = t.group_size;
     // Refill one episode per lost one, never more than the cap: infrastructure errors are never graded.
     while (valid.length < t.group_size && nextRep < t.group_size + t.infra_refill_cap) {
+      if (current) await sleep(infraBackoffMs(nextRep - t.group_size + 1, input.infraBackoff));
       const refill = await episode(uid, nextRep++);
       if (refill.outcome === 'infrastructure_error') infraErrors += 1;
       else valid.push(refill);
@@ -99,20 +112,36 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
   let lostGroups = 0;
   let infraErrors = 0;
   let round = 0;
-  while (informative.length < t.groups_per_step) {
-    const wanted = t.groups_per_step - informative.length;
-    const allowed = round === 0 ? wanted : Math.min(wanted, t.max_replacements - replacements);
-    const uids = order.slice(cursor, cursor + allowed);
-    if (uids.length === 0) break;
-    cursor += uids.length;
-    if (round > 0) replacements += uids.length;
-    round += 1;
-    for (const g of await Promise.all(uids.map(runGroup))) {
-      infraErrors += g.infraErrors;
-      if (g.lost) lostGroups += 1;
-      else if (isZeroVariance(g.episodes.map((e) => e.reward))) zeroVariance.push(g);
-      else informative.push(g);
+  for (;;) {
+    while (informative.length < t.groups_per_step) {
+      const wanted = t.groups_per_step - informative.length;
+      const allowed = round === 0 ? wanted : Math.min(wanted, t.max_replacements - replacements);
+      const uids = order.slice(cursor, cursor + allowed);
+      if (uids.length === 0) break;
+      cursor += uids.length;
+      if (round > 0) replacements += uids.length;
+      round += 1;
+      for (const g of await Promise.all(uids.map(runGroup))) {
+        infraErrors += g.infraErrors;
+        if (g.lost) lostGroups += 1;
+        else if (isZeroVariance(g.episodes.map((e) => e.reward))) zeroVariance.push(g);
+        else informative.push(g);
+      }
     }
+    // Every group lost to infrastructure errors: nothing to train on. Wait, then start over with fresh ids.
+    if (!current || informative.length > 0 || zeroVariance.length > 0) break;
+    if (stepRetry >= lostStepRetries)
+      throw ApplicationFailure.nonRetryable(
+        `step ${input.step}: every group was lost to infrastructure errors (${lostGroups} groups, ${infraErrors} ` +
+          `infrastructure errors, ${stepRetry} retries); the campaign pauses until resumed`,
+        stepLostFailureType,
+      );
+    stepRetry += 1;
+    log.warn('every group of the step was lost; retrying after backoff', { step: input.step, stepRetry });
+    await sleep(infraBackoffMs(stepRetry, input.infraBackoff));
+    cursor = 0;
+    round = 0;
+    replacements = 0;
   }
   let fallback: StepRecord['fallback'] = null;
   const trained = [...informative];

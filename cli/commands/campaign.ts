@@ -20,6 +20,7 @@ import { withClient } from '../../infra/control-database.ts';
 import { databaseUrl } from '../../config/environment.ts';
 import { gpuLearnerDir, pythonBinary } from '../../infra/python-env.ts';
 import { scheduledEvaluationWorkflow } from '../../workflows/scheduled-evaluation-workflow.ts';
+import { campaignAttributes } from '../../workflows/search-attribute-keys.ts';
 import {
   campaignWorkflow,
   pauseSignal,
@@ -179,7 +180,7 @@ export async function follow(client: Client, env: Environment, workflowId: strin
     if (s) {
       const width = 20;
       const filled = Math.round((s.step / Math.max(1, s.steps)) * width);
-      const line = `[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] step ${s.step}/${s.steps}  stage ${s.stage.padEnd(15)} episodes ${await episodeCount(s.campaignId, env)}${s.lastStep ? `  last reward ${s.lastStep.meanReward.toFixed(2)}` : ''}${s.paused ? '  (paused)' : ''}`;
+      const line = `[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] step ${s.step}/${s.steps}  stage ${s.stage.padEnd(15)} episodes ${await episodeCount(s.campaignId, env)}${s.lastStep ? `  last reward ${s.lastStep.meanReward.toFixed(2)}` : ''}${s.paused ? `  (paused${s.pauseReason ? `: ${s.pauseReason}` : ''})` : ''}`;
       if (line !== last) {
         process.stdout.write(tty ? `\r${line.padEnd(110)}` : `${line}\n`);
         last = line;
@@ -350,6 +351,9 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
         type: 'startWorkflow',
         workflowType: 'scheduledEvaluationWorkflow',
         taskQueue: taskQueues(env).orchestrator,
+        // A run that hangs (a dead GPU queue) ends after a day, so later ticks are not skipped for ever.
+        workflowRunTimeout: '24 hours',
+        typedSearchAttributes: campaignAttributes(values.campaign, 'evaluate-scheduled', 0),
         args: [
           {
             campaignId: values.campaign,
@@ -361,7 +365,8 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
         ],
       },
       // A slow evaluation is never doubled by the next tick.
-      policies: { overlap: 'SKIP' },
+      // After a server outage, only ticks missed in the last 10 minutes are caught up (not a backlog of runs).
+      policies: { overlap: 'SKIP', catchupWindow: '10 minutes' },
     });
     console.log(
       `schedule ${scheduleId}: cron "${values.cron}" re-evaluates the latest checkpoint of ${values.campaign}`,

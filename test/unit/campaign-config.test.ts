@@ -1,0 +1,41 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { test } from 'node:test';
+import { parse, stringify } from 'yaml';
+import { loadCampaignConfig } from '../../config/campaign-config.ts';
+import { repoRoot } from '../../config/environment.ts';
+
+/** A bound or shard size below 1 is a config error naming the field (and its line). */
+function withField(section: string, field: string, value: unknown): string {
+  const doc = parse(fs.readFileSync(path.join(repoRoot, 'config', 'local.yaml'), 'utf8')) as Record<string, any>;
+  doc[section] = { ...doc[section], [field]: value };
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-config-')), 'campaign.yaml');
+  fs.writeFileSync(file, stringify(doc));
+  return file;
+}
+
+for (const [section, field] of [
+  ['probe', 'concurrency'],
+  ['probe', 'shard_size'],
+  ['training', 'concurrency'],
+  ['evaluation', 'concurrency'],
+  ['evaluation', 'shard_size'],
+]) {
+  test(`${section}.${field} = 0 is rejected naming the field`, () => {
+    assert.throws(
+      () => loadCampaignConfig(withField(section!, field!, 0)),
+      (err: Error) => {
+        assert.match(err.message, new RegExp(`campaign\\.yaml:\\d+: ${section}\\.${field}: `));
+        return true;
+      },
+    );
+  });
+}
+
+test('shard sizes default to 500 keys', () => {
+  const config = loadCampaignConfig(path.join(repoRoot, 'config', 'local.yaml'));
+  assert.equal(config.probe.shard_size, 500);
+  assert.equal(config.evaluation.shard_size, 500);
+});

@@ -1,0 +1,439 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { setTimeout as delay } from 'node:timers/promises';
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure, WorkflowFailedError } from '@temporalio/client';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import type { Worker } from '@temporalio/worker';
+import type { EpisodeActivityInput } from '../../activities/episode-activities.ts';
+import type { EpisodeSummary } from '../../activities/episode-store.ts';
+import type { StepRecord } from '../../activities/campaign-activities.ts';
+import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
+import { repoRoot } from '../../config/environment.ts';
+import { stepTaskOrder } from '../../core/seeded-choice.ts';
+import { campaignWorkflow } from '../../workflows/campaign-workflow.ts';
+import { evaluationWorkflow } from '../../workflows/evaluation-workflow.ts';
+import { shardRanges } from '../../workflows/keyed-episodes.ts';
+import { probeWorkflow } from '../../workflows/probe-workflow.ts';
+import { trainingStepWorkflow, type TrainingStepInput } from '../../workflows/training-step-workflow.ts';
+import { mockedWorker, startWorkflowTestEnv } from '../helpers/workflow-test-env.ts';
+import path from 'node:path';
+
+/**
+ * The workflows' branches on a real Temporal dev server with mocked activities: every training-step branch
+ * (refill cap, lost group, replacements exhausted, both fallbacks, all groups lost), the concurrency bound held
+ * exactly, shard boundaries, re-run backoff, and a failed or cancelled campaign releasing its learner.
+ */
+
+const queue = 'unit-workflows';
+type Outcome = 'success' | 'agent_failure' | 'infrastructure_error';
+
+/** Per test (keyed by campaign id): how each episode ends, how long it takes, and what ran. */
+interface Scenario {
+  outcome: (input: EpisodeActivityInput) => Outcome;
+  delayMs?: number;
+  inFlight: number;
+  maxInFlight: number;
+  runs: { id: string; start: number; end: number }[];
+  calls: { name: string; input: unknown }[];
+  hang?: boolean;
+}
+const scenarios = new Map<string, Scenario>();
+function scenario(campaignId: string, outcome: Scenario['outcome'], delayMs = 20): Scenario {
+  const s: Scenario = { outcome, delayMs, inFlight: 0, maxInFlight: 0, runs: [], calls: [] };
+  scenarios.set(campaignId, s);
+  return s;
+}
+const record = (campaignId: string, name: string, input: unknown) =>
+  scenarios.get(campaignId)?.calls.push({ name, input });
+
+const activities = {
+  async runEpisode(input: EpisodeActivityInput): Promise<EpisodeSummary> {
+    const s = scenarios.get(input.campaign!)!;
+    s.inFlight += 1;
+    s.maxInFlight = Math.max(s.maxInFlight, s.inFlight);
+    const start = Date.now();
+    try {
+      if (s.hang) await Context.current().sleep(60_000);
+      await delay(s.delayMs ?? 20);
+    } finally {
+      s.inFlight -= 1;
+    }
+    s.runs.push({ id: input.episodeId, start, end: Date.now() });
+    const outcome = s.outcome(input);
+    return {
+      id: input.episodeId,
+      outcome,
+      reward: outcome === 'success' ? 1 : 0,
+      finishReason: outcome === 'infrastructure_error' ? 'infrastructure_error' : 'done',
+      policyTokens: 0,
+    };
+  },
+  async aggregateEvaluation(input: { campaignId: string }) {
+    record(input.campaignId, 'aggregateEvaluation', input);
+    return { aggregate: 'eval.json', summary: 'ok' };
+  },
+  async selectPool(input: { campaignId: string }) {
+    record(input.campaignId, 'selectPool', input);
+    return { pool: ['a'], bands: { medium: 1 }, aggregates: 'aggregates.jsonl' };
+  },
+  async recordStep(input: StepRecord) {
+    record(input.campaignId, 'recordStep', input);
+  },
+  async trainStep(input: { campaignId: string; stepId: number; items: unknown[] }) {
+    record(input.campaignId, 'trainStep', input);
+    return { stepId: input.stepId, repeated: false, checkpoint: 'ckpt', metrics: { loss: 0 } };
+  },
+  async exportWeights(input: { campaignId: string; stepId: number }) {
+    return { path: `/weights/${input.campaignId}/${input.stepId}` };
+  },
+  async syncWeights() {
+    return { weightVersion: 1 };
+  },
+  async ingestCandidates(input: { campaignId: string }) {
+    record(input.campaignId, 'ingestCandidates', input);
+    if (input.campaignId.startsWith('bad-'))
+      throw ApplicationFailure.nonRetryable('suite has problems: tasks.yaml:3: field uid: missing', 'BadInputError');
+    return { uids: ['t1', 't2'], excluded: 0, evaluationUids: ['t1', 't2'] };
+  },
+  async startLearner(input: { campaignId: string }) {
+    record(input.campaignId, 'startLearner', input);
+    return { controlUrl: 'http://learner', manifest: {} };
+  },
+  async writeManifest(input: { campaignId: string }) {
+    return `/manifest/${input.campaignId}.json`;
+  },
+  async ensurePolicyServer(input: { campaignId: string }) {
+    return { baseUrl: 'http://policy/v1', model: 'm' };
+  },
+  async stopLearner(input: { campaignId: string }) {
+    record(input.campaignId, 'stopLearner', input);
+  },
+};
+
+let env: TestWorkflowEnvironment;
+let worker: Worker;
+let running: Promise<void>;
+before(async () => {
+  env = await startWorkflowTestEnv();
+  worker = await mockedWorker(env, queue, activities);
+  running = worker.run();
+});
+after(async () => {
+  worker?.shutdown();
+  await running;
+  await env?.teardown();
+});
+
+const fastBackoff = { initialMs: 50, maxMs: 400 };
+const episode = { limits: { wall_clock_ms: 60_000 } } as never;
+
+function keyedInput(campaignId: string, uids: string[], repeats: number, concurrency: number, shardSize: number) {
+  return {
+    uids,
+    repeats,
+    concurrency,
+    shardSize,
+    suiteDir: '/suite',
+    episode,
+    campaignId,
+    rolloutQueue: queue,
+    maxReruns: 3,
+    infraBackoff: fastBackoff,
+  };
+}
+
+test('shard ranges: every key in exactly one shard of at most shardSize keys', () => {
+  assert.deepEqual(shardRanges(0, 5), []);
+  assert.deepEqual(shardRanges(10, 5), [
+    [0, 5],
+    [5, 5],
+  ]);
+  assert.deepEqual(shardRanges(11, 5), [
+    [0, 5],
+    [5, 5],
+    [10, 1],
+  ]);
+  assert.throws(() => shardRanges(3, 0), /shard size must be an integer >= 1/);
+});
+
+test('evaluation: shards cut at shardSize, every key runs once, most in flight == the bound', async () => {
+  const s = scenario('eval-bound', () => 'success', 60);
+  const uids = Array.from({ length: 7 }, (_, i) => `task-${i}`);
+  const result = await env.client.workflow.execute(evaluationWorkflow, {
+    taskQueue: queue,
+    workflowId: 'eval-bound/eval-x',
+    args: [{ ...keyedInput('eval-bound', uids, 3, 4, 5), label: 'x' }],
+  });
+  assert.equal(result.episodes, 21);
+  assert.equal(result.reruns, 0);
+  assert.equal(s.maxInFlight, 4, 'most episodes in flight equals the configured bound');
+  const ids = s.runs.map((r) => r.id).sort();
+  const expected = uids.flatMap((u) => [0, 1, 2].map((r) => `eval-bound/eval-x/${u}#${r}`)).sort();
+  assert.deepEqual(ids, expected, 'every uid#rep exactly once across shard boundaries');
+  // 21 keys in shards of 5: shard-0 .. shard-4 (the last holds 1 key), no shard-5.
+  for (let i = 0; i < 5; i++) await env.client.workflow.getHandle(`eval-bound/eval-x/shard-${i}`).describe();
+  await assert.rejects(env.client.workflow.getHandle('eval-bound/eval-x/shard-5').describe());
+  const last = await env.client.workflow.getHandle('eval-bound/eval-x/shard-4').result();
+  assert.equal(last.keys, 1);
+  const aggregate = s.calls.find((c) => c.name === 'aggregateEvaluation')!.input as Record<string, unknown>;
+  assert.equal(aggregate.idPrefix, 'eval-bound/eval-x', 'aggregation reads Postgres by prefix');
+  assert.equal(aggregate.episodeIds, undefined, 'no id list travels');
+});
+
+test('evaluation: a re-run waits an exponential backoff; a key past maxReruns fails the coverage gate', async () => {
+  const s = scenario(
+    'eval-rerun',
+    (i) => (i.taskUid === 'flaky' && !i.episodeId.includes('~retry-2') ? 'infrastructure_error' : 'success'),
+    5,
+  );
+  const backoff = { initialMs: 300, maxMs: 10_000 };
+  const result = await env.client.workflow.execute(evaluationWorkflow, {
+    taskQueue: queue,
+    workflowId: 'eval-rerun/eval-x',
+    args: [{ ...keyedInput('eval-rerun', ['flaky', 'ok'], 1, 2, 10), infraBackoff: backoff, label: 'x' }],
+  });
+  assert.equal(result.episodes, 4);
+  assert.equal(result.reruns, 2);
+  const flaky = s.runs.filter((r) => r.id.includes('flaky')).sort((a, b) => a.start - b.start);
+  assert.deepEqual(
+    flaky.map((r) => r.id),
+    ['eval-rerun/eval-x/flaky#0', 'eval-rerun/eval-x/flaky#0~retry-1', 'eval-rerun/eval-x/flaky#0~retry-2'],
+  );
+  assert.ok(flaky[1]!.start - flaky[0]!.end >= 300, `first re-run waited ${flaky[1]!.start - flaky[0]!.end} ms`);
+  assert.ok(flaky[2]!.start - flaky[1]!.end >= 600, `second re-run waited ${flaky[2]!.start - flaky[1]!.end} ms`);
+
+  scenario('eval-gate', (i) => (i.taskUid === 'dead' ? 'infrastructure_error' : 'success'), 5);
+  const failed = env.client.workflow.execute(evaluationWorkflow, {
+    taskQueue: queue,
+    workflowId: 'eval-gate/eval-x',
+    args: [{ ...keyedInput('eval-gate', ['dead', 'ok'], 2, 2, 10), label: 'x' }],
+  });
+  await assert.rejects(failed, (err: unknown) => {
+    assert.ok(err instanceof WorkflowFailedError);
+    const cause = err.cause as ApplicationFailure;
+    assert.equal(cause.type, 'CoverageGate');
+    assert.match(cause.message, /2 of 4 keys still end in infrastructure errors after 3 re-runs/);
+    return true;
+  });
+  assert.equal(scenarios.get('eval-gate')!.runs.filter((r) => r.id.includes('dead')).length, 8, '2 keys x (1 + 3)');
+});
+
+test('probe: sharded, selection by id prefix', async () => {
+  const s = scenario('probe-shards', () => 'success', 5);
+  const result = await env.client.workflow.execute(probeWorkflow, {
+    taskQueue: queue,
+    workflowId: 'probe-shards/probe',
+    args: [{ ...keyedInput('probe-shards', ['a', 'b', 'c'], 4, 3, 5), minCleanRuns: 3, retainBands: ['medium'] }],
+  });
+  assert.equal(result.episodes, 12);
+  assert.equal(s.maxInFlight, 3);
+  const select = s.calls.find((c) => c.name === 'selectPool')!.input as Record<string, unknown>;
+  assert.equal(select.idPrefix, 'probe-shards/probe');
+  assert.equal(select.probeEpisodeIds, undefined);
+});
+
+// ---------------------------------------------------------------------------------------------------
+// training step
+
+const baseTraining: CampaignConfig['training'] = {
+  steps: 1,
+  groups_per_step: 1,
+  group_size: 4,
+  concurrency: 8,
+  normalize_std: true,
+  infra_refill_cap: 2,
+  max_replacements: 1,
+  zero_variance_fallback: 'train_on_fewer',
+};
+type Kind = 'informative' | 'zero' | 'lost' | `flaky-${number}`;
+/** Behaviour by task kind; rep = the `#<rep>` of the id. Informative groups alternate 1, 0, 1, 0 ... */
+function stepOutcome(kinds: Record<string, Kind>) {
+  return (i: EpisodeActivityInput): Outcome => {
+    const kind = kinds[i.taskUid]!;
+    const rep = i.repetition ?? 0;
+    if (kind === 'lost') return 'infrastructure_error';
+    if (kind === 'zero') return 'agent_failure';
+    if (kind.startsWith('flaky-') && rep < Number(kind.slice(6))) return 'infrastructure_error';
+    return rep % 2 === 0 ? 'success' : 'agent_failure';
+  };
+}
+/** The pool, in the order the step will draw it, with the kinds given by position. */
+function stepPool(campaignId: string, kinds: Kind[]): { pool: string[]; byUid: Record<string, Kind> } {
+  const pool = kinds.map((_, i) => `${campaignId}-task-${i}`);
+  const order = stepTaskOrder(pool, 7, 1);
+  return { pool, byUid: Object.fromEntries(order.map((uid, i) => [uid, kinds[i]!])) };
+}
+async function runStep(campaignId: string, kinds: Kind[], training: Partial<CampaignConfig['training']>, delayMs = 10) {
+  const { pool, byUid } = stepPool(campaignId, kinds);
+  const order = stepTaskOrder(pool, 7, 1);
+  const s = scenario(campaignId, stepOutcome(byUid), delayMs);
+  const input: TrainingStepInput = {
+    campaignId,
+    step: 1,
+    pool,
+    suiteDir: '/suite',
+    episode,
+    training: { ...baseTraining, ...training },
+    learner: {} as never,
+    seed: 7,
+    rolloutQueue: queue,
+    gpuQueue: queue,
+    infraBackoff: fastBackoff,
+  };
+  const run = env.client.workflow.execute(trainingStepWorkflow, {
+    taskQueue: queue,
+    workflowId: `${campaignId}/step-1`,
+    args: [input],
+  });
+  return { run, s, order };
+}
+const ranOf = (s: Scenario, uid: string) =>
+  s.runs
+    .map((r) => r.id)
+    .filter((id) => id.includes(`/${uid}#`))
+    .map((id) => id.slice(id.indexOf('#')))
+    .sort();
+
+test('training step: most episodes in flight == training.concurrency across groups', async () => {
+  const { run, s } = await runStep(
+    'step-bound',
+    ['informative', 'informative', 'informative'],
+    {
+      groups_per_step: 3,
+      concurrency: 3,
+    },
+    80,
+  );
+  const rec = await run;
+  assert.equal(rec.informativeGroups, 3);
+  assert.equal(s.maxInFlight, 3, 'the bound holds: never more, and reached');
+});
+
+test('training step: refill replaces lost episodes, never past infra_refill_cap', async () => {
+  const { run, s, order } = await runStep('step-refill', ['flaky-2'], { infra_refill_cap: 2 });
+  const rec = await run;
+  assert.equal(rec.lostGroups, 0);
+  assert.equal(rec.infraErrors, 2);
+  assert.deepEqual(ranOf(s, order[0]!), ['#0', '#1', '#2', '#3', '#4', '#5']);
+  assert.deepEqual(
+    rec.groups[0]!.episodeIds.map((id) => id.slice(id.indexOf('#'))),
+    ['#2', '#3', '#4', '#5'],
+    'infrastructure errors never reach the batch',
+  );
+  assert.equal(rec.leakedInfraEpisodes, 0);
+});
+
+test('training step: a group still short after the cap is lost and replaced by a fresh task', async () => {
+  const { run, s, order } = await runStep('step-lost', ['flaky-3', 'informative'], { infra_refill_cap: 2 });
+  const rec = await run;
+  assert.equal(rec.lostGroups, 1);
+  assert.equal(rec.replacements, 1);
+  assert.deepEqual(ranOf(s, order[0]!), ['#0', '#1', '#2', '#3', '#4', '#5'], 'cap of 2 refills held');
+  assert.deepEqual(
+    rec.groups.map((g) => g.uid),
+    [order[1]],
+  );
+  assert.equal(rec.fallback, null);
+});
+
+test('training step: replacements exhausted -> train_on_fewer trains on the informative groups only', async () => {
+  const { run, s, order } = await runStep('step-fewer', ['informative', 'zero', 'zero', 'informative'], {
+    groups_per_step: 2,
+    max_replacements: 1,
+    zero_variance_fallback: 'train_on_fewer',
+  });
+  const rec = await run;
+  assert.equal(rec.fallback, 'train_on_fewer');
+  assert.equal(rec.replacements, 1);
+  assert.equal(rec.zeroVarianceGroups, 2);
+  assert.deepEqual(
+    rec.groups.map((g) => g.uid),
+    [order[0]],
+  );
+  assert.deepEqual(ranOf(s, order[3]!), [], 'no task past max_replacements is drawn');
+  const train = s.calls.find((c) => c.name === 'trainStep')!.input as { items: unknown[] };
+  assert.equal(train.items.length, 4);
+});
+
+test('training step: replacements exhausted -> keep_zero_variance fills up with zero-variance groups', async () => {
+  const { run, s, order } = await runStep('step-keep', ['informative', 'zero', 'zero', 'informative'], {
+    groups_per_step: 2,
+    max_replacements: 1,
+    zero_variance_fallback: 'keep_zero_variance',
+  });
+  const rec = await run;
+  assert.equal(rec.fallback, 'keep_zero_variance');
+  assert.deepEqual(
+    rec.groups.map((g) => g.uid),
+    [order[0], order[1]],
+  );
+  const train = s.calls.find((c) => c.name === 'trainStep')!.input as { items: { advantage: number }[] };
+  assert.equal(train.items.length, 8);
+  assert.deepEqual(
+    train.items.slice(4).map((i) => i.advantage),
+    [0, 0, 0, 0],
+  );
+});
+
+test('training step: every group lost -> retries with backoff and fresh ids, then StepLostToInfrastructure', async () => {
+  const { run, s } = await runStep('step-all-lost', ['lost', 'lost'], { infra_refill_cap: 0, max_replacements: 0 });
+  await assert.rejects(run, (err: unknown) => {
+    assert.ok(err instanceof WorkflowFailedError);
+    assert.equal((err.cause as ApplicationFailure).type, 'StepLostToInfrastructure');
+    return true;
+  });
+  // 1 group x 4 episodes, then 3 retries of the step with ids ~retry-1..3.
+  assert.equal(s.runs.length, 16);
+  assert.equal(s.runs.filter((r) => r.id.endsWith('~retry-3')).length, 4);
+  assert.equal(s.calls.filter((c) => c.name === 'trainStep').length, 0, 'no update on an empty batch');
+});
+
+// ---------------------------------------------------------------------------------------------------
+// campaign cleanup
+
+const campaignConfig = loadCampaignConfig(path.join(repoRoot, 'config', 'local.yaml'));
+function campaignArgs(campaignId: string) {
+  return [
+    {
+      campaignId,
+      config: campaignConfig,
+      suiteDir: '/suite',
+      queues: { rollout: queue, gpu: queue },
+    },
+  ] as const;
+}
+
+test('campaign: a failed campaign releases its learner and policy servers', async () => {
+  const s = scenario('bad-campaign', () => 'success');
+  await assert.rejects(
+    env.client.workflow.execute(campaignWorkflow, {
+      taskQueue: queue,
+      workflowId: 'bad-campaign',
+      args: campaignArgs('bad-campaign'),
+    }),
+    WorkflowFailedError,
+  );
+  assert.deepEqual(
+    s.calls.map((c) => c.name),
+    ['ingestCandidates', 'stopLearner'],
+  );
+});
+
+test('campaign: a cancelled campaign releases its learner and policy servers', async () => {
+  const s = scenario('cancelled-campaign', () => 'success');
+  s.hang = true;
+  const handle = await env.client.workflow.start(campaignWorkflow, {
+    taskQueue: queue,
+    workflowId: 'cancelled-campaign',
+    args: campaignArgs('cancelled-campaign'),
+  });
+  while (s.inFlight === 0) await delay(50); // the probe's episodes are running
+  await handle.cancel();
+  await assert.rejects(handle.result(), WorkflowFailedError);
+  assert.equal((await handle.describe()).status.name, 'CANCELLED');
+  assert.deepEqual(
+    s.calls.map((c) => c.name),
+    ['ingestCandidates', 'startLearner', 'stopLearner'],
+  );
+});

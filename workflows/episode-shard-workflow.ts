@@ -1,0 +1,73 @@
+import { sleep } from '@temporalio/workflow';
+import type { KeyedEpisodesInput } from './keyed-episodes.ts';
+import { infraBackoffMs } from './activity-options.ts';
+import { ConcurrencySlots } from './concurrency-slots.ts';
+import { runEpisodeOrInfraError } from './episode-batch-workflow.ts';
+
+/**
+ * One shard of a probe or evaluation stage (keyed-episodes.ts): keys `keyOffset .. keyOffset + keyCount - 1`
+ * of `uids x repeats` (uid-major), at most `concurrency` episodes in flight. A key whose episode ends in an
+ * infrastructure error waits (exponential backoff, activity-options.ts) and is re-run under a new id
+ * (`...~retry-<n>`) up to `maxReruns` times, without holding a slot while it waits. Returns counts only.
+ */
+
+export interface ShardInput extends Omit<KeyedEpisodesInput, 'shardSize' | 'stage'> {
+  keyOffset: number;
+  keyCount: number;
+}
+
+export interface ShardSummary {
+  keys: number;
+  /** Episodes run, re-runs included. */
+  episodes: number;
+  reruns: number;
+  /** Keys whose last attempt is still an infrastructure error. */
+  uncovered: number;
+  /** Up to 3 `key: cause` lines of uncovered keys. */
+  uncoveredSamples: string[];
+  /** Most episodes in flight at once. */
+  peakInFlight: number;
+}
+
+export async function episodeShardWorkflow(input: ShardInput): Promise<ShardSummary> {
+  const slots = new ConcurrencySlots(input.concurrency);
+  const summary: ShardSummary = {
+    keys: input.keyCount,
+    episodes: 0,
+    reruns: 0,
+    uncovered: 0,
+    uncoveredSamples: [],
+    peakInFlight: 0,
+  };
+  const runKey = async (index: number): Promise<void> => {
+    const uid = input.uids[Math.floor(index / input.repeats)]!;
+    const repetition = index % input.repeats;
+    const key = `${uid}#${repetition}`;
+    for (let attempt = 0; ; attempt += 1) {
+      if (attempt > 0) await sleep(infraBackoffMs(attempt, input.infraBackoff));
+      const final = await slots.run(() =>
+        runEpisodeOrInfraError(input.rolloutQueue, {
+          episodeId: `${input.idPrefix}/${key}${attempt ? `~retry-${attempt}` : ''}`,
+          suiteDir: input.suiteDir,
+          taskUid: uid,
+          purpose: input.purpose,
+          campaign: input.campaignId,
+          repetition,
+          config: input.episode,
+        }),
+      );
+      summary.episodes += 1;
+      if (attempt > 0) summary.reruns += 1;
+      if (final.outcome !== 'infrastructure_error') return;
+      if (attempt >= input.maxReruns) {
+        summary.uncovered += 1;
+        if (summary.uncoveredSamples.length < 3)
+          summary.uncoveredSamples.push(`${key}: ${final.cause ?? 'infrastructure error'}`);
+        return;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: input.keyCount }, (_, j) => runKey(input.keyOffset + j)));
+  summary.peakInFlight = slots.peak;
+  return summary;
+}
