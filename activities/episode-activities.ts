@@ -229,6 +229,7 @@ export function createEpisodeActivities(deps: {
           clearInterval(beat);
         }
         record.worker = `${os.hostname()}:${process.pid}`;
+        if (input.config.policy.weight_version !== undefined) record.weightVersion = input.config.policy.weight_version;
         if (!(await withClient(deps.controlUrl, (c) => saveEpisode(c, input.episodeId, record, attempt)))) {
           const stored = await withClient(deps.controlUrl, (c) => findFinishedEpisode(c, input.episodeId));
           if (stored) return stored;

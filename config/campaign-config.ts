@@ -92,6 +92,14 @@ export const campaignConfigSchema = z
           .min(0)
           .default(8)
           .describe('Fresh tasks pulled per step to replace zero-variance (or infrastructure-lost) groups'),
+        max_staleness: z
+          .number()
+          .int()
+          .min(0)
+          .default(0)
+          .describe(
+            'Weight versions an episode may lag behind the step that trains on it; older ones are dropped and refilled (0 = on-policy)',
+          ),
         zero_variance_fallback: z
           .enum(['train_on_fewer', 'keep_zero_variance'])
           .default('train_on_fewer')
