@@ -90,6 +90,7 @@ export function episodeOptions(config: EpisodeConfig, episodeId = ''): EpisodeOp
     sampling: {
       temperature: config.sampling.temperature,
       topP: config.sampling.top_p,
+      topK: config.sampling.top_k,
       seed,
       stop: config.sampling.stop,
     },

@@ -82,6 +82,12 @@ export const episodeConfigSchema = z
       .object({
         temperature: z.number().min(0).default(1).describe('Policy sampling temperature'),
         top_p: z.number().gt(0).max(1).default(1),
+        top_k: z
+          .number()
+          .int()
+          .min(-1)
+          .default(-1)
+          .describe('Sample from the k most likely tokens only (-1 = all; the reference samples with top-k 20)'),
         seed: z.number().int().optional(),
         stop: z
           .array(z.string())
@@ -91,7 +97,7 @@ export const episodeConfigSchema = z
           ),
       })
       .strict()
-      .default({ temperature: 1, top_p: 1, stop: [] }),
+      .default({ temperature: 1, top_p: 1, top_k: -1, stop: [] }),
     user: z
       .discriminatedUnion('mode', [
         z.object({ mode: z.literal('scripted') }).strict(),
