@@ -29,6 +29,7 @@ export interface TrainStepInput {
   stepId: number;
   items: BatchItem[];
   learner: CampaignConfig['learner'];
+  samplingTemperature?: number;
 }
 export interface TrainStepResult {
   stepId: number;
@@ -37,7 +38,12 @@ export interface TrainStepResult {
   metrics: Record<string, unknown>;
 }
 
-export function learnerConfigJson(learner: CampaignConfig['learner'], seed: number): Record<string, unknown> {
+/** `samplingTemperature`: the policy's; the learner divides logits by it (greedy sampling, 0, counts as 1). */
+export function learnerConfigJson(
+  learner: CampaignConfig['learner'],
+  seed: number,
+  samplingTemperature = 1,
+): Record<string, unknown> {
   const modelPath = learner.model_path === 'embedded' ? smallModelDir() : learner.model_path;
   const cuda = learner.device === 'cuda';
   return {
@@ -50,7 +56,13 @@ export function learnerConfigJson(learner: CampaignConfig['learner'], seed: numb
     },
     fsdp: { cpu_offload: learner.cpu_offload, activation_checkpointing: learner.activation_checkpointing },
     optimizer: { lr: learner.lr, betas: learner.betas, eps: learner.eps, weight_decay: learner.weight_decay },
-    loss: { eps_low: learner.eps_low, eps_high: learner.eps_high, dual_clip_c: learner.dual_clip_c },
+    loss: {
+      eps_low: learner.eps_low,
+      eps_high: learner.eps_high,
+      dual_clip_c: learner.dual_clip_c,
+      old_logprobs: learner.old_logprobs,
+      temperature: samplingTemperature > 0 ? samplingTemperature : 1,
+    },
     train: { grad_clip: learner.grad_clip, micro_batch_tokens: learner.micro_batch_tokens, seed },
   };
 }
@@ -102,11 +114,12 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       campaignId: string;
       learner: CampaignConfig['learner'];
       seed: number;
+      samplingTemperature?: number;
     }): Promise<{ controlUrl: string; manifest: Record<string, unknown> }> {
       return heartbeating(async () => {
         const url = await ensureLearner(
           files(input.campaignId),
-          learnerConfigJson(input.learner, input.seed),
+          learnerConfigJson(input.learner, input.seed, input.samplingTemperature),
           input.learner.gpus_per_node,
         );
         return { controlUrl: url, manifest: await learnerRequest(url, 'GET', '/manifest') };
@@ -127,7 +140,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       // A learner that died (kill -9, OOM) is restarted from its last checkpoint; the step id makes the retry exact.
       const url = await ensureLearner(
         files(input.campaignId),
-        learnerConfigJson(input.learner, input.seed),
+        learnerConfigJson(input.learner, input.seed, input.samplingTemperature),
         input.learner.gpus_per_node,
       ).catch((err: unknown) => {
         clearInterval(beat);

@@ -29,6 +29,12 @@ export const learnerSchema = z
     eps_low: z.number().min(0).default(0.2).describe('PPO clip below 1'),
     eps_high: z.number().min(0).default(0.2).describe('PPO clip above 1 (DAPO: 0.28)'),
     dual_clip_c: z.number().gt(1).default(3).describe('Dual clip for negative advantages'),
+    old_logprobs: z
+      .enum(['recompute', 'sampler'])
+      .default('recompute')
+      .describe(
+        "Old log-probabilities of the ratio: the learner's own before the update (verl's default) or the sampler's",
+      ),
     micro_batch_tokens: z.number().int().positive().default(4096),
     cpu_offload: z.boolean().default(false).describe('FSDP2 parameter and optimizer offload'),
     activation_checkpointing: z.boolean().default(false),

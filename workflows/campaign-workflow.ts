@@ -164,7 +164,12 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
     state.candidates = uids.length;
     // Every suite task, evaluation-only ones included (histories recorded before the field existed: the candidates).
     if (config.evaluation.tasks === 'all') state.allTasks = evaluationUids ?? uids;
-    const learner = await gpu.startLearner({ campaignId, learner: config.learner, seed: config.seed });
+    const learner = await gpu.startLearner({
+      campaignId,
+      learner: config.learner,
+      seed: config.seed,
+      samplingTemperature: config.episode.sampling.temperature,
+    });
     state.manifest = await bookkeeping.writeManifest({
       campaignId,
       manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest },

@@ -157,6 +157,7 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
     items,
     learner: input.learner,
     seed: input.seed,
+    samplingTemperature: input.episode.sampling.temperature,
   });
   const exported = await gpu.exportWeights({ campaignId: input.campaignId, stepId });
   // On-policy: the next step samples only after every server holds this step's weights (version = step).

@@ -133,7 +133,6 @@ class PolicyServer:
         new_version = self.batcher.reload(Path(path), version).result()
         return {"weight_version": new_version, "path": path, "seconds": round(time.monotonic() - started, 2)}
 
-
     def _pause(self, _: Any) -> dict[str, Any]:
         self.accepting.clear()
         return {"status": "paused"}
