@@ -36,7 +36,14 @@ export interface StepRecord {
   repeatedUpdate: boolean;
   checkpoint: string;
   exportPath: string;
-  weightVersion: number | null;
+  /** Version every policy server holds after this step (its export). */
+  weightVersion: number;
+  /** Version the step's episodes were sampled from. */
+  sampledWeightVersion: number;
+  /** Episodes dropped (and refilled) for lagging more than max_staleness versions. */
+  staleEpisodes: number;
+  /** Seconds each server's weight sync took. */
+  syncSeconds: number[];
 }
 
 const run = promisify(execFile);
@@ -234,6 +241,10 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
               infra_errors_refilled: r.infraErrors,
               zero_variance_replaced: r.replacements,
               wall_s: Number(r.update.time_s ?? 0),
+              weight_version: r.weightVersion ?? null,
+              sampled_weight_version: r.sampledWeightVersion ?? null,
+              stale_episodes_dropped: r.staleEpisodes ?? 0,
+              weight_sync_s: r.syncSeconds ?? [],
             }),
           )
           .join('\n') + '\n',

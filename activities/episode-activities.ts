@@ -91,6 +91,7 @@ export function episodeOptions(config: EpisodeConfig, episodeId = ''): EpisodeOp
     sampling: {
       temperature: config.sampling.temperature,
       topP: config.sampling.top_p,
+      topK: config.sampling.top_k,
       seed,
       stop: config.sampling.stop,
     },
@@ -230,6 +231,7 @@ export function createEpisodeActivities(deps: {
           clearInterval(beat);
         }
         record.worker = `${os.hostname()}:${process.pid}`;
+        if (input.config.policy.weight_version !== undefined) record.weightVersion = input.config.policy.weight_version;
         if (!(await withClient(deps.controlUrl, (c) => saveEpisode(c, input.episodeId, record, attempt)))) {
           const stored = await withClient(deps.controlUrl, (c) => findFinishedEpisode(c, input.episodeId));
           if (stored) return stored;

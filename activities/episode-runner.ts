@@ -94,6 +94,8 @@ export interface EpisodeRecord {
   tools?: { name: string; inputSchema: Record<string, unknown> }[];
   /** host:pid of the worker process that ran the episode. */
   worker?: string;
+  /** Weight version of the policy server(s) it sampled from (set in campaigns; 0 = the base weights). */
+  weightVersion?: number;
 }
 
 export interface EpisodeDependencies {

@@ -28,11 +28,13 @@ export interface EpisodeSummary {
   cause?: string;
   policyTokens: number;
   /** host:pid of the worker that ran it */ worker?: string;
+  /** Weight version it sampled from (campaign episodes). */
+  weightVersion?: number;
 }
 
 export function summarize(
   id: string,
-  r: Pick<EpisodeRecord, 'outcome' | 'reward' | 'finishReason' | 'cause' | 'usage' | 'worker'>,
+  r: Pick<EpisodeRecord, 'outcome' | 'reward' | 'finishReason' | 'cause' | 'usage' | 'worker' | 'weightVersion'>,
 ): EpisodeSummary {
   return {
     id,
@@ -42,6 +44,7 @@ export function summarize(
     ...(r.cause ? { cause: r.cause.slice(0, 500) } : {}),
     policyTokens: r.usage.policy.output,
     ...(r.worker ? { worker: r.worker } : {}),
+    ...(r.weightVersion === undefined ? {} : { weightVersion: r.weightVersion }),
   };
 }
 

@@ -8,9 +8,11 @@ import { BadInputError, InfrastructureError, errorMessage } from '../core/errors
 import { withFailureMapping } from './temporal-failure.ts';
 import { withClient } from '../infra/control-database.ts';
 import { readPid, stopPid } from '../infra/daemon.ts';
-import { startPolicyServer } from '../infra/embedded-policy-server.ts';
+import { startPolicyServer, type PolicyEngine } from '../infra/embedded-policy-server.ts';
+import { smallModelDir } from '../infra/python-env.ts';
 import type { Trajectory } from './policy-driver.ts';
 import { learnerConfigJson } from './learner-config.ts';
+import { reportedWeightLabel, syncPolicyWeights, weightLabel } from './policy-weight-sync.ts';
 import { ensureLearner, learnerFiles, learnerRequest, LearnerHttpError, stopLearner } from './learner-process.ts';
 
 /**
@@ -29,6 +31,7 @@ export interface TrainStepInput {
   stepId: number;
   items: BatchItem[];
   learner: CampaignConfig['learner'];
+  samplingTemperature?: number;
 }
 export interface TrainStepResult {
   stepId: number;
@@ -80,11 +83,12 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       campaignId: string;
       learner: CampaignConfig['learner'];
       seed: number;
+      samplingTemperature?: number;
     }): Promise<{ controlUrl: string; manifest: Record<string, unknown> }> {
       return heartbeating(async () => {
         const url = await ensureLearner(
           files(input.campaignId),
-          learnerConfigJson(input.learner, input.seed),
+          learnerConfigJson(input.learner, input.seed, input.samplingTemperature),
           input.learner.gpus_per_node,
         );
         return { controlUrl: url, manifest: await learnerRequest(url, 'GET', '/manifest') };
@@ -105,7 +109,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       // A learner that died (kill -9, OOM) is restarted from its last checkpoint; the step id makes the retry exact.
       const url = await ensureLearner(
         files(input.campaignId),
-        learnerConfigJson(input.learner, input.seed),
+        learnerConfigJson(input.learner, input.seed, input.samplingTemperature),
         input.learner.gpus_per_node,
       ).catch((err: unknown) => {
         clearInterval(beat);
@@ -157,16 +161,62 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       });
     },
 
-    /** The embedded CPU policy server for this campaign (local default), serving `weightsPath` if given. */
-    async ensurePolicyServer(input: {
-      campaignId: string;
-      weightsPath?: string;
-    }): Promise<{ baseUrl: string; model: string }> {
-      return heartbeating(() => ensurePolicyServerNow(input));
+    /**
+     * The embedded policy server for this campaign (local default), started if needed and brought to the
+     * campaign's current weights: `weightsPath` (the newest export) as `weightVersion`, or the base model.
+     */
+    async ensurePolicyServer(
+      input: PolicyWeights & { engine: PolicyEngine },
+    ): Promise<{ baseUrl: string; model: string }> {
+      return heartbeating(async () => {
+        const server = await ensurePolicyServerNow(input.campaignId, input.engine);
+        try {
+          await bringToVersion(server.baseUrl, input);
+          return server;
+        } catch (err) {
+          // A server that cannot take the weights is restarted on them (an infrastructure fault, not the model's).
+          const fresh = await ensurePolicyServerNow(input.campaignId, input.engine, true);
+          await bringToVersion(fresh.baseUrl, input, errorMessage(err));
+          return fresh;
+        }
+      });
     },
 
-    async syncWeights(input: { baseUrl: string; path: string }): Promise<{ weightVersion: number }> {
-      return heartbeating(() => syncWeightsTo(input.baseUrl, input.path));
+    /** External policy servers: each one brought to the campaign's current weights (synced only if it differs). */
+    async ensurePolicyWeights(input: PolicyWeights & { servers: string[] }): Promise<void> {
+      return heartbeating(async () => {
+        for (const baseUrl of input.servers) await bringToVersion(baseUrl, input);
+      });
+    },
+
+    /**
+     * After a step: every listed server loads the step's export as version `weightVersion`, each sync under its
+     * deadline. A failed sync of the embedded server restarts it on this (the newest) export; a failed sync of
+     * an external one fails the activity, which Temporal retries (it is an infrastructure error).
+     */
+    async syncWeights(
+      input: PolicyWeights & { servers: string[]; engine?: PolicyEngine; weightsPath: string },
+    ): Promise<{ weightVersion: number; servers: { baseUrl: string; seconds: number }[] }> {
+      return heartbeating(async () => {
+        const label = weightLabel(input.campaignId, input.weightVersion);
+        const done: { baseUrl: string; seconds: number }[] = [];
+        for (const baseUrl of input.servers) {
+          try {
+            const r = await syncPolicyWeights(baseUrl, input.weightsPath, label, input.deadlineMs);
+            done.push({ baseUrl, seconds: r.seconds });
+          } catch (err) {
+            if (!input.engine) throw err;
+            Context.current().log.warn('weight sync failed: restarting the embedded policy server', {
+              baseUrl,
+              error: errorMessage(err),
+            });
+            const fresh = await ensurePolicyServerNow(input.campaignId, input.engine, true);
+            const r = await syncPolicyWeights(fresh.baseUrl, input.weightsPath, label, input.deadlineMs);
+            done.push({ baseUrl: fresh.baseUrl, seconds: r.seconds });
+          }
+        }
+        return { weightVersion: input.weightVersion, servers: done };
+      });
     },
 
     /** Stops the campaign's learner and its embedded policy server (when the campaign ends). */
@@ -177,33 +227,30 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     },
   });
 
-  async function ensurePolicyServerNow(input: {
-    campaignId: string;
-    weightsPath?: string;
-  }): Promise<{ baseUrl: string; model: string }> {
-    const dir = files(input.campaignId).dir;
+  async function ensurePolicyServerNow(
+    campaignId: string,
+    engine: PolicyEngine,
+    restart = false,
+  ): Promise<{ baseUrl: string; model: string }> {
+    const dir = files(campaignId).dir;
     fs.mkdirSync(dir, { recursive: true });
     const pidFile = path.join(dir, 'policy-server.pid');
     const urlFile = path.join(dir, 'policy-server.json');
-    let server: { baseUrl: string; model: string } | undefined;
-    if (readPid(pidFile) !== undefined && fs.existsSync(urlFile)) {
-      const known = JSON.parse(fs.readFileSync(urlFile, 'utf8')) as { baseUrl: string; model: string };
+    if (!restart && readPid(pidFile) !== undefined && fs.existsSync(urlFile)) {
+      const known = JSON.parse(fs.readFileSync(urlFile, 'utf8')) as { baseUrl: string; model: string; engine?: string };
       const ok = await fetch(known.baseUrl.replace(/\/v1$/, '/health'), { signal: AbortSignal.timeout(3000) }).then(
         (r) => r.ok,
         () => false,
       );
-      if (ok) server = known;
+      if (ok && (known.engine ?? 'builtin') === engine) return { baseUrl: known.baseUrl, model: known.model };
     }
-    if (!server) {
-      // An old server that is alive but not answering is replaced, not left running beside the new one.
-      const stale = readPid(pidFile);
-      if (stale !== undefined) await stopPid(-stale, 20_000);
-      const handle = await startPolicyServer({ logFile: path.join(dir, 'policy-server.log'), detached: true });
-      server = { baseUrl: handle.baseUrl, model: handle.model };
-      fs.writeFileSync(pidFile, String(handle.process.pid));
-      fs.writeFileSync(urlFile, JSON.stringify(server));
-    }
-    if (input.weightsPath) await syncWeightsTo(server.baseUrl, input.weightsPath);
+    // An old server that is alive but not answering is replaced, not left running beside the new one.
+    const stale = readPid(pidFile);
+    if (stale !== undefined) await stopPid(-stale, 20_000);
+    const handle = await startPolicyServer({ engine, logFile: path.join(dir, 'policy-server.log'), detached: true });
+    const server = { baseUrl: handle.baseUrl, model: handle.model };
+    fs.writeFileSync(pidFile, String(handle.process.pid));
+    fs.writeFileSync(urlFile, JSON.stringify({ ...server, engine }));
     return server;
   }
 
@@ -215,25 +262,27 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
   }
 }
 
-async function syncWeightsTo(baseUrl: string, weightsPath: string): Promise<{ weightVersion: number }> {
-  const root = baseUrl.replace(/\/v1\/?$/, '');
-  let response: Response;
+/** Which weights a campaign's policy servers must hold: the newest export as `weightVersion`, or the base model. */
+export interface PolicyWeights {
+  campaignId: string;
+  weightVersion: number;
+  /** The newest export; absent before the first step (then the base model's folder is loaded as version 0). */
+  weightsPath?: string;
+  basePath: string;
+  deadlineMs: number;
+}
+
+/** Syncs a server only when it reports another label than the campaign's current version (cheap to call). */
+async function bringToVersion(baseUrl: string, want: PolicyWeights, after?: string): Promise<void> {
+  const label = weightLabel(want.campaignId, want.weightVersion);
+  if ((await reportedWeightLabel(baseUrl)) === label) return;
+  const folder = want.weightsPath ?? (want.basePath === 'embedded' ? smallModelDir() : want.basePath);
   try {
-    response = await fetch(`${root}/reload_weights`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ path: weightsPath }),
-      signal: AbortSignal.timeout(10 * 60_000),
-    });
+    await syncPolicyWeights(baseUrl, folder, label, want.deadlineMs);
   } catch (err) {
-    throw new InfrastructureError(`weight sync to ${root}: ${errorMessage(err)}`, { cause: err });
+    if (after) throw new InfrastructureError(`${errorMessage(err)} (after a restart; first failure: ${after})`);
+    throw err;
   }
-  const body = (await response.json().catch(() => ({}))) as { weight_version?: number; error?: { message?: string } };
-  if (!response.ok || typeof body.weight_version !== 'number')
-    throw new InfrastructureError(
-      `weight sync to ${root}: HTTP ${response.status}: ${body.error?.message ?? 'no weight_version'}`,
-    );
-  return { weightVersion: body.weight_version };
 }
 
 export type GpuActivities = ReturnType<typeof createGpuActivities>;

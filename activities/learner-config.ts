@@ -23,13 +23,21 @@ const learnerFields = {
   eps_low: ['loss', 'eps_low'],
   eps_high: ['loss', 'eps_high'],
   dual_clip_c: ['loss', 'dual_clip_c'],
+  old_logprobs: ['loss', 'old_logprobs'],
   cpu_offload: ['fsdp', 'cpu_offload'],
   activation_checkpointing: ['fsdp', 'activation_checkpointing'],
   keep_checkpoints: ['checkpoint', 'keep_last'],
 } as const satisfies Partial<Record<keyof LearnerSection, readonly [string, string]>>;
 
-/** The learner's JSON config for a campaign's section; fields left unset take the learner's defaults. */
-export function learnerConfigJson(learner: LearnerSection, seed: number): Record<string, Record<string, unknown>> {
+/**
+ * The learner's JSON config for a campaign's section; fields left unset take the learner's defaults.
+ * `samplingTemperature` is the policy's: the learner divides logits by it (greedy sampling, 0, counts as 1).
+ */
+export function learnerConfigJson(
+  learner: LearnerSection,
+  seed: number,
+  samplingTemperature = 1,
+): Record<string, Record<string, unknown>> {
   const cuda = learner.device === 'cuda';
   const config: Record<string, Record<string, unknown>> = {
     model: {
@@ -43,6 +51,7 @@ export function learnerConfigJson(learner: LearnerSection, seed: number): Record
       backend: cuda ? 'nccl' : 'gloo',
       world_size: learner.nodes * learner.gpus_per_node,
     },
+    loss: { temperature: samplingTemperature > 0 ? samplingTemperature : 1 },
     train: { seed },
   };
   for (const [yamlField, [section, field]] of Object.entries(learnerFields)) {
@@ -67,7 +76,7 @@ export function learnerYamlField(learnerPath: string): string {
  * the YAML field, e.g. `learner.eps_low: must be in (0, 1)`.
  */
 export function resolveLearnerSection(learner: LearnerSection, seed: number): LearnerSection {
-  const config = learnerConfigJson(learner, seed);
+  const config = learnerConfigJson(learner, seed, 1);
   config.checkpoint!.dir = '<checked only>';
   const run = spawnSync(pythonBinary(), ['-m', 'tbt_gpu.learner.check_config'], {
     cwd: gpuLearnerDir,

@@ -42,6 +42,8 @@ export interface TokenCompletion {
 export interface SamplingParams {
   temperature: number;
   topP: number;
+  /** -1 or absent: no top-k cut. */
+  topK?: number;
   maxTokens: number;
   seed?: number;
   /** Stop strings (token mode), kept in the output so a stopped tool call stays parseable. */
@@ -102,6 +104,8 @@ export async function chatComplete(
       messages: messages as OpenAI.Chat.ChatCompletionMessageParam[],
       temperature: sampling.temperature,
       top_p: sampling.topP,
+      // top_k is not an OpenAI field: vLLM (and the built-in server) read it; only sent when set.
+      ...(sampling.topK !== undefined && sampling.topK > 0 ? ({ top_k: sampling.topK } as object) : {}),
       max_tokens: sampling.maxTokens,
       ...(sampling.seed === undefined ? {} : { seed: sampling.seed }),
       ...(tools && tools.length ? { tools: tools as OpenAI.Chat.ChatCompletionTool[] } : {}),
@@ -151,6 +155,7 @@ export async function completeTokens(
       max_tokens: sampling.maxTokens,
       temperature: sampling.temperature,
       top_p: sampling.topP,
+      ...(sampling.topK !== undefined && sampling.topK > 0 ? { top_k: sampling.topK } : {}),
       ...(sampling.seed === undefined ? {} : { seed: sampling.seed }),
       ...(sampling.stop?.length ? { stop: sampling.stop, include_stop_str_in_output: true } : {}),
       logprobs: 0,

@@ -77,33 +77,46 @@ export function createChatDriver(endpoint: Endpoint): PolicyDriver {
   };
 }
 
-/** Fixed anchor conversation: observations are rendered after it, and its own tokens must never change. */
+/**
+ * Fixed anchor conversation: system + user only. Observations are rendered after it and its own tokens must
+ * never change. An assistant turn in the anchor would break on Qwen3-family templates, which drop an earlier
+ * assistant turn's `<think>` block once a user turn follows it.
+ */
 const ANCHOR_CONTENT = 'anchor';
 const ANCHOR: ChatMessage[] = [
   { role: 'system', content: ANCHOR_CONTENT },
   { role: 'user', content: ANCHOR_CONTENT },
-  { role: 'assistant', content: ANCHOR_CONTENT },
 ];
 
 /**
- * The tokens the chat template puts after an assistant message's content (e.g. `<|im_end|>`, `\n`): the
- * anchor rendered with and without its assistant turn, minus the content's own tokens.
+ * The tokens the chat template puts after an assistant message's content (e.g. `<|im_end|>`, `\n`): the anchor
+ * with an assistant turn as its last message, after that turn's content tokens. Rendered last, the turn keeps
+ * whatever the template adds before the content (Qwen3's empty think block), but nothing after it changes.
  */
-async function assistantTerminator(endpoint: Endpoint, anchor: number[], tools?: unknown[]): Promise<number[]> {
-  const opened = await tokenizeMessages(endpoint, ANCHOR.slice(0, 2), { addGenerationPrompt: true, tools });
+async function assistantTerminator(endpoint: Endpoint, tools?: unknown[]): Promise<number[]> {
+  const closed = await tokenizeMessages(endpoint, [...ANCHOR, { role: 'assistant', content: ANCHOR_CONTENT }], {
+    addGenerationPrompt: false,
+    tools,
+  });
   const content = await tokenizeText(endpoint, ANCHOR_CONTENT);
-  const body = anchor.slice(opened.length, opened.length + content.length);
-  if (opened.some((t, i) => anchor[i] !== t) || body.some((t, i) => content[i] !== t)) {
+  const at = lastIndexOfSequence(closed, content);
+  if (at < 0)
     throw new InfrastructureError(
       'cannot locate the assistant turn in the anchor conversation: the chat template renders an assistant turn in an unexpected way',
     );
-  }
-  const terminator = anchor.slice(opened.length + content.length);
+  const terminator = closed.slice(at + content.length);
   if (terminator.length === 0 || terminator.length > 4)
     throw new InfrastructureError(
       `unexpected assistant terminator of ${terminator.length} tokens in the chat template`,
     );
   return terminator;
+}
+
+function lastIndexOfSequence(haystack: number[], needle: number[]): number {
+  for (let at = haystack.length - needle.length; at >= 0; at--) {
+    if (needle.every((t, i) => haystack[at + i] === t)) return at;
+  }
+  return -1;
 }
 
 export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
@@ -124,7 +137,7 @@ export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
       tools = offered;
       push(await tokenizeMessages(endpoint, initial, { addGenerationPrompt: true, tools }), 0);
       anchorTokens = await tokenizeMessages(endpoint, ANCHOR, { addGenerationPrompt: false, tools });
-      terminator = await assistantTerminator(endpoint, anchorTokens, tools);
+      terminator = await assistantTerminator(endpoint, tools);
     },
     async generate(sampling) {
       const prompt = ids.length;

@@ -29,6 +29,10 @@ export const learnerSchema = z
     eps_low: z.number().optional().describe(learnerOwned('PPO clip below 1')),
     eps_high: z.number().optional().describe(learnerOwned('PPO clip above 1 (DAPO: 0.28)')),
     dual_clip_c: z.number().optional().describe(learnerOwned('Dual clip for negative advantages')),
+    old_logprobs: z
+      .enum(['recompute', 'sampler'])
+      .optional()
+      .describe(learnerOwned("Old log-probabilities of the ratio: the learner's own before the update, or the sampler's")),
     micro_batch_tokens: z.number().optional().describe(learnerOwned('Tokens per micro-batch')),
     cpu_offload: z.boolean().optional().describe(learnerOwned('FSDP2 parameter and optimizer offload')),
     activation_checkpointing: z.boolean().optional().describe(learnerOwned('Recompute decoder activations')),
@@ -98,6 +102,14 @@ export const campaignConfigSchema = z
           .min(0)
           .default(8)
           .describe('Fresh tasks pulled per step to replace zero-variance (or infrastructure-lost) groups'),
+        max_staleness: z
+          .number()
+          .int()
+          .min(0)
+          .default(0)
+          .describe(
+            'Weight versions an episode may lag behind the step that trains on it; older ones are dropped and refilled (0 = on-policy)',
+          ),
         zero_variance_fallback: z
           .enum(['train_on_fewer', 'keep_zero_variance'])
           .default('train_on_fewer')

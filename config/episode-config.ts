@@ -55,11 +55,39 @@ export const episodeConfigSchema = z
         .enum(['chat', 'tokens'])
         .default('chat')
         .describe('chat = messages in/text out (evaluation); tokens = token-exact (training)'),
+      engine: z
+        .enum(['vllm', 'builtin'])
+        .default('vllm')
+        .describe("Server that base_url 'embedded' starts: vLLM's CPU build, or the hand-written built-in server"),
+      sync_instances: z
+        .array(z.string().url())
+        .optional()
+        .describe(
+          'Policy server instances a campaign syncs weights into after every step (base URLs with /v1; default: base_url itself)',
+        ),
+      sync_deadline_ms: z
+        .number()
+        .int()
+        .min(1)
+        .default(300_000)
+        .describe('Deadline of one weight sync (pause, reload, reset prefix cache, resume) into one server'),
+      weight_version: z
+        .number()
+        .int()
+        .min(0)
+        .optional()
+        .describe('Set by a campaign: the weight version the servers hold, recorded with each episode; leave unset'),
     }),
     sampling: z
       .object({
         temperature: z.number().min(0).default(1).describe('Policy sampling temperature'),
         top_p: z.number().gt(0).max(1).default(1),
+        top_k: z
+          .number()
+          .int()
+          .min(-1)
+          .default(-1)
+          .describe('Sample from the k most likely tokens only (-1 = all; the reference samples with top-k 20)'),
         seed: z.number().int().optional(),
         stop: z
           .array(z.string())

@@ -3,9 +3,17 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { waitFor } from './daemon.ts';
-import { gpuLearnerDir, pythonBinary, smallModelDir } from './python-env.ts';
+import { gpuLearnerDir, pythonBinary, smallModelDir, vllmPythonBinary } from './python-env.ts';
 
-/** Starts the embedded CPU policy server (gpu-learner/tbt_gpu/policy_server) as a child process. */
+/**
+ * Starts a local policy server as a child process. `vllm` (the default): vLLM's CPU build from its own venv,
+ * in dev mode so the GPU worker can pause it, reload weights from a folder and set the weight version (the port
+ * is bound to 127.0.0.1 only: dev mode must never be exposed). `builtin`: the hand-written server in
+ * gpu-learner/tbt_gpu/policy_server, kept because it starts in seconds with ~0.6 GB (template and fault tests,
+ * the benchmark baseline); it speaks the same routes for tokens and weight sync.
+ */
+
+export type PolicyEngine = 'vllm' | 'builtin';
 
 export interface PolicyServerHandle {
   baseUrl: string;
@@ -34,6 +42,7 @@ async function healthy(url: string): Promise<boolean> {
 /** `detached`: the server outlives this process (the GPU worker restarts and finds it again by pid file). */
 export async function startPolicyServer(
   options: {
+    engine?: PolicyEngine;
     port?: number;
     modelDir?: string;
     chatTemplate?: string;
@@ -45,33 +54,28 @@ export async function startPolicyServer(
   const port = options.port ?? (await freePort());
   const modelDir = options.modelDir ?? smallModelDir();
   const model = path.basename(modelDir);
-  const args = [
-    '-m',
-    'tbt_gpu.policy_server',
-    '--model',
-    modelDir,
-    '--host',
-    '127.0.0.1',
-    '--port',
-    String(port),
-    ...(options.chatTemplate ? ['--chat-template', options.chatTemplate] : []),
-    ...(options.extraArgs ?? []),
-  ];
+  const engine = options.engine ?? 'vllm';
   const log = options.logFile ? fs.openSync(options.logFile, 'a') : 'ignore';
-  const child = spawn(pythonBinary(), args, {
-    cwd: gpuLearnerDir,
-    stdio: ['ignore', log, log],
-    detached: options.detached ?? false,
-  });
+  const child =
+    engine === 'vllm' ? spawnVllm(port, modelDir, model, options, log) : spawnBuiltin(port, modelDir, options, log);
+  // vLLM runs its engine in a second process: it always gets a process group of its own, stopped as a whole.
+  const signal = (sig: NodeJS.Signals) => {
+    try {
+      if (engine === 'vllm') process.kill(-child.pid!, sig);
+      else child.kill(sig);
+    } catch {
+      // already gone
+    }
+  };
   if (options.detached) child.unref();
   // A child server must not outlive its parent (an interrupted CLI or test would leave it holding a core).
-  else process.once('exit', () => child.kill('SIGKILL'));
+  else process.once('exit', () => signal('SIGKILL'));
   const root = `http://127.0.0.1:${port}`;
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const stop = async () => {
-    if (child.exitCode === null) child.kill('SIGTERM');
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-    if (child.exitCode === null) child.kill('SIGKILL');
+    if (child.exitCode === null) signal('SIGTERM');
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000))]);
+    if (child.exitCode === null) signal('SIGKILL');
   };
   try {
     await waitFor(
@@ -83,7 +87,7 @@ export async function startPolicyServer(
           );
         return healthy(root);
       },
-      180_000,
+      engine === 'vllm' ? 900_000 : 180_000, // vLLM: ~35 s on an idle 2-core machine, minutes when it is busy
       options.logFile,
     );
   } catch (err) {
@@ -91,4 +95,49 @@ export async function startPolicyServer(
     throw err;
   }
   return { baseUrl: `${root}/v1`, model, process: child, stop };
+}
+
+type Log = number | 'ignore';
+type SpawnOptions = { chatTemplate?: string; extraArgs?: string[]; detached?: boolean };
+
+function spawnBuiltin(port: number, modelDir: string, options: SpawnOptions, log: Log): ChildProcess {
+  const args = ['-m', 'tbt_gpu.policy_server', '--model', modelDir, '--host', '127.0.0.1', '--port', String(port)];
+  if (options.chatTemplate) args.push('--chat-template', options.chatTemplate);
+  return spawn(pythonBinary(), [...args, ...(options.extraArgs ?? [])], {
+    cwd: gpuLearnerDir,
+    stdio: ['ignore', log, log],
+    detached: options.detached ?? false,
+  });
+}
+
+/**
+ * vLLM's settings that would otherwise change what is sampled: `--generation-config vllm` (no sampling defaults
+ * from the model folder), raw logprobs (before temperature and top-p/top-k: what the learner compares against),
+ * tool calls not grammar-constrained. `--enforce-eager` starts in ~35 s instead of ~140 s (graph compilation).
+ */
+function spawnVllm(port: number, modelDir: string, model: string, options: SpawnOptions, log: Log): ChildProcess {
+  const args = [
+    '-m',
+    'vllm.entrypoints.openai.api_server',
+    ...['--model', modelDir, '--served-model-name', model, '--host', '127.0.0.1', '--port', String(port)],
+    ...['--max-model-len', process.env.TBT_VLLM_MAX_MODEL_LEN ?? '4096', '--dtype', 'float32'],
+    ...['--generation-config', 'vllm', '--logprobs-mode', 'raw_logprobs', '--enforce-eager'],
+    ...(options.chatTemplate ? ['--chat-template', options.chatTemplate] : []),
+    ...(options.extraArgs ?? []),
+  ];
+  return spawn(vllmPythonBinary(), args, {
+    cwd: gpuLearnerDir,
+    stdio: ['ignore', log, log],
+    detached: true,
+    env: {
+      ...process.env,
+      VLLM_SERVER_DEV_MODE: '1',
+      VLLM_CPU_KVCACHE_SPACE: process.env.VLLM_CPU_KVCACHE_SPACE ?? '2',
+      VLLM_ENFORCE_STRICT_TOOL_CALLING: '0',
+      HF_HUB_OFFLINE: '1',
+      TRANSFORMERS_OFFLINE: '1',
+      VLLM_NO_USAGE_STATS: '1',
+      DO_NOT_TRACK: '1',
+    },
+  });
 }

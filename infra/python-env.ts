@@ -15,6 +15,15 @@ export function pythonBinary(): string {
   return python;
 }
 
+/** The vLLM (CPU build) environment scripts/setup.sh prepared (its path is recorded in .tools/vllm-venv). */
+export function vllmPythonBinary(): string {
+  const marker = path.join(repoRoot, '.tools', 'vllm-venv');
+  const python = fs.existsSync(marker) ? path.join(fs.readFileSync(marker, 'utf8').trim(), 'bin', 'python') : '';
+  if (!python || !fs.existsSync(python))
+    throw new Error(`vLLM environment not set up (${marker} missing or stale): run \`bash scripts/setup.sh\``);
+  return python;
+}
+
 export const gpuLearnerDir = path.join(repoRoot, 'gpu-learner');
 
 /** Folder of the bundled small model (converted once by scripts/setup.sh; instant afterwards). */

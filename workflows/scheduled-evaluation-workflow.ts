@@ -36,9 +36,16 @@ export async function scheduledEvaluationWorkflow(
   if (episode.policy.base_url === 'embedded') {
     const server = await gpu.ensurePolicyServer({
       campaignId: `${input.campaignId}-eval`,
+      engine: episode.policy.engine,
       weightsPath: latest.exportPath ?? undefined,
+      weightVersion: latest.step,
+      basePath: input.config.learner.model_path,
+      deadlineMs: episode.policy.sync_deadline_ms,
     });
-    episode = { ...episode, policy: { ...episode.policy, base_url: server.baseUrl, model: server.model } };
+    episode = {
+      ...episode,
+      policy: { ...episode.policy, base_url: server.baseUrl, model: server.model, weight_version: latest.step },
+    };
   }
   // The whole run id: its first characters are a timestamp (UUIDv7) shared by runs started close together.
   const label = `${input.labelPrefix ?? 'scheduled'}-step${latest.step}-${workflowInfo().runId}`;

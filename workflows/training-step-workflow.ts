@@ -43,8 +43,12 @@ export interface TrainingStepInput {
   seed: number;
   rolloutQueue: string;
   gpuQueue: string;
-  /** Embedded policy server to sync the exported weights into (absent for an external server). */
-  policyBaseUrl?: string;
+  /** Every policy server the campaign samples from: each loads this step's export afterwards. */
+  policyServers: string[];
+  /** Set when the servers are the embedded one (a failed sync restarts it with this engine). */
+  embeddedEngine?: 'vllm' | 'builtin';
+  /** Weight version the servers hold while this step samples (the previous step's; 0 = base weights). */
+  weightVersion: number;
   /** Backoff before refills and step retries (default: activity-options.ts). */
   infraBackoff?: InfraBackoff;
 }
@@ -54,6 +58,7 @@ interface GroupResult {
   episodes: EpisodeSummary[];
   lost: boolean;
   infraErrors: number;
+  stale: number;
 }
 
 export async function trainingStepWorkflow(input: TrainingStepInput): Promise<StepRecord> {
@@ -89,19 +94,25 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
     }
   };
 
+  // An episode sampled from weights more than max_staleness versions old (one recorded before a restart, say)
+  // is dropped and refilled like a lost one; an episode without a version predates versioning: current.
+  const isStale = (e: EpisodeSummary) =>
+    input.weightVersion - (e.weightVersion ?? input.weightVersion) > t.max_staleness;
   const runGroup = async (uid: string): Promise<GroupResult> => {
     const first = await Promise.all(Array.from({ length: t.group_size }, (_, rep) => episode(uid, rep)));
-    const valid = first.filter((e) => e.outcome !== 'infrastructure_error');
-    let infraErrors = first.length - valid.length;
+    const valid = first.filter((e) => e.outcome !== 'infrastructure_error' && !isStale(e));
+    let infraErrors = first.filter((e) => e.outcome === 'infrastructure_error').length;
+    let stale = first.length - valid.length - infraErrors;
     let nextRep = t.group_size;
     // Refill one episode per lost one, never more than the cap: infrastructure errors are never graded.
     while (valid.length < t.group_size && nextRep < t.group_size + t.infra_refill_cap) {
       if (current) await sleep(infraBackoffMs(nextRep - t.group_size + 1, input.infraBackoff));
       const refill = await episode(uid, nextRep++);
       if (refill.outcome === 'infrastructure_error') infraErrors += 1;
+      else if (isStale(refill)) stale += 1;
       else valid.push(refill);
     }
-    return { uid, episodes: valid, lost: valid.length < t.group_size, infraErrors };
+    return { uid, episodes: valid, lost: valid.length < t.group_size, infraErrors, stale };
   };
 
   const order = stepTaskOrder(input.pool, input.seed, input.step);
@@ -111,6 +122,7 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
   const zeroVariance: GroupResult[] = [];
   let lostGroups = 0;
   let infraErrors = 0;
+  let staleEpisodes = 0;
   let round = 0;
   for (;;) {
     while (informative.length < t.groups_per_step) {
@@ -123,6 +135,7 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
       round += 1;
       for (const g of await Promise.all(uids.map(runGroup))) {
         infraErrors += g.infraErrors;
+        staleEpisodes += g.stale;
         if (g.lost) lostGroups += 1;
         else if (isZeroVariance(g.episodes.map((e) => e.reward))) zeroVariance.push(g);
         else informative.push(g);
@@ -173,11 +186,19 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
     items,
     learner: input.learner,
     seed: input.seed,
+    samplingTemperature: input.episode.sampling.temperature,
   });
   const exported = await gpu.exportWeights({ campaignId: input.campaignId, stepId });
-  const synced = input.policyBaseUrl
-    ? await gpu.syncWeights({ baseUrl: input.policyBaseUrl, path: exported.path })
-    : undefined;
+  // On-policy: the next step samples only after every server holds this step's weights (version = step).
+  const synced = await gpu.syncWeights({
+    campaignId: input.campaignId,
+    servers: input.policyServers,
+    engine: input.embeddedEngine,
+    weightsPath: exported.path,
+    weightVersion: stepId,
+    basePath: input.learner.model_path,
+    deadlineMs: input.episode.policy.sync_deadline_ms,
+  });
   const rewards = trained.flatMap((g) => g.episodes.map((e) => e.reward as number));
   const record: StepRecord = {
     campaignId: input.campaignId,
@@ -199,7 +220,10 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
     repeatedUpdate: update.repeated,
     checkpoint: update.checkpoint,
     exportPath: exported.path,
-    weightVersion: synced?.weightVersion ?? null,
+    weightVersion: synced.weightVersion,
+    sampledWeightVersion: input.weightVersion,
+    staleEpisodes,
+    syncSeconds: synced.servers.map((s) => s.seconds),
   };
   await bookkeeping.recordStep(record);
   return record;

@@ -108,7 +108,7 @@ function dryRun(input: CampaignInput, configFile: string): void {
   for (const [k, v] of Object.entries(c.learner)) console.log(`    ${k.padEnd(24)} ${JSON.stringify(v)}`);
   // The learner's own launch plan: exact torchrun command per node and its resolved hyperparameters.
   const tmp = path.join(os.tmpdir(), `tbt-learner-${process.pid}.json`);
-  const learner = learnerConfigJson(c.learner, c.seed);
+  const learner = learnerConfigJson(c.learner, c.seed, c.episode.sampling.temperature);
   fs.writeFileSync(
     tmp,
     JSON.stringify(

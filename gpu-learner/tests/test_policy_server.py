@@ -339,3 +339,29 @@ def test_reload_weights_swaps_after_in_flight_requests(server: Client, model_dir
     assert server.post("/reload_weights", {"path": str(model_dir)})["weight_version"] == 2
     restored = server.post("/v1/completions", greedy)
     assert restored["choices"][0]["token_ids"] == original["choices"][0]["token_ids"]
+
+
+def test_vllm_dev_mode_weight_sync_routes(server: Client, model_dir: Path, tmp_path: Path) -> None:
+    """The routes our weight-sync client calls on vLLM: pause holds new generations until resume."""
+    greedy = {"prompt": "Hello", "max_tokens": 2, "temperature": 0, "return_token_ids": True}
+    assert server.get("/weight_info") == {"weight_version": None}
+    before = server.get("/health")["weight_version"]
+    assert server.post("/pause?mode=wait", {}) == {"status": "paused"}
+    assert server.get("/is_paused") == {"is_paused": True}
+    held: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: held.update(server.post("/v1/completions", greedy)))
+    thread.start()
+    time.sleep(0.5)
+    assert not held, "a generation must wait while the server is paused"
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(model_dir)}}
+    assert server.post("/collective_rpc", rpc) == {"results": [None]}
+    assert server.post("/reset_prefix_cache", {}) == {}
+    assert server.post("/update_weight_version", {"new_version": "c@1"})["new_version"] == "c@1"
+    assert server.post("/resume", {}) == {"status": "resumed"}
+    thread.join(timeout=60)
+    assert held["weight_version"] == before + 1, "the held generation ran on the reloaded weights"
+    assert server.get("/weight_info") == {"weight_version": "c@1"}
+    status, body = server.request("POST", "/collective_rpc", {"method": "other"})
+    assert status == 400 and body["error"]["param"] == "method"
+    status, body = server.request("POST", "/collective_rpc", {"method": "reload_weights", "kwargs": {}})
+    assert status == 400 and body["error"]["param"] == "kwargs"

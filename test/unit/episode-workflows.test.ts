@@ -244,6 +244,7 @@ const baseTraining: CampaignConfig['training'] = {
   normalize_std: true,
   infra_refill_cap: 2,
   max_replacements: 1,
+  max_staleness: 0,
   zero_variance_fallback: 'train_on_fewer',
 };
 type Kind = 'informative' | 'zero' | 'lost' | `flaky-${number}`;
@@ -276,6 +277,8 @@ async function runStep(campaignId: string, kinds: Kind[], training: Partial<Camp
     episode,
     training: { ...baseTraining, ...training },
     learner: {} as never,
+    policyServers: [],
+    weightVersion: 0,
     seed: 7,
     rolloutQueue: queue,
     gpuQueue: queue,

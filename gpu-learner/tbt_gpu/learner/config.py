@@ -16,6 +16,7 @@ Device = Literal["auto", "cpu", "cuda"]
 Backend = Literal["auto", "nccl", "gloo"]
 DType = Literal["auto", "float32", "bfloat16"]
 Aggregation = Literal["token-mean"]
+OldLogprobs = Literal["recompute", "sampler"]
 
 
 def _require(cond: bool, name: str, message: str) -> None:
@@ -143,12 +144,20 @@ class LossConfig:
     """Dual clip for negative advantages: the per-token loss is at most c * |A|; must be > 1."""
     aggregation: Aggregation = "token-mean"
     """Sum of per-token losses over the whole batch (all micro-batches and ranks) / global mask-1 token count."""
+    old_logprobs: OldLogprobs = "recompute"
+    """`recompute` (verl's default): the learner's own log-probabilities under the weights before the update
+    (one optimizer step per batch, so the detached forward pass gives them: ratio 1); `sampler`: the ones the
+    policy server returned with the episode (raw, before temperature: use with temperature 1)."""
+    temperature: float = 1.0
+    """Logits are divided by it before the log-softmax: the distribution the sampler drew from."""
 
     def __post_init__(self) -> None:
         _require(0 < _require_number(self.eps_low, "loss.eps_low") < 1, "loss.eps_low", "must be in (0, 1)")
         _require(_require_number(self.eps_high, "loss.eps_high") > 0, "loss.eps_high", "must be > 0")
         _require(_require_number(self.dual_clip_c, "loss.dual_clip_c") > 1, "loss.dual_clip_c", "must be > 1")
         _require_choice(self.aggregation, Aggregation, "loss.aggregation")
+        _require_choice(self.old_logprobs, OldLogprobs, "loss.old_logprobs")
+        _require(_require_number(self.temperature, "loss.temperature") > 0, "loss.temperature", "must be > 0")
 
 
 @dataclass(kw_only=True, slots=True)

@@ -136,12 +136,14 @@ class Trainer:
                 faults.micro_batch_delay()
                 mb = mb.to(info.device)
                 logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
-                logp, entropy = token_logprobs(logits, mb.input_ids)
+                logp, entropy = token_logprobs(logits / self.cfg.loss.temperature, mb.input_ids)
                 del logits
+                # Rows without old log-probabilities use the detached current ones: that is the recompute.
+                use_sampler = self.cfg.loss.old_logprobs == "sampler"
                 loss, sums = policy_loss(
                     logp=logp,
                     old_logp=mb.old_logprobs,
-                    has_old_logp=mb.has_old_logprobs,
+                    has_old_logp=mb.has_old_logprobs if use_sampler else torch.zeros_like(mb.has_old_logprobs),
                     advantages=mb.advantages,
                     mask=mb.loss_mask,
                     cfg=self.cfg.loss,
@@ -212,7 +214,7 @@ class Trainer:
         for group in pack_micro_batches(list(batch.trajectories), self.cfg.train.micro_batch_tokens):
             mb = collate(group, self.model_info.pad_id).to(self.info.device)
             logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
-            logp, _ = token_logprobs(logits, mb.input_ids)
+            logp, _ = token_logprobs(logits / self.cfg.loss.temperature, mb.input_ids)
             for row, traj in enumerate(group):
                 out[traj.trajectory_id] = float((logp[row] * mb.loss_mask[row]).sum())
         return out

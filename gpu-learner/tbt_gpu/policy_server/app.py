@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,7 +44,20 @@ class PolicyServer:
             "/tokenize": {"POST": self._tokenize},
             "/detokenize": {"POST": self._detokenize},
             "/reload_weights": {"POST": self._reload_weights},
+            # vLLM's dev-mode weight-sync routes, so one client syncs both servers (see _collective_rpc).
+            "/pause": {"POST": self._pause},
+            "/resume": {"POST": self._resume},
+            "/is_paused": {"GET": lambda _: {"is_paused": not self.accepting.is_set()}},
+            "/collective_rpc": {"POST": self._collective_rpc},
+            "/reset_prefix_cache": {"POST": lambda _: {}},  # no prefix cache here
+            "/update_weight_version": {"POST": self._update_weight_version},
+            "/weight_info": {"GET": lambda _: {"weight_version": self.weight_label}},
         }
+        # Generation requests wait while paused; the batcher runs jobs in order, so a reload queued after
+        # /pause starts once the in-flight generations are done (vLLM's `mode=wait`).
+        self.accepting = threading.Event()
+        self.accepting.set()
+        self.weight_label: str | None = None
         self.httpd = ThreadingHTTPServer((config.host, config.port), _RequestHandler)
         self.httpd.daemon_threads = True
         self.httpd.app = self  # type: ignore[attr-defined]
@@ -93,6 +107,7 @@ class PolicyServer:
         }]}  # fmt: skip
 
     def _completions(self, data: Any) -> dict[str, Any]:
+        self.accepting.wait()
         body = protocol.Body(data)
         protocol.check_model_name(body, self.config.model_name)
         parsed = protocol.parse_completion(body, self.engine)
@@ -100,6 +115,7 @@ class PolicyServer:
         return protocol.completion_response(parsed, result, self.engine, self.config.model_name)
 
     def _chat_completions(self, data: Any) -> dict[str, Any]:
+        self.accepting.wait()
         body = protocol.Body(data)
         protocol.check_model_name(body, self.config.model_name)
         parsed = protocol.parse_chat(body, self.engine)
@@ -117,6 +133,32 @@ class PolicyServer:
         started = time.monotonic()
         new_version = self.batcher.reload(Path(path), version).result()
         return {"weight_version": new_version, "path": path, "seconds": round(time.monotonic() - started, 2)}
+
+    def _pause(self, _: Any) -> dict[str, Any]:
+        self.accepting.clear()
+        return {"status": "paused"}
+
+    def _resume(self, _: Any) -> dict[str, Any]:
+        self.accepting.set()
+        return {"status": "resumed"}
+
+    def _collective_rpc(self, data: Any) -> dict[str, Any]:
+        """Only vLLM's ``reload_weights`` with ``kwargs.weights_path``: the one call weight sync makes."""
+        body = protocol.Body(data)
+        method = body.string("method", required=True)
+        if method != "reload_weights":
+            raise BadRequest(f"collective_rpc method {method!r} is not supported; only reload_weights", param="method")
+        kwargs = data.get("kwargs") if isinstance(data, dict) else None
+        path = kwargs.get("weights_path") if isinstance(kwargs, dict) else None
+        if not isinstance(path, str) or not path:
+            raise BadRequest("collective_rpc reload_weights needs kwargs.weights_path", param="kwargs")
+        self.batcher.reload(Path(path), None).result()
+        return {"results": [None]}
+
+    def _update_weight_version(self, data: Any) -> dict[str, Any]:
+        version = protocol.Body(data).string("new_version", required=True)
+        self.weight_label = version
+        return {"success": True, "new_version": version}
 
 
 class _RequestHandler(BaseHTTPRequestHandler):
