@@ -32,7 +32,9 @@ export const learnerSchema = z
     old_logprobs: z
       .enum(['recompute', 'sampler'])
       .optional()
-      .describe(learnerOwned("Old log-probabilities of the ratio: the learner's own before the update, or the sampler's")),
+      .describe(
+        learnerOwned("Old log-probabilities of the ratio: the learner's own before the update, or the sampler's"),
+      ),
     micro_batch_tokens: z.number().optional().describe(learnerOwned('Tokens per micro-batch')),
     cpu_offload: z.boolean().optional().describe(learnerOwned('FSDP2 parameter and optimizer offload')),
     activation_checkpointing: z.boolean().optional().describe(learnerOwned('Recompute decoder activations')),
@@ -122,7 +124,12 @@ export const campaignConfigSchema = z
     evaluation: z
       .object({
         repeats: z.number().int().min(1).default(4).describe('Attempts per task (k)'),
-        tasks: z.enum(['pool', 'all']).default('pool').describe('Evaluate on the training pool or every suite task'),
+        tasks: z
+          .enum(['pool', 'all', 'held_out'])
+          .default('pool')
+          .describe(
+            'Evaluate on the training pool, every suite task, or only the held-out tasks (exclude_uids and evaluation-only ones), disjoint from training',
+          ),
         concurrency: z.number().int().min(1).default(8).describe('Evaluation episodes in flight (across all shards)'),
         shard_size: z
           .number()

@@ -42,6 +42,8 @@ export interface CampaignState {
   pool?: string[];
   /** Every candidate, kept only when evaluation.tasks is 'all'. */
   allTasks?: string[];
+  /** The tasks kept out of training, kept only when evaluation.tasks is 'held_out'. */
+  heldOutTasks?: string[];
   manifest?: string;
   weightsPath?: string;
   /** Weight version the policy servers hold: the last trained step (0 = the base weights). */
@@ -109,7 +111,7 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
   const state: CampaignState = input.state ?? { stage: 'ingest', step: 0, paused: false, stopAfterStep: false };
   const gpu = proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '1 hour'));
   const status = (): CampaignStatus => {
-    const { pool, allTasks: _all, ...rest } = state;
+    const { pool, allTasks: _all, heldOutTasks: _heldOut, ...rest } = state;
     return { ...rest, campaignId, poolSize: pool?.length ?? 0, steps: config.training.steps };
   };
   setHandler(statusQuery, status);
@@ -175,15 +177,17 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
 
   if (state.stage === 'ingest') {
     enter('ingest');
-    const { uids, evaluationUids } = await bookkeeping.ingestCandidates({
+    const { uids, evaluationUids, heldOutUids } = await bookkeeping.ingestCandidates({
       campaignId,
       suiteDir: input.suiteDir,
       excludeUidsFile: input.excludeUidsFile,
       maxCandidates: config.probe.max_candidates,
+      evaluationTasks: config.evaluation.tasks,
     });
     state.candidates = uids.length;
     // Every suite task, evaluation-only ones included (histories recorded before the field existed: the candidates).
     if (config.evaluation.tasks === 'all') state.allTasks = evaluationUids ?? uids;
+    if (config.evaluation.tasks === 'held_out') state.heldOutTasks = heldOutUids;
     const learner = await gpu.startLearner({
       campaignId,
       learner: config.learner,
@@ -212,7 +216,8 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
     state.probe = probeSummary;
     state.stage = config.evaluation.before_training ? 'evaluate-before' : 'train';
   }
-  const evalUids = () => (config.evaluation.tasks === 'pool' ? state.pool! : state.allTasks!);
+  const evalUids = () =>
+    ({ pool: state.pool, all: state.allTasks, held_out: state.heldOutTasks })[config.evaluation.tasks]!;
   const evaluate = async (label: 'before' | 'after'): Promise<EvaluationResult> => {
     enter(`evaluate-${label}`);
     const { episode } = await episodeConfig();

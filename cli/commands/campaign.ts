@@ -192,10 +192,16 @@ export async function follow(client: Client, env: Environment, workflowId: strin
 
 export async function startCampaign(
   configFile: string,
-  options: { wait: boolean; id?: string },
+  options: { wait: boolean; id?: string; seed?: number },
 ): Promise<{ workflowId: string; status?: CampaignStatus }> {
   const env = readEnvironment();
-  const config = loadCampaignConfig(configFile);
+  const loaded = loadCampaignConfig(configFile);
+  // A seed given on the command line (bench:learning --seed) replaces the file's, and names the campaign apart so
+  // runs with different seeds can go side by side; the manifest records the seed used.
+  const config =
+    options.seed === undefined
+      ? loaded
+      : Object.freeze({ ...loaded, seed: options.seed, name: `${loaded.name}-s${options.seed}` });
   const { client, close } = await connect(env);
   try {
     const current = currentFile(env, config.name);
