@@ -70,6 +70,10 @@ export const campaignConfigSchema = z
     ),
     probe: z
       .object({
+        enabled: z
+          .boolean()
+          .default(true)
+          .describe('false = no probe: every candidate is in the training pool (a benchmark whose split is fixed)'),
         repeats: z.number().int().min(1).default(8).describe('Probe episodes per candidate task'),
         concurrency: z.number().int().min(1).default(8).describe('Probe episodes in flight (across all shards)'),
         shard_size: z

@@ -198,6 +198,12 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
       campaignId,
       manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest },
     });
+    // Configs recorded before probe.enabled existed have no such field: they probed.
+    if (config.probe.enabled === false) state.pool = uids;
+    else state.pool = await probeCandidates(uids);
+    state.stage = config.evaluation.before_training ? 'evaluate-before' : 'train';
+  }
+  async function probeCandidates(uids: string[]): Promise<string[]> {
     enter('probe');
     const { episode } = await episodeConfig();
     const probe = await executeChild(probeWorkflow, {
@@ -212,9 +218,8 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
       ],
     });
     const { pool, ...probeSummary } = probe;
-    state.pool = pool;
     state.probe = probeSummary;
-    state.stage = config.evaluation.before_training ? 'evaluate-before' : 'train';
+    return pool;
   }
   const evalUids = () =>
     ({ pool: state.pool, all: state.allTasks, held_out: state.heldOutTasks })[config.evaluation.tasks]!;

@@ -89,7 +89,9 @@ function dryRun(input: CampaignInput, configFile: string): void {
     `  suite        ${input.suiteDir}${input.excludeUidsFile ? ` (excluding uids in ${input.excludeUidsFile})` : ''}`,
   );
   console.log(
-    `  stages       ingest -> probe (${c.probe.repeats} episodes per candidate${c.probe.max_candidates ? `, first ${c.probe.max_candidates} candidates` : ''}) -> select (bands ${c.probe.retain_bands.join('/')}, min clean runs ${c.probe.min_clean_runs})`,
+    c.probe.enabled
+      ? `  stages       ingest -> probe (${c.probe.repeats} episodes per candidate${c.probe.max_candidates ? `, first ${c.probe.max_candidates} candidates` : ''}) -> select (bands ${c.probe.retain_bands.join('/')}, min clean runs ${c.probe.min_clean_runs})`
+      : '  stages       ingest (no probe: every candidate is in the pool)',
   );
   console.log(
     `               -> ${c.evaluation.before_training ? `evaluate base policy (${c.evaluation.repeats} repeats) -> ` : ''}${t.steps} training steps x ${t.groups_per_step} groups x ${t.group_size} episodes = ${t.groups_per_step * t.group_size} per update -> evaluate (${c.evaluation.repeats} repeats) -> report`,
