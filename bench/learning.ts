@@ -30,6 +30,9 @@ if (seed !== undefined && !Number.isInteger(seed)) throw new Error(`--seed: expe
 const started = Date.now();
 const env = readEnvironment();
 await up();
+// vLLM's CPU build pins its compute to one core and keeps the other for its HTTP server by default; on a 2-core
+// machine that halves the compute for rollouts. Unpinned, the OS shares both cores (workers this starts only).
+process.env.VLLM_CPU_OMP_THREADS_BIND ??= 'nobind';
 startWorkers(env);
 const { workflowId, status } = await startCampaign(values.config, { wait: true, seed });
 const minutes = (Date.now() - started) / 60_000;
