@@ -200,6 +200,7 @@ test('finding 5: a sandbox grants no CONNECT or TEMP to PUBLIC', async () => {
   try {
     await withClient(controlUrl, (c) => c.query(`CREATE ROLE ${probe} LOGIN PASSWORD 'probe'`));
     const asProbe = new pg.Client({ connectionString: withRole(sandbox.adminUrl, probe, 'probe') });
+    asProbe.on('error', () => undefined);
     await assert.rejects(asProbe.connect(), /permission denied for database/);
     await asProbe.end().catch(() => undefined);
     await withClient(sandbox.agentUrl, async (c) => {
