@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, createHmac, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import type { Scenario } from '../config/task-schema.ts';
 import { InfrastructureError, errorMessage, isInfrastructureSqlState } from '../core/errors.ts';
@@ -27,7 +27,7 @@ import {
 export interface Sandbox {
   name: string;
   scenario: string;
-  /** Tool handlers connect with this: role tbt_agent, this database only. */
+  /** Tool handlers connect with this: the sandbox's own login role (a member of tbt_agent), this database only. */
   agentUrl: string;
   /** Checks connect with this: role tbt_reader, read-only sessions. */
   readerUrl: string;
@@ -52,7 +52,7 @@ export interface SandboxPoolOptions {
   strategy?: 'FILE_COPY' | 'WAL_LOG';
 }
 
-const GRANTS_VERSION = 2;
+const GRANTS_VERSION = 3; // 3: per-clone tool roles, no PUBLIC CONNECT/TEMP, tables owned by tbt_owner
 
 export function templateFingerprint(scenario: Scenario): string {
   return createHash('sha256')
@@ -114,7 +114,7 @@ export class SandboxPool {
       scenario,
       adminUrl: admin,
       ownerUrl: withRole(admin, ownerRole, rolePassword(url, ownerRole, undefined)),
-      agentUrl: withRole(admin, agentRole, rolePassword(url, agentRole, this.options.agentPassword)),
+      agentUrl: withRole(admin, name, this.toolRolePassword(name)),
       readerUrl: withRole(admin, readerRole, rolePassword(url, readerRole, this.options.readerPassword)),
     };
   }
@@ -131,11 +131,23 @@ export class SandboxPool {
     return pending;
   }
 
-  /** Only the roles that work in sandboxes may connect; nobody gets TEMP (Postgres grants both to PUBLIC). */
-  private async restrictDatabase(name: string): Promise<void> {
+  /**
+   * A clone's tool role's password, derived (HMAC) from the shared tool password, so any worker of this
+   * deployment can open any of its sandboxes for an episode, while the credential of one opens no other.
+   */
+  private toolRolePassword(name: string): string | undefined {
+    const key = rolePassword(this.options.controlUrl, agentRole, this.options.agentPassword);
+    return key === undefined ? undefined : createHmac('sha256', key).update(`sandbox tool role:${name}`).digest('hex');
+  }
+
+  /**
+   * Only the given roles may connect; nobody gets TEMP (Postgres grants both to PUBLIC on every new database,
+   * and a clone does not inherit its template's database privileges).
+   */
+  private async restrictDatabase(name: string, roles: string[]): Promise<void> {
     await this.admin.query(
       `REVOKE ALL ON DATABASE ${quoteIdent(name)} FROM PUBLIC;
-       GRANT CONNECT ON DATABASE ${quoteIdent(name)} TO ${agentRole}, ${readerRole}, ${ownerRole}`,
+       GRANT CONNECT ON DATABASE ${quoteIdent(name)} TO ${roles.map(quoteIdent).join(', ')}`,
     );
   }
 
@@ -152,7 +164,7 @@ export class SandboxPool {
       await client.query(`DROP DATABASE IF EXISTS ${quoteIdent(name)}`);
       await client.query(`CREATE DATABASE ${quoteIdent(name)}`);
       try {
-        await this.restrictDatabase(name);
+        await this.restrictDatabase(name, [ownerRole]);
         // The owner role owns the public schema and so every scenario table; task files never run as admin.
         await withClient(withDatabase(this.options.controlUrl, name), (c) =>
           c.query(`ALTER SCHEMA public OWNER TO ${ownerRole}`),
@@ -204,7 +216,13 @@ export class SandboxPool {
     await this.admin.query(
       `CREATE DATABASE ${quoteIdent(name)} TEMPLATE ${quoteIdent(template)} STRATEGY ${this.strategy}`,
     );
-    await this.restrictDatabase(name); // database privileges are not copied from the template
+    // The clone's own tool role: tbt_agent's table privileges (membership), CONNECT on this database only.
+    const password = this.toolRolePassword(name);
+    await this.admin.query(
+      `CREATE ROLE ${quoteIdent(name)} LOGIN INHERIT NOSUPERUSER NOCREATEDB NOCREATEROLE CONNECTION LIMIT 20
+       ${password === undefined ? '' : `PASSWORD ${pg.escapeLiteral(password)}`} IN ROLE ${agentRole}`,
+    );
+    await this.restrictDatabase(name, [name, readerRole, ownerRole]);
     await this.admin.query(`UPDATE sandboxes SET state = $2 WHERE name = $1`, [name, state]);
     return name;
   }
@@ -298,8 +316,10 @@ export class SandboxPool {
     await this.admin.query(`DELETE FROM sandboxes WHERE name = $1`, [sandbox.name]);
   }
 
+  /** Drops a sandbox's database and then its tool role (which holds privileges on nothing else). */
   private async dropDatabase(name: string): Promise<void> {
     await this.admin.query(`DROP DATABASE IF EXISTS ${quoteIdent(name)} WITH (FORCE)`);
+    await this.admin.query(`DROP ROLE IF EXISTS ${quoteIdent(name)}`);
   }
 
   /**
@@ -344,6 +364,14 @@ export class SandboxPool {
     await this.admin.query(
       `DELETE FROM sandbox_orphans o WHERE NOT EXISTS (SELECT 1 FROM pg_database d WHERE d.datname = o.name)`,
     );
+    // Tool roles whose sandbox is gone (a crash between the two drops); a live clone's row predates its role.
+    const strayRoles = await this.admin.query<{ name: string }>(
+      `SELECT rolname AS name FROM pg_roles r WHERE starts_with(rolname, $1)
+         AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.name = r.rolname)
+         AND NOT EXISTS (SELECT 1 FROM pg_database d WHERE d.datname = r.rolname)`,
+      [prefix],
+    );
+    for (const { name } of strayRoles.rows) await this.admin.query(`DROP ROLE IF EXISTS ${quoteIdent(name)}`);
     await this.admin.query(
       `DELETE FROM sandboxes s WHERE state <> 'creating' AND NOT EXISTS (SELECT 1 FROM pg_database d WHERE d.datname = s.name)`,
     );
