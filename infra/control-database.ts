@@ -83,6 +83,9 @@ export async function ensureControlDatabase(env: Environment): Promise<void> {
       if (password) await c.query(`ALTER ROLE ${role} PASSWORD ${pg.escapeLiteral(password)}`);
     }
     await c.query(`ALTER ROLE ${readerRole} SET default_transaction_read_only = on`);
+    // A non-superuser admin (CREATEDB, CREATEROLE) must be a member of tbt_owner to hand it the public schema of
+    // each template; a superuser needs nothing, and a server that refuses leaves the template build to say so.
+    await c.query(`GRANT ${ownerRole} TO CURRENT_USER`).catch(() => undefined);
     // Restricted roles must never reach the control database or the maintenance databases.
     await c.query(`REVOKE CONNECT ON DATABASE ${quoteIdent(name)} FROM PUBLIC`);
     for (const db of ['postgres', 'template1']) {
