@@ -6,6 +6,7 @@ import { heartbeating } from './activity-heartbeat.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
 import { withFailureMapping } from './temporal-failure.ts';
+import { defaultRetention, pruneLearnerFolder } from '../infra/retention.ts';
 import { withClient } from '../infra/control-database.ts';
 import { readPid, stopPid } from '../infra/daemon.ts';
 import { startPolicyServer, type PolicyEngine } from '../infra/embedded-policy-server.ts';
@@ -130,6 +131,8 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
           ),
           cancelled,
         ]);
+        // Retention: batches of committed steps and all but the last exports go (tbt gc does the same).
+        pruneLearnerFolder(files(input.campaignId).dir, defaultRetention);
         return {
           stepId: answer.step_id,
           repeated: answer.repeated,
@@ -154,6 +157,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
             { step_id: input.stepId },
             30 * 60_000,
           );
+          pruneLearnerFolder(files(input.campaignId).dir, defaultRetention);
           return { path: answer.path };
         } catch (err) {
           return nonRetryable(err);

@@ -40,6 +40,10 @@ const commands: Record<string, { summary: string; run: Command }> = {
     summary: 'campaign status|pause|resume|stop|follow ID',
     run: async (a) => (await import('./commands/campaign.ts')).campaign(a),
   },
+  gc: {
+    summary: 'gc [--keep-exports K] [--max-log-mb N] [--dry-run]: prune old weight exports and batches, rotate logs',
+    run: async (a) => (await import('./commands/gc.ts')).gc(a),
+  },
   workers: {
     summary: 'workers up|down|status: the orchestrator, rollout and gpu workers as local processes',
     run: async (a) => (await import('./commands/workers.ts')).workers(a),

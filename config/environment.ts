@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
+import { readLocalPassword } from './local-database-password.ts';
 
 /** Repository root, resolved from this file so commands work from any working directory. */
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -54,8 +55,11 @@ export function temporalUiUrl(env: Environment): string {
   return `http://localhost:${env.TBT_TEMPORAL_UI_PORT}`;
 }
 
+/** DATABASE_URL when set (it wins); else the local server, with the password `tbt up` generated. */
 export function databaseUrl(env: Environment): string {
-  return env.DATABASE_URL ?? `postgres://tbt@127.0.0.1:${env.TBT_PG_PORT}/tbt`;
+  if (env.DATABASE_URL) return env.DATABASE_URL;
+  const password = readLocalPassword(env.TBT_STATE_DIR);
+  return `postgres://tbt${password ? `:${encodeURIComponent(password)}` : ''}@127.0.0.1:${env.TBT_PG_PORT}/tbt`;
 }
 
 /** Task queues, named in one place (workers and workflows both read them from here). */

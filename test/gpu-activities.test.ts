@@ -10,6 +10,7 @@ import { createGpuActivities } from '../activities/gpu-activities.ts';
 import { learnerFiles, learnerRequest, controlUrl, stopLearner } from '../activities/learner-process.ts';
 import { withClient } from '../infra/control-database.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
+import { diskUsage } from '../infra/retention.ts';
 import { controlReady } from './helpers/stack.ts';
 
 /**
@@ -117,6 +118,20 @@ test(
     const exported = await run(() => activities.exportWeights({ campaignId, stepId: 2 })).result;
     assert.ok(fs.existsSync(path.join(exported.path, 'config.json')));
     assert.ok(fs.readdirSync(exported.path).some((f) => f.endsWith('.safetensors')));
+
+    // Retention (finding 16): a batch goes once a checkpoint holds its step; the disk one step costs, measured.
+    const batches = path.join(files.dir, 'batches');
+    assert.deepEqual(
+      fs.readdirSync(batches).filter((f) => /^step-[12]\.jsonl$/.test(f)),
+      [],
+      'batches of committed steps are removed',
+    );
+    const perStep = {
+      checkpointBytes: diskUsage(path.join(files.checkpoints, 'step-2')),
+      exportBytes: diskUsage(exported.path),
+    };
+    console.log(`disk per step (real small model, CPU, float32): ${JSON.stringify(perStep)}`);
+    assert.ok(perStep.exportBytes > 0 && perStep.checkpointBytes > 0);
   },
 );
 
