@@ -42,6 +42,7 @@ import {
   type CommandIo,
   type JsonlRow,
 } from './prepare.ts';
+import { dollars, percent } from '../../core/report/format.ts';
 
 /**
  * `tbt eval`: metrics from result files (our episode records or ThinkingBox result lines), behind a
@@ -491,16 +492,6 @@ function aggregateCommand(args: string[], io: CommandIo): number {
 
 // ---------------------------------------------------------------------------------------------------
 // Readable output
-
-export function percent(x: number): string {
-  return `${(100 * x).toFixed(2)}%`;
-}
-
-/** Dollars: cents above $1, tenths of a cent below (the reference's $24.36 and $0.177). */
-export function dollars(x: number | null): string {
-  if (x === null) return 'n/a';
-  return Math.abs(x) >= 1 ? `$${x.toFixed(2)}` : `$${x.toFixed(3)}`;
-}
 
 function interval([lo, hi]: [number, number]): string {
   return `[${(100 * lo).toFixed(1)}, ${(100 * hi).toFixed(1)}]`;
