@@ -77,8 +77,13 @@ const USAGE = `usage: tbt eval <subcommand> [options]
       Paired per-task comparison of two 'aggregate' outputs over the same tasks (B minus A): pass@1 and
       the all-attempts-pass rate, with paired bootstrap intervals.
 
-  run
-      Not built yet (needs the episode runner).`;
+  run --config FILE [--campaign WORKFLOW_ID] [--repeats K] [--tasks all|FILE.yaml]
+      Coverage-gated evaluation through Temporal of a campaign's latest checkpoint (or, without --campaign,
+      the base policy): every (task, repetition) key runs exactly once without an infrastructure error
+      before a score is printed. Default tasks: the campaign's pool; --repeats defaults to the config's.
+
+  schedule --campaign WORKFLOW_ID --config FILE --cron "EXPR" [--repeats K] [--id SCHEDULE_ID]
+      A Temporal Schedule that re-evaluates the campaign's latest checkpoint (overlap: skip).`;
 
 const FORMAT_DEFAULTS = {
   episode: {
