@@ -41,7 +41,7 @@ import {
   readUidListInput,
   type CommandIo,
   type JsonlRow,
-} from './prepare.ts';
+} from '../command-support.ts';
 import { dollars, percent } from '../../core/report/format.ts';
 
 /**

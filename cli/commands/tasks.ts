@@ -18,7 +18,7 @@ import {
   readUidListInput,
   UsageError,
   type CommandIo,
-} from './prepare.ts';
+} from '../command-support.ts';
 import { validateTask, type TaskValidation } from '../../activities/task-validation.ts';
 import { TerminalStateGrader } from '../../activities/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';

@@ -104,7 +104,7 @@ const activities = {
   async writeManifest(input: { campaignId: string }) {
     return `/manifest/${input.campaignId}.json`;
   },
-  async ensurePolicyServer(input: { campaignId: string }) {
+  async ensurePolicyServer() {
     return { baseUrl: 'http://policy/v1', model: 'm' };
   },
   async stopLearner(input: { campaignId: string }) {
