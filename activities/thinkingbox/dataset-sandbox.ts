@@ -272,6 +272,11 @@ export class DatasetSandbox {
       TMPDIR: path.join(scratch.dir, 'tmp'),
       LANG: 'C.UTF-8',
       PYTHONDONTWRITEBYTECODE: '1',
+      // Fixed values for the names the MCP SDK would otherwise copy from the worker's own environment.
+      SHELL: '/bin/sh',
+      TERM: 'dumb',
+      USER: 'sandbox',
+      LOGNAME: 'sandbox',
       ...code.env,
     };
     const cwd = code.cwd ? path.resolve(code.cwd) : scratch.dir;
