@@ -34,6 +34,10 @@ export const environmentSchema = z.object({
     .optional()
     .describe('Password of the read-only checking role tbt_reader, when the server needs one'),
   TBT_TASK_QUEUE_PREFIX: z.string().default('tbt').describe('Prefix of every task queue name'),
+  TBT_UNSANDBOXED: z
+    .enum(['0', '1'])
+    .default('0')
+    .describe('1 = run dataset code without isolation where bubblewrap does not work (`tbt --unsandboxed`)'),
 });
 export type Environment = z.infer<typeof environmentSchema>;
 

@@ -350,7 +350,7 @@ let shared: DatasetSandbox | undefined;
 
 /** The process's sandbox, made (and its mode logged) on first use; `--unsandboxed` is TBT_UNSANDBOXED=1. */
 export function datasetSandbox(): DatasetSandbox {
-  shared ??= new DatasetSandbox({ unsandboxed: process.env.TBT_UNSANDBOXED === '1' });
+  shared ??= new DatasetSandbox({ unsandboxed: readEnvironment().TBT_UNSANDBOXED === '1' });
   return shared;
 }
 
