@@ -38,6 +38,13 @@ export const environmentSchema = z.object({
     .enum(['0', '1'])
     .default('0')
     .describe('1 = run dataset code without isolation where bubblewrap does not work (`tbt --unsandboxed`)'),
+  TBT_SANDBOX_LOOPBACK: z
+    .string()
+    .default('8108=127.0.0.1:8108')
+    .describe(
+      'PORT=HOST:PORT,...: loopback ports inside the tool-server sandbox and the one host address each reaches ' +
+        "(default: the knowledge-base search service the bench's servers expect on 127.0.0.1:8108); '' = none",
+    ),
 });
 export type Environment = z.infer<typeof environmentSchema>;
 

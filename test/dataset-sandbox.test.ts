@@ -105,7 +105,7 @@ interface Escape {
 }
 
 /** Starts the hostile tool server through the real pool and calls its `escape` tool. */
-async function escapeFromToolServer(on: DatasetSandbox, targets: string[]): Promise<Escape> {
+async function escapeFromToolServer(on: DatasetSandbox, targets: string[], token = ''): Promise<Escape> {
   const pool = new StdioServerPool({ warm: 0, sandbox: on, pathPrefix: datasetPathPrefix() });
   const server = await pool.acquire('hostile', {
     command: 'python',
@@ -114,9 +114,13 @@ async function escapeFromToolServer(on: DatasetSandbox, targets: string[]): Prom
     cwd: fixtures,
   } as Parameters<StdioServerPool['acquire']>[1]);
   try {
-    const result = await server.client.callTool({ name: 'escape', arguments: { targets } }, CallToolResultSchema, {
-      timeout: 60_000,
-    });
+    const result = await server.client.callTool(
+      { name: 'escape', arguments: { targets, token } },
+      CallToolResultSchema,
+      {
+        timeout: 60_000,
+      },
+    );
     return JSON.parse((result.content as { text: string }[])[0]!.text) as Escape;
   } finally {
     await server.stop();
@@ -248,7 +252,20 @@ test('a grandchild in its own session does not survive the test timeout', { time
   assert.ok(await waitFor(() => processesWith(token).length === 0, 3_000), `left: ${processesWith(token)}`);
 });
 
-test('a fork bomb stops at the process limit and dies with the test', { timeout: 60_000 }, async () => {
+test("a tool server's grandchild in its own session dies at the server's teardown", async () => {
+  const token = `tbt-server-grandchild-${crypto.randomUUID()}`;
+  let alive = 0;
+  const sampler = setInterval(() => (alive = Math.max(alive, processesWith(token).length)), 50);
+  try {
+    await escapeFromToolServer(sandbox, [], token);
+  } finally {
+    clearInterval(sampler);
+  }
+  assert.ok(alive > 0 || processesWith(token).length > 0, 'the grandchild never started');
+  assert.ok(await waitFor(() => processesWith(token).length === 0, 5_000), `left: ${processesWith(token)}`);
+});
+
+test('a fork bomb stops at the process limit and dies with the test', { timeout: 60_000 }, async (t) => {
   const token = `tbt-forkbomb-${crypto.randomUUID()}`;
   let most = 0;
   const sampler = setInterval(() => {
@@ -269,6 +286,7 @@ test('a fork bomb stops at the process limit and dies with the test', { timeout:
   } finally {
     clearInterval(sampler);
   }
+  t.diagnostic(`most processes seen at once: ${most} (limit ${sandbox.limits.processes})`);
   assert.ok(most >= 20, `the bomb reached only ${most} processes (it did not run)`);
   assert.ok(most <= sandbox.limits.processes, `${most} processes > limit ${sandbox.limits.processes}`);
   assert.ok(await waitFor(() => processesWith(token).length === 0, 3_000), `left: ${processesWith(token).length}`);
@@ -315,3 +333,56 @@ test('a CPU spin is stopped by the CPU limit before the wall-clock timeout', { t
   );
   assert.ok(Date.now() - started < 30_000);
 });
+
+/** Runs `python3 -c code` in `on` and returns its stdout (async: the loopback relay lives in this process). */
+function runPython(on: DatasetSandbox, code: string, network: 'none' | 'loopback'): Promise<string> {
+  const run = on.prepare({
+    command: 'python3',
+    args: ['-c', code],
+    pathPrefix: datasetPathPrefix(),
+    label: 'net',
+    network,
+  });
+  return new Promise((resolve, reject) => {
+    const child = spawn(run.command, run.args, { env: run.env, cwd: run.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (out += c.toString()));
+    child.on('error', reject);
+    child.on('close', () => {
+      run.dispose();
+      resolve(out.trim());
+    });
+  });
+}
+
+test(
+  'tool servers reach only their configured loopback ports; test code reaches none',
+  { timeout: 60_000 },
+  async () => {
+    const service = net.createServer((socket) => socket.end('hello from the search service\n'));
+    await new Promise<void>((resolve) => service.listen(0, '127.0.0.1', resolve));
+    const servicePort = (service.address() as net.AddressInfo).port;
+    const forwarding = new DatasetSandbox({
+      loopback: [{ port: 8108, host: '127.0.0.1', hostPort: servicePort }],
+      log: () => undefined,
+    });
+    const dial = (p: number) =>
+      [
+        'import socket',
+        'try:',
+        `    s = socket.create_connection(("127.0.0.1", ${p}), timeout=5); print(s.recv(100).decode().strip())`,
+        'except OSError as e:',
+        '    print(type(e).__name__)',
+      ].join('\n');
+    try {
+      assert.equal(await runPython(forwarding, dial(8108), 'loopback'), 'hello from the search service');
+      const before = connections;
+      assert.match(await runPython(forwarding, dial(port), 'loopback'), /ConnectionRefused/);
+      assert.match(await runPython(forwarding, dial(8108), 'none'), /ConnectionRefused/);
+      assert.equal(connections, before);
+    } finally {
+      await new Promise<void>((resolve) => service.close(() => resolve()));
+    }
+  },
+);

@@ -1,6 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { readEnvironment, repoRoot } from '../../config/environment.ts';
 import { BadInputError, InfrastructureError } from '../../core/errors.ts';
@@ -59,6 +60,28 @@ export interface DatasetCommand {
   pathPrefix?: string[];
   /** Short name for the scratch folder and messages. */
   label: string;
+  /** 'loopback': the sandbox's configured loopback ports reach their host services (tool servers); default none. */
+  network?: 'none' | 'loopback';
+}
+
+/** A loopback port inside the sandbox that reaches one host address. */
+export interface LoopbackForward {
+  port: number;
+  host: string;
+  hostPort: number;
+}
+
+/** `8108=127.0.0.1:8108,...` (TBT_SANDBOX_LOOPBACK) as forwards; an empty string is none. */
+export function parseLoopbackForwards(text: string): LoopbackForward[] {
+  return text
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((spec) => {
+      const m = /^(\d{1,5})=([\w.-]+):(\d{1,5})$/.exec(spec);
+      if (!m) throw new BadInputError(`TBT_SANDBOX_LOOPBACK: '${spec}' is not PORT=HOST:PORT`);
+      return { port: Number(m[1]), host: m[2]!, hostPort: Number(m[3]) };
+    });
 }
 
 /** What to spawn: a command line, its environment and working directory; `dispose` removes the scratch folder. */
@@ -83,6 +106,8 @@ export interface DatasetSandboxOptions {
   bwrap?: string;
   /** Where the mode line goes (default stderr). */
   log?: (line: string) => void;
+  /** Loopback ports that code asking for `network: 'loopback'` may reach, each relayed to one host address. */
+  loopback?: LoopbackForward[];
 }
 
 const SYSTEM_FOLDERS = ['/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
@@ -103,6 +128,9 @@ const ETC_FILES = [
   'os-release',
 ];
 const SAFE_PATH = '/usr/local/bin:/usr/bin:/bin';
+
+/** Our helper package (the test runner, the loopback relay), which the sandbox needs to see. */
+export const helperPackageDir = path.join(repoRoot, 'thinkingbox');
 
 /** Folders a Python interpreter needs: its venv and the base installation the venv points at. */
 export function pythonRoots(python: string): string[] {
@@ -198,6 +226,7 @@ export class DatasetSandbox {
   readonly limits: Readonly<SandboxLimits>;
   private readonly scratchRoot: string;
   private readonly bwrap: string;
+  private readonly loopback: LoopbackForward[];
   private readonly asRoot = process.getuid?.() === 0;
 
   /** Checks that bubblewrap works here; refuses (throws) when it does not, unless `unsandboxed` is set. */
@@ -207,6 +236,7 @@ export class DatasetSandbox {
       options.scratchRoot ?? path.join(readEnvironment().TBT_STATE_DIR, 'dataset-scratch'),
     );
     this.bwrap = options.bwrap ?? 'bwrap';
+    this.loopback = options.loopback ?? [];
     const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
     const problem = this.probe();
     if (!problem) {
@@ -232,7 +262,10 @@ export class DatasetSandbox {
     return (
       `user, pid, network, mount, ipc and uts namespaces${this.asRoot ? ', a fresh unprivileged uid' : ''}; ` +
       `read-only filesystem but a scratch folder; limits cpu=${l.cpuSeconds}s memory=${l.memoryMb}MiB ` +
-      `processes=${l.processes} file=${l.fileSizeMb}MiB files=${l.openFiles}`
+      `processes=${l.processes} file=${l.fileSizeMb}MiB files=${l.openFiles}; tool servers reach ` +
+      (this.loopback.length
+        ? this.loopback.map((f) => `127.0.0.1:${f.port} -> ${f.host}:${f.hostPort}`).join(', ')
+        : 'no network')
     );
   }
 
@@ -264,7 +297,7 @@ export class DatasetSandbox {
     return { dir, uid };
   }
 
-  private wrap(code: DatasetCommand, scratch: { dir: string; uid: number }, mode: SandboxMode) {
+  private wrap(code: DatasetCommand, scratch: { dir: string; uid: number }, mode: SandboxMode, relayDir?: string) {
     const pathPrefix = code.pathPrefix ?? [];
     const env: Record<string, string> = {
       PATH: [...pathPrefix, SAFE_PATH].join(path.delimiter),
@@ -283,6 +316,17 @@ export class DatasetSandbox {
     if (mode === 'unsandboxed')
       return { command: 'prlimit', args: [...limitArgs(this.limits), '--', code.command, ...code.args], env, cwd };
     const readOnly = [...(code.readOnly ?? []), ...pathPrefix, ...(code.cwd ? [cwd] : [])];
+    // The relay runs first inside the sandbox: it binds the loopback ports, forks, and execs the code.
+    const relay = relayDir
+      ? [
+          'python3',
+          '-I',
+          path.join(helperPackageDir, 'tbt_thinkingbox', 'loopback_forward.py'),
+          ...this.loopback.map((f) => `${f.port}=${path.join(relayDir, `${f.port}.sock`)}`),
+          '--',
+        ]
+      : [];
+    if (relayDir) readOnly.push(relayDir, path.join(helperPackageDir, 'tbt_thinkingbox', 'loopback_forward.py'));
     for (const p of pathPrefix) readOnly.push(...pythonRoots(path.join(p, 'python')));
     if (this.asRoot) for (const p of readOnly) readableByOthers(p, code.label);
     const inner = this.asRoot
@@ -321,6 +365,7 @@ export class DatasetSandbox {
       cwd,
       '--',
       ...inner,
+      ...relay,
       code.command,
       ...code.args,
     ];
@@ -331,7 +376,13 @@ export class DatasetSandbox {
   /** The command line that runs `code` in this sandbox, with a fresh scratch folder. */
   prepare(code: DatasetCommand): SandboxedCommand {
     const scratch = this.makeScratch(code.label);
-    const run = this.wrap(code, scratch, this.mode);
+    // Unsandboxed code shares the host's network anyway; under the sandbox each forward is a unix socket the
+    // worker relays to its one host address (outside the scratch folder, so the code cannot replace it).
+    const relays =
+      code.network === 'loopback' && this.mode === 'bubblewrap' && this.loopback.length
+        ? this.startRelays(`${scratch.dir}.net`)
+        : undefined;
+    const run = this.wrap(code, scratch, this.mode, relays?.dir);
     let disposed = false;
     return {
       ...run,
@@ -340,7 +391,35 @@ export class DatasetSandbox {
       dispose: () => {
         if (disposed) return;
         disposed = true;
+        relays?.close();
         fs.rmSync(scratch.dir, { recursive: true, force: true });
+      },
+    };
+  }
+
+  private startRelays(dir: string): { dir: string; close(): void } {
+    fs.mkdirSync(dir, { mode: 0o755 });
+    const servers = this.loopback.map((f) => {
+      const socketPath = path.join(dir, `${f.port}.sock`);
+      const server = net.createServer((inside) => {
+        const host = net.connect(f.hostPort, f.host);
+        inside.pipe(host).pipe(inside);
+        const end = () => {
+          inside.destroy();
+          host.destroy();
+        };
+        inside.on('error', end).on('close', end);
+        host.on('error', end).on('close', end);
+      });
+      server.listen(socketPath, () => fs.chmodSync(socketPath, 0o777));
+      server.unref();
+      return server;
+    });
+    return {
+      dir,
+      close: () => {
+        for (const s of servers) s.close();
+        fs.rmSync(dir, { recursive: true, force: true });
       },
     };
   }
@@ -350,9 +429,10 @@ let shared: DatasetSandbox | undefined;
 
 /** The process's sandbox, made (and its mode logged) on first use; `--unsandboxed` is TBT_UNSANDBOXED=1. */
 export function datasetSandbox(): DatasetSandbox {
-  shared ??= new DatasetSandbox({ unsandboxed: readEnvironment().TBT_UNSANDBOXED === '1' });
+  const env = readEnvironment();
+  shared ??= new DatasetSandbox({
+    unsandboxed: env.TBT_UNSANDBOXED === '1',
+    loopback: parseLoopbackForwards(env.TBT_SANDBOX_LOOPBACK),
+  });
   return shared;
 }
-
-/** Our helper package (the test runner), which test code needs to see. */
-export const helperPackageDir = path.join(repoRoot, 'thinkingbox');

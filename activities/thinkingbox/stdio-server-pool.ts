@@ -47,6 +47,7 @@ async function startServer(name: string, spec: ServerSpec, options: StdioServerP
     cwd: spec.cwd,
     pathPrefix: options.pathPrefix,
     label: name,
+    network: 'loopback',
   });
   const transport = new StdioClientTransport({
     command: sandboxed.command,

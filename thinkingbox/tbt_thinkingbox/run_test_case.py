@@ -58,6 +58,7 @@ NETWORK_DISABLED = "network access is disabled in test code"
 
 def block_network() -> None:
     """Clear errors for the plain socket API; the sandbox's empty network namespace is what blocks the rest."""
+
     def refuse(*_args: Any, **_kwargs: Any) -> Any:
         raise PermissionError(NETWORK_DISABLED)
 
