@@ -60,13 +60,21 @@ const commands: Record<string, { summary: string; run: Command }> = {
 
 function usage(): string {
   return [
-    'usage: tbt <command> [args]',
+    'usage: tbt [--unsandboxed] <command> [args]',
     '',
     ...Object.entries(commands).map(([n, c]) => `  ${n.padEnd(10)} ${c.summary}`),
+    '',
+    '  --unsandboxed  run dataset code (ThinkingBox tool servers, test code) even where bubblewrap does not work,',
+    '                 without isolation (TBT_UNSANDBOXED=1; inherited by workers this command starts)',
   ].join('\n');
 }
 
 async function main(argv: string[]): Promise<number> {
+  // A host-level switch, accepted anywhere on the command line: never part of a campaign's config.
+  if (argv.includes('--unsandboxed')) {
+    process.env.TBT_UNSANDBOXED = '1';
+    argv = argv.filter((a) => a !== '--unsandboxed');
+  }
   const [name, ...rest] = argv;
   if (!name || name === '--help' || name === '-h') {
     console.log(usage());

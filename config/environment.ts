@@ -35,6 +35,17 @@ export const environmentSchema = z.object({
     .optional()
     .describe('Password of the read-only checking role tbt_reader, when the server needs one'),
   TBT_TASK_QUEUE_PREFIX: z.string().default('tbt').describe('Prefix of every task queue name'),
+  TBT_UNSANDBOXED: z
+    .enum(['0', '1'])
+    .default('0')
+    .describe('1 = run dataset code without isolation where bubblewrap does not work (`tbt --unsandboxed`)'),
+  TBT_SANDBOX_LOOPBACK: z
+    .string()
+    .default('8108=127.0.0.1:8108')
+    .describe(
+      'PORT=HOST:PORT,...: loopback ports inside the tool-server sandbox and the one host address each reaches ' +
+        "(default: the knowledge-base search service the bench's servers expect on 127.0.0.1:8108); '' = none",
+    ),
 });
 export type Environment = z.infer<typeof environmentSchema>;
 
