@@ -144,7 +144,7 @@ export async function episodes(args: string[]): Promise<number> {
     await thinkingbox.close();
     await server?.stop();
   }
-  const rates = [...perTask.entries()].sort(([a], [b]) => a.localeCompare(b));
+  const rates = [...perTask.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   for (const [uid, r] of rates)
     console.log(
       `${uid.padEnd(40)} ${r.filter((x) => x === 1).length}/${r.length}${r.some(Number.isNaN) ? ` (${r.filter(Number.isNaN).length} infra)` : ''}`,
