@@ -81,6 +81,10 @@ main(process.argv.slice(2)).then(
   (err: unknown) => {
     console.error(`tbt: ${err instanceof Error ? err.message : String(err)}`);
     if (process.env.TBT_DEBUG && err instanceof Error) console.error(err.stack);
-    process.exit(1);
+    // Bad flags (node:util parseArgs's own errors included) exit 2, like a usage error; anything else 1.
+    const usage =
+      err instanceof Error &&
+      (err.name === 'UsageError' || /^ERR_PARSE_ARGS/.test(String((err as { code?: string }).code)));
+    process.exit(usage ? 2 : 1);
   },
 );

@@ -16,9 +16,11 @@ import { resultLine } from '../../activities/episode-result-line.ts';
 import { runEpisode } from '../../activities/episode-runner.ts';
 import { SandboxPool } from '../../activities/sandbox-pool.ts';
 import { TerminalStateGrader } from '../../activities/terminal-state-grader.ts';
-import { loadSuites, taskDomain } from '../../activities/task-suite-loader.ts';
+import { formatProblem, loadSuites, taskDomain } from '../../activities/task-suite-loader.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
 import { startPolicyServer } from '../../infra/embedded-policy-server.ts';
+import { integerFlag, numberFlag } from '../flag-values.ts';
+import { UsageError } from './prepare.ts';
 
 const USAGE = `usage: tbt episodes run --suite DIR [--uid UID ...] [--repeats K] [--concurrency N]
                          [--policy-url URL --model NAME | (embedded server)] [--mode chat|tokens]
@@ -67,10 +69,25 @@ export async function episodes(args: string[]): Promise<number> {
     console.error(USAGE);
     return 2;
   }
-  const suite = loadSuites(values.suite).suites[0];
-  if (!suite) throw new Error(`no suite in ${values.suite}`);
+  const repeats = integerFlag('--repeats', values.repeats, { min: 1, max: 10_000 });
+  const concurrency = integerFlag('--concurrency', values.concurrency, { min: 1, max: 64 });
+  const temperature = numberFlag('--temperature', values.temperature, { min: 0, max: 10 });
+  const maxTokensPerTurn = integerFlag('--max-tokens-per-turn', values['max-tokens-per-turn'], {
+    min: 1,
+    max: 1_000_000,
+  });
+  const maxAgentTurns = integerFlag('--max-agent-turns', values['max-agent-turns'], { min: 1, max: 10_000 });
+  if (values.mode !== 'chat' && values.mode !== 'tokens')
+    throw new UsageError(`--mode: expected chat or tokens, got '${values.mode}'`);
+  const { suites, problems } = loadSuites(values.suite);
+  const suite = suites[0];
+  if (!suite || problems.length)
+    throw new UsageError(
+      `--suite ${values.suite}: ${problems.length ? problems.slice(0, 5).map(formatProblem).join('; ') : 'no task suite there'}`,
+    );
   const uids = values.uid ?? suite.tasks.map((t) => t.uid);
-  const repeats = Number(values.repeats);
+  const unknown = uids.filter((uid) => !suite.tasks.some((t) => t.uid === uid));
+  if (unknown.length) throw new UsageError(`--uid: not in ${values.suite}: ${unknown.join(', ')}`);
   const env = readEnvironment();
   await ensureControlDatabase(env);
   const server = values['policy-url']
@@ -82,10 +99,10 @@ export async function episodes(args: string[]): Promise<number> {
       model: values.model ?? server!.model,
       mode: values.mode,
     },
-    sampling: { temperature: Number(values.temperature), stop: values.stop ?? [] },
+    sampling: { temperature, stop: values.stop ?? [] },
     limits: {
-      max_tokens_per_turn: Number(values['max-tokens-per-turn']),
-      max_agent_turns: Number(values['max-agent-turns']),
+      max_tokens_per_turn: maxTokensPerTurn,
+      max_agent_turns: maxAgentTurns,
       wall_clock_ms: 300_000,
     },
     prompt: { tools_in_prompt: true, example: values.example },
@@ -105,7 +122,7 @@ export async function episodes(args: string[]): Promise<number> {
   const failures: string[] = [];
   let done = 0;
   try {
-    await mapLimit(jobs, Number(values.concurrency), async ({ uid, repetition }) => {
+    await mapLimit(jobs, concurrency, async ({ uid, repetition }) => {
       const { task } = findTask(values.suite!, uid);
       const id = `adhoc:${uid}#${repetition}`;
       let record;
