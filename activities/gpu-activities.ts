@@ -1,9 +1,9 @@
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import { heartbeating } from './activity-heartbeat.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
+import type { Environment } from '../config/environment.ts';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { withClient } from '../infra/control-database.ts';
 import { readPid, stopPid } from '../infra/daemon.ts';
@@ -258,4 +258,4 @@ async function syncWeightsTo(baseUrl: string, weightsPath: string): Promise<{ we
 }
 
 export type GpuActivities = ReturnType<typeof createGpuActivities>;
-export const gpuHost = () => process.env.TBT_GPU_HOST ?? os.hostname();
+export const gpuHost = (env: Pick<Environment, 'TBT_GPU_HOST'>) => env.TBT_GPU_HOST;

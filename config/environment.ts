@@ -1,3 +1,4 @@
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
@@ -6,6 +7,11 @@ import { z } from 'zod';
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 const port = z.coerce.number().int().min(1).max(65535);
+/** A count from text: digits only (`z.coerce` alone would turn '' into 0 and '2e3' into 2000). */
+const count = (min: number, max: number) =>
+  z.string().regex(/^\d+$/, 'expected a whole number').transform(Number).pipe(z.number().int().min(min).max(max));
+/** A task-queue-safe name: it becomes part of `<prefix>-gpu-<host>`. */
+const queueName = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, 'expected letters, digits, . _ - (at most 63)');
 
 /** Process environment read once; every address, port and folder of the local stack comes from here. */
 export const environmentSchema = z.object({
@@ -19,7 +25,7 @@ export const environmentSchema = z.object({
     .describe('host:port of an existing Temporal frontend; unset = the local dev server'),
   TBT_TEMPORAL_PORT: port.default(7233).describe('gRPC port of the local Temporal dev server'),
   TBT_TEMPORAL_UI_PORT: port.default(8233).describe('Web UI port of the local Temporal dev server'),
-  TBT_TEMPORAL_NAMESPACE: z.string().default('default'),
+  TBT_TEMPORAL_NAMESPACE: z.string().default('default').describe('Temporal namespace of every workflow'),
   DATABASE_URL: z
     .string()
     .optional()
@@ -33,7 +39,43 @@ export const environmentSchema = z.object({
     .string()
     .optional()
     .describe('Password of the read-only checking role tbt_reader, when the server needs one'),
-  TBT_TASK_QUEUE_PREFIX: z.string().default('tbt').describe('Prefix of every task queue name'),
+  TBT_TASK_QUEUE_PREFIX: queueName.default('tbt').describe('Prefix of every task queue name'),
+  TBT_SANDBOX_WARM: count(0, 64).default(2).describe('Ready sandbox clones each worker keeps per template'),
+  TBT_ROLLOUT_CONCURRENCY: count(1, 256).default(4).describe('Episodes one rollout worker runs at once'),
+  TBT_GPU_HOST: queueName
+    .default(
+      os
+        .hostname()
+        .replace(/[^A-Za-z0-9._-]/g, '-')
+        .slice(0, 63) || 'localhost',
+    )
+    .describe("Names this host's learner task queue <prefix>-gpu-<host>; default: the host name"),
+  TBT_PG_BIN: z.string().optional().describe('Folder of the PostgreSQL server binaries (initdb, pg_ctl)'),
+  TBT_PG_SEARCH_SYSTEM: z
+    .enum(['0', '1'])
+    .default('1')
+    .describe("0 = look for Postgres binaries only in TBT_PG_BIN and PATH, not Debian's folders"),
+  TBT_PY_VENV: z.string().optional().describe('Learner Python environment (scripts/setup.sh creates it)'),
+  TBT_TB_VENV: z.string().optional().describe('Python environment of dataset tool servers (scripts/setup.sh)'),
+  TBT_MODEL_CACHE: z
+    .string()
+    .optional()
+    .describe('Model folder of the Python learner (~/.cache/thinkingbox-temporal/models)'),
+  TBT_LEARNER_TEST_HOOKS: z
+    .string()
+    .refine((s) => {
+      try {
+        return typeof JSON.parse(s) === 'object';
+      } catch {
+        return false;
+      }
+    }, 'expected a JSON object')
+    .optional()
+    .describe('Tests only: JSON that switches on fault points in the Python learner'),
+  TBT_CHROMIUM: z.string().default('/usr/bin/chromium').describe('Chromium for the report and UI screenshots'),
+  TBT_DEBUG: z.enum(['', '0', '1']).default('').describe('1 = print stack traces of command errors'),
+  TBT_TEST_FILTER: z.string().optional().describe('Tests only: regex over test file paths (scripts/test.sh)'),
+  TBT_KEEP_UP: z.string().optional().describe('Tests only: leave the servers scripts/test.sh started running'),
 });
 export type Environment = z.infer<typeof environmentSchema>;
 

@@ -11,7 +11,7 @@ import { createGpuActivities, gpuHost } from '../activities/gpu-activities.ts';
 
 async function run(): Promise<void> {
   const env = readEnvironment();
-  const host = gpuHost();
+  const host = gpuHost(env);
   const taskQueue = taskQueues(env).gpu(host);
   const log = pino({ name: 'gpu-worker', base: { host, pid: process.pid } });
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });

@@ -22,7 +22,7 @@ async function run(): Promise<void> {
     controlUrl,
     agentPassword: env.TBT_AGENT_DB_PASSWORD,
     readerPassword: env.TBT_READER_DB_PASSWORD,
-    warm: Number(process.env.TBT_SANDBOX_WARM ?? 2),
+    warm: env.TBT_SANDBOX_WARM,
   });
   const swept = await pool.sweep();
   if (swept.dropped.length) log.info({ dropped: swept.dropped.length }, 'swept sandboxes left by crashed workers');
@@ -43,7 +43,7 @@ async function run(): Promise<void> {
         controlUrl,
         thinkingbox,
       }),
-      maxConcurrentActivityTaskExecutions: Number(process.env.TBT_ROLLOUT_CONCURRENCY ?? 4),
+      maxConcurrentActivityTaskExecutions: env.TBT_ROLLOUT_CONCURRENCY,
       shutdownGraceTime: '30s',
     });
     log.info({ taskQueue: taskQueues(env).rollout }, 'rollout worker started');

@@ -69,7 +69,7 @@ function campaignInput(
     suiteDir,
     excludeUidsFile,
     pricesFile,
-    queues: { rollout: taskQueues(env).rollout, gpu: taskQueues(env).gpu(gpuHost()) },
+    queues: { rollout: taskQueues(env).rollout, gpu: taskQueues(env).gpu(gpuHost(env)) },
   };
 }
 
