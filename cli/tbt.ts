@@ -1,4 +1,5 @@
 import { readEnvironment } from '../config/environment.ts';
+import { redactSecretsInText } from '../core/secret-text.ts';
 import { down, status, up } from './commands/infra.ts';
 
 /** `tbt`: one entry point; each subcommand lives in cli/commands/. */
@@ -89,8 +90,9 @@ async function main(argv: string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err: unknown) => {
-    console.error(`tbt: ${err instanceof Error ? err.message : String(err)}`);
-    if (debugEnabled() && err instanceof Error) console.error(err.stack);
+    // Scrubbed: a message can carry a URL with its password (a driver error, a bad flag value).
+    console.error(`tbt: ${redactSecretsInText(err instanceof Error ? err.message : String(err))}`);
+    if (debugEnabled() && err instanceof Error) console.error(redactSecretsInText(err.stack ?? ''));
     // Bad flags (node:util parseArgs's own errors included) exit 2, like a usage error; anything else 1.
     const usage =
       err instanceof Error &&

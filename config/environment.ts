@@ -10,6 +10,44 @@ const port = z.coerce.number().int().min(1).max(65535);
 /** A count from text: digits only (`z.coerce` alone would turn '' into 0 and '2e3' into 2000). */
 const count = (min: number, max: number) =>
   z.string().regex(/^\d+$/, 'expected a whole number').transform(Number).pipe(z.number().int().min(min).max(max));
+/**
+ * A Postgres URL, checked without ever repeating it: the value may hold a password, and error text ends
+ * up in crash logs. Only the part at fault is named.
+ */
+export function postgresUrlProblem(text: string): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return 'not a valid URL (the value is not shown: it may hold a password); expected a postgres:// URL';
+  }
+  if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:')
+    return `scheme ${JSON.stringify(url.protocol)}: expected postgres: or postgresql:`;
+  if (!url.hostname && !url.searchParams.get('host')) return 'no host';
+  for (const [part, value] of [
+    ['user name', url.username],
+    ['password', url.password],
+    ['database name', url.pathname],
+  ] as const) {
+    try {
+      decodeURIComponent(value);
+    } catch {
+      return `the ${part} is not valid percent-encoding (use encodeURIComponent on it)`;
+    }
+  }
+  return undefined;
+}
+
+const postgresUrl = z.string().superRefine((text, ctx) => {
+  const problem = postgresUrlProblem(text);
+  if (problem) ctx.addIssue({ code: 'custom', message: problem });
+});
+
+/** host:port of a gRPC frontend. */
+const hostPort = z
+  .string()
+  .regex(/^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):\d{1,5}$/, 'expected host:port (e.g. 10.0.0.10:7233)');
+
 /** A task-queue-safe name: it becomes part of `<prefix>-gpu-<host>`. */
 const queueName = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, 'expected letters, digits, . _ - (at most 63)');
 
@@ -19,15 +57,13 @@ export const environmentSchema = z.object({
     .string()
     .default(path.join(repoRoot, '.state'))
     .describe('Folder for server data, logs and pid files'),
-  TBT_TEMPORAL_ADDRESS: z
-    .string()
+  TBT_TEMPORAL_ADDRESS: hostPort
     .optional()
     .describe('host:port of an existing Temporal frontend; unset = the local dev server'),
   TBT_TEMPORAL_PORT: port.default(7233).describe('gRPC port of the local Temporal dev server'),
   TBT_TEMPORAL_UI_PORT: port.default(8233).describe('Web UI port of the local Temporal dev server'),
   TBT_TEMPORAL_NAMESPACE: z.string().default('default').describe('Temporal namespace of every workflow'),
-  DATABASE_URL: z
-    .string()
+  DATABASE_URL: postgresUrl
     .optional()
     .describe('Control Postgres (admin role with CREATEDB and CREATEROLE); unset = the local server'),
   TBT_PG_PORT: port.default(54329).describe('Port of the local Postgres server'),
@@ -82,6 +118,7 @@ export type Environment = z.infer<typeof environmentSchema>;
 export function readEnvironment(env: NodeJS.ProcessEnv = process.env): Environment {
   const parsed = environmentSchema.safeParse(env);
   if (!parsed.success) {
+    // The message names the variable and the rule, never the value (it may be a password or hold one).
     const issue = parsed.error.issues[0]!;
     throw new Error(`environment variable ${issue.path.join('.')}: ${issue.message}`);
   }

@@ -1,11 +1,11 @@
 import os from 'node:os';
 import { NativeConnection, Worker } from '@temporalio/worker';
-import pino from 'pino';
 import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../config/environment.ts';
 import { createEpisodeActivities, thinkingboxResourcesFactory } from '../activities/episode-activities.ts';
 import { SandboxPool } from '../activities/sandbox-pool.ts';
 import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
+import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 
 /**
  * Rollout worker: runs episodes (CPU activities) from the shared rollout task queue. Start as many as you
@@ -13,9 +13,10 @@ import { ensureControlDatabase } from '../infra/control-database.ts';
  * Concurrency: TBT_ROLLOUT_CONCURRENCY (default 4) episodes at once per worker.
  */
 
+const log = createServiceLogger('rollout-worker', { host: os.hostname() });
+
 async function run(): Promise<void> {
   const env = readEnvironment();
-  const log = pino({ name: 'rollout-worker', base: { host: os.hostname(), pid: process.pid } });
   const controlUrl = databaseUrl(env);
   await ensureControlDatabase(env);
   const pool = new SandboxPool({
@@ -56,7 +57,4 @@ async function run(): Promise<void> {
   }
 }
 
-run().catch((err: unknown) => {
-  console.error('rollout worker failed:', err);
-  process.exit(1);
-});
+run().catch((err: unknown) => exitWithCrash(log, 'rollout worker', err));
