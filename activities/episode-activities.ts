@@ -14,6 +14,7 @@ import { runEpisode, type EpisodeDependencies, type EpisodeOptions } from './epi
 import {
   findFinishedEpisode,
   markEpisodeRunning,
+  retryingSave,
   saveEpisode,
   summarize,
   type EpisodeMeta,
@@ -229,7 +230,11 @@ export function createEpisodeActivities(deps: {
           clearInterval(beat);
         }
         record.worker = `${os.hostname()}:${process.pid}`;
-        if (!(await withClient(deps.controlUrl, (c) => saveEpisode(c, input.episodeId, record, attempt)))) {
+        const saved = await retryingSave(
+          () => withClient(deps.controlUrl, (c) => saveEpisode(c, input.episodeId, record, attempt)),
+          { onWait: (n) => ctx.heartbeat({ phase: 'saving', retry: n }) },
+        );
+        if (!saved) {
           const stored = await withClient(deps.controlUrl, (c) => findFinishedEpisode(c, input.episodeId));
           if (stored) return stored;
           throw new Error(`episode ${input.episodeId}: another attempt owns it; retrying`);

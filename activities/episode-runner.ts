@@ -94,6 +94,8 @@ export interface EpisodeRecord {
   tools?: { name: string; inputSchema: Record<string, unknown> }[];
   /** host:pid of the worker process that ran the episode. */
   worker?: string;
+  /** NUL characters and lone surrogates replaced by U+FFFD so that Postgres could store the record. */
+  unstorableCharacters?: number;
 }
 
 export interface EpisodeDependencies {
