@@ -9,6 +9,7 @@ import { cyrb53 } from '../core/seeded-choice.ts';
 import type { Scenario } from '../config/task-schema.ts';
 import { withClient } from '../infra/control-database.ts';
 import { sandboxEnvironment, type EpisodeEnvironment, type EpisodeTask } from './episode-environment.ts';
+import { checkEpisodeKeys } from './api-key.ts';
 import { createJudge } from './judge-client.ts';
 import { runEpisode, type EpisodeDependencies, type EpisodeOptions } from './episode-runner.ts';
 import {
@@ -196,6 +197,7 @@ export function createEpisodeActivities(deps: {
     async runEpisode(input: EpisodeActivityInput): Promise<EpisodeSummary> {
       try {
         const { suite, task } = findTask(input.suiteDir, input.taskUid);
+        checkEpisodeKeys(input.config);
         const finished = await withClient(deps.controlUrl, (c) => findFinishedEpisode(c, input.episodeId));
         if (finished) return finished;
         const meta: EpisodeMeta = {

@@ -108,6 +108,14 @@ export const environmentSchema = z.object({
     }, 'expected a JSON object')
     .optional()
     .describe('Tests only: JSON that switches on fault points in the Python learner'),
+  TBT_API_KEY_HOSTS: z
+    .string()
+    .regex(
+      /^\s*([A-Z][A-Z0-9_]*_API_KEY=[A-Za-z0-9.:\[\]-]+(,[A-Za-z0-9.:\[\]-]+)*)?(\s*;\s*[A-Z][A-Z0-9_]*_API_KEY=[A-Za-z0-9.:\[\]-]+(,[A-Za-z0-9.:\[\]-]+)*)*\s*$/,
+      'expected NAME_API_KEY=host,host;OTHER_API_KEY=host',
+    )
+    .default('')
+    .describe('Hosts each API key variable may be sent to, added to the built-in ties (docs/security.md)'),
   TBT_CHROMIUM: z.string().default('/usr/bin/chromium').describe('Chromium for the report and UI screenshots'),
   TBT_DEBUG: z.enum(['', '0', '1']).default('').describe('1 = print stack traces of command errors'),
   TBT_TEST_FILTER: z.string().optional().describe('Tests only: regex over test file paths (scripts/test.sh)'),

@@ -12,7 +12,7 @@ function recordWithOddText(): EpisodeRecord {
   return {
     outcome: 'agent_failure',
     reward: 0,
-    finishReason: 'max_turns',
+    finishReason: 'agent_turn_limit',
     cause: 'model said \u0000',
     messages: [
       { role: 'user', content: 'hi' },
