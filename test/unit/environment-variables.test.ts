@@ -34,7 +34,7 @@ test('finding 9: TBT_SANDBOX_WARM=two and other malformed variables stop with a 
     timeout: 60_000,
   });
   assert.equal(r.status, 1);
-  assert.match(r.stderr, /environment variable TBT_SANDBOX_WARM: /);
+  assert.match(r.stdout + r.stderr, /environment variable TBT_SANDBOX_WARM: /);
 });
 
 test('finding 9: every variable the code reads is in the zod schema and in the README list, read only there', () => {
