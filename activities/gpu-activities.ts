@@ -7,10 +7,17 @@ import type { Environment } from '../config/environment.ts';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { withClient } from '../infra/control-database.ts';
 import { readPid, stopPid } from '../infra/daemon.ts';
-import { startPolicyServer } from '../infra/embedded-policy-server.ts';
+import { startPolicyServer, writeRunToken } from '../infra/embedded-policy-server.ts';
 import { smallModelDir } from '../infra/python-env.ts';
 import type { Trajectory } from './policy-driver.ts';
-import { ensureLearner, learnerFiles, learnerRequest, LearnerHttpError, stopLearner } from './learner-process.ts';
+import {
+  ensureLearner,
+  learnerFiles,
+  learnerRequest,
+  LearnerHttpError,
+  stopLearner,
+  type LearnerEndpoint,
+} from './learner-process.ts';
 
 /**
  * Activities of the GPU worker (one per GPU host, on its own task queue): start the campaign's learner,
@@ -103,12 +110,13 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       seed: number;
     }): Promise<{ controlUrl: string; manifest: Record<string, unknown> }> {
       return heartbeating(async () => {
-        const url = await ensureLearner(
+        const learner = await ensureLearner(
           files(input.campaignId),
           learnerConfigJson(input.learner, input.seed),
           input.learner.gpus_per_node,
         );
-        return { controlUrl: url, manifest: await learnerRequest(url, 'GET', '/manifest') };
+        // The URL only: the token never enters an activity result (Temporal keeps those in its history).
+        return { controlUrl: learner.url, manifest: await learnerRequest(learner, 'GET', '/manifest') };
       });
     },
 
@@ -124,7 +132,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
         throw err;
       });
       // A learner that died (kill -9, OOM) is restarted from its last checkpoint; the step id makes the retry exact.
-      const url = await ensureLearner(
+      const learner = await ensureLearner(
         files(input.campaignId),
         learnerConfigJson(input.learner, input.seed),
         input.learner.gpus_per_node,
@@ -133,13 +141,13 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
         throw err;
       });
       const cancelled = ctx.cancelled.catch(async (err: unknown) => {
-        await learnerRequest(url, 'POST', '/cancel', {}, 10_000).catch(() => undefined);
+        await learnerRequest(learner, 'POST', '/cancel', {}, 10_000).catch(() => undefined);
         throw err;
       });
       try {
         const answer = await Promise.race([
           learnerRequest<{ step_id: number; result: Record<string, unknown>; repeated: boolean; checkpoint: string }>(
-            url,
+            learner,
             'POST',
             '/train_step',
             { step_id: input.stepId, batch_ref: batchRef },
@@ -162,10 +170,10 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
 
     async exportWeights(input: { campaignId: string; stepId: number }): Promise<{ path: string }> {
       return heartbeating(async () => {
-        const url = await ensureLearnerRunning(files(input.campaignId));
+        const learner = await ensureLearnerRunning(files(input.campaignId));
         try {
           const answer = await learnerRequest<{ path: string }>(
-            url,
+            learner,
             'POST',
             '/export',
             { step_id: input.stepId },
@@ -186,8 +194,13 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       return heartbeating(() => ensurePolicyServerNow(input));
     },
 
-    async syncWeights(input: { baseUrl: string; path: string }): Promise<{ weightVersion: number }> {
-      return heartbeating(() => syncWeightsTo(input.baseUrl, input.path));
+    async syncWeights(input: {
+      baseUrl: string;
+      path: string;
+      campaignId?: string;
+    }): Promise<{ weightVersion: number }> {
+      const tokenFile = input.campaignId ? policyTokenFile(files(input.campaignId).dir) : undefined;
+      return heartbeating(() => syncWeightsTo(input.baseUrl, input.path, tokenFile));
     },
 
     /** Stops the campaign's learner and its embedded policy server (when the campaign ends). */
@@ -219,16 +232,21 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       // An old server that is alive but not answering is replaced, not left running beside the new one.
       const stale = readPid(pidFile);
       if (stale !== undefined) await stopPid(-stale, 20_000);
-      const handle = await startPolicyServer({ logFile: path.join(dir, 'policy-server.log'), detached: true });
+      const handle = await startPolicyServer({
+        logFile: path.join(dir, 'policy-server.log'),
+        detached: true,
+        reloadTokenFile: writeRunToken(policyTokenFile(dir)),
+        weightsRoots: [dir],
+      });
       server = { baseUrl: handle.baseUrl, model: handle.model };
       fs.writeFileSync(pidFile, String(handle.process.pid));
       fs.writeFileSync(urlFile, JSON.stringify(server));
     }
-    if (input.weightsPath) await syncWeightsTo(server.baseUrl, input.weightsPath);
+    if (input.weightsPath) await syncWeightsTo(server.baseUrl, input.weightsPath, policyTokenFile(dir));
     return server;
   }
 
-  async function ensureLearnerRunning(f: ReturnType<typeof files>): Promise<string> {
+  async function ensureLearnerRunning(f: ReturnType<typeof files>): Promise<LearnerEndpoint> {
     const config = JSON.parse(fs.readFileSync(f.config, 'utf8')) as Record<string, unknown> & {
       distributed: { world_size: number };
     };
@@ -236,13 +254,23 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
   }
 }
 
-async function syncWeightsTo(baseUrl: string, weightsPath: string): Promise<{ weightVersion: number }> {
+/** The embedded policy server's reload token for a campaign folder (written 0600 at each server start). */
+export function policyTokenFile(campaignDir: string): string {
+  return path.join(campaignDir, 'policy-server.token');
+}
+
+async function syncWeightsTo(
+  baseUrl: string,
+  weightsPath: string,
+  tokenFile?: string,
+): Promise<{ weightVersion: number }> {
   const root = baseUrl.replace(/\/v1\/?$/, '');
+  const token = tokenFile && fs.existsSync(tokenFile) ? fs.readFileSync(tokenFile, 'utf8').trim() : undefined;
   let response: Response;
   try {
     response = await fetch(`${root}/reload_weights`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
       body: JSON.stringify({ path: weightsPath }),
       signal: AbortSignal.timeout(10 * 60_000),
     });

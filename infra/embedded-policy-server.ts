@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -22,6 +23,18 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
+/**
+ * A fresh bearer token for one run of a local server, in a file only this user can read (created 0600,
+ * replaced atomically): the file, never the token, is what goes on a command line.
+ */
+export function writeRunToken(file: string): string {
+  const tmp = `${file}.${process.pid}.tmp`;
+  fs.rmSync(tmp, { force: true });
+  fs.writeFileSync(tmp, randomBytes(32).toString('hex'), { mode: 0o600, flag: 'wx' });
+  fs.renameSync(tmp, file);
+  return file;
+}
+
 async function healthy(url: string): Promise<boolean> {
   try {
     const r = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2000) });
@@ -40,6 +53,10 @@ export async function startPolicyServer(
     logFile?: string;
     extraArgs?: string[];
     detached?: boolean;
+    /** 0600 file with the token /reload_weights requires; without it the server refuses every reload. */
+    reloadTokenFile?: string;
+    /** Folders weights may be reloaded from (the campaign's). */
+    weightsRoots?: string[];
   } = {},
 ): Promise<PolicyServerHandle> {
   const port = options.port ?? (await freePort());
@@ -55,6 +72,8 @@ export async function startPolicyServer(
     '--port',
     String(port),
     ...(options.chatTemplate ? ['--chat-template', options.chatTemplate] : []),
+    ...(options.reloadTokenFile ? ['--token-file', options.reloadTokenFile] : []),
+    ...(options.weightsRoots ?? []).flatMap((root) => ['--weights-root', root]),
     ...(options.extraArgs ?? []),
   ];
   const log = options.logFile ? fs.openSync(options.logFile, 'a') : 'ignore';

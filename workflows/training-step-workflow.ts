@@ -147,7 +147,7 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
   });
   const exported = await gpu.exportWeights({ campaignId: input.campaignId, stepId });
   const synced = input.policyBaseUrl
-    ? await gpu.syncWeights({ baseUrl: input.policyBaseUrl, path: exported.path })
+    ? await gpu.syncWeights({ baseUrl: input.policyBaseUrl, path: exported.path, campaignId: input.campaignId })
     : undefined;
   const rewards = trained.flatMap((g) => g.episodes.map((e) => e.reward as number));
   const record: StepRecord = {
