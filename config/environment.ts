@@ -43,6 +43,10 @@ const postgresUrl = z.string().superRefine((text, ctx) => {
   if (problem) ctx.addIssue({ code: 'custom', message: problem });
 });
 
+/** `NAME_API_KEY=host,host;OTHER_API_KEY=host`: the hosts each API key may be sent to. */
+const keyHostsEntry = String.raw`[A-Z][A-Z0-9_]*_API_KEY=[A-Za-z0-9.:\[\]-]+(,[A-Za-z0-9.:\[\]-]+)*`;
+const keyHostsList = new RegExp(String.raw`^\s*(${keyHostsEntry})?(\s*;\s*${keyHostsEntry})*\s*$`);
+
 /** host:port of a gRPC frontend. */
 const hostPort = z
   .string()
@@ -110,10 +114,7 @@ export const environmentSchema = z.object({
     .describe('Tests only: JSON that switches on fault points in the Python learner'),
   TBT_API_KEY_HOSTS: z
     .string()
-    .regex(
-      /^\s*([A-Z][A-Z0-9_]*_API_KEY=[A-Za-z0-9.:\[\]-]+(,[A-Za-z0-9.:\[\]-]+)*)?(\s*;\s*[A-Z][A-Z0-9_]*_API_KEY=[A-Za-z0-9.:\[\]-]+(,[A-Za-z0-9.:\[\]-]+)*)*\s*$/,
-      'expected NAME_API_KEY=host,host;OTHER_API_KEY=host',
-    )
+    .regex(keyHostsList, 'expected NAME_API_KEY=host,host;OTHER_API_KEY=host')
     .default('')
     .describe('Hosts each API key variable may be sent to, added to the built-in ties (docs/security.md)'),
   TBT_CHROMIUM: z.string().default('/usr/bin/chromium').describe('Chromium for the report and UI screenshots'),

@@ -19,9 +19,7 @@ export const endpointSchema = z
         'expected the name of a variable ending in _API_KEY (e.g. TBT_POLICY_API_KEY, OPENAI_API_KEY)',
       )
       .optional()
-      .describe(
-        'Variable holding the API key, read at call time; sent only to hosts tied to it (TBT_API_KEY_HOSTS); unset = no key',
-      ),
+      .describe('Variable holding the API key, read at call time, sent only to hosts tied to it; unset = no key'),
     timeout_ms: z.number().int().positive().default(300_000).describe('Per-request timeout'),
   })
   .strict();

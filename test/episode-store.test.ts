@@ -26,7 +26,7 @@ function recordWithOddText(): EpisodeRecord {
   } as EpisodeRecord;
 }
 
-test('finding 8: an episode with NUL characters and lone surrogates is saved (replaced by U+FFFD), not lost', async () => {
+test('finding 8: an episode with NUL and lone surrogates is saved (as U+FFFD), not lost', async () => {
   const url = await controlReady();
   const id = `test:finding-8:${Date.now()}`;
   await withClient(url, async (c) => {

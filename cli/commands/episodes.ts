@@ -83,7 +83,7 @@ export async function episodes(args: string[]): Promise<number> {
   const suite = suites[0];
   if (!suite || problems.length)
     throw new UsageError(
-      `--suite ${values.suite}: ${problems.length ? problems.slice(0, 5).map(formatProblem).join('; ') : 'no task suite there'}`,
+      `--suite ${values.suite}: ${problems.slice(0, 5).map(formatProblem).join('; ') || 'no task suite there'}`,
     );
   const uids = values.uid ?? suite.tasks.map((t) => t.uid);
   const unknown = uids.filter((uid) => !suite.tasks.some((t) => t.uid === uid));

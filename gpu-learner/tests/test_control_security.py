@@ -12,6 +12,7 @@ import stat
 
 import torch
 from learner_support import Learner, make_tiny_model, random_batch, write_config
+
 from tbt_gpu.learner.checkpoint import _rng_state, load_rng_file
 
 

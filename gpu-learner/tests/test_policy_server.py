@@ -349,7 +349,8 @@ def test_reload_weights_swaps_after_in_flight_requests(server: Client, model_dir
     assert changed["weight_version"] == 1
     assert changed["choices"][0]["token_ids"] != original["choices"][0]["token_ids"]
 
-    status, body = server.request("POST", "/reload_weights", {"path": str(server.weights_root / "missing")})  # type: ignore[attr-defined]
+    missing = server.weights_root / "missing"  # type: ignore[attr-defined]
+    status, body = server.request("POST", "/reload_weights", {"path": str(missing)})
     assert status == 400 and body["error"]["param"] == "path"
     assert server.post("/reload_weights", {"path": str(model_dir)})["weight_version"] == 2
     restored = server.post("/v1/completions", greedy)

@@ -48,7 +48,7 @@ test('finding 13: api_key_env names only *_API_KEY variables in configs (never D
   );
 });
 
-test('finding 13: a key is sent only to hosts tied to it, an unset key is an error, no key needs no variable', async () => {
+test('finding 13: a key goes only to its tied hosts; an unset key is an error; no key needs no variable', async () => {
   const server = await recordingServer();
   try {
     const endpoint = (apiKeyEnv?: string) => ({

@@ -92,7 +92,8 @@ test('finding 12: the state hash is the same under every process locale (sv_SE, 
   const script = `
     import { canonicalizeState, stateHash } from './core/canonical-state.ts';
     const state = canonicalizeState({ t: { primaryKey: ['id'], rows: [{ id: 1, tags: ['z', 'ä', 'a', 'B'] }] } });
-    console.log(JSON.stringify({ locale: Intl.Collator().resolvedOptions().locale, hash: stateHash(state), tags: state.t['id=1'].tags }));`;
+    const locale = Intl.Collator().resolvedOptions().locale;
+    console.log(JSON.stringify({ locale, hash: stateHash(state), tags: state.t['id=1'].tags }));`;
   const runs = ['sv_SE.UTF-8', 'en_US.UTF-8', 'C.UTF-8'].map((locale) => {
     const out = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
       cwd: repoRoot,
