@@ -41,6 +41,14 @@ async function mapLimit<T>(items: T[], limit: number, fn: (item: T, i: number) =
   );
 }
 
+function isHttpUrl(text: string): boolean {
+  try {
+    return /^https?:$/.test(new URL(text).protocol);
+  } catch {
+    return false;
+  }
+}
+
 export async function episodes(args: string[]): Promise<number> {
   if (args[0] !== 'run') {
     console.error(USAGE);
@@ -77,6 +85,8 @@ export async function episodes(args: string[]): Promise<number> {
     max: 1_000_000,
   });
   const maxAgentTurns = integerFlag('--max-agent-turns', values['max-agent-turns'], { min: 1, max: 10_000 });
+  if (values['policy-url'] !== undefined && !isHttpUrl(values['policy-url']))
+    throw new UsageError('--policy-url: expected an http(s) URL ending in /v1 (the value is not shown)');
   if (values.mode !== 'chat' && values.mode !== 'tokens')
     throw new UsageError(`--mode: expected chat or tokens, got '${values.mode}'`);
   const { suites, problems } = loadSuites(values.suite);

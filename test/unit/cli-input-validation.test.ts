@@ -44,6 +44,10 @@ test('finding 10: --concurrency abc and other bad numeric flags are refused nami
       '--max-agent-turns',
     ],
     [['eval', 'run', '--config', 'config/local.yaml', '--repeats', 'many'], '--repeats'],
+    [
+      ['episodes', 'run', '--suite', 'tasks/tiny', '--out', path.join(dir, 'o.jsonl'), '--policy-url', 'no url'],
+      '--policy-url',
+    ],
   ];
   for (const [args, flag] of cases) {
     const r = tbt(...args);
