@@ -97,6 +97,10 @@ export const environmentSchema = z.object({
     .describe("0 = look for Postgres binaries only in TBT_PG_BIN and PATH, not Debian's folders"),
   TBT_PY_VENV: z.string().optional().describe('Learner Python environment (scripts/setup.sh creates it)'),
   TBT_TB_VENV: z.string().optional().describe('Python environment of dataset tool servers (scripts/setup.sh)'),
+  TBT_VLLM_VENV: z.string().optional().describe("vLLM's CPU-build Python environment (scripts/setup.sh creates it)"),
+  TBT_VLLM_MAX_MODEL_LEN: count(256, 1_048_576)
+    .default(4096)
+    .describe('Context length (--max-model-len) of the embedded vLLM policy server'),
   TBT_MODEL_CACHE: z
     .string()
     .optional()

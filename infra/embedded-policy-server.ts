@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
+import { readEnvironment } from '../config/environment.ts';
 import { waitFor } from './daemon.ts';
 import { gpuLearnerDir, pythonBinary, smallModelDir, vllmPythonBinary } from './python-env.ts';
 
@@ -148,7 +149,7 @@ function spawnVllm(port: number, modelDir: string, model: string, options: Spawn
     '-m',
     'vllm.entrypoints.openai.api_server',
     ...['--model', modelDir, '--served-model-name', model, '--host', '127.0.0.1', '--port', String(port)],
-    ...['--max-model-len', process.env.TBT_VLLM_MAX_MODEL_LEN ?? '4096', '--dtype', 'float32'],
+    ...['--max-model-len', String(readEnvironment().TBT_VLLM_MAX_MODEL_LEN), '--dtype', 'float32'],
     ...['--generation-config', 'vllm', '--logprobs-mode', 'raw_logprobs', '--enforce-eager'],
     ...(options.chatTemplate ? ['--chat-template', options.chatTemplate] : []),
     ...(options.extraArgs ?? []),
