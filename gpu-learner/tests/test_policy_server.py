@@ -387,14 +387,29 @@ def test_finding_15_reload_weights_needs_the_token_and_a_weights_folder(
     server: Client, model_dir: Path, tmp_path: Path
 ) -> None:
     assert server.request("GET", "/health", token="")[0] == 200, "inference and health stay open on loopback"
-    for token in ("", "wrong"):
-        status, body = server.request("POST", "/reload_weights", {"path": str(model_dir)}, token=token)
-        assert status == 401 and body["error"]["type"] == "AuthenticationError", body
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(model_dir)}}
+    mutating = [
+        ("/reload_weights", {"path": str(model_dir)}),
+        ("/pause?mode=wait", {}),
+        ("/resume", {}),
+        ("/collective_rpc", rpc),
+        ("/reset_prefix_cache", {}),
+        ("/update_weight_version", {"new_version": "evil@1"}),
+    ]
+    for route, payload in mutating:
+        for token in ("", "wrong"):
+            status, body = server.request("POST", route, payload, token=token)
+            assert status == 401 and body["error"]["type"] == "AuthenticationError", (route, body)
+    assert server.get("/is_paused") == {"is_paused": False}
+    assert server.get("/weight_info")["weight_version"] != "evil@1"
     outside = tmp_path / "outside"
     outside.mkdir()
     link = server.weights_root / "link-outside"  # type: ignore[attr-defined]
     link.symlink_to(outside)
     for path in (outside, link, server.weights_root / ".." / outside.name):  # type: ignore[attr-defined]
         status, body = server.request("POST", "/reload_weights", {"path": str(path)})
+        assert status == 403 and body["error"]["type"] == "PermissionDeniedError", (path, body)
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+        status, body = server.request("POST", "/collective_rpc", rpc)
         assert status == 403 and body["error"]["type"] == "PermissionDeniedError", (path, body)
     assert server.get("/health")["weight_version"] >= 0

@@ -42,10 +42,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--served-model-name", default=None, help="model id; default: the folder name")
     parser.add_argument("--chat-template", type=Path, default=None, help="Jinja file replacing the chat template")
     parser.add_argument(
-        "--token-file", type=Path, default=None, help="0600 file with the bearer token /reload_weights requires"
+        "--token-file", type=Path, default=None, help="0600 file with the bearer token the weight-sync routes require"
     )
     parser.add_argument(
-        "--weights-root", type=Path, action="append", default=[], help="folder /reload_weights may load from"
+        "--weights-root", type=Path, action="append", default=[], help="folder weights may be reloaded from"
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser.parse_args(argv)

@@ -27,9 +27,9 @@ class ServerConfig:
     chat_template: Path | None = None
     """Jinja file (or tokenizer_config-style JSON) replacing the tokenizer's chat template."""
     token_file: Path | None = None
-    """File (mode 0600) holding the bearer token /reload_weights requires; unset = reloading is disabled."""
+    """File (mode 0600) with the bearer token of the weight-sync routes; unset = they are disabled."""
     weights_roots: tuple[Path, ...] = ()
-    """Folders /reload_weights may load from (the campaign's exports); a path outside them is refused."""
+    """Folders weights may be reloaded from (exports, the base model); a path outside them is refused."""
 
     def __post_init__(self) -> None:
         if not (self.model / "config.json").is_file():
