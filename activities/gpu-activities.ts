@@ -12,6 +12,7 @@ import { startPolicyServer, writeRunToken, type PolicyEngine } from '../infra/em
 import { smallModelDir } from '../infra/python-env.ts';
 import type { Trajectory } from './policy-driver.ts';
 import { learnerConfigJson } from './learner-config.ts';
+import { policyServerUrlFile, policySyncToken, policyTokenFile } from './policy-sync-token.ts';
 import { reportedWeightLabel, syncPolicyWeights, weightLabel } from './policy-weight-sync.ts';
 import {
   ensureLearner,
@@ -215,7 +216,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
               input.weightsPath,
               label,
               input.deadlineMs,
-              embeddedSyncToken(files(input.campaignId).dir, baseUrl),
+              policySyncToken(files(input.campaignId).dir, baseUrl),
             );
             done.push({ baseUrl, seconds: r.seconds });
           } catch (err) {
@@ -230,7 +231,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
               input.weightsPath,
               label,
               input.deadlineMs,
-              embeddedSyncToken(files(input.campaignId).dir, fresh.baseUrl),
+              policySyncToken(files(input.campaignId).dir, fresh.baseUrl),
             );
             done.push({ baseUrl: fresh.baseUrl, seconds: r.seconds });
           }
@@ -255,7 +256,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     const dir = files(campaignId).dir;
     fs.mkdirSync(dir, { recursive: true });
     const pidFile = path.join(dir, 'policy-server.pid');
-    const urlFile = path.join(dir, 'policy-server.json');
+    const urlFile = policyServerUrlFile(dir);
     if (!restart && readPid(pidFile) !== undefined && fs.existsSync(urlFile)) {
       const known = JSON.parse(fs.readFileSync(urlFile, 'utf8')) as { baseUrl: string; model: string; engine?: string };
       const ok = await fetch(known.baseUrl.replace(/\/v1$/, '/health'), { signal: AbortSignal.timeout(3000) }).then(
@@ -289,20 +290,6 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
   }
 }
 
-/** The embedded policy server's token for its weight-sync routes (written 0600 at each server start). */
-export function policyTokenFile(campaignDir: string): string {
-  return path.join(campaignDir, 'policy-server.token');
-}
-
-/** The token, sent only to the campaign's own embedded server (never to an external host). */
-function embeddedSyncToken(campaignDir: string, baseUrl: string): string | undefined {
-  const urlFile = path.join(campaignDir, 'policy-server.json');
-  const tokenFile = policyTokenFile(campaignDir);
-  if (!fs.existsSync(urlFile) || !fs.existsSync(tokenFile)) return undefined;
-  const known = JSON.parse(fs.readFileSync(urlFile, 'utf8')) as { baseUrl?: string };
-  return known.baseUrl === baseUrl ? fs.readFileSync(tokenFile, 'utf8').trim() : undefined;
-}
-
 /** Which weights a campaign's policy servers must hold: the newest export as `weightVersion`, or the base model. */
 export interface PolicyWeights {
   campaignId: string;
@@ -324,7 +311,7 @@ async function bringToVersion(
   if ((await reportedWeightLabel(baseUrl)) === label) return;
   const folder = want.weightsPath ?? (want.basePath === 'embedded' ? smallModelDir() : want.basePath);
   try {
-    await syncPolicyWeights(baseUrl, folder, label, want.deadlineMs, embeddedSyncToken(campaignDir, baseUrl));
+    await syncPolicyWeights(baseUrl, folder, label, want.deadlineMs, policySyncToken(campaignDir, baseUrl));
   } catch (err) {
     if (after) throw new InfrastructureError(`${errorMessage(err)} (after a restart; first failure: ${after})`);
     throw err;

@@ -121,6 +121,11 @@ export const environmentSchema = z.object({
     .regex(keyHostsList, 'expected NAME_API_KEY=host,host;OTHER_API_KEY=host')
     .default('')
     .describe('Hosts each API key variable may be sent to, added to the built-in ties (docs/security.md)'),
+  TBT_POLICY_SYNC_TOKEN_FILE: z
+    .string()
+    .min(1)
+    .optional()
+    .describe('0600 file whose token weight syncs send to external built-in policy servers (read at each sync)'),
   TBT_CHROMIUM: z.string().default('/usr/bin/chromium').describe('Chromium for the report and UI screenshots'),
   TBT_DEBUG: z.enum(['', '0', '1']).default('').describe('1 = print stack traces of command errors'),
   TBT_TEST_FILTER: z.string().optional().describe('Tests only: regex over test file paths (scripts/test.sh)'),
