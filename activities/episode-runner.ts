@@ -97,6 +97,8 @@ export interface EpisodeRecord {
   worker?: string;
   /** Weight version of the policy server(s) it sampled from (set in campaigns; 0 = the base weights). */
   weightVersion?: number;
+  /** NUL characters and lone surrogates replaced by U+FFFD so that Postgres could store the record. */
+  unstorableCharacters?: number;
 }
 
 export interface EpisodeDependencies {

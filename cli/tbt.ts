@@ -1,6 +1,17 @@
+import { readEnvironment } from '../config/environment.ts';
+import { redactSecretsInText } from '../core/secret-text.ts';
 import { down, status, up } from './commands/infra.ts';
 
 /** `tbt`: one entry point; each subcommand lives in cli/commands/. */
+
+/** TBT_DEBUG through the schema; a bad environment must not hide the error being reported. */
+function debugEnabled(): boolean {
+  try {
+    return readEnvironment().TBT_DEBUG === '1';
+  } catch {
+    return false;
+  }
+}
 
 type Command = (args: string[]) => Promise<number | void>;
 
@@ -91,8 +102,13 @@ async function main(argv: string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err: unknown) => {
-    console.error(`tbt: ${err instanceof Error ? err.message : String(err)}`);
-    if (process.env.TBT_DEBUG && err instanceof Error) console.error(err.stack);
-    process.exit(1);
+    // Scrubbed: a message can carry a URL with its password (a driver error, a bad flag value).
+    console.error(`tbt: ${redactSecretsInText(err instanceof Error ? err.message : String(err))}`);
+    if (debugEnabled() && err instanceof Error) console.error(redactSecretsInText(err.stack ?? ''));
+    // Bad flags (node:util parseArgs's own errors included) exit 2, like a usage error; anything else 1.
+    const usage =
+      err instanceof Error &&
+      (err.name === 'UsageError' || /^ERR_PARSE_ARGS/.test(String((err as { code?: string }).code)));
+    process.exit(usage ? 2 : 1);
   },
 );

@@ -1,16 +1,17 @@
 import path from 'node:path';
 import { NativeConnection, Worker } from '@temporalio/worker';
-import pino from 'pino';
 import { databaseUrl, readEnvironment, repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
 import { createCampaignActivities } from '../activities/campaign-activities.ts';
 import { createSmokeActivities } from '../activities/smoke-activities.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
+import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 
 /** Orchestrator worker: runs the (deterministic) workflows and their light bookkeeping activities. */
 
+const log = createServiceLogger('orchestrator-worker');
+
 async function run(): Promise<void> {
   const env = readEnvironment();
-  const log = pino({ name: 'orchestrator-worker', base: { pid: process.pid } });
   const controlUrl = databaseUrl(env);
   await ensureControlDatabase(env);
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });
@@ -33,7 +34,4 @@ async function run(): Promise<void> {
   }
 }
 
-run().catch((err: unknown) => {
-  console.error('orchestrator worker failed:', err);
-  process.exit(1);
-});
+run().catch((err: unknown) => exitWithCrash(log, 'orchestrator worker', err));

@@ -19,6 +19,8 @@ import { learnerConfigJson, resolveLearnerSection } from '../../activities/learn
 import { withClient } from '../../infra/control-database.ts';
 import { databaseUrl } from '../../config/environment.ts';
 import { gpuLearnerDir, pythonBinary } from '../../infra/python-env.ts';
+import { optionalIntegerFlag } from '../flag-values.ts';
+import { readUidListInput, UsageError } from './prepare.ts';
 import { scheduledEvaluationWorkflow } from '../../workflows/scheduled-evaluation-workflow.ts';
 import { campaignAttributes } from '../../workflows/search-attribute-keys.ts';
 import {
@@ -77,7 +79,7 @@ function campaignInput(
     suiteDir,
     excludeUidsFile,
     pricesFile,
-    queues: { rollout: taskQueues(env).rollout, gpu: taskQueues(env).gpu(gpuHost()) },
+    queues: { rollout: taskQueues(env).rollout, gpu: taskQueues(env).gpu(gpuHost(env)) },
   };
 }
 
@@ -266,6 +268,23 @@ export async function train(args: string[]): Promise<number> {
   return 0;
 }
 
+/** `--tasks all|FILE`: every task of the suite, or the file's uid list, each of which must be in the suite. */
+async function evaluationUids(tasks: string, suiteDir: string): Promise<string[]> {
+  const { loadSuites, formatProblem } = await import('../../activities/task-suite-loader.ts');
+  const { suites, problems } = loadSuites(suiteDir);
+  if (!suites[0] || problems.length)
+    throw new Error(
+      `suite ${suiteDir}: ${problems.slice(0, 5).map(formatProblem).join('; ') || 'no task suite there'}`,
+    );
+  const known = suites[0].tasks.map((t) => t.uid);
+  if (tasks === 'all') return known;
+  const { uids } = readUidListInput(tasks);
+  const unknown = uids.filter((u) => !known.includes(u));
+  if (uids.length === 0) throw new UsageError(`--tasks ${tasks}: the list is empty`);
+  if (unknown.length) throw new UsageError(`--tasks ${tasks}: not in ${suiteDir}: ${unknown.slice(0, 10).join(', ')}`);
+  return uids;
+}
+
 /** `tbt eval run`: evaluate a campaign's latest checkpoint (or the base policy) on tasks x repeats, coverage-gated. */
 export async function runEvaluation(args: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -283,16 +302,12 @@ export async function runEvaluation(args: string[]): Promise<number> {
     );
     return 2;
   }
+  const repeats = optionalIntegerFlag('--repeats', values.repeats, { min: 1, max: 10_000 });
   const env = readEnvironment();
   const config = loadCampaignConfig(values.config);
   const campaignId = values.campaign ?? `${config.name}-eval`;
   const input = campaignInput(env, config, campaignId, values.config);
-  let uids: string[] | undefined;
-  if (values.tasks === 'all')
-    uids = (await import('../../activities/task-suite-loader.ts'))
-      .loadSuites(input.suiteDir)
-      .suites[0]!.tasks.map((t) => t.uid);
-  else if (values.tasks) uids = (await import('yaml')).parse(fs.readFileSync(values.tasks, 'utf8')) as string[];
+  const uids = values.tasks ? await evaluationUids(values.tasks, input.suiteDir) : undefined;
   const { client, close } = await connect(env);
   try {
     const workflowId = `${campaignId}/eval-run-${Date.now()}`;
@@ -306,7 +321,7 @@ export async function runEvaluation(args: string[]): Promise<number> {
           config,
           suiteDir: input.suiteDir,
           queues: input.queues,
-          repeats: Number(values.repeats ?? config.evaluation.repeats),
+          repeats: repeats ?? config.evaluation.repeats,
           uids,
           labelPrefix: 'run',
         },
@@ -338,6 +353,7 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
     );
     return 2;
   }
+  const repeats = optionalIntegerFlag('--repeats', values.repeats, { min: 1, max: 10_000 });
   const env = readEnvironment();
   const config = loadCampaignConfig(values.config);
   const input = campaignInput(env, config, values.campaign, values.config);
@@ -360,7 +376,7 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
             config,
             suiteDir: input.suiteDir,
             queues: input.queues,
-            repeats: Number(values.repeats ?? config.evaluation.repeats),
+            repeats: repeats ?? config.evaluation.repeats,
           },
         ],
       },
