@@ -1,4 +1,4 @@
-import { UsageError } from './commands/prepare.ts';
+import { UsageError } from './command-support.ts';
 
 /** Numeric command-line flags, checked before anything starts; a bad value names the flag and what it expects. */
 

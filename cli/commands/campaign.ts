@@ -20,7 +20,7 @@ import { withClient } from '../../infra/control-database.ts';
 import { databaseUrl } from '../../config/environment.ts';
 import { gpuLearnerDir, pythonBinary } from '../../infra/python-env.ts';
 import { optionalIntegerFlag } from '../flag-values.ts';
-import { readUidListInput, UsageError } from './prepare.ts';
+import { readUidListInput, UsageError } from '../command-support.ts';
 import { scheduledEvaluationWorkflow } from '../../workflows/scheduled-evaluation-workflow.ts';
 import { campaignAttributes } from '../../workflows/search-attribute-keys.ts';
 import {

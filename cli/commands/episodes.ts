@@ -20,7 +20,7 @@ import { formatProblem, loadSuites, taskDomain } from '../../activities/task-sui
 import { ensureControlDatabase } from '../../infra/control-database.ts';
 import { startPolicyServer } from '../../infra/embedded-policy-server.ts';
 import { integerFlag, numberFlag } from '../flag-values.ts';
-import { UsageError } from './prepare.ts';
+import { UsageError } from '../command-support.ts';
 
 const USAGE = `usage: tbt episodes run --suite DIR [--uid UID ...] [--repeats K] [--concurrency N]
                          [--policy-url URL --model NAME | (embedded server)] [--mode chat|tokens]
