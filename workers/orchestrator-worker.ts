@@ -5,10 +5,13 @@ import { createCampaignActivities } from '../activities/campaign-activities.ts';
 import { createSmokeActivities } from '../activities/smoke-activities.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
+import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
 
 /** Orchestrator worker: runs the (deterministic) workflows and their light bookkeeping activities. */
 
 const log = createServiceLogger('orchestrator-worker');
+// Activity and worker logs (Temporal's `log`) go through this logger and its redaction.
+installTemporalLogger(log);
 
 async function run(): Promise<void> {
   const env = readEnvironment();

@@ -6,6 +6,7 @@ import { SandboxPool } from '../activities/sandbox-pool.ts';
 import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
+import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
 
 /**
  * Rollout worker: runs episodes (CPU activities) from the shared rollout task queue. Start as many as you
@@ -14,6 +15,8 @@ import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
  */
 
 const log = createServiceLogger('rollout-worker', { host: os.hostname() });
+// Activity and worker logs (Temporal's `log`) go through this logger and its redaction.
+installTemporalLogger(log);
 
 async function run(): Promise<void> {
   const env = readEnvironment();
