@@ -2,6 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import type { Scenario } from '../config/task-schema.ts';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
+import { SandboxRecycler } from './sandbox-recycler.ts';
 import { agentRole, quoteIdent, readerRole, withClient, withDatabase, withRole } from '../infra/control-database.ts';
 
 /**
@@ -32,6 +33,11 @@ export interface SandboxPoolOptions {
   leaseMs?: number;
   /** Clone strategy. WAL_LOG measured about 5x faster than FILE_COPY here (FILE_COPY forces a checkpoint); see bench/sandbox. */
   strategy?: 'FILE_COPY' | 'WAL_LOG';
+  /**
+   * Release resets a used sandbox and returns it to the pool (sandbox-recycler.ts) instead of dropping it;
+   * false = clone per episode (DROP + CREATE). A failed or unverified reset drops it.
+   */
+  recycle?: boolean;
 }
 
 const GRANTS_VERSION = 1;
@@ -60,6 +66,7 @@ export class SandboxPool {
   private readonly templates = new Map<string, Promise<string>>();
   private readonly refills = new Map<string, Promise<void>>();
   private readonly admin: pg.Pool;
+  private readonly recycler?: SandboxRecycler;
   private closed = false;
 
   constructor(private readonly options: SandboxPoolOptions) {
@@ -68,6 +75,12 @@ export class SandboxPool {
     this.strategy = options.strategy ?? 'WAL_LOG';
     this.admin = new pg.Pool({ connectionString: options.controlUrl, max: 4, connectionTimeoutMillis: 10_000 });
     this.admin.on('error', () => undefined);
+    if (options.recycle)
+      this.recycler = new SandboxRecycler({
+        controlUrl: options.controlUrl,
+        admin: this.admin,
+        strategy: this.strategy,
+      });
   }
 
   private sandbox(name: string, scenario: string): Sandbox {
@@ -84,6 +97,7 @@ export class SandboxPool {
   /** Builds the scenario's template database once (per fingerprint); concurrent callers wait for it. */
   ensureTemplate(scenario: Scenario): Promise<string> {
     const name = templateName(scenario);
+    this.recycler?.remember(name, scenario);
     let pending = this.templates.get(name);
     if (!pending) {
       pending = this.buildTemplate(scenario, name);
@@ -215,8 +229,14 @@ export class SandboxPool {
     return task;
   }
 
-  /** Drops the sandbox's database (terminating its sessions) and forgets it. */
+  /** Gives a used sandbox back: reset and returned to the pool when recycling, else dropped. */
   async release(sandbox: Pick<Sandbox, 'name'>): Promise<void> {
+    if (this.recycler && !this.closed && (await this.recycler.recycle(sandbox.name))) return;
+    await this.drop(sandbox);
+  }
+
+  /** Drops the sandbox's database (terminating its sessions) and forgets it. */
+  async drop(sandbox: Pick<Sandbox, 'name'>): Promise<void> {
     await this.admin.query(`DROP DATABASE IF EXISTS ${quoteIdent(sandbox.name)} WITH (FORCE)`);
     await this.admin.query(`DELETE FROM sandboxes WHERE name = $1`, [sandbox.name]);
   }
@@ -229,7 +249,7 @@ export class SandboxPool {
       `SELECT datname AS name FROM pg_database d WHERE datname LIKE '${SANDBOX_PREFIX}%' AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.name = d.datname)`,
     );
     for (const { name } of [...expired.rows, ...orphans.rows]) {
-      await this.release({ name });
+      await this.drop({ name });
       dropped.push(name);
     }
     await this.admin.query(

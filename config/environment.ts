@@ -34,6 +34,11 @@ export const environmentSchema = z.object({
     .optional()
     .describe('Password of the read-only checking role tbt_reader, when the server needs one'),
   TBT_TASK_QUEUE_PREFIX: z.string().default('tbt').describe('Prefix of every task queue name'),
+  TBT_SANDBOX_RECYCLE: z
+    .enum(['true', 'false', '1', '0'])
+    .default('true')
+    .transform((v) => v === 'true' || v === '1')
+    .describe('Reset used sandboxes and return them to the pool (true) or drop and clone one per episode (false)'),
 });
 export type Environment = z.infer<typeof environmentSchema>;
 

@@ -22,6 +22,7 @@ async function run(): Promise<void> {
     controlUrl,
     agentPassword: env.TBT_AGENT_DB_PASSWORD,
     readerPassword: env.TBT_READER_DB_PASSWORD,
+    recycle: env.TBT_SANDBOX_RECYCLE,
     warm: Number(process.env.TBT_SANDBOX_WARM ?? 2),
   });
   const swept = await pool.sweep();
