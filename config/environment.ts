@@ -68,6 +68,11 @@ export function taskQueues(env: Pick<Environment, 'TBT_TASK_QUEUE_PREFIX'>) {
   const p = env.TBT_TASK_QUEUE_PREFIX;
   return {
     orchestrator: `${p}-orchestrator`,
+    /**
+     * Bookkeeping activities: scheduled by the workflows on their own queue, whose activity tasks Temporal
+     * dispatches apart from its workflow tasks; only the bookkeeping worker polls them.
+     */
+    bookkeeping: `${p}-orchestrator`,
     rollout: `${p}-rollout`,
     gpu: (host: string) => `${p}-gpu-${host}`,
   } as const;

@@ -2,11 +2,13 @@ import path from 'node:path';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import pino from 'pino';
 import { databaseUrl, readEnvironment, repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
-import { createCampaignActivities } from '../activities/campaign-activities.ts';
 import { createSmokeActivities } from '../activities/smoke-activities.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 
-/** Orchestrator worker: runs the (deterministic) workflows and their light bookkeeping activities. */
+/**
+ * Orchestrator worker: runs the (deterministic) workflows, and the stack's smoke check. The campaign's bookkeeping
+ * activities run in the bookkeeping worker (workers/bookkeeping-worker.ts), a process of its own.
+ */
 
 async function run(): Promise<void> {
   const env = readEnvironment();
@@ -20,10 +22,7 @@ async function run(): Promise<void> {
       namespace: env.TBT_TEMPORAL_NAMESPACE,
       taskQueue: taskQueues(env).orchestrator,
       workflowsPath: path.join(repoRoot, 'workflows', 'index.ts'),
-      activities: {
-        ...createSmokeActivities(controlUrl),
-        ...createCampaignActivities({ controlUrl, stateDir: env.TBT_STATE_DIR }),
-      },
+      activities: createSmokeActivities(controlUrl),
       shutdownGraceTime: '10s',
     });
     log.info({ taskQueue: taskQueues(env).orchestrator }, 'orchestrator worker started');
