@@ -26,6 +26,7 @@ async function run(): Promise<void> {
     controlUrl,
     agentPassword: env.TBT_AGENT_DB_PASSWORD,
     readerPassword: env.TBT_READER_DB_PASSWORD,
+    recycle: env.TBT_SANDBOX_RECYCLE,
     warm: env.TBT_SANDBOX_WARM,
   });
   const swept = await pool.sweep();
