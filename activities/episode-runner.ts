@@ -80,7 +80,7 @@ export interface RoleUsage {
 
 export interface EpisodeRecord {
   outcome: 'success' | 'agent_failure' | 'infrastructure_error';
-  reward: 0 | 1;
+  reward: number;
   finishReason: FinishReason;
   cause?: string;
   messages: ChatMessage[];
@@ -188,14 +188,15 @@ export async function runEpisode(
     const typingSpecs = tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema }));
     record.tools = typingSpecs;
     const examples = options.prompt.example ? deps.environment.examples : [];
-    const system = buildAgentSystemPrompt(deps.environment.instructions, tools, {
+    const query = opened.formatted?.query ?? task.query;
+    const system = buildAgentSystemPrompt(opened.formatted?.instructions ?? deps.environment.instructions, tools, {
       ...options.prompt,
       hasScenarioExamples: examples.length > 0,
     });
     const history = task.history ?? [];
     record.messages.push({ role: 'system', content: system }, ...exampleTurns(examples), ...history, {
       role: 'user',
-      content: task.query,
+      content: query,
     });
     // Tools not described in the system prompt go to the server, whose chat template renders them.
     const serverTools = options.prompt.toolsInPrompt
@@ -208,7 +209,7 @@ export async function runEpisode(
 
     const transcript: VisibleTurn[] = [
       ...history.map((m) => ({ role: m.role, text: m.content })),
-      { role: 'user', text: task.query },
+      { role: 'user', text: query },
     ];
     const maxAgentTurns = task.limits.max_agent_turns ?? options.limits.maxAgentTurns;
     const conversational = task.user_context !== undefined || task.user_replies !== undefined;
@@ -265,7 +266,7 @@ export async function runEpisode(
           break;
         }
         const callId = generation.native?.[call.index]?.id;
-        let result: { text: string; isError: boolean };
+        let result: { text: string; isError: boolean; endTurn?: boolean };
         if (call.parseError !== undefined)
           result = { text: `Error: could not parse the tool call: ${call.parseError}`, isError: true };
         else result = await timed('toolMs', () => session.callTool(call.name, call.arguments));
@@ -277,6 +278,10 @@ export async function runEpisode(
           isError: result.isError,
         });
         observations.push({ role: 'tool', content: result.text, ...(callId ? { tool_call_id: callId } : {}) });
+        if (result.endTurn) {
+          finish = 'end_turn';
+          break;
+        }
       }
       deps.onTurn?.({ turn, toolCalls: record.toolCalls.length, userReplies });
       if (finish) break;
@@ -317,7 +322,8 @@ export async function runEpisode(
     const lastAssistantText = transcript.filter((t) => t.role === 'assistant').at(-1)?.text ?? '';
     const grade = await timed(
       'gradeMs',
-      () => opened!.grade({ lastAssistantText, toolCalls: record.toolCalls, judge: deps.judge }),
+      () =>
+        opened!.grade({ lastAssistantText, toolCalls: record.toolCalls, messages: record.messages, judge: deps.judge }),
       undefined,
       deps.environment.gradeTimeoutMs,
     );

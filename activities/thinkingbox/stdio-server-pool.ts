@@ -1,10 +1,9 @@
 import { createHash } from 'node:crypto';
-import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import type { ServerSpec } from '../../config/thinkingbox-schema.ts';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { canonicalJson } from '../../core/canonical-json.ts';
 import { InfrastructureError, errorMessage } from '../../core/errors.ts';
+import type { LaunchSpec } from './server-launch.ts';
 
 /**
  * ThinkingBox tool servers: MCP servers the dataset ships, one fresh process per server per episode (that is
@@ -29,14 +28,12 @@ export interface StdioServerPoolOptions {
   /** Started processes kept ready per server (0 = start on demand). */
   warm: number;
   startTimeoutMs?: number;
-  /** Folders put first on PATH for server commands (the dataset Python environment). */
-  pathPrefix?: string[];
 }
 
-async function startServer(name: string, spec: ServerSpec, options: StdioServerPoolOptions): Promise<StartedServer> {
+async function startServer(name: string, spec: LaunchSpec, options: StdioServerPoolOptions): Promise<StartedServer> {
   const started = Date.now();
-  const env = { ...getDefaultEnvironment(), ...spec.env };
-  if (options.pathPrefix?.length) env.PATH = [...options.pathPrefix, env.PATH ?? ''].join(path.delimiter);
+  // The spec's environment is complete (server-launch.ts): nothing of this process's own is added.
+  const env = spec.env;
   const transport = new StdioClientTransport({
     command: spec.command,
     args: spec.args,
@@ -88,12 +85,12 @@ export class StdioServerPool {
 
   constructor(private readonly options: StdioServerPoolOptions) {}
 
-  private key(name: string, spec: ServerSpec): string {
+  private key(name: string, spec: LaunchSpec): string {
     return `${name}:${createHash('sha256').update(canonicalJson(spec)).digest('hex').slice(0, 16)}`;
   }
 
   /** A started, initialised process for one episode: warm if one is ready, else started now. */
-  async acquire(name: string, spec: ServerSpec): Promise<StartedServer> {
+  async acquire(name: string, spec: LaunchSpec): Promise<StartedServer> {
     const key = this.key(name, spec);
     const ready = this.idle.get(key) ?? [];
     let server: StartedServer | undefined;
@@ -107,7 +104,7 @@ export class StdioServerPool {
   }
 
   /** Starts processes in the background until `warm` are ready or starting for this server. */
-  private refill(key: string, name: string, spec: ServerSpec): void {
+  private refill(key: string, name: string, spec: LaunchSpec): void {
     const ready = this.idle.get(key) ?? [];
     this.idle.set(key, ready);
     while (!this.closed && ready.length + (this.starting.get(key) ?? 0) < this.options.warm) {

@@ -3,25 +3,36 @@ import path from 'node:path';
 import readline from 'node:readline';
 import { repoRoot } from '../../config/environment.ts';
 import { BadInputError, errorMessage, InfrastructureError } from '../../core/errors.ts';
+import { judgeSaysYes } from '../../core/judge-verdict.ts';
 import type { Judge, JudgeVerdict } from '../judge-client.ts';
+import { SHIM_DIR } from './dataset-environment.ts';
 
 /**
- * Runs a ThinkingBox test function (REFERENCE.md section 6) in a Python subprocess: returning = pass,
- * AssertionError = fail, anything else = a system error (an infrastructure error here, never a failure).
+ * Runs a ThinkingBox test function in a Python subprocess: returning None or a number = pass (the number is
+ * the reward), AssertionError = fail, anything else = a system error (an infrastructure error here, never a failure).
  * The subprocess has no network: it runs in its own network namespace where `unshare` allows, and sockets
  * are disabled inside Python in any case. `judge(...)` calls in the test come back over stdout as requests
  * answered by our judge client. A test that does not finish within the timeout is killed.
  */
 
+/** The `x` of a ThinkingBox test (thinkingbox.common.TestContext). */
 export interface TestContext {
   effects: Record<string, unknown>;
+  /** The last visible assistant text. */
   response: string;
-  tool_calls: { name: string; arguments: Record<string, unknown>; result: string; is_error: boolean }[];
+  tool_calls: { tool_call: { name: string; arguments: Record<string, unknown> }; tool_response: string }[];
+  messages: unknown[];
+  init_result: Record<string, unknown>;
+  session_id: string;
+  metadata: Record<string, unknown>;
+  tool_direct_responses: string[];
 }
 
 export interface TestCaseResult {
   status: 'pass' | 'fail';
   message: string;
+  /** What the test returned when it returned a number (else the reward is 1 on a pass). */
+  reward?: number;
   verdicts: JudgeVerdict[];
 }
 
@@ -36,6 +47,7 @@ export interface TestCaseRequest {
 }
 
 const helperDir = path.join(repoRoot, 'thinkingbox');
+const pythonPath = [helperDir, SHIM_DIR].join(path.delimiter);
 
 let isolation: string[] | undefined;
 /** `unshare -rn` gives the test its own empty network namespace (also without root, where user namespaces are on). */
@@ -50,7 +62,7 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
   const child = spawn(argv[0]!, argv.slice(1), {
     cwd: helperDir,
     stdio: ['pipe', 'pipe', 'pipe'],
-    env: { PATH: process.env.PATH ?? '', PYTHONPATH: helperDir, PYTHONDONTWRITEBYTECODE: '1', LANG: 'C.UTF-8' },
+    env: { PATH: process.env.PATH ?? '', PYTHONPATH: pythonPath, PYTHONDONTWRITEBYTECODE: '1', LANG: 'C.UTF-8' },
   });
   const verdicts: JudgeVerdict[] = [];
   let stderr = '';
@@ -92,9 +104,10 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
         type?: string;
         status?: string;
         message?: string;
+        reward?: number | null;
         traceback?: string;
-        question?: string;
-        text?: string;
+        messages?: { role: string; content: string }[];
+        settings?: { temperature?: number; max_completion_tokens?: number; question?: string };
       };
       try {
         message = JSON.parse(line);
@@ -104,14 +117,21 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
         );
       }
       if (message.type === 'judge') {
-        const question = String(message.question ?? '');
+        const settings = message.settings ?? {};
+        const what = settings.question ?? 'a judge completion';
         if (!request.judge)
-          return finish(new BadInputError(`test ${where} asks the judge ('${question}') but no judge is configured`));
-        request.judge.ask(question, message.text ?? request.context.response).then(
-          (v) => {
+          return finish(new BadInputError(`test ${where} asks the judge (${what}) but no judge is configured`));
+        request.judge.complete(message.messages ?? [], settings).then(
+          (answer) => {
             if (settled) return;
-            verdicts.push(v);
-            child.stdin.write(`${JSON.stringify({ yes: v.yes, answer: v.answer })}\n`);
+            if (settings.question !== undefined)
+              verdicts.push({
+                question: settings.question,
+                answer: answer.text,
+                yes: judgeSaysYes(answer.text),
+                usage: answer.usage,
+              });
+            child.stdin.write(`${JSON.stringify({ text: answer.text })}\n`);
           },
           (err) => {
             if (!settled) child.stdin.write(`${JSON.stringify({ error: errorMessage(err) })}\n`);
@@ -121,7 +141,12 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
       }
       if (message.type === 'result') {
         if (message.status === 'pass' || message.status === 'fail')
-          return finish(undefined, { status: message.status, message: message.message ?? '', verdicts });
+          return finish(undefined, {
+            status: message.status,
+            message: message.message ?? '',
+            ...(typeof message.reward === 'number' ? { reward: message.reward } : {}),
+            verdicts,
+          });
         return finish(
           new InfrastructureError(
             `test ${where} raised an error: ${message.message ?? ''}${message.traceback ? `\n${message.traceback.trim().split('\n').slice(-6).join('\n')}` : ''}`,

@@ -3,8 +3,8 @@
 stdin:  a JSON array of absolute file paths.
 stdout: one JSON object
   {"files": [{"file": PATH,
-              "defaults": null | {"yaml": TEXT, "line": N},
-              "tasks": [{"function", "line", "yaml", "yaml_line", "params", "native"}],
+              "defaults": null | {"yaml": TEXT, "line": N, "value": V | "error": E},
+              "tasks": [{"function", "line", "yaml", "yaml_line", "value" | "error", "params", "native"}],
               "problems": [{"file", "line", "message"}]}]}
 
 TEXT is the string literal's value with its leading "!" removed. Line L (1-based) of TEXT is file line
@@ -24,7 +24,34 @@ import json
 import sys
 from typing import Any
 
+import yaml
+
 TEST_PARAMS = ("x", "judge")
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, as the reference framework reads this YAML, except that timestamps stay strings
+    (the text as written; JSON has no dates and the tool servers parse their own)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _load(text: str, first_line: int) -> dict[str, Any]:
+    """{"value": V} or {"error": {"line": N, "message": M}} (N is a file line)."""
+    try:
+        value = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        json.dumps(value)
+        return {"value": value}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        line = first_line + (mark.line if mark else 0)
+        return {"error": {"line": line, "message": f"YAML: {str(e).splitlines()[0]}"}}
+    except (TypeError, ValueError) as e:
+        return {"error": {"line": first_line, "message": f"YAML value is not JSON data: {e}"}}
 
 
 def _bang_string(stmt: ast.stmt) -> str | None:
@@ -237,7 +264,7 @@ def parse_source(path: str, source: bytes) -> dict[str, Any]:
         text = _bang_string(stmt)
         if text is not None:
             if out["defaults"] is None:
-                out["defaults"] = {"yaml": text[1:], "line": _text_line(stmt)}
+                out["defaults"] = {"yaml": text[1:], "line": _text_line(stmt), **_load(text[1:], _text_line(stmt))}
             else:
                 problem(stmt.lineno, "more than one module-level \"!\" defaults string (only the first is used)")
             continue
@@ -277,6 +304,7 @@ def parse_source(path: str, source: bytes) -> dict[str, Any]:
             "line": stmt.lineno,
             "yaml": text[1:],
             "yaml_line": _text_line(first),  # type: ignore[arg-type]
+            **_load(text[1:], _text_line(first)),  # type: ignore[arg-type]
             "params": _param_names(stmt),
             "native": detect_native(stmt, stmt.body[1:], module_names),
         }

@@ -1,14 +1,14 @@
 """Catalog server of the library fixture: the books, where they are shelved and their status.
 
 State: {"books": [{"id", "title", "author", "year", "shelf", "status", "tags"}]}
-Tools: search_books (read-only), move_book (mutating). Run: python servers/catalog_server.py
+Tools: search_books (read-only), move_book (mutating). Run: python -m library_servers.catalog_server
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from statekit import StateServer, Tool, ToolError, find, obj_schema, serve
+from library_servers.statekit import StateServer, Tool, ToolError, find, obj_schema, serve
 
 SHELF = r"^[A-Z][0-9]{1,2}$"
 

@@ -3,14 +3,16 @@
 A server is a name, a list of domain tools and the state keys that are volatile (excluded from hashing).
 This module adds the reserved tools, argument checking against each tool's JSON Schema (the subset the
 fixture uses), canonical hashing, golden replay and the terminal-state diff, and serves the whole over
-MCP stdio with the low-level server of the official `mcp` SDK (2.x API).
+MCP stdio with the low-level server of the official `mcp` SDK (1.x API), as the ThinkingBox format has it.
 
 Reserved tools (listed by tools/list like any other; the client hides them from the agent):
-  __reserved__init({"config": CONFIG})   CONFIG = {"state": {...}, "golden": [{"tool", "arguments"}], "rubrics": [...]}
-                                          (the bare CONFIG object as arguments is accepted too)
+  __reserved__init({"config": CONFIG})   CONFIG = {"state": {table: rows}, "data_patch": {table: rows},
+                                          "golden_test_case": {"tool_interactions": [{"tool", "parameters"}]},
+                                          "rubrics_yesno": [...]}  (data_patch upserts rows by id)
   __reserved__geteffects({})             -> the terminal state as JSON text (see effects())
   __reserved__teardown({})               -> {"status": "ok"}; the server forgets everything
-Tool failures (bad arguments, unknown ids, a failing golden call) are tool results with isError=true.
+A failing domain call answers the text {"error": "...", "tool": "..."} (not an MCP error), as the
+ThinkingBox servers do; a failing reserved call is an MCP error result.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -133,7 +136,8 @@ def diff(result: Any, golden: Any, path: str = "") -> list[dict[str, Any]]:
         for key in sorted(set(result) | set(golden)):
             sub = f"{path}.{key}" if path else key
             if key not in result or key not in golden:
-                out.append({"path": sub, "result": result.get(key), "golden": golden.get(key)})
+                kind = "missing_in_result" if key not in result else "missing_in_golden"
+                out.append({"path": sub, "type": kind, "result": result.get(key), "golden": golden.get(key)})
             else:
                 out += diff(result[key], golden[key], sub)
         return out
@@ -145,12 +149,13 @@ def diff(result: Any, golden: Any, path: str = "") -> list[dict[str, Any]]:
         for rid in sorted(set(by_r) | set(by_g)):
             sub = f"{path}[{rid}]"
             if rid not in by_r or rid not in by_g:
-                out.append({"path": sub, "result": by_r.get(rid), "golden": by_g.get(rid)})
+                kind = "missing_in_result" if rid not in by_r else "missing_in_golden"
+                out.append({"path": sub, "type": kind, "result": by_r.get(rid), "golden": by_g.get(rid)})
             else:
                 out += diff(by_r[rid], by_g[rid], sub)
         return out
     if canonical_json(result) != canonical_json(golden):
-        return [{"path": path or "$", "result": result, "golden": golden}]
+        return [{"path": path or "$", "type": "changed", "result": result, "golden": golden}]
     return []
 
 
@@ -189,6 +194,19 @@ class StateServer:
         state = config.get("state", {})
         if not isinstance(state, dict):
             raise ToolError("config.state must be an object")
+        patch = config.get("data_patch") or {}
+        if not isinstance(patch, dict):
+            raise ToolError("config.data_patch must be an object")
+        state = {k: list(v) for k, v in state.items()}
+        for table, rows in patch.items():
+            if not isinstance(rows, list):
+                raise ToolError(f"config.data_patch.{table} must be a list of rows")
+            by_id = {str(r.get("id")): i for i, r in enumerate(state.get(table, [])) if isinstance(r, dict)}
+            for row in rows:
+                if isinstance(row, dict) and str(row.get("id")) in by_id:
+                    state[table][by_id[str(row["id"])]] = row
+                else:
+                    state.setdefault(table, []).append(row)
         unknown = set(state) - set(self.state_keys)
         if unknown:
             raise ToolError(f"config.state has unknown tables: {', '.join(sorted(unknown))}")
@@ -200,39 +218,39 @@ class StateServer:
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             if dupes:
                 raise ToolError(f"config.state.{key} has duplicate ids: {', '.join(dupes)}")
-        golden_calls = config.get("golden", [])
-        rubrics = config.get("rubrics", [])
+        golden_calls = (config.get("golden_test_case") or {}).get("tool_interactions") or []
+        rubrics = config.get("rubrics_yesno") or []
         if not isinstance(golden_calls, list):
-            raise ToolError("config.golden must be a list of {tool, arguments}")
+            raise ToolError("config.golden_test_case.tool_interactions must be a list of {tool, parameters}")
         if not isinstance(rubrics, list) or not all(isinstance(r, str) for r in rubrics):
-            raise ToolError("config.rubrics must be a list of strings")
+            raise ToolError("config.rubrics_yesno must be a list of strings")
         golden = copy.deepcopy(initial)
         for i, call in enumerate(golden_calls):
             if not isinstance(call, dict) or not isinstance(call.get("tool"), str):
-                raise ToolError(f"config.golden[{i}] must be {{tool, arguments}}")
+                raise ToolError(f"tool_interactions[{i}] must be {{tool, parameters}}")
             if call["tool"].startswith(RESERVED_PREFIX):
-                raise ToolError(f"config.golden[{i}]: reserved tools cannot be golden calls")
+                raise ToolError(f"tool_interactions[{i}]: reserved tools cannot be golden calls")
             try:
-                self.apply(golden, call["tool"], call.get("arguments", {}))
+                self.apply(golden, call["tool"], call.get("parameters") or {})
             except ToolError as e:
                 raise ToolError(f"golden call {i} ({call['tool']}) failed: {e}") from None
         self.initial, self.current, self.golden, self.rubrics = initial, copy.deepcopy(initial), golden, list(rubrics)
         return {"status": "ok", "server": self.name, "rows": {k: len(v) for k, v in initial.items()},
-                "golden_calls": len(golden_calls)}
+                "golden_calls": len(golden_calls), "today": os.environ.get("LIBRARY_TODAY")}
 
     def effects(self) -> dict[str, Any]:
         if self.initial is None or self.current is None or self.golden is None:
             raise ToolError("not initialised: call __reserved__init first")
         initial, result, golden = (canonical(s, self.volatile) for s in (self.initial, self.current, self.golden))
         return {
-            "initial_state": initial,
-            "result_state": result,
-            "golden_state": golden,
-            "initial_hash": state_hash(initial),
-            "result_hash": state_hash(result),
-            "golden_hash": state_hash(golden),
+            "initial_db_state": initial,
+            "result_db_state": result,
+            "golden_db_state": golden,
+            "result_db_hash": state_hash(result),
+            "golden_db_hash": state_hash(golden),
             "diff": diff(result, golden),
-            "rubrics": list(self.rubrics),
+            "rubrics": {},
+            "rubrics_yesno": list(self.rubrics),
         }
 
     def teardown(self) -> dict[str, Any]:
@@ -274,32 +292,37 @@ class StateServer:
 def serve(server: StateServer) -> None:
     """Serve over MCP stdio until the client closes stdin."""
     import anyio
-    import mcp_types as types
+    import mcp.types as types
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
 
-    def tool_models() -> list[Any]:
-        out = []
-        for t in server.listing():
-            annotations = types.ToolAnnotations(read_only_hint=True) if t.get("read_only") else None
-            out.append(types.Tool(name=t["name"], description=t["description"], input_schema=t["input_schema"],
-                                  annotations=annotations))
-        return out
+    app: Server = Server(server.name, version="1.0.0")
 
-    async def on_list_tools(ctx: Any, params: Any) -> Any:
-        return types.ListToolsResult(tools=tool_models())
+    @app.list_tools()
+    async def on_list_tools() -> list[types.Tool]:
+        return [
+            types.Tool(
+                name=t["name"],
+                description=t["description"],
+                inputSchema=t["input_schema"],
+                annotations=types.ToolAnnotations(readOnlyHint=True) if t.get("read_only") else None,
+            )
+            for t in server.listing()
+        ]
 
-    async def on_call_tool(ctx: Any, params: Any) -> Any:
+    @app.call_tool(validate_input=False)
+    async def on_call_tool(name: str, arguments: dict[str, Any]) -> Any:
+        reserved = name.startswith(RESERVED_PREFIX)
         try:
-            value = server.call(params.name, params.arguments)
+            value = server.call(name, arguments)
         except ToolError as e:
-            return types.CallToolResult(content=[types.TextContent(text=str(e))], is_error=True)
+            if reserved:
+                return types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], isError=True)
+            value = {"error": str(e), "tool": name}
         except Exception as e:  # noqa: BLE001 - a bug in a handler is reported, never a crash
-            print(f"[{server.name}] internal error in {params.name}: {e!r}", file=sys.stderr)
-            return types.CallToolResult(content=[types.TextContent(text=f"internal error: {e}")], is_error=True)
-        return types.CallToolResult(content=[types.TextContent(text=json.dumps(value, ensure_ascii=False))])
-
-    app = Server(server.name, version="1.0.0", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+            print(f"[{server.name}] internal error in {name}: {e!r}", file=sys.stderr)
+            value = {"error": f"internal error: {e}", "tool": name}
+        return [types.TextContent(type="text", text=json.dumps(value, ensure_ascii=False))]
 
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream):

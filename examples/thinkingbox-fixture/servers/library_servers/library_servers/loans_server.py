@@ -4,7 +4,7 @@ State: {"members": [{"id", "name", "max_loans", "blocked"}],
         "holdings": [{"id": BOOK_ID, "copies": N}],
         "loans": [{"id", "book_id", "member_id", "due_date", "status": "active"|"returned", "renewals", "note"}]}
 "note" is free text and is volatile: it is excluded from hashes and diffs.
-Tools: get_member (read-only), checkout_book, return_book, renew_loan. Run: python servers/loans_server.py
+Tools: get_member (read-only), checkout_book, return_book, renew_loan. Run: python -m library_servers.loans_server
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import date
 from typing import Any
 
-from statekit import StateServer, Tool, ToolError, find, obj_schema, serve
+from library_servers.statekit import StateServer, Tool, ToolError, find, obj_schema, serve
 
 MAX_RENEWALS = 2
 MEMBER_ID = {"type": "string", "pattern": r"^M[0-9]{2}$", "description": "Member id, e.g. M02"}
