@@ -70,10 +70,10 @@ def _text_line(stmt: ast.stmt) -> int:
 
 # ---------------------------------------------------------------------------------------------------
 # The native pattern: per server S,
-#   assert x.effects["S"]["result_hash"] == x.effects["S"]["golden_hash"]   (either order, optional msg)
+#   assert x.effects["S"]["result_db_hash"] == x.effects["S"]["golden_db_hash"]   (either order, optional msg)
 # optionally followed by
-#   for r in x.effects["S"].get("rubrics", []):
-#       assert judge(r)                                                        (optional msg)
+#   for r in x.effects["S"].get("rubrics_yesno", []):
+#       assert judge.text_yesno(x.response, r)                                 (optional msg)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -128,7 +128,7 @@ def _hash_assert(stmt: ast.stmt) -> str | None:
     left, right = _hash_ref(test.left), _hash_ref(test.comparators[0])
     if left is None or right is None or left[0] != right[0]:
         return None
-    if {left[1], right[1]} != {"result_hash", "golden_hash"}:
+    if {left[1], right[1]} != {"result_db_hash", "golden_db_hash"}:
         return None
     return left[0]
 
@@ -139,14 +139,14 @@ def _rubric_loop(stmt: ast.stmt) -> str | None:
     if not isinstance(stmt.target, ast.Name):
         return None
     it = stmt.iter
-    # x.effects["S"].get("rubrics", [])
+    # x.effects["S"].get("rubrics_yesno", [])
     if not (
         isinstance(it, ast.Call)
         and isinstance(it.func, ast.Attribute)
         and it.func.attr == "get"
         and not it.keywords
         and len(it.args) == 2
-        and _str_const(it.args[0]) == "rubrics"
+        and _str_const(it.args[0]) == "rubrics_yesno"
         and isinstance(it.args[1], ast.List)
         and not it.args[1].elts
     ):
@@ -158,14 +158,21 @@ def _rubric_loop(stmt: ast.stmt) -> str | None:
     if not isinstance(inner, ast.Assert) or not _simple_msg(inner.msg):
         return None
     call = inner.test
+    # judge.text_yesno(x.response, r)
     if not (
         isinstance(call, ast.Call)
-        and isinstance(call.func, ast.Name)
-        and call.func.id == "judge"
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "text_yesno"
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "judge"
         and not call.keywords
-        and len(call.args) == 1
-        and isinstance(call.args[0], ast.Name)
-        and call.args[0].id == stmt.target.id
+        and len(call.args) == 2
+        and isinstance(call.args[0], ast.Attribute)
+        and call.args[0].attr == "response"
+        and isinstance(call.args[0].value, ast.Name)
+        and call.args[0].value.id == "x"
+        and isinstance(call.args[1], ast.Name)
+        and call.args[1].id == stmt.target.id
     ):
         return None
     return server
