@@ -36,6 +36,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TextIO
 
+# Our own `thinkingbox.common` (thinkingbox/shim), which test files import, whatever PYTHONPATH says.
+SHIM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shim")
+if SHIM_DIR not in sys.path:
+    sys.path.insert(0, SHIM_DIR)
+
 
 class JudgeUnavailable(Exception):
     """The judge could not answer (outage, refusal, bad reply): an infrastructure error, never a fail."""

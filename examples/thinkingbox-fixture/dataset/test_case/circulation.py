@@ -34,7 +34,9 @@ def test_return_silent_spring(x, judge):
               parameters: {loan_id: L0002}
     tags: [return]
     """
-    assert x.effects["loans"]["result_db_hash"] == x.effects["loans"]["golden_db_hash"], "the loan was not closed as expected"
+    assert (
+        x.effects["loans"]["result_db_hash"] == x.effects["loans"]["golden_db_hash"]
+    ), "the loan was not closed as expected"
 
 
 def test_renew_earthsea(x, judge):
@@ -110,8 +112,12 @@ def test_checkout_confirms_due_date(x, judge):
     # Custom body (not the native pattern): the state must match, the agent must have called checkout_book
     # exactly once, and the final answer must state the due date.
     assert state_matches(x, "loans"), x.effects["loans"]["diff"]
-    assert len(calls_to(x, "checkout_book")) == 1, "expected exactly one checkout_book call"
-    assert "2025-04-01" in x.response or "April 1" in x.response or "1 April" in x.response, "due date not stated"
+    assert len(calls_to(x, "checkout_book")) == 1, (
+        "expected exactly one checkout_book call"
+    )
+    assert (
+        "2025-04-01" in x.response or "April 1" in x.response or "1 April" in x.response
+    ), "due date not stated"
 
 
 def test_swap_kuhn_for_le_guin(x, judge):
@@ -130,4 +136,6 @@ def test_swap_kuhn_for_le_guin(x, judge):
     tags: [return, checkout, two-servers]
     """
     assert x.effects["loans"]["result_db_hash"] == x.effects["loans"]["golden_db_hash"]
-    assert x.effects["catalog"]["result_db_hash"] == x.effects["catalog"]["golden_db_hash"]
+    assert (
+        x.effects["catalog"]["result_db_hash"] == x.effects["catalog"]["golden_db_hash"]
+    )

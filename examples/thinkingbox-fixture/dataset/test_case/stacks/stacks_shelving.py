@@ -16,7 +16,9 @@ def test_move_silent_spring():
               parameters: {book_id: B004, shelf: A3}
     tags: [shelving]
     """
-    assert x.effects["catalog"]["result_db_hash"] == x.effects["catalog"]["golden_db_hash"]
+    assert (
+        x.effects["catalog"]["result_db_hash"] == x.effects["catalog"]["golden_db_hash"]
+    )
 
 
 def test_shelve_earthsea_together(x, judge):
@@ -36,7 +38,9 @@ def test_shelve_earthsea_together(x, judge):
               parameters: {book_id: B009, shelf: C4}
     tags: [shelving, init-rows]
     """
-    assert x.effects["catalog"]["result_db_hash"] == x.effects["catalog"]["golden_db_hash"]
+    assert (
+        x.effects["catalog"]["result_db_hash"] == x.effects["catalog"]["golden_db_hash"]
+    )
 
 
 def test_move_withdrawn_neuromancer(x, judge):
@@ -44,4 +48,6 @@ def test_move_withdrawn_neuromancer(x, judge):
     query: Move Neuromancer to shelf C12.
     tags: [shelving, refusal, draft]
     """
-    assert x.effects["catalog"]["result_db_hash"] == x.effects["catalog"]["golden_db_hash"]
+    assert (
+        x.effects["catalog"]["result_db_hash"] == x.effects["catalog"]["golden_db_hash"]
+    )

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from library_servers.statekit import StateServer, Tool, ToolError, find, obj_schema, serve
+from library_servers.statekit import (
+    StateServer,
+    Tool,
+    ToolError,
+    find,
+    obj_schema,
+    serve,
+)
 
 SHELF = r"^[A-Z][0-9]{1,2}$"
 
@@ -20,7 +27,9 @@ def search_books(state: dict[str, Any], args: dict[str, Any]) -> Any:
     for book in sorted(state["books"], key=lambda b: b["id"]):
         if book["status"] == "withdrawn" and not args.get("include_withdrawn", False):
             continue
-        haystack = f"{book['title']} {book['author']} {' '.join(book.get('tags', []))}".lower()
+        haystack = (
+            f"{book['title']} {book['author']} {' '.join(book.get('tags', []))}".lower()
+        )
         if all(w in haystack for w in words) and author in book["author"].lower():
             hits.append(book)
     return {"count": len(hits), "books": hits}
@@ -37,22 +46,51 @@ def move_book(state: dict[str, Any], args: dict[str, Any]) -> Any:
 
 
 TOOLS = [
-    Tool("search_books",
-         "Search the catalogue by words in the title, author or subject tags. Returns matching books with their "
-         "id, shelf and status. Withdrawn books are left out unless include_withdrawn is true.",
-         obj_schema({
-             "query": {"type": "string", "minLength": 1, "description": "Words that must all appear"},
-             "author": {"type": "string", "description": "Optional part of the author's name"},
-             "include_withdrawn": {"type": "boolean", "description": "Also list withdrawn books (default false)"},
-         }, ["query"]),
-         search_books, read_only=True),
-    Tool("move_book",
-         "Move a book to another shelf (shelf codes look like A3 or C12).",
-         obj_schema({
-             "book_id": {"type": "string", "pattern": r"^B[0-9]{3}$", "description": "Book id, e.g. B004"},
-             "shelf": {"type": "string", "pattern": SHELF, "description": "Target shelf code"},
-         }, ["book_id", "shelf"]),
-         move_book),
+    Tool(
+        "search_books",
+        "Search the catalogue by words in the title, author or subject tags. Returns matching books with their "
+        "id, shelf and status. Withdrawn books are left out unless include_withdrawn is true.",
+        obj_schema(
+            {
+                "query": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Words that must all appear",
+                },
+                "author": {
+                    "type": "string",
+                    "description": "Optional part of the author's name",
+                },
+                "include_withdrawn": {
+                    "type": "boolean",
+                    "description": "Also list withdrawn books (default false)",
+                },
+            },
+            ["query"],
+        ),
+        search_books,
+        read_only=True,
+    ),
+    Tool(
+        "move_book",
+        "Move a book to another shelf (shelf codes look like A3 or C12).",
+        obj_schema(
+            {
+                "book_id": {
+                    "type": "string",
+                    "pattern": r"^B[0-9]{3}$",
+                    "description": "Book id, e.g. B004",
+                },
+                "shelf": {
+                    "type": "string",
+                    "pattern": SHELF,
+                    "description": "Target shelf code",
+                },
+            },
+            ["book_id", "shelf"],
+        ),
+        move_book,
+    ),
 ]
 
 SERVER = StateServer("catalog", TOOLS, state_keys=["books"])

@@ -45,8 +45,15 @@ class Tool:
     read_only: bool = False
 
 
-def obj_schema(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": required or [], "additionalProperties": False}
+def obj_schema(
+    properties: dict[str, Any], required: list[str] | None = None
+) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required or [],
+        "additionalProperties": False,
+    }
 
 
 # --- argument checking: the JSON Schema subset used by the fixture's tools ----------------------------
@@ -67,9 +74,13 @@ def check(value: Any, schema: dict[str, Any], where: str) -> None:
     if types is not None:
         names = types if isinstance(types, list) else [types]
         if not any(_TYPES[t](value) for t in names):
-            raise ToolError(f"{where}: expected {' or '.join(names)}, got {json.dumps(value)}")
+            raise ToolError(
+                f"{where}: expected {' or '.join(names)}, got {json.dumps(value)}"
+            )
     if "enum" in schema and value not in schema["enum"]:
-        raise ToolError(f"{where}: must be one of {', '.join(map(str, schema['enum']))}")
+        raise ToolError(
+            f"{where}: must be one of {', '.join(map(str, schema['enum']))}"
+        )
     if isinstance(value, str):
         if len(value) < schema.get("minLength", 0):
             raise ToolError(f"{where}: must not be empty")
@@ -79,7 +90,9 @@ def check(value: Any, schema: dict[str, Any], where: str) -> None:
             try:
                 date.fromisoformat(value)
             except ValueError:
-                raise ToolError(f"{where}: {value!r} is not a date (YYYY-MM-DD)") from None
+                raise ToolError(
+                    f"{where}: {value!r} is not a date (YYYY-MM-DD)"
+                ) from None
     if _TYPES["number"](value):
         if "minimum" in schema and value < schema["minimum"]:
             raise ToolError(f"{where}: must be >= {schema['minimum']}")
@@ -92,7 +105,9 @@ def check(value: Any, schema: dict[str, Any], where: str) -> None:
                 raise ToolError(f"{where}: missing required argument {key!r}")
         for key, item in value.items():
             if key in props:
-                check(item, props[key], f"{where}.{key}" if where != "arguments" else key)
+                check(
+                    item, props[key], f"{where}.{key}" if where != "arguments" else key
+                )
             elif schema.get("additionalProperties") is False:
                 raise ToolError(f"unknown argument {key!r}")
     if isinstance(value, list) and "items" in schema:
@@ -110,7 +125,9 @@ def _is_row_list(value: list[Any]) -> bool:
 def canonical(value: Any, volatile: frozenset[str]) -> Any:
     """Rows sorted by id, lists of primitives sorted, volatile keys dropped (keys are sorted when dumped)."""
     if isinstance(value, dict):
-        return {k: canonical(v, volatile) for k, v in value.items() if k not in volatile}
+        return {
+            k: canonical(v, volatile) for k, v in value.items() if k not in volatile
+        }
     if isinstance(value, list):
         items = [canonical(v, volatile) for v in value]
         if _is_row_list(items):
@@ -137,12 +154,23 @@ def diff(result: Any, golden: Any, path: str = "") -> list[dict[str, Any]]:
             sub = f"{path}.{key}" if path else key
             if key not in result or key not in golden:
                 kind = "missing_in_result" if key not in result else "missing_in_golden"
-                out.append({"path": sub, "type": kind, "result": result.get(key), "golden": golden.get(key)})
+                out.append(
+                    {
+                        "path": sub,
+                        "type": kind,
+                        "result": result.get(key),
+                        "golden": golden.get(key),
+                    }
+                )
             else:
                 out += diff(result[key], golden[key], sub)
         return out
-    if isinstance(result, list) and isinstance(golden, list) and (_is_row_list(result) or _is_row_list(golden)) \
-            and all(isinstance(r, dict) and "id" in r for r in result + golden):
+    if (
+        isinstance(result, list)
+        and isinstance(golden, list)
+        and (_is_row_list(result) or _is_row_list(golden))
+        and all(isinstance(r, dict) and "id" in r for r in result + golden)
+    ):
         by_r = {str(r["id"]): r for r in result}
         by_g = {str(r["id"]): r for r in golden}
         out = []
@@ -150,12 +178,21 @@ def diff(result: Any, golden: Any, path: str = "") -> list[dict[str, Any]]:
             sub = f"{path}[{rid}]"
             if rid not in by_r or rid not in by_g:
                 kind = "missing_in_result" if rid not in by_r else "missing_in_golden"
-                out.append({"path": sub, "type": kind, "result": by_r.get(rid), "golden": by_g.get(rid)})
+                out.append(
+                    {
+                        "path": sub,
+                        "type": kind,
+                        "result": by_r.get(rid),
+                        "golden": by_g.get(rid),
+                    }
+                )
             else:
                 out += diff(by_r[rid], by_g[rid], sub)
         return out
     if canonical_json(result) != canonical_json(golden):
-        return [{"path": path or "$", "type": "changed", "result": result, "golden": golden}]
+        return [
+            {"path": path or "$", "type": "changed", "result": result, "golden": golden}
+        ]
     return []
 
 
@@ -201,7 +238,11 @@ class StateServer:
         for table, rows in patch.items():
             if not isinstance(rows, list):
                 raise ToolError(f"config.data_patch.{table} must be a list of rows")
-            by_id = {str(r.get("id")): i for i, r in enumerate(state.get(table, [])) if isinstance(r, dict)}
+            by_id = {
+                str(r.get("id")): i
+                for i, r in enumerate(state.get(table, []))
+                if isinstance(r, dict)
+            }
             for row in rows:
                 if isinstance(row, dict) and str(row.get("id")) in by_id:
                     state[table][by_id[str(row["id"])]] = row
@@ -209,39 +250,68 @@ class StateServer:
                     state.setdefault(table, []).append(row)
         unknown = set(state) - set(self.state_keys)
         if unknown:
-            raise ToolError(f"config.state has unknown tables: {', '.join(sorted(unknown))}")
+            raise ToolError(
+                f"config.state has unknown tables: {', '.join(sorted(unknown))}"
+            )
         initial = {key: copy.deepcopy(state.get(key, [])) for key in self.state_keys}
         for key, rows in initial.items():
-            if not isinstance(rows, list) or not all(isinstance(r, dict) and "id" in r for r in rows):
+            if not isinstance(rows, list) or not all(
+                isinstance(r, dict) and "id" in r for r in rows
+            ):
                 raise ToolError(f"config.state.{key} must be a list of rows with an id")
             ids = [str(r["id"]) for r in rows]
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             if dupes:
-                raise ToolError(f"config.state.{key} has duplicate ids: {', '.join(dupes)}")
-        golden_calls = (config.get("golden_test_case") or {}).get("tool_interactions") or []
+                raise ToolError(
+                    f"config.state.{key} has duplicate ids: {', '.join(dupes)}"
+                )
+        golden_calls = (config.get("golden_test_case") or {}).get(
+            "tool_interactions"
+        ) or []
         rubrics = config.get("rubrics_yesno") or []
         if not isinstance(golden_calls, list):
-            raise ToolError("config.golden_test_case.tool_interactions must be a list of {tool, parameters}")
-        if not isinstance(rubrics, list) or not all(isinstance(r, str) for r in rubrics):
+            raise ToolError(
+                "config.golden_test_case.tool_interactions must be a list of {tool, parameters}"
+            )
+        if not isinstance(rubrics, list) or not all(
+            isinstance(r, str) for r in rubrics
+        ):
             raise ToolError("config.rubrics_yesno must be a list of strings")
         golden = copy.deepcopy(initial)
         for i, call in enumerate(golden_calls):
             if not isinstance(call, dict) or not isinstance(call.get("tool"), str):
                 raise ToolError(f"tool_interactions[{i}] must be {{tool, parameters}}")
             if call["tool"].startswith(RESERVED_PREFIX):
-                raise ToolError(f"tool_interactions[{i}]: reserved tools cannot be golden calls")
+                raise ToolError(
+                    f"tool_interactions[{i}]: reserved tools cannot be golden calls"
+                )
             try:
                 self.apply(golden, call["tool"], call.get("parameters") or {})
             except ToolError as e:
-                raise ToolError(f"golden call {i} ({call['tool']}) failed: {e}") from None
-        self.initial, self.current, self.golden, self.rubrics = initial, copy.deepcopy(initial), golden, list(rubrics)
-        return {"status": "ok", "server": self.name, "rows": {k: len(v) for k, v in initial.items()},
-                "golden_calls": len(golden_calls), "today": os.environ.get("LIBRARY_TODAY")}
+                raise ToolError(
+                    f"golden call {i} ({call['tool']}) failed: {e}"
+                ) from None
+        self.initial, self.current, self.golden, self.rubrics = (
+            initial,
+            copy.deepcopy(initial),
+            golden,
+            list(rubrics),
+        )
+        return {
+            "status": "ok",
+            "server": self.name,
+            "rows": {k: len(v) for k, v in initial.items()},
+            "golden_calls": len(golden_calls),
+            "today": os.environ.get("LIBRARY_TODAY"),
+        }
 
     def effects(self) -> dict[str, Any]:
         if self.initial is None or self.current is None or self.golden is None:
             raise ToolError("not initialised: call __reserved__init first")
-        initial, result, golden = (canonical(s, self.volatile) for s in (self.initial, self.current, self.golden))
+        initial, result, golden = (
+            canonical(s, self.volatile)
+            for s in (self.initial, self.current, self.golden)
+        )
         return {
             "initial_db_state": initial,
             "result_db_state": result,
@@ -271,62 +341,131 @@ class StateServer:
             return self.teardown()
         if self.current is None:
             if name in self.by_name:
-                raise ToolError("the server has no state yet (call __reserved__init first)")
+                raise ToolError(
+                    "the server has no state yet (call __reserved__init first)"
+                )
             raise ToolError(f"unknown tool {name!r}")
         return self.apply(self.current, name, arguments)
 
     # Listing -----------------------------------------------------------------------------------------
     def listing(self) -> list[dict[str, Any]]:
         reserved = [
-            {"name": "__reserved__init", "description": "Seed the server state, golden calls and rubrics.",
-             "input_schema": obj_schema({"config": {"type": "object"}}, ["config"]) | {"additionalProperties": True}},
-            {"name": "__reserved__geteffects", "description": "Terminal state: states, hashes, diff, rubrics.",
-             "input_schema": obj_schema({})},
-            {"name": "__reserved__teardown", "description": "Forget all state.", "input_schema": obj_schema({})},
+            {
+                "name": "__reserved__init",
+                "description": "Seed the server state, golden calls and rubrics.",
+                "input_schema": obj_schema({"config": {"type": "object"}}, ["config"])
+                | {"additionalProperties": True},
+            },
+            {
+                "name": "__reserved__geteffects",
+                "description": "Terminal state: states, hashes, diff, rubrics.",
+                "input_schema": obj_schema({}),
+            },
+            {
+                "name": "__reserved__teardown",
+                "description": "Forget all state.",
+                "input_schema": obj_schema({}),
+            },
         ]
-        domain = [{"name": t.name, "description": t.description, "input_schema": t.input_schema,
-                   "read_only": t.read_only} for t in self.tools]
+        domain = [
+            {
+                "name": t.name,
+                "description": t.description,
+                "input_schema": t.input_schema,
+                "read_only": t.read_only,
+            }
+            for t in self.tools
+        ]
         return domain + reserved
 
 
+def _answer(server: StateServer, name: str, arguments: Any) -> tuple[str, bool]:
+    """The text of a tools/call answer and whether it is an MCP error (only reserved calls are)."""
+    try:
+        return json.dumps(server.call(name, arguments), ensure_ascii=False), False
+    except ToolError as e:
+        if name.startswith(RESERVED_PREFIX):
+            return str(e), True
+        return json.dumps({"error": str(e), "tool": name}, ensure_ascii=False), False
+    except Exception as e:  # noqa: BLE001 - a bug in a handler is reported, never a crash
+        print(f"[{server.name}] internal error in {name}: {e!r}", file=sys.stderr)
+        return json.dumps({"error": f"internal error: {e}", "tool": name}), False
+
+
 def serve(server: StateServer) -> None:
-    """Serve over MCP stdio until the client closes stdin."""
+    """Serve over MCP stdio until the client closes stdin, with the `mcp` SDK's low-level server (1.x or 2.x)."""
     import anyio
-    import mcp.types as types
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
 
-    app: Server = Server(server.name, version="1.0.0")
+    try:
+        import mcp_types as types2  # the 2.x SDK keeps its types in a separate package
+    except ImportError:
+        types2 = None
 
-    @app.list_tools()
-    async def on_list_tools() -> list[types.Tool]:
-        return [
-            types.Tool(
-                name=t["name"],
-                description=t["description"],
-                inputSchema=t["input_schema"],
-                annotations=types.ToolAnnotations(readOnlyHint=True) if t.get("read_only") else None,
+    if types2 is not None:
+
+        async def on_list_tools(ctx: Any, params: Any) -> Any:
+            return types2.ListToolsResult(
+                tools=[
+                    types2.Tool(
+                        name=t["name"],
+                        description=t["description"],
+                        input_schema=t["input_schema"],
+                        annotations=types2.ToolAnnotations(read_only_hint=True)
+                        if t.get("read_only")
+                        else None,
+                    )
+                    for t in server.listing()
+                ]
             )
-            for t in server.listing()
-        ]
 
-    @app.call_tool(validate_input=False)
-    async def on_call_tool(name: str, arguments: dict[str, Any]) -> Any:
-        reserved = name.startswith(RESERVED_PREFIX)
-        try:
-            value = server.call(name, arguments)
-        except ToolError as e:
-            if reserved:
-                return types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], isError=True)
-            value = {"error": str(e), "tool": name}
-        except Exception as e:  # noqa: BLE001 - a bug in a handler is reported, never a crash
-            print(f"[{server.name}] internal error in {name}: {e!r}", file=sys.stderr)
-            value = {"error": f"internal error: {e}", "tool": name}
-        return [types.TextContent(type="text", text=json.dumps(value, ensure_ascii=False))]
+        async def on_call_tool(ctx: Any, params: Any) -> Any:
+            text, is_error = _answer(server, params.name, params.arguments)
+            return types2.CallToolResult(
+                content=[types2.TextContent(text=text)], is_error=is_error
+            )
+
+        app: Any = Server(
+            server.name,
+            version="1.0.0",
+            on_list_tools=on_list_tools,
+            on_call_tool=on_call_tool,
+        )
+    else:
+        import mcp.types as types
+
+        app = Server(server.name, version="1.0.0")
+
+        @app.list_tools()
+        async def list_tools() -> list[types.Tool]:
+            return [
+                types.Tool(
+                    name=t["name"],
+                    description=t["description"],
+                    inputSchema=t["input_schema"],
+                    annotations=types.ToolAnnotations(readOnlyHint=True)
+                    if t.get("read_only")
+                    else None,
+                )
+                for t in server.listing()
+            ]
+
+        @app.call_tool(validate_input=False)
+        async def call_tool(name: str, arguments: dict[str, Any]) -> Any:
+            text, is_error = _answer(server, name, arguments)
+            content = [types.TextContent(type="text", text=text)]
+            return (
+                types.CallToolResult(content=content, isError=True)
+                if is_error
+                else content
+            )
 
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream):
-            await app.run(read_stream, write_stream, app.create_initialization_options())
+            await app.run(
+                read_stream, write_stream, app.create_initialization_options()
+            )
 
     anyio.run(main)
 
