@@ -1,3 +1,4 @@
+import net from 'node:net';
 import path from 'node:path';
 import { repoRoot, type Environment } from '../config/environment.ts';
 import { portInUse, readPid, spawnDetached, stopPid, waitFor } from './daemon.ts';
@@ -58,4 +59,28 @@ export async function stopTypesense(env: Environment): Promise<boolean> {
   if (pid === undefined) return false;
   await stopPid(pid);
   return true;
+}
+
+/**
+ * In a container the tool servers still call 127.0.0.1:8108: forward that port to the Typesense service
+ * (`host:port`, docker/compose.yaml's `typesense`). Returns a function that stops forwarding.
+ */
+export async function forwardTypesense(target: string): Promise<() => Promise<void>> {
+  const [host, port] = [target.slice(0, target.lastIndexOf(':')), Number(target.slice(target.lastIndexOf(':') + 1))];
+  if (!host || !Number.isInteger(port)) throw new Error(`TBT_TYPESENSE_ADDRESS=${target}: expected host:port`);
+  const server = net.createServer((client) => {
+    const upstream = net.connect({ host, port });
+    client.pipe(upstream).pipe(client);
+    const close = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', close);
+    upstream.on('error', close);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(TYPESENSE_PORT, '127.0.0.1', () => resolve());
+  });
+  return () => new Promise<void>((resolve) => server.close(() => resolve()));
 }

@@ -6,6 +6,7 @@ import { createEpisodeActivities, thinkingboxResourcesFactory } from '../activit
 import { SandboxPool } from '../activities/sandbox-pool.ts';
 import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
+import { forwardTypesense } from '../infra/typesense-standin.ts';
 
 /**
  * Rollout worker: runs episodes (CPU activities) from the shared rollout task queue. Start as many as you
@@ -32,6 +33,9 @@ async function run(): Promise<void> {
   );
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });
   const thinkingbox = thinkingboxResourcesFactory(); // tool servers of imported ThinkingBox tasks, on first use
+  // Dataset tool servers call Typesense at 127.0.0.1:8108; in a container that is the compose service.
+  const typesense = process.env.TBT_TYPESENSE_ADDRESS;
+  if (typesense) await forwardTypesense(typesense);
   try {
     const worker = await Worker.create({
       connection,
