@@ -33,18 +33,24 @@ export type FinishReason =
   | 'wall_clock_timeout'
   | 'infrastructure_error';
 
-/** Ends that are graded on the terminal state; the others are limits the agent hit (reward 0, REFERENCE §3). */
+/**
+ * Ends that are graded on the terminal state. As in the reference, reaching a turn or token limit ends the
+ * episode and its state is graded; only our own addition, the wall clock, ends it ungraded (reward 0).
+ */
 const GRADED: ReadonlySet<FinishReason> = new Set([
   'done',
   'end_turn',
   'single_turn',
   'user_turn_limit',
   'user_finished',
+  'agent_turn_limit',
+  'token_budget',
+  'turn_token_cap',
 ]);
 
 export interface EpisodeLimits {
-  /** Cap on agent completions when the task sets none. */
-  maxAgentTurns: number;
+  /** Cap on agent completions when the task sets none (null = unlimited, as in the reference). */
+  maxAgentTurns: number | null;
   maxTokensPerTurn: number;
   episodeTokenBudget: number;
   wallClockMs: number;
@@ -206,12 +212,14 @@ export async function runEpisode(
           function: { name: t.name, description: t.description, parameters: t.inputSchema },
         }));
     await timed('toolMs', () => deps.policy.start(record.messages, serverTools));
+    // The episode budget counts what follows the initial prompt (the reference's rule).
+    const promptTokens = deps.policy.contextTokens();
 
     const transcript: VisibleTurn[] = [
       ...history.map((m) => ({ role: m.role, text: m.content })),
       { role: 'user', text: query },
     ];
-    const maxAgentTurns = task.limits.max_agent_turns ?? options.limits.maxAgentTurns;
+    const maxAgentTurns = task.limits.max_agent_turns ?? options.limits.maxAgentTurns ?? Infinity;
     const conversational = task.user_context !== undefined || task.user_replies !== undefined;
     let userReplies = 0;
     let finish: FinishReason | undefined;
@@ -221,7 +229,7 @@ export async function runEpisode(
         finish = 'agent_turn_limit';
         break;
       }
-      const room = options.limits.episodeTokenBudget - deps.policy.contextTokens();
+      const room = options.limits.episodeTokenBudget - (deps.policy.contextTokens() - promptTokens);
       if (room <= 0) {
         finish = 'token_budget';
         break;
