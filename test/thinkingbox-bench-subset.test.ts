@@ -181,3 +181,54 @@ test(
     assert.match(no.cause ?? '', /Rubric yesno failed/);
   },
 );
+
+test(
+  'bad input in the real format names file, line and field; one bad task never blocks the other 507',
+  { skip, timeout: 300_000 },
+  () => {
+    // The dataset is read in place: a folder of links to it, plus one broken test file and a broken servers.yaml.
+    const dir = path.join(work, 'broken');
+    fs.mkdirSync(path.join(dir, 'dataset', 'test_case'), { recursive: true });
+    fs.mkdirSync(path.join(dir, 'servers'));
+    for (const sub of ['agent', 'scenario'])
+      fs.symlinkSync(path.join(data!, 'dataset', sub), path.join(dir, 'dataset', sub));
+    for (const entry of fs.readdirSync(path.join(data!, 'dataset', 'test_case')))
+      fs.symlinkSync(path.join(data!, 'dataset', 'test_case', entry), path.join(dir, 'dataset', 'test_case', entry));
+    fs.writeFileSync(
+      path.join(dir, 'dataset', 'test_case', 'broken_tasks.py'),
+      [
+        'from thinkingbox.common import Judge, TestContext',
+        '',
+        'def test_bad_field(x: TestContext, judge: Judge):',
+        '    """!',
+        '    scenario: sandbox_consulting',
+        '    query: hello',
+        '    max_user_sim_turns: many',
+        '    """',
+        '',
+      ].join('\n'),
+    );
+    const servers = fs.readFileSync(path.join(data!, 'servers', 'servers.yaml'), 'utf8');
+    fs.writeFileSync(
+      path.join(dir, 'servers', 'servers.yaml'),
+      servers.replace('  online_banking:\n    type: mcp-process', '  online_banking:\n    type: mcp-proces'),
+    );
+    const bench = path.join(data!, 'releases', 'thinkingbox_bench_v1', 'testlist_thinkingbox_bench_v1.yaml');
+    const list = path.join(dir, 'list.yaml');
+    fs.writeFileSync(list, `${fs.readFileSync(bench, 'utf8')}- broken_tasks.py:test_bad_field\n`);
+    const lines: string[] = [];
+    const code = importThinkingbox(
+      ['--data', path.join(dir, 'dataset'), '--list', list, '--out', path.join(dir, 'out')],
+      {
+        out: (s) => lines.push(s),
+        err: (s) => lines.push(s),
+      },
+    );
+    const text = lines.join('\n');
+    assert.equal(code, 1);
+    assert.match(text, /imported 507 of 508 listed tasks \(5 scenarios/);
+    assert.match(text, /broken_tasks\.py:7: max_user_sim_turns: .*task broken_tasks\.py:test_bad_field/);
+    const serversLine = servers.split('\n').findIndex((l) => l === '  online_banking:') + 2;
+    assert.match(text, new RegExp(`servers\\.yaml:${serversLine}: servers\\.online_banking\\.type: `));
+  },
+);

@@ -10,7 +10,7 @@ import {
   testCaseYamlSchema,
   testListSchema,
   testMetaFileSchema,
-  type datasetServerSchema,
+  datasetServerSchema,
   type ImportedScenario,
   type ImportedSuite,
   type ImportedTask,
@@ -90,7 +90,7 @@ function parseTestFiles(files: string[]): ParsedTestFile[] {
     cwd: path.join(repoRoot, 'thinkingbox'),
     input: JSON.stringify(files),
     encoding: 'utf8',
-    timeout: 120_000,
+    timeout: 600_000,
     maxBuffer: 256 * 1024 * 1024,
   });
   if (run.status !== 0)
@@ -170,8 +170,13 @@ export function importThinkingboxDataset(request: ImportRequest): ImportResult {
   const servers: Record<string, ServerSpec> = {};
   const serversYaml = parseYamlFile(serversFile, serversFileSchema);
   problems.push(...serversYaml.problems);
-  for (const [name, value] of Object.entries(serversYaml.value?.servers ?? {}))
-    servers[name] = serverSpec(value, serversDir);
+  for (const [name, value] of Object.entries(serversYaml.value?.servers ?? {})) {
+    const checked = validateParsed(value, datasetServerSchema, serversFile, (p) =>
+      serversYaml.lineOf(['servers', name, ...p]),
+    );
+    problems.push(...checked.problems.map((p) => ({ ...p, field: `servers.${name}${p.field ? `.${p.field}` : ''}` })));
+    if (checked.value) servers[name] = serverSpec(checked.value, serversDir);
+  }
 
   const agents = new Map<string, { file: string; value: z.infer<typeof agentFileSchema> }>();
   for (const file of yamlFilesIn(path.join(dataDir, 'agent'))) {
