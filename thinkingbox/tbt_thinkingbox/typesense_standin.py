@@ -317,13 +317,13 @@ class Handler(BaseHTTPRequestHandler):
             print(f"typesense stand-in: {method} {self.path}: {e!r}", file=sys.stderr, flush=True)
             self._send(500, {"message": f"internal error: {e}"})
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._handle("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._handle("POST")
 
-    def do_DELETE(self) -> None:  # noqa: N802
+    def do_DELETE(self) -> None:
         self._handle("DELETE")
 
 

@@ -147,7 +147,7 @@ def test_golden_replay_through_visible_tools_matches(tb_python, tasks):
     (init reseeds everything), which keeps this test fast; episodes use a fresh process each."""
     plans: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for t in tasks:
-        for config in t["world"].values():
+        for server, config in t["world"].items():
             plans.setdefault(server, []).append((t["uid"], config))
     assert set(plans) == {"catalog", "loans"}
     for server, entries in plans.items():
