@@ -35,7 +35,6 @@ import {
   type ThinkingBoxSuite,
 } from './task-suite-loader.ts';
 import type { TerminalStateGrader } from './terminal-state-grader.ts';
-import { datasetPathPrefix, datasetPython } from './thinkingbox/dataset-python.ts';
 import { StdioServerPool } from './thinkingbox/stdio-server-pool.ts';
 import { thinkingboxEnvironment, type ThinkingBoxResources } from './thinkingbox/thinkingbox-environment.ts';
 
@@ -158,9 +157,7 @@ export function thinkingboxResources(
       new StdioServerPool({
         warm: settings.warm_processes,
         startTimeoutMs: settings.server_start_timeout_ms,
-        pathPrefix: datasetPathPrefix(),
       }),
-    python: datasetPython(),
     testTimeoutMs: settings.test_timeout_ms,
     nativeGrading: settings.native_grading,
   };

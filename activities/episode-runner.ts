@@ -33,18 +33,25 @@ export type FinishReason =
   | 'wall_clock_timeout'
   | 'infrastructure_error';
 
-/** Ends that are graded on the terminal state; the others are limits the agent hit (reward 0, docs/reference-rules.md §3). */
+/**
+ * Ends that are graded on the terminal state. As in the reference, reaching a turn or token limit ends the
+ * episode and its state is graded; only our own addition, the wall clock, ends it ungraded (reward 0;
+ * docs/reference-rules.md §3).
+ */
 const GRADED: ReadonlySet<FinishReason> = new Set([
   'done',
   'end_turn',
   'single_turn',
   'user_turn_limit',
   'user_finished',
+  'agent_turn_limit',
+  'token_budget',
+  'turn_token_cap',
 ]);
 
 export interface EpisodeLimits {
-  /** Cap on agent completions when the task sets none. */
-  maxAgentTurns: number;
+  /** Cap on agent completions when the task sets none (null = unlimited, as in the reference). */
+  maxAgentTurns: number | null;
   maxTokensPerTurn: number;
   episodeTokenBudget: number;
   wallClockMs: number;
@@ -81,7 +88,7 @@ export interface RoleCallUsage {
 
 export interface EpisodeRecord {
   outcome: 'success' | 'agent_failure' | 'infrastructure_error';
-  reward: 0 | 1;
+  reward: number;
   finishReason: FinishReason;
   cause?: string;
   messages: ChatMessage[];
@@ -193,14 +200,15 @@ export async function runEpisode(
     const typingSpecs = tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema }));
     record.tools = typingSpecs;
     const examples = options.prompt.example ? deps.environment.examples : [];
-    const system = buildAgentSystemPrompt(deps.environment.instructions, tools, {
+    const query = opened.formatted?.query ?? task.query;
+    const system = buildAgentSystemPrompt(opened.formatted?.instructions ?? deps.environment.instructions, tools, {
       ...options.prompt,
       hasScenarioExamples: examples.length > 0,
     });
     const history = task.history ?? [];
     record.messages.push({ role: 'system', content: system }, ...exampleTurns(examples), ...history, {
       role: 'user',
-      content: task.query,
+      content: query,
     });
     // Tools not described in the system prompt go to the server, whose chat template renders them.
     const serverTools = options.prompt.toolsInPrompt
@@ -210,12 +218,14 @@ export async function runEpisode(
           function: { name: t.name, description: t.description, parameters: t.inputSchema },
         }));
     await timed('toolMs', () => deps.policy.start(record.messages, serverTools));
+    // The episode budget counts what follows the initial prompt (the reference's rule).
+    const promptTokens = deps.policy.contextTokens();
 
     const transcript: VisibleTurn[] = [
       ...history.map((m) => ({ role: m.role, text: m.content })),
-      { role: 'user', text: task.query },
+      { role: 'user', text: query },
     ];
-    const maxAgentTurns = task.limits.max_agent_turns ?? options.limits.maxAgentTurns;
+    const maxAgentTurns = task.limits.max_agent_turns ?? options.limits.maxAgentTurns ?? Infinity;
     const conversational = task.user_context !== undefined || task.user_replies !== undefined;
     let userReplies = 0;
     let finish: FinishReason | undefined;
@@ -225,7 +235,7 @@ export async function runEpisode(
         finish = 'agent_turn_limit';
         break;
       }
-      const room = options.limits.episodeTokenBudget - deps.policy.contextTokens();
+      const room = options.limits.episodeTokenBudget - (deps.policy.contextTokens() - promptTokens);
       if (room <= 0) {
         finish = 'token_budget';
         break;
@@ -270,7 +280,7 @@ export async function runEpisode(
           break;
         }
         const callId = generation.native?.[call.index]?.id;
-        let result: { text: string; isError: boolean };
+        let result: { text: string; isError: boolean; endTurn?: boolean };
         if (call.parseError !== undefined)
           result = { text: `Error: could not parse the tool call: ${call.parseError}`, isError: true };
         else result = await timed('toolMs', () => session.callTool(call.name, call.arguments));
@@ -282,6 +292,10 @@ export async function runEpisode(
           isError: result.isError,
         });
         observations.push({ role: 'tool', content: result.text, ...(callId ? { tool_call_id: callId } : {}) });
+        if (result.endTurn) {
+          finish = 'end_turn';
+          break;
+        }
       }
       deps.onTurn?.({ turn, toolCalls: record.toolCalls.length, userReplies });
       if (finish) break;
@@ -322,7 +336,8 @@ export async function runEpisode(
     const lastAssistantText = transcript.filter((t) => t.role === 'assistant').at(-1)?.text ?? '';
     const grade = await timed(
       'gradeMs',
-      () => opened!.grade({ lastAssistantText, toolCalls: record.toolCalls, judge: deps.judge }),
+      () =>
+        opened!.grade({ lastAssistantText, toolCalls: record.toolCalls, messages: record.messages, judge: deps.judge }),
       undefined,
       deps.environment.gradeTimeoutMs,
     );

@@ -24,7 +24,7 @@ export interface EpisodeMeta {
 export interface EpisodeSummary {
   id: string;
   outcome: EpisodeRecord['outcome'];
-  reward: 0 | 1;
+  reward: number;
   finishReason: string;
   cause?: string;
   policyTokens: number;

@@ -22,6 +22,8 @@ import { runSqlTool, ToolCallError } from './sql-tool.ts';
 export interface ToolResult {
   text: string;
   isError: boolean;
+  /** The call ends the episode (a dataset's `is_end_turn` tool). */
+  endTurn?: boolean;
 }
 export interface ToolSpec {
   name: string;

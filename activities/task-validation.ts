@@ -23,6 +23,8 @@ export interface TaskValidation {
   problems: string[];
   /** Noted, not failing. */
   warnings?: string[];
+  /** Per episode: milliseconds to a ready backend (tool servers started or taken warm, initialised). */
+  backendStartMs?: number[];
 }
 
 const CHANGE_BY_TYPE: [RegExp, (col: string) => string][] = [

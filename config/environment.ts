@@ -98,6 +98,20 @@ export const environmentSchema = z.object({
     .describe("0 = look for Postgres binaries only in TBT_PG_BIN and PATH, not Debian's folders"),
   TBT_PY_VENV: z.string().optional().describe('Learner Python environment (scripts/setup.sh creates it)'),
   TBT_TB_VENV: z.string().optional().describe('Python environment of dataset tool servers (scripts/setup.sh)'),
+  TBT_DATASET_ENV_DIR: z
+    .string()
+    .min(1)
+    .optional()
+    .describe('Folder of the cached per-dataset Python environments (~/.cache/thinkingbox-temporal/datasets)'),
+  TBT_TYPESENSE_ADDRESS: z
+    .string()
+    .regex(/^[\w.-]+:\d{1,5}$/, 'expected host:port')
+    .optional()
+    .describe("host:port of a Typesense the rollout worker forwards its 127.0.0.1:8108 to (compose's service)"),
+  TBT_THINKINGBOX_DATA: z
+    .string()
+    .optional()
+    .describe('Tests only: the public ThinkingBox data folder (test/thinkingbox-bench-subset.test.ts)'),
   TBT_VLLM_VENV: z.string().optional().describe("vLLM's CPU-build Python environment (scripts/setup.sh creates it)"),
   TBT_VLLM_MAX_MODEL_LEN: count(256, 1_048_576)
     .default(4096)

@@ -124,8 +124,9 @@ export const episodeConfigSchema = z
           .number()
           .int()
           .min(1)
-          .default(30)
-          .describe('Agent completions per episode when the task sets none'),
+          .nullable()
+          .default(null)
+          .describe('Agent completions per episode when the task sets none (null = unlimited, as the reference)'),
         max_tokens_per_turn: z
           .number()
           .int()
@@ -137,7 +138,7 @@ export const episodeConfigSchema = z
           .int()
           .min(1)
           .default(106_496)
-          .describe('Context budget per episode (reference: 106,496)'),
+          .describe('Tokens per episode after the initial prompt (reference: 106,496)'),
         wall_clock_ms: z
           .number()
           .int()

@@ -11,7 +11,7 @@ import { repoRoot } from '../config/environment.ts';
 import { datasetPathPrefix, datasetPython } from '../activities/thinkingbox/dataset-python.ts';
 import { DatasetSandbox } from '../activities/thinkingbox/dataset-sandbox.ts';
 import { StdioServerPool } from '../activities/thinkingbox/stdio-server-pool.ts';
-import { runTestCase } from '../activities/thinkingbox/test-case-runner.ts';
+import { runTestCase, type TestContext } from '../activities/thinkingbox/test-case-runner.ts';
 
 /**
  * One test per way out of the dataset sandbox (docs/dataset-sandbox.md), each tried by hostile dataset code
@@ -128,7 +128,16 @@ async function escapeFromToolServer(on: DatasetSandbox, targets: string[], token
   }
 }
 
-const ctx = (effects: Record<string, unknown>) => ({ effects, response: '', tool_calls: [] });
+const ctx = (effects: Record<string, unknown>): TestContext => ({
+  effects,
+  response: '',
+  tool_calls: [],
+  messages: [],
+  init_result: {},
+  session_id: 'sandbox-test',
+  metadata: {},
+  tool_direct_responses: [],
+});
 
 function assertNoSecret(where: string, text: string): void {
   for (const [name, value] of Object.entries(secrets))

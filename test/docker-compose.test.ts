@@ -325,7 +325,11 @@ test('the compose file has the production shape: Temporal on Postgres, separate 
     'tbt-checkpoints',
     'tbt-models',
     'temporal-db-data',
+    'typesense-data',
   ]);
+  // The ThinkingBox bench servers' knowledge base; rollout workers forward 127.0.0.1:8108 to it.
+  assert.match(services.typesense!.image, /^typesense\/typesense:30\./);
+  assert.equal(services['rollout-worker']!.environment.TBT_TYPESENSE_ADDRESS, 'typesense:8108');
 
   const rollout = services['rollout-worker']!;
   assert.ok(Number.isInteger(rollout.deploy?.replicas) && rollout.deploy.replicas >= 1, 'deploy.replicas');

@@ -7,6 +7,7 @@ import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
+import { forwardTypesense } from '../infra/typesense-standin.ts';
 
 /**
  * Rollout worker: runs episodes (CPU activities) from the shared rollout task queue. Start as many as you
@@ -37,6 +38,8 @@ async function run(): Promise<void> {
   );
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });
   const thinkingbox = thinkingboxResourcesFactory(); // tool servers of imported ThinkingBox tasks, on first use
+  // Dataset tool servers call Typesense at 127.0.0.1:8108; in a container that is the compose service.
+  if (env.TBT_TYPESENSE_ADDRESS) await forwardTypesense(env.TBT_TYPESENSE_ADDRESS);
   try {
     const worker = await Worker.create({
       connection,

@@ -1,10 +1,10 @@
 import { createHash } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import type { ServerSpec } from '../../config/thinkingbox-schema.ts';
 import { canonicalJson } from '../../core/canonical-json.ts';
 import { InfrastructureError, errorMessage } from '../../core/errors.ts';
 import { datasetSandbox, type DatasetSandbox, type SandboxMode } from './dataset-sandbox.ts';
+import type { LaunchSpec } from './server-launch.ts';
 
 /**
  * ThinkingBox tool servers: MCP servers the dataset ships, one fresh process per server per episode (that is
@@ -32,20 +32,23 @@ export interface StdioServerPoolOptions {
   /** Started processes kept ready per server (0 = start on demand). */
   warm: number;
   startTimeoutMs?: number;
-  /** Folders put first on PATH for server commands (the dataset Python environment). */
+  /** Folders put first on PATH for every server command, besides each spec's own `pathPrefix`. */
   pathPrefix?: string[];
   /** Where the processes run (default: this process's sandbox, which refuses to run without isolation). */
   sandbox?: DatasetSandbox;
 }
 
-async function startServer(name: string, spec: ServerSpec, options: StdioServerPoolOptions): Promise<StartedServer> {
+async function startServer(name: string, spec: LaunchSpec, options: StdioServerPoolOptions): Promise<StartedServer> {
   const started = Date.now();
+  // The spec's environment is complete (server-launch.ts): nothing of this process's own is added; the
+  // sandbox adds only its fixed allow-list (HOME and TMPDIR in the scratch folder, a locale).
   const sandboxed = (options.sandbox ?? datasetSandbox()).prepare({
     command: spec.command,
     args: spec.args,
     env: spec.env,
     cwd: spec.cwd,
-    pathPrefix: options.pathPrefix,
+    readOnly: spec.readOnly,
+    pathPrefix: [...(spec.pathPrefix ?? []), ...(options.pathPrefix ?? [])],
     label: name,
     network: 'loopback',
   });
@@ -102,12 +105,12 @@ export class StdioServerPool {
 
   constructor(private readonly options: StdioServerPoolOptions) {}
 
-  private key(name: string, spec: ServerSpec): string {
+  private key(name: string, spec: LaunchSpec): string {
     return `${name}:${createHash('sha256').update(canonicalJson(spec)).digest('hex').slice(0, 16)}`;
   }
 
   /** A started, initialised process for one episode: warm if one is ready, else started now. */
-  async acquire(name: string, spec: ServerSpec): Promise<StartedServer> {
+  async acquire(name: string, spec: LaunchSpec): Promise<StartedServer> {
     const key = this.key(name, spec);
     const ready = this.idle.get(key) ?? [];
     let server: StartedServer | undefined;
@@ -121,7 +124,7 @@ export class StdioServerPool {
   }
 
   /** Starts processes in the background until `warm` are ready or starting for this server. */
-  private refill(key: string, name: string, spec: ServerSpec): void {
+  private refill(key: string, name: string, spec: LaunchSpec): void {
     const ready = this.idle.get(key) ?? [];
     this.idle.set(key, ready);
     while (!this.closed && ready.length + (this.starting.get(key) ?? 0) < this.options.warm) {

@@ -2,27 +2,39 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import readline from 'node:readline';
 import { BadInputError, errorMessage, InfrastructureError } from '../../core/errors.ts';
+import { judgeSaysYes } from '../../core/judge-verdict.ts';
 import type { Judge, JudgeVerdict } from '../judge-client.ts';
+import { SHIM_DIR } from './dataset-environment.ts';
 import { datasetSandbox, helperPackageDir, type DatasetSandbox } from './dataset-sandbox.ts';
 
 /**
- * Runs a ThinkingBox test function (REFERENCE.md section 6) in a Python subprocess: returning = pass,
- * AssertionError = fail, anything else = a system error (an infrastructure error here, never a failure).
- * The subprocess runs in the dataset sandbox (dataset-sandbox.ts: no network, no secrets, read-only
- * filesystem but a scratch folder, limits). `judge(...)` calls in the test come back over stdout as requests
- * answered by our judge client. A test that does not finish within the timeout is killed with every
- * process it started (the sandbox's pid namespace goes with it).
+ * Runs a ThinkingBox test function in a Python subprocess: returning None or a number = pass (the number is
+ * the reward), AssertionError = fail, anything else = a system error (an infrastructure error here, never a
+ * failure). The subprocess runs in the dataset sandbox (dataset-sandbox.ts: no network, no secrets, read-only
+ * filesystem but a scratch folder, limits); our `thinkingbox.common` shim (thinkingbox/shim) is on its
+ * PYTHONPATH and mounted read-only. `judge(...)` calls in the test come back over stdout as requests answered
+ * by our judge client. A test that does not finish within the timeout is killed with every process it
+ * started (the sandbox's pid namespace goes with it).
  */
 
+/** The `x` of a ThinkingBox test (thinkingbox.common.TestContext). */
 export interface TestContext {
   effects: Record<string, unknown>;
+  /** The last visible assistant text. */
   response: string;
-  tool_calls: { name: string; arguments: Record<string, unknown>; result: string; is_error: boolean }[];
+  tool_calls: { tool_call: { name: string; arguments: Record<string, unknown> }; tool_response: string }[];
+  messages: unknown[];
+  init_result: Record<string, unknown>;
+  session_id: string;
+  metadata: Record<string, unknown>;
+  tool_direct_responses: string[];
 }
 
 export interface TestCaseResult {
   status: 'pass' | 'fail';
   message: string;
+  /** What the test returned when it returned a number (else the reward is 1 on a pass). */
+  reward?: number;
   verdicts: JudgeVerdict[];
 }
 
@@ -44,9 +56,9 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
   const sandboxed = (request.sandbox ?? datasetSandbox()).prepare({
     command: request.python,
     args: ['-m', 'tbt_thinkingbox.run_test_case'],
-    env: { PYTHONPATH: helperPackageDir },
+    env: { PYTHONPATH: [helperPackageDir, SHIM_DIR].join(path.delimiter) },
     cwd: helperPackageDir,
-    readOnly: [path.dirname(path.resolve(request.file)), ...(request.readOnly ?? [])],
+    readOnly: [path.dirname(path.resolve(request.file)), SHIM_DIR, ...(request.readOnly ?? [])],
     pathPrefix: path.isAbsolute(request.python) ? [path.dirname(request.python)] : [],
     label: 'test',
   });
@@ -96,9 +108,10 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
         type?: string;
         status?: string;
         message?: string;
+        reward?: number | null;
         traceback?: string;
-        question?: string;
-        text?: string;
+        messages?: { role: string; content: string }[];
+        settings?: { temperature?: number; max_completion_tokens?: number; question?: string };
       };
       try {
         message = JSON.parse(line);
@@ -108,14 +121,21 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
         );
       }
       if (message.type === 'judge') {
-        const question = String(message.question ?? '');
+        const settings = message.settings ?? {};
+        const what = settings.question ?? 'a judge completion';
         if (!request.judge)
-          return finish(new BadInputError(`test ${where} asks the judge ('${question}') but no judge is configured`));
-        request.judge.ask(question, message.text ?? request.context.response).then(
-          (v) => {
+          return finish(new BadInputError(`test ${where} asks the judge (${what}) but no judge is configured`));
+        request.judge.complete(message.messages ?? [], settings).then(
+          (answer) => {
             if (settled) return;
-            verdicts.push(v);
-            child.stdin.write(`${JSON.stringify({ yes: v.yes, answer: v.answer })}\n`);
+            if (settings.question !== undefined)
+              verdicts.push({
+                question: settings.question,
+                answer: answer.text,
+                yes: judgeSaysYes(answer.text),
+                usage: answer.usage,
+              });
+            child.stdin.write(`${JSON.stringify({ text: answer.text })}\n`);
           },
           (err) => {
             if (!settled) child.stdin.write(`${JSON.stringify({ error: errorMessage(err) })}\n`);
@@ -125,7 +145,12 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
       }
       if (message.type === 'result') {
         if (message.status === 'pass' || message.status === 'fail')
-          return finish(undefined, { status: message.status, message: message.message ?? '', verdicts });
+          return finish(undefined, {
+            status: message.status,
+            message: message.message ?? '',
+            ...(typeof message.reward === 'number' ? { reward: message.reward } : {}),
+            verdicts,
+          });
         return finish(
           new InfrastructureError(
             `test ${where} raised an error: ${message.message ?? ''}${message.traceback ? `\n${message.traceback.trim().split('\n').slice(-6).join('\n')}` : ''}`,

@@ -152,7 +152,7 @@ export async function episodes(args: string[]): Promise<number> {
       }
       fs.writeSync(
         out,
-        `${JSON.stringify(resultLine(id, uid, repetition, taskDomain(suite, task.scenario), record))}\n`,
+        `${JSON.stringify(resultLine(id, uid, repetition, taskDomain(suite, task.scenario), record, task.scenario))}\n`,
       );
       if (records !== undefined) fs.writeSync(records, `${JSON.stringify({ id, record })}\n`);
       perTask.set(uid, [

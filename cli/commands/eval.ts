@@ -57,7 +57,7 @@ const USAGE = `usage: tbt eval <subcommand> [options]
       intervals, and cost when --prices is given.
       --format episode|thinkingbox  default field paths (default episode):
                                   episode:     uid, repetition, success, infrastructure_error, domain, tokens
-                                  thinkingbox: uid, (line order), test_result.result,
+                                  thinkingbox: uid, metadata.repetition, test_result.result,
                                                is_system_error + test_result.is_system_error, (uid file), usage
       --uid-field PATH            dotted path of the task uid
       --repetition-field PATH     dotted path of the repetition index; '' = number rows per uid in file order
@@ -96,7 +96,8 @@ const FORMAT_DEFAULTS = {
   },
   thinkingbox: {
     uid: 'uid',
-    repetition: '',
+    // As the reference's validator: rows are keyed by uid and metadata.repetition.
+    repetition: 'metadata.repetition',
     success: 'test_result.result',
     systemError: ['is_system_error', 'test_result.is_system_error'],
     domain: '',

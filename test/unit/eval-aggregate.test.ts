@@ -74,7 +74,7 @@ test('aggregate our episode records: hand-computed scores and cost', async () =>
   assert.match(r.stdout, /^all +3 +12 +50\.00% /m);
 });
 
-test("aggregate ThinkingBox result lines: no repetition index, domain from the uid's file, usage lists", async () => {
+test("aggregate ThinkingBox result lines: repetition from metadata.repetition, domain from the uid's file, usage lists", async () => {
   const out = path.join(tempDir(), 'tb.json');
   const r = await run([
     'aggregate',
@@ -133,13 +133,13 @@ test('an infrastructure-error row fails the coverage gate, naming file and line'
   const tb = await gateFails(['aggregate', '--format', 'thinkingbox', '--results', file, '--repeats', '3']);
   assert.ok(
     tb.includes(
-      `${file}:3: uid sandbox_retail.py:test_a attempt 2: infrastructure error (field test_result.is_system_error is true)`,
+      `${file}:3: uid sandbox_retail.py:test_a repetition 1: infrastructure error (field test_result.is_system_error is true)`,
     ),
     tb,
   );
   assert.ok(
     tb.includes(
-      `${file}:4: uid sandbox_travel.py:test_b attempt 2: infrastructure error (field is_system_error is true)`,
+      `${file}:4: uid sandbox_travel.py:test_b repetition 1: infrastructure error (field is_system_error is true)`,
     ),
     tb,
   );

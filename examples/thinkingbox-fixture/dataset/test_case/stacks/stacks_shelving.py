@@ -1,3 +1,5 @@
+from thinkingbox.common import Judge, TestContext
+
 """!
 scenario: stacks_maintenance
 """
@@ -8,12 +10,15 @@ def test_move_silent_spring():
     query: The environment section has moved to shelf A3. Please move Silent Spring there.
     init:
       catalog:
-        golden:
-          - tool: move_book
-            arguments: {book_id: B004, shelf: A3}
+        golden_test_case:
+          tool_interactions:
+            - tool: move_book
+              parameters: {book_id: B004, shelf: A3}
     tags: [shelving]
     """
-    assert x.effects["catalog"]["result_hash"] == x.effects["catalog"]["golden_hash"]
+    assert (
+        x.effects["catalog"]["result_db_hash"] == x.effects["catalog"]["golden_db_hash"]
+    )
 
 
 def test_shelve_earthsea_together(x, judge):
@@ -25,14 +30,17 @@ def test_shelve_earthsea_together(x, judge):
         state:
           books:
             - {id: B009, title: The Farthest Shore, author: Ursula K. Le Guin, year: 1972, shelf: C6, status: circulating, tags: [fantasy, young-adult]}
-        golden:
-          - tool: move_book
-            arguments: {book_id: B003, shelf: C4}
-          - tool: move_book
-            arguments: {book_id: B009, shelf: C4}
+        golden_test_case:
+          tool_interactions:
+            - tool: move_book
+              parameters: {book_id: B003, shelf: C4}
+            - tool: move_book
+              parameters: {book_id: B009, shelf: C4}
     tags: [shelving, init-rows]
     """
-    assert x.effects["catalog"]["result_hash"] == x.effects["catalog"]["golden_hash"]
+    assert (
+        x.effects["catalog"]["result_db_hash"] == x.effects["catalog"]["golden_db_hash"]
+    )
 
 
 def test_move_withdrawn_neuromancer(x, judge):
@@ -40,4 +48,6 @@ def test_move_withdrawn_neuromancer(x, judge):
     query: Move Neuromancer to shelf C12.
     tags: [shelving, refusal, draft]
     """
-    assert x.effects["catalog"]["result_hash"] == x.effects["catalog"]["golden_hash"]
+    assert (
+        x.effects["catalog"]["result_db_hash"] == x.effects["catalog"]["golden_db_hash"]
+    )
