@@ -71,7 +71,8 @@ export interface RecordedCompletion {
   finishReason: string;
   interpretation: Interpretation;
 }
-export interface RoleUsage {
+/** One role's calls and token counts within an episode (policy, simulated user or judge). */
+export interface RoleCallUsage {
   calls: number;
   input: number;
   output: number;
@@ -87,7 +88,7 @@ export interface EpisodeRecord {
   completions: RecordedCompletion[];
   toolCalls: RecordedToolCall[];
   grade?: GradeReport;
-  usage: { policy: RoleUsage; user: RoleUsage; judge: RoleUsage };
+  usage: { policy: RoleCallUsage; user: RoleCallUsage; judge: RoleCallUsage };
   timings: { totalMs: number; policyMs: number; toolMs: number; userMs: number; gradeMs: number; sandboxMs: number };
   trajectory?: Trajectory;
   /** Tools as the agent saw them (for re-interpretation by `tbt parity`). */
@@ -96,6 +97,8 @@ export interface EpisodeRecord {
   worker?: string;
   /** Weight version of the policy server(s) it sampled from (set in campaigns; 0 = the base weights). */
   weightVersion?: number;
+  /** NUL characters and lone surrogates replaced by U+FFFD so that Postgres could store the record. */
+  unstorableCharacters?: number;
 }
 
 export interface EpisodeDependencies {
@@ -114,7 +117,7 @@ class WallClockExceeded extends Error {
   }
 }
 
-function usage(): RoleUsage {
+function usage(): RoleCallUsage {
   return { calls: 0, input: 0, output: 0, cached: 0 };
 }
 

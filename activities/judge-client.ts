@@ -1,6 +1,7 @@
 import OpenAI from 'openai';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { judgeSaysYes } from '../core/judge-verdict.ts';
+import { NO_API_KEY, resolveApiKey } from './api-key.ts';
 
 /**
  * Yes/no rubric judge behind an OpenAI-compatible endpoint, temperature 0. Any failure to get an answer
@@ -34,7 +35,7 @@ export function createJudge(config: JudgeConfig): Judge {
     async ask(question, assistantMessage) {
       const client = new OpenAI({
         baseURL: config.baseUrl,
-        apiKey: (config.apiKeyEnv ? process.env[config.apiKeyEnv] : undefined) ?? 'not-needed',
+        apiKey: resolveApiKey(config) ?? NO_API_KEY,
         timeout: config.timeoutMs ?? 60_000,
         maxRetries: 2,
       });

@@ -10,7 +10,9 @@ import { torchrunArgs, type LearnerLaunch } from './learner-launch.ts';
  * One long-lived learner process group per campaign on this host (`torchrun -m tbt_gpu.learner`), started
  * detached so it outlives a GPU-worker crash, found again through its pid file and the control port it
  * writes to `<checkpoint dir>/control.json`. A dead learner is restarted with `--resume` from its last
- * checkpoint; steps are idempotent by id, so the retried step is applied exactly once.
+ * checkpoint; steps are idempotent by id, so the retried step is applied exactly once. Every request carries
+ * the bearer token the learner wrote (0600) to `<checkpoint dir>/control.token` for this run; it is read
+ * from there on each call and never passed through Temporal or logged.
  *
  * A learner over several nodes is one torchrun per node, each started by that node's GPU worker
  * (`ensureLearner` on node 0, which waits until rank 0 answers, i.e. every rank has joined; `ensureLearnerNode`
@@ -89,20 +91,27 @@ export class LearnerHttpError extends Error {
   }
 }
 
-export function controlUrl(files: LearnerFiles): string | undefined {
+/** Where a running learner listens, and the run's token; the token stays inside this process. */
+export interface LearnerEndpoint {
+  url: string;
+  token: string;
+}
+
+export function controlEndpoint(files: LearnerFiles): LearnerEndpoint | undefined {
   try {
     const info = JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as {
       host: string;
       port: number;
     };
-    return `http://${info.host}:${info.port}`;
+    const token = fs.readFileSync(path.join(files.checkpoints, 'control.token'), 'utf8').trim();
+    return { url: `http://${info.host}:${info.port}`, token };
   } catch {
     return undefined;
   }
 }
 
 export async function learnerRequest<T>(
-  url: string,
+  endpoint: LearnerEndpoint,
   method: 'GET' | 'POST',
   route: string,
   body?: unknown,
@@ -110,9 +119,9 @@ export async function learnerRequest<T>(
 ): Promise<T> {
   let response: Response;
   try {
-    response = await fetch(`${url}${route}`, {
+    response = await fetch(`${endpoint.url}${route}`, {
       method,
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${endpoint.token}` },
       body: body === undefined ? undefined : JSON.stringify(body),
       signal: AbortSignal.timeout(timeoutMs),
     });
@@ -145,56 +154,57 @@ async function stopOrphanedRankZero(files: LearnerFiles): Promise<void> {
   }
 }
 
-async function healthy(url: string | undefined): Promise<boolean> {
-  if (!url) return false;
+async function healthy(endpoint: LearnerEndpoint | undefined): Promise<boolean> {
+  if (!endpoint) return false;
   try {
-    const h = await learnerRequest<{ ready?: boolean }>(url, 'GET', '/health', undefined, 3000);
+    const h = await learnerRequest<{ ready?: boolean }>(endpoint, 'GET', '/health', undefined, 3000);
     return h.ready === true;
   } catch {
     return false;
   }
 }
 
-/** Returns the control URL of a running learner for this campaign, starting (or resuming) one if needed. */
+/** Returns the control endpoint of a running learner for this campaign, starting (or resuming) one if needed. */
 export async function ensureLearner(
   files: LearnerFiles,
   learnerConfig: Record<string, unknown>,
   launch: LearnerLaunch,
   startTimeoutMs = 600_000,
-): Promise<string> {
+): Promise<LearnerEndpoint> {
   const pid = readPid(files.pid);
   if (pid !== undefined) {
-    const url = controlUrl(files);
-    if (await healthy(url)) return url!;
+    const known = controlEndpoint(files);
+    if (await healthy(known)) return known!;
     // Alive but not answering: it may still be loading; give it the start timeout before replacing it.
     try {
       await waitFor(
         'learner control endpoint',
-        async () => !isAlive(pid) || (await healthy(controlUrl(files))),
+        async () => !isAlive(pid) || (await healthy(controlEndpoint(files))),
         startTimeoutMs,
         files.log,
       );
     } catch {
       await stopPid(-pid, 5000); // the whole group: torchrun and its ranks, or orphaned ranks hold memory
     }
-    if (isAlive(pid) && (await healthy(controlUrl(files)))) return controlUrl(files)!;
+    if (isAlive(pid) && (await healthy(controlEndpoint(files)))) return controlEndpoint(files)!;
   }
   await stopOrphanedRankZero(files);
   writeLearnerConfig(files, learnerConfig);
   fs.writeFileSync(launchFile(files), JSON.stringify(launch));
   fs.rmSync(path.join(files.checkpoints, 'control.json'), { force: true });
+  fs.rmSync(path.join(files.checkpoints, 'control.token'), { force: true });
   const child = spawnTorchrun(files, launch);
   await waitFor(
     'learner control endpoint',
     async () => {
       if (!isAlive(child))
         throw new InfrastructureError(`learner exited during start-up (log ${files.log}):\n${logTail(files)}`);
-      return healthy(controlUrl(files));
+      return healthy(controlEndpoint(files));
     },
     startTimeoutMs,
     files.log,
   );
-  return controlUrl(files)!;
+  return controlEndpoint(files)!;
 }
 
 /** Where node 0 records how it launched (export and restarts relaunch the same way). */
@@ -225,8 +235,8 @@ export async function ensureLearnerNode(
 
 /** Rank 0's shutdown ends every node's ranks; then every node's torchrun whose pid file is here is stopped. */
 export async function stopLearner(files: LearnerFiles): Promise<void> {
-  const url = controlUrl(files);
-  if (url) await learnerRequest(url, 'POST', '/shutdown', {}, 30_000).catch(() => undefined);
+  const endpoint = controlEndpoint(files);
+  if (endpoint) await learnerRequest(endpoint, 'POST', '/shutdown', {}, 30_000).catch(() => undefined);
   for (const pidFile of nodePidFiles(files)) {
     const pid = readPid(pidFile);
     if (pid !== undefined) await stopPid(-pid, 30_000);

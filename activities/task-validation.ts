@@ -33,9 +33,9 @@ const CHANGE_BY_TYPE: [RegExp, (col: string) => string][] = [
   [/^timestamp/, (c) => `${c} + interval '1 day'`],
 ];
 
-/** Changes one value of one row (or deletes a row) through the admin role; returns what it did. */
-export async function mutateOneRow(adminUrl: string, scenario: Scenario): Promise<string> {
-  return withClient(adminUrl, async (db) => {
+/** Changes one value of one row (or deletes a row) through the owner role; returns what it did. */
+export async function mutateOneRow(ownerUrl: string, scenario: Scenario): Promise<string> {
+  return withClient(ownerUrl, async (db) => {
     const { rows: columns } = await db.query<{
       table_name: string;
       column_name: string;
@@ -114,7 +114,7 @@ export async function validateTask(
     const golden = await grade(replayed);
     v.goldenPass = golden.outcome === 'success';
     if (!v.goldenPass) v.problems.push(`golden replay does not pass: ${golden.cause ?? golden.outcome}`);
-    const what = await mutateOneRow(replayed.adminUrl, scenario);
+    const what = await mutateOneRow(replayed.ownerUrl, scenario);
     const mutated = await grade(replayed);
     v.mutationFail = mutated.outcome === 'agent_failure';
     if (!v.mutationFail) v.problems.push(`a one-row mutation (${what}) is not detected: ${mutated.outcome}`);

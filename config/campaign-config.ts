@@ -47,6 +47,10 @@ export const learnerSchema = z
       .url()
       .optional()
       .describe('Control URL of a learner started outside the GPU workers (they then start none); it must be healthy'),
+    attach_token_file: z
+      .string()
+      .optional()
+      .describe("With attach_url: that learner's control.token file (0600), read by node 0's GPU worker"),
     device: z.enum(['cpu', 'cuda']).default('cpu').describe('cpu = gloo + fp32; cuda = nccl + bf16'),
     lr: z.number().optional().describe(learnerOwned('AdamW learning rate')),
     betas: z.tuple([z.number(), z.number()]).optional().describe(learnerOwned('AdamW (beta1, beta2)')),

@@ -2,14 +2,24 @@ import { z } from 'zod';
 
 /** Episode settings: endpoints, sampling, simulated user, limits. Validated once; the schema is the type. */
 
+/**
+ * The only variables an endpoint may send as its key: names ending in `_API_KEY`. This keeps every other
+ * secret of the process (DATABASE_URL, TBT_*_PASSWORD) from ever leaving as a bearer token.
+ */
+export const apiKeyVariablePattern = /^[A-Z][A-Z0-9_]*_API_KEY$/;
+
 export const endpointSchema = z
   .object({
     base_url: z.string().url().describe('OpenAI-compatible base URL including /v1'),
     model: z.string().min(1).describe('Model name sent with each request'),
     api_key_env: z
       .string()
+      .regex(
+        apiKeyVariablePattern,
+        'expected the name of a variable ending in _API_KEY (e.g. TBT_POLICY_API_KEY, OPENAI_API_KEY)',
+      )
       .optional()
-      .describe('Name of the environment variable holding the API key (read at call time)'),
+      .describe('Variable holding the API key, read at call time, sent only to hosts tied to it; unset = no key'),
     timeout_ms: z.number().int().positive().default(300_000).describe('Per-request timeout'),
   })
   .strict();

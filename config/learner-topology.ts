@@ -14,6 +14,7 @@ export interface LearnerTopologyFields {
   rdzv_endpoint?: string | undefined;
   gpu_workers?: { host: string; node_rank: number }[] | undefined;
   attach_url?: string | undefined;
+  attach_token_file?: string | undefined;
 }
 
 export function checkLearnerTopology(learner: LearnerTopologyFields, ctx: z.RefinementCtx): void {
@@ -25,7 +26,12 @@ export function checkLearnerTopology(learner: LearnerTopologyFields, ctx: z.Refi
   const endpoint = learner.rdzv_endpoint;
   if (endpoint !== undefined && !/^[A-Za-z0-9.-]+:\d{1,5}$/.test(endpoint))
     problem(['rdzv_endpoint'], `"${endpoint}" is not host:port`);
-  if (learner.attach_url !== undefined) return; // started outside: no GPU worker launches anything
+  if (learner.attach_url !== undefined) {
+    // Started outside: no GPU worker launches anything, but every request needs that learner's token.
+    if (learner.attach_token_file === undefined)
+      problem(['attach_token_file'], "required with attach_url: the learner's control.token file");
+    return;
+  }
   if (learner.nodes > 1 && endpoint === undefined)
     problem(['rdzv_endpoint'], `required when nodes > 1 (${learner.nodes}): host:port of node 0's c10d rendezvous`);
   const workers = learner.gpu_workers;

@@ -75,4 +75,8 @@ model_dir=$(cd gpu-learner && "$venv/bin/python" -m tbt_gpu.model_store 2>"$log"
 say "small model: $model_dir"
 # 5. Headless Chromium for the report and Temporal UI browser checks (Debian package; root installs it).
 [ -x /usr/bin/chromium ] || { say "installing chromium (Debian package)"; bash scripts/install-chromium.sh; }
+# 6. bubblewrap, the sandbox of dataset code (Debian package; root installs it).
+# Without it dataset code is refused (or run with --unsandboxed), so a failed install warns instead of stopping.
+command -v bwrap >/dev/null 2>&1 || { say "installing bubblewrap (Debian package)"; bash scripts/install-bubblewrap.sh ||
+  echo "[setup] warning: no bubblewrap: dataset code will be refused unless run with --unsandboxed" >&2; }
 say "ready"

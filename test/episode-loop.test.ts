@@ -167,13 +167,15 @@ test('a completion cut at the per-turn cap and an exhausted episode budget are a
 });
 
 test('the whole-episode wall-clock limit stops a slow agent', async () => {
-  const { record } = await episode(task, [{ content: call('approve', { order_id: 2 }), delayMs: 400 }], {
+  // The first generation alone outlasts the limit, so the deadline passes in the agent's own time (the deadline
+  // passing during a tool call is a hang of the backend: an infrastructure error, tested elsewhere).
+  const { record } = await episode(task, [{ content: call('approve', { order_id: 2 }), delayMs: 2500 }], {
     wall_clock_ms: 1000,
     max_agent_turns: 50,
   });
-  assert.equal(record.finishReason, 'wall_clock_timeout');
+  assert.equal(record.finishReason, 'wall_clock_timeout', record.cause);
   assert.equal(record.outcome, 'agent_failure');
-  assert.ok(record.timings.totalMs < 5000);
+  assert.ok(record.timings.totalMs < 8000);
 });
 
 test('a simulated-user outage is an infrastructure error, never a failure', async () => {

@@ -7,7 +7,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { learnerSchema } from '../config/campaign-config.ts';
 import { createGpuActivities } from '../activities/gpu-activities.ts';
 import { freePort } from '../infra/embedded-policy-server.ts';
-import { controlUrl, learnerFiles, learnerRequest, stopLearner } from '../activities/learner-process.ts';
+import { controlEndpoint, learnerFiles, learnerRequest, stopLearner } from '../activities/learner-process.ts';
 import { withClient } from '../infra/control-database.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
 import { controlReady } from './helpers/stack.ts';
@@ -81,7 +81,11 @@ test(
     assert.equal(second.started, true);
     const started = await act(() => node0.startLearner(input));
     assert.equal((started.manifest.distributed as { world_size: number }).world_size, 2);
-    const health = await learnerRequest<{ world_size: number; pid: number }>(started.controlUrl, 'GET', '/health');
+    const health = await learnerRequest<{ world_size: number; pid: number }>(
+      controlEndpoint(learnerFiles(stateDir, campaignId))!,
+      'GET',
+      '/health',
+    );
     assert.equal(health.world_size, 2);
     const files0 = learnerFiles(stateDir, campaignId, 0);
     const files1 = learnerFiles(stateDir, campaignId, 1);
@@ -107,7 +111,7 @@ test(
     const pids = [readPid(files0.pid)!, readPid(files1.pid)!];
     await act(() => node0.stopLearner({ campaignId }));
     assert.equal(
-      controlUrl(files0) === undefined || !fs.existsSync(path.join(files0.checkpoints, 'control.json')),
+      controlEndpoint(files0) === undefined || !fs.existsSync(path.join(files0.checkpoints, 'control.json')),
       true,
     );
     for (const pid of pids) assert.equal(isAlive(pid), false, `torchrun ${pid} stopped`);

@@ -3,10 +3,10 @@ import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { scenarioSchema } from '../config/task-schema.ts';
 import { openToolSession } from '../activities/mcp-tool-session.ts';
-import type { SandboxPool } from '../activities/sandbox-pool.ts';
+import { sandboxPrefix, type SandboxPool } from '../activities/sandbox-pool.ts';
 import { readCanonicalState } from '../activities/terminal-state-grader.ts';
 import { stateHash } from '../core/canonical-state.ts';
-import { withClient, withRole } from '../infra/control-database.ts';
+import { rolePassword, withClient, withRole } from '../infra/control-database.ts';
 import { controlReady, newPool } from './helpers/stack.ts';
 
 const scenario = scenarioSchema.parse({
@@ -106,7 +106,11 @@ test('SQL injection payloads in tool arguments are data: they neither read nor c
 
 test('the tool role cannot connect to the control database, and the checking role cannot write', async () => {
   const agentOnControl = new pg.Client({
-    connectionString: withRole(controlUrl, 'tbt_agent', process.env.TBT_AGENT_DB_PASSWORD),
+    connectionString: withRole(
+      controlUrl,
+      'tbt_agent',
+      rolePassword(controlUrl, 'tbt_agent', process.env.TBT_AGENT_DB_PASSWORD),
+    ),
   });
   await assert.rejects(agentOnControl.connect(), /permission denied for database/);
   await agentOnControl.end().catch(() => undefined);
@@ -126,8 +130,9 @@ test('the tool role cannot connect to the control database, and the checking rol
 });
 
 test('warm pool: refills to the target, serves a ready clone, released sandboxes disappear, the sweeper removes expired leases and orphans', async () => {
-  const warm = newPool({ warm: 2, leaseMs: 60_000 });
+  const warm = newPool({ warm: 2, leaseMs: 60_000, orphanMinAgeMs: 0 });
   try {
+    const orphan = `${sandboxPrefix(await warm.deploymentTag())}orphan_test`;
     const first = await warm.acquire(scenario, 'test:warm-1');
     await warm.refill(await warm.ensureTemplate(scenario));
     const ready = await withClient(controlUrl, (c) =>
@@ -150,13 +155,16 @@ test('warm pool: refills to the target, serves a ready clone, released sandboxes
     // Simulate a crashed worker: its lease expires; and an orphan database nobody recorded.
     await withClient(controlUrl, async (c) => {
       await c.query(`UPDATE sandboxes SET expires_at = now() - interval '1 second' WHERE name = $1`, [second.name]);
-      await c.query('CREATE DATABASE tbt_sbx_orphan_test');
+      await c.query(`CREATE DATABASE ${orphan}`);
     });
-    const { dropped } = await warm.sweep();
+    // Another worker sweeps (this pool would keep renewing what it holds). The minimum orphan age is zero
+    // here, so the first sighting is old enough.
+    const sweeper = newPool({ orphanMinAgeMs: 0 });
+    const { dropped } = await sweeper.sweep().finally(() => sweeper.close());
     assert.ok(dropped.includes(second.name));
-    assert.ok(dropped.includes('tbt_sbx_orphan_test'));
+    assert.ok(dropped.includes(orphan));
     const left = await withClient(controlUrl, (c) =>
-      c.query(`SELECT datname FROM pg_database WHERE datname IN ($1, 'tbt_sbx_orphan_test')`, [second.name]),
+      c.query(`SELECT datname FROM pg_database WHERE datname IN ($1, $2)`, [second.name, orphan]),
     );
     assert.equal(left.rowCount, 0);
   } finally {

@@ -41,6 +41,7 @@ import { controlReady, env, newPool, temporalClient, workflowBundle } from './he
 
 const fixture = path.join(repoRoot, 'examples', 'thinkingbox-fixture');
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-thinkingbox-'));
+fs.chmodSync(work, 0o755); // dataset code runs as an unprivileged uid: its files must be readable by others
 const imported = path.join(work, 'imported');
 const resources = thinkingboxResources({
   warm_processes: 1,

@@ -9,6 +9,7 @@ import {
   defineSignal,
   executeChild,
   log,
+  patched,
   proxyActivities,
   setHandler,
   upsertMemo,
@@ -148,13 +149,15 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
     };
     if (policy.base_url !== 'embedded') {
       const servers = policy.sync_instances ?? [policy.base_url];
-      await gpu.ensurePolicyWeights({ ...want, servers });
+      // Campaigns started before external servers were synced never made this call: replay must not see it.
+      if (patched('sync-external-policy-servers')) await gpu.ensurePolicyWeights({ ...want, servers });
       return {
         episode: { ...config.episode, policy: { ...policy, weight_version: want.weightVersion } },
         policyServers: servers,
       };
     }
-    const server = await gpu.ensurePolicyServer({ ...want, engine: policy.engine });
+    // Inputs from before the engine switch ran the built-in server: a deploy must not move them to vLLM.
+    const server = await gpu.ensurePolicyServer({ ...want, engine: policy.engine ?? 'builtin' });
     return {
       episode: {
         ...config.episode,

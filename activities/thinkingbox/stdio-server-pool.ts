@@ -1,23 +1,26 @@
 import { createHash } from 'node:crypto';
-import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { ServerSpec } from '../../config/thinkingbox-schema.ts';
 import { canonicalJson } from '../../core/canonical-json.ts';
 import { InfrastructureError, errorMessage } from '../../core/errors.ts';
+import { datasetSandbox, type DatasetSandbox, type SandboxMode } from './dataset-sandbox.ts';
 
 /**
  * ThinkingBox tool servers: MCP servers the dataset ships, one fresh process per server per episode (that is
  * the isolation). Their start-up (an interpreter and the MCP SDK: about a second each) is hidden by a warm
  * pool of started, initialised processes per server; a process is used by one episode and then stopped,
- * never reused. A server that does not start, dies or does not answer within its timeout is an
+ * never reused. Each process runs in the dataset sandbox (dataset-sandbox.ts) with its own scratch folder,
+ * removed when it stops. A server that does not start, dies or does not answer within its timeout is an
  * infrastructure error, never an agent failure.
  */
 
 export interface StartedServer {
   name: string;
   client: Client;
+  /** The worker-side process (under the sandbox, `prlimit` running `bwrap`); killing it ends the whole tree. */
   pid: number | null;
+  sandbox: SandboxMode;
   /** Milliseconds from spawn to a completed MCP initialize. */
   startMs: number;
   /** Last lines the process wrote to stderr (for error messages). */
@@ -31,17 +34,26 @@ export interface StdioServerPoolOptions {
   startTimeoutMs?: number;
   /** Folders put first on PATH for server commands (the dataset Python environment). */
   pathPrefix?: string[];
+  /** Where the processes run (default: this process's sandbox, which refuses to run without isolation). */
+  sandbox?: DatasetSandbox;
 }
 
 async function startServer(name: string, spec: ServerSpec, options: StdioServerPoolOptions): Promise<StartedServer> {
   const started = Date.now();
-  const env = { ...getDefaultEnvironment(), ...spec.env };
-  if (options.pathPrefix?.length) env.PATH = [...options.pathPrefix, env.PATH ?? ''].join(path.delimiter);
-  const transport = new StdioClientTransport({
+  const sandboxed = (options.sandbox ?? datasetSandbox()).prepare({
     command: spec.command,
     args: spec.args,
-    env,
+    env: spec.env,
     cwd: spec.cwd,
+    pathPrefix: options.pathPrefix,
+    label: name,
+    network: 'loopback',
+  });
+  const transport = new StdioClientTransport({
+    command: sandboxed.command,
+    args: sandboxed.args,
+    env: sandboxed.env,
+    cwd: sandboxed.cwd,
     stderr: 'pipe',
   });
   let stderr = '';
@@ -50,9 +62,11 @@ async function startServer(name: string, spec: ServerSpec, options: StdioServerP
   });
   const stderrTail = () => stderr.trim().split('\n').slice(-5).join(' | ');
   const client = new Client({ name: 'tbt-thinkingbox', version: '1.0.0' });
-  // The SDK's close ends stdin, then sends SIGTERM and SIGKILL to the process it spawned.
+  // The SDK's close ends stdin, then sends SIGTERM and SIGKILL to the process it spawned; under the sandbox
+  // that process's death takes the sandbox's pid namespace, and so every process the server started, with it.
   const stop = async () => {
     await client.close().catch(() => undefined);
+    sandboxed.dispose();
   };
   const timeoutMs = options.startTimeoutMs ?? 30_000;
   let timer: NodeJS.Timeout | undefined;
@@ -73,7 +87,7 @@ async function startServer(name: string, spec: ServerSpec, options: StdioServerP
   } finally {
     clearTimeout(timer);
   }
-  return { name, client, pid: transport.pid, startMs: Date.now() - started, stderrTail, stop };
+  return { name, client, pid: transport.pid, sandbox: sandboxed.mode, startMs: Date.now() - started, stderrTail, stop };
 }
 
 interface Idle {

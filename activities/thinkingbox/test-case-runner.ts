@@ -1,16 +1,17 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import path from 'node:path';
 import readline from 'node:readline';
-import { repoRoot } from '../../config/environment.ts';
 import { BadInputError, errorMessage, InfrastructureError } from '../../core/errors.ts';
 import type { Judge, JudgeVerdict } from '../judge-client.ts';
+import { datasetSandbox, helperPackageDir, type DatasetSandbox } from './dataset-sandbox.ts';
 
 /**
  * Runs a ThinkingBox test function (REFERENCE.md section 6) in a Python subprocess: returning = pass,
  * AssertionError = fail, anything else = a system error (an infrastructure error here, never a failure).
- * The subprocess has no network: it runs in its own network namespace where `unshare` allows, and sockets
- * are disabled inside Python in any case. `judge(...)` calls in the test come back over stdout as requests
- * answered by our judge client. A test that does not finish within the timeout is killed.
+ * The subprocess runs in the dataset sandbox (dataset-sandbox.ts: no network, no secrets, read-only
+ * filesystem but a scratch folder, limits). `judge(...)` calls in the test come back over stdout as requests
+ * answered by our judge client. A test that does not finish within the timeout is killed with every
+ * process it started (the sandbox's pid namespace goes with it).
  */
 
 export interface TestContext {
@@ -33,25 +34,28 @@ export interface TestCaseRequest {
   timeoutMs: number;
   /** Python to run the test with (the dataset environment if set up). */
   python: string;
-}
-
-const helperDir = path.join(repoRoot, 'thinkingbox');
-
-let isolation: string[] | undefined;
-/** `unshare -rn` gives the test its own empty network namespace (also without root, where user namespaces are on). */
-function networkIsolation(): string[] {
-  isolation ??=
-    spawnSync('unshare', ['-rn', 'true'], { stdio: 'ignore', timeout: 5000 }).status === 0 ? ['unshare', '-rn'] : [];
-  return isolation;
+  /** Folders the test may read besides its own file's folder (e.g. the dataset). */
+  readOnly?: string[];
+  /** Default: this process's sandbox (which refuses to run without isolation). */
+  sandbox?: DatasetSandbox;
 }
 
 export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
-  const argv = [...networkIsolation(), request.python, '-m', 'tbt_thinkingbox.run_test_case'];
-  const child = spawn(argv[0]!, argv.slice(1), {
-    cwd: helperDir,
-    stdio: ['pipe', 'pipe', 'pipe'],
-    env: { PATH: process.env.PATH ?? '', PYTHONPATH: helperDir, PYTHONDONTWRITEBYTECODE: '1', LANG: 'C.UTF-8' },
+  const sandboxed = (request.sandbox ?? datasetSandbox()).prepare({
+    command: request.python,
+    args: ['-m', 'tbt_thinkingbox.run_test_case'],
+    env: { PYTHONPATH: helperPackageDir },
+    cwd: helperPackageDir,
+    readOnly: [path.dirname(path.resolve(request.file)), ...(request.readOnly ?? [])],
+    pathPrefix: path.isAbsolute(request.python) ? [path.dirname(request.python)] : [],
+    label: 'test',
   });
+  const child = spawn(sandboxed.command, sandboxed.args, {
+    cwd: sandboxed.cwd,
+    stdio: ['pipe', 'pipe', 'pipe'],
+    env: sandboxed.env,
+  });
+  child.on('close', () => sandboxed.dispose());
   const verdicts: JudgeVerdict[] = [];
   let stderr = '';
   child.stderr.on('data', (c: Buffer) => {

@@ -3,7 +3,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
+import type { Workflow, WorkflowResultType } from '@temporalio/common';
+import {
+  Client,
+  Connection,
+  WorkflowFailedError,
+  WorkflowNotFoundError,
+  type WorkflowHandle,
+} from '@temporalio/client';
 import {
   readEnvironment,
   repoRoot,
@@ -22,6 +29,8 @@ import { learnerConfigJson, resolveLearnerSection } from '../../activities/learn
 import { withClient } from '../../infra/control-database.ts';
 import { databaseUrl } from '../../config/environment.ts';
 import { gpuLearnerDir, pythonBinary } from '../../infra/python-env.ts';
+import { optionalIntegerFlag } from '../flag-values.ts';
+import { readUidListInput, UsageError } from '../command-support.ts';
 import { scheduledEvaluationWorkflow } from '../../workflows/scheduled-evaluation-workflow.ts';
 import { campaignAttributes } from '../../workflows/search-attribute-keys.ts';
 import {
@@ -87,7 +96,7 @@ function campaignInput(
 /** Node 0's GPU queue (this host's unless `learner.gpu_workers` names the workers) and, for several nodes, all. */
 function learnerQueues(env: Environment, learner: CampaignConfig['learner']): CampaignInput['queues'] {
   const queues = taskQueues(env);
-  const hosts = nodeHosts(learner) ?? [gpuHost()];
+  const hosts = nodeHosts(learner) ?? [gpuHost(env)];
   return {
     rollout: queues.rollout,
     gpu: queues.gpu(hosts[0]!),
@@ -137,7 +146,7 @@ function dryRun(input: CampaignInput, configFile: string): void {
       2,
     ),
   );
-  const workers = nodeHosts(c.learner) ?? [gpuHost()];
+  const workers = nodeHosts(c.learner) ?? [gpuHost(readEnvironment())];
   if (c.learner.attach_url)
     console.log(`  learner      attached at ${c.learner.attach_url}: started outside, with the commands below`);
   else
@@ -296,6 +305,23 @@ export async function train(args: string[]): Promise<number> {
   return 0;
 }
 
+/** `--tasks all|FILE`: every task of the suite, or the file's uid list, each of which must be in the suite. */
+async function evaluationUids(tasks: string, suiteDir: string): Promise<string[]> {
+  const { loadSuites, formatProblem } = await import('../../activities/task-suite-loader.ts');
+  const { suites, problems } = loadSuites(suiteDir);
+  if (!suites[0] || problems.length)
+    throw new Error(
+      `suite ${suiteDir}: ${problems.slice(0, 5).map(formatProblem).join('; ') || 'no task suite there'}`,
+    );
+  const known = suites[0].tasks.map((t) => t.uid);
+  if (tasks === 'all') return known;
+  const { uids } = readUidListInput(tasks);
+  const unknown = uids.filter((u) => !known.includes(u));
+  if (uids.length === 0) throw new UsageError(`--tasks ${tasks}: the list is empty`);
+  if (unknown.length) throw new UsageError(`--tasks ${tasks}: not in ${suiteDir}: ${unknown.slice(0, 10).join(', ')}`);
+  return uids;
+}
+
 /** `tbt eval run`: evaluate a campaign's latest checkpoint (or the base policy) on tasks x repeats, coverage-gated. */
 export async function runEvaluation(args: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -313,21 +339,17 @@ export async function runEvaluation(args: string[]): Promise<number> {
     );
     return 2;
   }
+  const repeats = optionalIntegerFlag('--repeats', values.repeats, { min: 1, max: 10_000 });
   const env = readEnvironment();
   const config = loadCampaignConfig(values.config);
   const campaignId = values.campaign ?? `${config.name}-eval`;
   const input = campaignInput(env, config, campaignId, values.config);
-  let uids: string[] | undefined;
-  if (values.tasks === 'all')
-    uids = (await import('../../activities/task-suite-loader.ts'))
-      .loadSuites(input.suiteDir)
-      .suites[0]!.tasks.map((t) => t.uid);
-  else if (values.tasks) uids = (await import('yaml')).parse(fs.readFileSync(values.tasks, 'utf8')) as string[];
+  const uids = values.tasks ? await evaluationUids(values.tasks, input.suiteDir) : undefined;
   const { client, close } = await connect(env);
   try {
     const workflowId = `${campaignId}/eval-run-${Date.now()}`;
     console.log(`evaluation workflow: ${workflowId}\nTemporal UI: ${workflowUrl(env, workflowId)}`);
-    const result = await client.workflow.execute(scheduledEvaluationWorkflow, {
+    const handle = await client.workflow.start(scheduledEvaluationWorkflow, {
       workflowId,
       taskQueue: taskQueues(env).orchestrator,
       args: [
@@ -336,17 +358,34 @@ export async function runEvaluation(args: string[]): Promise<number> {
           config,
           suiteDir: input.suiteDir,
           queues: input.queues,
-          repeats: Number(values.repeats ?? config.evaluation.repeats),
+          repeats: repeats ?? config.evaluation.repeats,
           uids,
           labelPrefix: 'run',
         },
       ],
     });
+    const result = await waitForResult(handle);
     console.log(result.summary);
     console.log(`aggregate: ${result.aggregate}`);
     return 0;
   } finally {
     await close();
+  }
+}
+
+/**
+ * The workflow's result, riding out transient client errors: a long evaluation's result long-poll can time out
+ * on a loaded machine ("Failed to get Workflow execution history") while the workflow runs on unharmed.
+ */
+async function waitForResult<W extends Workflow>(handle: WorkflowHandle<W>): Promise<WorkflowResultType<W>> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await handle.result();
+    } catch (err) {
+      if (err instanceof WorkflowFailedError || err instanceof WorkflowNotFoundError || attempt >= 20) throw err;
+      console.error(`waiting for the result again (${(err as Error).message})`);
+      await new Promise((r) => setTimeout(r, Math.min(30_000, 1000 * 2 ** attempt)));
+    }
   }
 }
 
@@ -368,6 +407,7 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
     );
     return 2;
   }
+  const repeats = optionalIntegerFlag('--repeats', values.repeats, { min: 1, max: 10_000 });
   const env = readEnvironment();
   const config = loadCampaignConfig(values.config);
   const input = campaignInput(env, config, values.campaign, values.config);
@@ -390,7 +430,7 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
             config,
             suiteDir: input.suiteDir,
             queues: input.queues,
-            repeats: Number(values.repeats ?? config.evaluation.repeats),
+            repeats: repeats ?? config.evaluation.repeats,
           },
         ],
       },

@@ -41,7 +41,8 @@ import {
   readUidListInput,
   type CommandIo,
   type JsonlRow,
-} from './prepare.ts';
+} from '../command-support.ts';
+import { dollars, percent } from '../../core/report/format.ts';
 
 /**
  * `tbt eval`: metrics from result files (our episode records or ThinkingBox result lines), behind a
@@ -76,8 +77,13 @@ const USAGE = `usage: tbt eval <subcommand> [options]
       Paired per-task comparison of two 'aggregate' outputs over the same tasks (B minus A): pass@1 and
       the all-attempts-pass rate, with paired bootstrap intervals.
 
-  run
-      Not built yet (needs the episode runner).`;
+  run --config FILE [--campaign WORKFLOW_ID] [--repeats K] [--tasks all|FILE.yaml]
+      Coverage-gated evaluation through Temporal of a campaign's latest checkpoint (or, without --campaign,
+      the base policy): every (task, repetition) key runs exactly once without an infrastructure error
+      before a score is printed. Default tasks: the campaign's pool; --repeats defaults to the config's.
+
+  schedule --campaign WORKFLOW_ID --config FILE --cron "EXPR" [--repeats K] [--id SCHEDULE_ID]
+      A Temporal Schedule that re-evaluates the campaign's latest checkpoint (overlap: skip).`;
 
 const FORMAT_DEFAULTS = {
   episode: {
@@ -491,16 +497,6 @@ function aggregateCommand(args: string[], io: CommandIo): number {
 
 // ---------------------------------------------------------------------------------------------------
 // Readable output
-
-export function percent(x: number): string {
-  return `${(100 * x).toFixed(2)}%`;
-}
-
-/** Dollars: cents above $1, tenths of a cent below (the reference's $24.36 and $0.177). */
-export function dollars(x: number | null): string {
-  if (x === null) return 'n/a';
-  return Math.abs(x) >= 1 ? `$${x.toFixed(2)}` : `$${x.toFixed(3)}`;
-}
 
 function interval([lo, hi]: [number, number]): string {
   return `[${(100 * lo).toFixed(1)}, ${(100 * hi).toFixed(1)}]`;

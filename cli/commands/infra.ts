@@ -1,10 +1,13 @@
 import { readEnvironment, temporalUiUrl } from '../../config/environment.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
+import { defaultRetention, rotateLogs } from '../../infra/retention.ts';
 import { postgresStatus, startPostgres, stopPostgres } from '../../infra/local-postgres.ts';
 import { startTemporal, stopTemporal, temporalStatus } from '../../infra/temporal-dev-server.ts';
 
 export async function up(): Promise<void> {
   const env = readEnvironment();
+  // Log rotation: server and worker logs over the limit are rotated before the servers append again.
+  rotateLogs(env.TBT_STATE_DIR, defaultRetention, false, { removed: [], rotated: [], freedBytes: 0 });
   const [startedPg, startedTemporal] = await Promise.all([startPostgres(env), startTemporal(env)]);
   await ensureControlDatabase(env);
   console.log(`postgres: ${startedPg ? 'started' : 'already running'}`);

@@ -18,10 +18,11 @@ import {
   readUidListInput,
   UsageError,
   type CommandIo,
-} from './prepare.ts';
+} from '../command-support.ts';
 import { validateTask, type TaskValidation } from '../../activities/task-validation.ts';
 import { TerminalStateGrader } from '../../activities/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
+import { integerFlag } from '../flag-values.ts';
 
 const USAGE = `usage:
   tbt tasks validate <dir> [--concurrency N]   check suites: schema, golden replay, null agent, one-row mutation
@@ -57,6 +58,7 @@ export async function validate(args: string[]): Promise<number> {
     console.error(USAGE);
     return 2;
   }
+  const concurrency = integerFlag('--concurrency', values.concurrency, { min: 1, max: 64 });
   const { suites, problems } = loadSuites(dir);
   for (const p of problems) console.error(formatProblem(p));
   const env = readEnvironment();
@@ -76,12 +78,10 @@ export async function validate(args: string[]): Promise<number> {
       const tasks: { file: string; line: number }[] = suite.tasks;
       const checked =
         suite.kind === 'native'
-          ? await mapLimit(suite.tasks, Number(values.concurrency), (task) =>
+          ? await mapLimit(suite.tasks, concurrency, (task) =>
               validateTask(pool, grader, suite.scenarios[task.scenario]!, task),
             )
-          : await mapLimit(suite.tasks, Number(values.concurrency), (task) =>
-              validateImportedTask(thinkingbox, suite, task),
-            );
+          : await mapLimit(suite.tasks, concurrency, (task) => validateImportedTask(thinkingbox, suite, task));
       if (suite.kind !== 'native') imported += checked.length;
       for (const [i, r] of checked.entries()) {
         const task = tasks[i]!;

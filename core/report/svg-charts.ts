@@ -85,9 +85,18 @@ export function niceTicks(
   const step = niceStep((max - min) / target, integer);
   const start = Math.floor(min / step + 1e-9) * step;
   const end = Math.ceil(max / step - 1e-9) * step;
+  // Ticks are whole multiples of the step, rounded to the step's decimals: summing steps drifts (0.1 * 3), and a
+  // drifted zero prints as 4e-17.
+  const stepText = String(Number(step.toPrecision(12)));
+  const decimals = stepText.includes('e')
+    ? Math.max(0, 2 - Math.floor(Math.log10(step)))
+    : (stepText.split('.')[1] ?? '').length;
   const ticks: number[] = [];
-  for (let v = start; v <= end + step * 1e-6; v += step) ticks.push(Number(v.toPrecision(12)));
-  return { ticks, domain: [start, end] };
+  for (let k = Math.round(start / step); k <= Math.round(end / step); k++) {
+    const v = Number((k * step).toFixed(Math.min(20, decimals)));
+    ticks.push(Object.is(v, -0) ? 0 : v);
+  }
+  return { ticks, domain: [ticks[0]!, ticks[ticks.length - 1]!] };
 }
 
 interface Frame {
@@ -446,7 +455,8 @@ export function lineChart(options: LineChartOptions): string {
   const xs = series.flatMap((s) => s.points.map((p) => p.x));
   const ys = series.flatMap((s) => s.points.map((p) => p.y));
   const [x0, x1] = extent(xs);
-  const xt = niceTicks(x0, x1 === x0 ? x0 + 1 : x1, 6);
+  // An x axis of whole numbers (training steps) gets whole-number ticks, never 1, 1.2, 1.4 printed as "1 1 1".
+  const xt = niceTicks(x0, x1 === x0 ? x0 + 1 : x1, 6, xs.every(Number.isInteger));
   const [y0, y1] = options.yDomain ?? extent(ys);
   const yt = options.yDomain
     ? {

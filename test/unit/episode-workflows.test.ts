@@ -87,9 +87,10 @@ const activities = {
   async exportWeights(input: { campaignId: string; stepId: number }) {
     return { path: `/weights/${input.campaignId}/${input.stepId}` };
   },
-  async syncWeights() {
-    return { weightVersion: 1 };
+  async syncWeights(input: { weightVersion: number }) {
+    return { weightVersion: input.weightVersion, servers: [] };
   },
+  async ensurePolicyWeights() {},
   async ingestCandidates(input: { campaignId: string }) {
     record(input.campaignId, 'ingestCandidates', input);
     if (input.campaignId.startsWith('bad-'))
@@ -103,7 +104,7 @@ const activities = {
   async writeManifest(input: { campaignId: string }) {
     return `/manifest/${input.campaignId}.json`;
   },
-  async ensurePolicyServer(input: { campaignId: string }) {
+  async ensurePolicyServer() {
     return { baseUrl: 'http://policy/v1', model: 'm' };
   },
   async stopLearner(input: { campaignId: string }) {
@@ -138,7 +139,11 @@ after(async () => {
 });
 
 const fastBackoff = { initialMs: 50, maxMs: 400 };
-const episode = { limits: { wall_clock_ms: 60_000 } } as never;
+const episode = {
+  limits: { wall_clock_ms: 60_000 },
+  policy: { sync_deadline_ms: 10_000 },
+  sampling: { temperature: 1 },
+} as never;
 
 function keyedInput(campaignId: string, uids: string[], repeats: number, concurrency: number, shardSize: number) {
   return {

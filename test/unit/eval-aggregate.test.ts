@@ -5,7 +5,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import { evaluate } from '../../cli/commands/eval.ts';
-import type { CommandIo } from '../../cli/commands/prepare.ts';
+import type { CommandIo } from '../../cli/command-support.ts';
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'eval');
 const fixture = (name: string) => path.join(fixtures, name);

@@ -74,7 +74,9 @@ for (const [what, learner, field] of [
 }
 
 test('topology: a learner started outside needs no GPU workers or rendezvous', () => {
-  const config = loadCampaignConfig(campaignWith({ nodes: 3, gpus_per_node: 8, attach_url: 'http://10.0.0.1:7000' }));
+  const attach = { nodes: 3, gpus_per_node: 8, attach_url: 'http://10.0.0.1:7000' };
+  assert.throws(() => loadCampaignConfig(campaignWith(attach)), /learner\.attach_token_file: required with attach_url/);
+  const config = loadCampaignConfig(campaignWith({ ...attach, attach_token_file: '/shared/control.token' }));
   assert.equal(config.learner.attach_url, 'http://10.0.0.1:7000');
 });
 

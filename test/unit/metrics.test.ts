@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { dollars, percent } from '../../cli/commands/eval.ts';
+import { dollars, percent } from '../../core/report/format.ts';
 import {
   bootstrapMeanIntervals,
   campaignCost,

@@ -27,3 +27,14 @@ test('judge verdict: yes only when the first or last word is yes', () => {
   assert.equal(judgeSaysYes('Eyes open: no'), false);
   assert.equal(judgeSaysYes(''), false);
 });
+
+test("finding 11: doubled quotes keep later parameters bound ('won''t', \"a\"\"b\", E'\\'')", () => {
+  assert.deepEqual(compileNamedSql(`UPDATE t SET note = 'won''t' WHERE id = :id AND owner = :owner`), {
+    text: `UPDATE t SET note = 'won''t' WHERE id = $1 AND owner = $2`,
+    names: ['id', 'owner'],
+  });
+  assert.deepEqual(compileNamedSql(`SELECT "a""b:c", '', E'it\\'s :no', :x, $fn$ :y $fn$, :z`), {
+    text: `SELECT "a""b:c", '', E'it\\'s :no', $1, $fn$ :y $fn$, $2`,
+    names: ['x', 'z'],
+  });
+});

@@ -5,7 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
-import { prepare, type CommandIo } from '../../cli/commands/prepare.ts';
+import type { CommandIo } from '../../cli/command-support.ts';
+import { prepare } from '../../cli/commands/prepare.ts';
 import { canonicalJson } from '../../core/canonical-json.ts';
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'prepare');

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { loadReportInput, report } from '../../cli/commands/report.ts';
-import type { CommandIo } from '../../cli/commands/prepare.ts';
+import type { CommandIo } from '../../cli/command-support.ts';
 import { renderHtml } from '../../core/report/render-html.ts';
 import { buildReportModel } from '../../core/report/build-report-model.ts';
 import { barChart, binValues, niceTicks, scatterChart } from '../../core/report/svg-charts.ts';

@@ -16,7 +16,10 @@ line when that is empty); error = anything else (import errors, judge outage, sy
 
 The protocol uses private duplicates of file descriptors 0 and 1; during the test fd 1 (and sys.stdout)
 point at stderr and fd 0 at /dev/null, so test code that prints or reads cannot corrupt the protocol.
-Network access is blocked (best effort, not a sandbox) before the test module is loaded.
+The isolation is the sandbox this runs in (activities/thinkingbox/dataset-sandbox.ts: own user, pid, network
+and mount namespaces, an allow-listed environment, a read-only filesystem but a scratch folder, rlimits); the
+socket functions patched below before the test module loads are only a clearer error message for the common
+case, not a defence (``_socket`` and subprocesses get past them, the network namespace does not).
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ NETWORK_DISABLED = "network access is disabled in test code"
 
 
 def block_network() -> None:
+    """Clear errors for the plain socket API; the sandbox's empty network namespace is what blocks the rest."""
+
     def refuse(*_args: Any, **_kwargs: Any) -> Any:
         raise PermissionError(NETWORK_DISABLED)
 

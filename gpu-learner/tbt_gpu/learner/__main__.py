@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         start_control_server,
         stop_control_server,
         write_port_file,
+        write_token_file,
     )
     from .distributed import broadcast_object, destroy_distributed, init_distributed
     from .trainer import Trainer
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
         service = LearnerService(trainer, checkpointer)
         if info.is_main:
+            write_token_file(checkpoint_dir, service)  # before the port file: a client that sees one finds both
             server = start_control_server(service)
         service.ready.set()
         if server is not None:
