@@ -17,12 +17,15 @@ import { policyServerUrlFile, policySyncToken, policyTokenFile } from './policy-
 import { reportedWeightLabel, syncPolicyWeights, weightLabel } from './policy-weight-sync.ts';
 import {
   ensureLearner,
+  ensureLearnerNode,
+  launchFile,
   learnerFiles,
   learnerRequest,
   LearnerHttpError,
   stopLearner,
   type LearnerEndpoint,
 } from './learner-process.ts';
+import { learnerLaunch, type LearnerLaunch } from './learner-launch.ts';
 
 /**
  * Activities of the GPU worker (one per GPU host, on its own task queue): start the campaign's learner,
@@ -58,6 +61,33 @@ function nonRetryable(err: unknown): never {
 
 export function createGpuActivities(deps: { stateDir: string; controlUrl: string }) {
   const files = (campaignId: string) => learnerFiles(deps.stateDir, campaignId);
+
+  /**
+   * Node 0's learner: started here (one node: standalone; several: this node's share of the c10d rendezvous, the
+   * other nodes' GPU workers starting theirs), or, with `attach_url`, one started outside, which must answer with
+   * the campaign's world size.
+   */
+  async function learnerEndpoint(input: {
+    campaignId: string;
+    learner: CampaignConfig['learner'];
+    seed: number;
+    samplingTemperature?: number;
+  }): Promise<LearnerEndpoint> {
+    const { learner } = input;
+    if (learner.attach_url !== undefined) {
+      const endpoint = await attachedLearner(learner);
+      const f = files(input.campaignId);
+      fs.mkdirSync(f.dir, { recursive: true });
+      const record = { url: endpoint.url, tokenFile: learner.attach_token_file };
+      fs.writeFileSync(path.join(f.dir, 'attach.json'), JSON.stringify(record));
+      return endpoint;
+    }
+    return ensureLearner(
+      files(input.campaignId),
+      learnerConfigJson(learner, input.seed, input.samplingTemperature),
+      learnerLaunch(learner, input.campaignId, 0),
+    );
+  }
 
   async function writeBatch(input: TrainStepInput): Promise<string> {
     const dir = path.join(files(input.campaignId).dir, 'batches');
@@ -95,13 +125,32 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       samplingTemperature?: number;
     }): Promise<{ controlUrl: string; manifest: Record<string, unknown> }> {
       return heartbeating(async () => {
-        const learner = await ensureLearner(
-          files(input.campaignId),
-          learnerConfigJson(input.learner, input.seed, input.samplingTemperature),
-          input.learner.gpus_per_node,
-        );
+        const learner = await learnerEndpoint(input);
         // The URL only: the token never enters an activity result (Temporal keeps those in its history).
         return { controlUrl: learner.url, manifest: await learnerRequest(learner, 'GET', '/manifest') };
+      });
+    },
+
+    /**
+     * Node `nodeRank` (> 0) of a multi-node learner, on that node's GPU worker: starts its torchrun (its ranks
+     * then wait in the rendezvous) or finds it running. Node 0's startLearner or trainStep sees every rank join.
+     */
+    async startLearnerNode(input: {
+      campaignId: string;
+      learner: CampaignConfig['learner'];
+      seed: number;
+      samplingTemperature?: number;
+      nodeRank: number;
+    }): Promise<{ nodeRank: number; pid: number; started: boolean }> {
+      if (input.nodeRank < 1 || input.nodeRank >= input.learner.nodes)
+        throw new BadInputError(`learner node rank ${input.nodeRank}: outside 1..${input.learner.nodes - 1}`);
+      return heartbeating(async () => {
+        const started = await ensureLearnerNode(
+          learnerFiles(deps.stateDir, input.campaignId, input.nodeRank),
+          learnerConfigJson(input.learner, input.seed, input.samplingTemperature),
+          learnerLaunch(input.learner, input.campaignId, input.nodeRank),
+        );
+        return { nodeRank: input.nodeRank, ...started };
       });
     },
 
@@ -117,11 +166,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
         throw err;
       });
       // A learner that died (kill -9, OOM) is restarted from its last checkpoint; the step id makes the retry exact.
-      const learner = await ensureLearner(
-        files(input.campaignId),
-        learnerConfigJson(input.learner, input.seed, input.samplingTemperature),
-        input.learner.gpus_per_node,
-      ).catch((err: unknown) => {
+      const learner = await learnerEndpoint(input).catch((err: unknown) => {
         clearInterval(beat);
         throw err;
       });
@@ -293,11 +338,40 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     return server;
   }
 
+  /** The campaign's learner as last launched here (export follows a step, so it normally answers at once). */
   async function ensureLearnerRunning(f: ReturnType<typeof files>): Promise<LearnerEndpoint> {
-    const config = JSON.parse(fs.readFileSync(f.config, 'utf8')) as Record<string, unknown> & {
-      distributed: { world_size: number };
-    };
-    return ensureLearner(f, config, config.distributed.world_size);
+    const attached = path.join(f.dir, 'attach.json');
+    if (fs.existsSync(attached)) {
+      const { url, tokenFile } = JSON.parse(fs.readFileSync(attached, 'utf8')) as { url: string; tokenFile: string };
+      return { url, token: fs.readFileSync(tokenFile, 'utf8').trim() };
+    }
+    const config = JSON.parse(fs.readFileSync(f.config, 'utf8')) as Record<string, unknown>;
+    const launch = JSON.parse(fs.readFileSync(launchFile(f), 'utf8')) as LearnerLaunch;
+    return ensureLearner(f, config, launch);
+  }
+
+  /**
+   * A learner started outside: healthy, with the world size the campaign states. Its token is read from
+   * `attach_token_file` (the learner's control.token, 0600) on each start; only the file's path is recorded.
+   */
+  async function attachedLearner(learner: CampaignConfig['learner']): Promise<LearnerEndpoint> {
+    const url = learner.attach_url!.replace(/\/$/, '');
+    const endpoint = { url, token: fs.readFileSync(learner.attach_token_file!, 'utf8').trim() };
+    const health = await learnerRequest<{ ready?: boolean; world_size?: number }>(
+      endpoint,
+      'GET',
+      '/health',
+      undefined,
+      10_000,
+    );
+    if (health.ready !== true) throw new InfrastructureError(`learner at ${url} is not ready yet`);
+    const want = learner.nodes * learner.gpus_per_node;
+    if (health.world_size !== want)
+      throw new BadInputError(
+        `learner.attach_url: the learner at ${url} runs ${health.world_size} rank(s), the campaign states ` +
+          `nodes x gpus_per_node = ${want}`,
+      );
+    return endpoint;
   }
 }
 

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { isAlive, readPid, stopPid, waitFor } from '../infra/daemon.ts';
 import { gpuLearnerDir, pythonBinary } from '../infra/python-env.ts';
+import { torchrunArgs, type LearnerLaunch } from './learner-launch.ts';
 
 /**
  * One long-lived learner process group per campaign on this host (`torchrun -m tbt_gpu.learner`), started
@@ -12,6 +13,11 @@ import { gpuLearnerDir, pythonBinary } from '../infra/python-env.ts';
  * checkpoint; steps are idempotent by id, so the retried step is applied exactly once. Every request carries
  * the bearer token the learner wrote (0600) to `<checkpoint dir>/control.token` for this run; it is read
  * from there on each call and never passed through Temporal or logged.
+ *
+ * A learner over several nodes is one torchrun per node, each started by that node's GPU worker
+ * (`ensureLearner` on node 0, which waits until rank 0 answers, i.e. every rank has joined; `ensureLearnerNode`
+ * on the others, which only starts and keeps its torchrun alive). The learner folder (config, checkpoints,
+ * control.json) must then be on a filesystem every node shares; pid and log files are per node.
  */
 
 export interface LearnerFiles {
@@ -22,15 +28,57 @@ export interface LearnerFiles {
   log: string;
 }
 
-export function learnerFiles(stateDir: string, campaignId: string): LearnerFiles {
+export function learnerFiles(stateDir: string, campaignId: string, nodeRank = 0): LearnerFiles {
   const dir = path.join(stateDir, 'learners', campaignId.replace(/[^A-Za-z0-9_.-]/g, '_'));
+  const node = nodeRank === 0 ? '' : `-node${nodeRank}`;
   return {
     dir,
     config: path.join(dir, 'learner.json'),
     checkpoints: path.join(dir, 'checkpoints'),
-    pid: path.join(dir, 'learner.pid'),
-    log: path.join(dir, 'learner.log'),
+    pid: path.join(dir, `learner${node}.pid`),
+    log: path.join(dir, `learner${node}.log`),
   };
+}
+
+/** Pid files of every node's torchrun in a learner folder (node 0's `learner.pid`, then `learner-node<R>.pid`). */
+function nodePidFiles(files: LearnerFiles): string[] {
+  if (!fs.existsSync(files.dir)) return [];
+  return fs
+    .readdirSync(files.dir)
+    .filter((f) => /^learner(-node\d+)?\.pid$/.test(f))
+    .map((f) => path.join(files.dir, f));
+}
+
+/** Written atomically: on a shared folder another node may be starting from the same file. */
+function writeLearnerConfig(files: LearnerFiles, learnerConfig: Record<string, unknown>): void {
+  fs.mkdirSync(files.checkpoints, { recursive: true });
+  const text = JSON.stringify(
+    { ...learnerConfig, checkpoint: { ...(learnerConfig.checkpoint as object), dir: files.checkpoints } },
+    null,
+    2,
+  );
+  const tmp = `${files.config}.${process.pid}.tmp`;
+  fs.writeFileSync(tmp, text);
+  fs.renameSync(tmp, files.config);
+}
+
+function spawnTorchrun(files: LearnerFiles, launch: LearnerLaunch): number {
+  const torchrun = path.join(path.dirname(pythonBinary()), 'torchrun');
+  const out = fs.openSync(files.log, 'a');
+  const child = spawn(torchrun, torchrunArgs(launch, files.config), {
+    cwd: gpuLearnerDir,
+    detached: true,
+    stdio: ['ignore', out, out],
+    env: { ...process.env, OMP_WAIT_POLICY: process.env.OMP_WAIT_POLICY ?? 'PASSIVE', PYTHONPATH: gpuLearnerDir },
+  });
+  fs.closeSync(out);
+  child.unref();
+  fs.writeFileSync(files.pid, String(child.pid));
+  return child.pid!;
+}
+
+function logTail(files: LearnerFiles): string {
+  return fs.readFileSync(files.log, 'utf8').split('\n').slice(-12).join('\n');
 }
 
 export class LearnerHttpError extends Error {
@@ -120,7 +168,7 @@ async function healthy(endpoint: LearnerEndpoint | undefined): Promise<boolean> 
 export async function ensureLearner(
   files: LearnerFiles,
   learnerConfig: Record<string, unknown>,
-  nprocPerNode: number,
+  launch: LearnerLaunch,
   startTimeoutMs = 600_000,
 ): Promise<LearnerEndpoint> {
   const pid = readPid(files.pid);
@@ -141,44 +189,16 @@ export async function ensureLearner(
     if (isAlive(pid) && (await healthy(controlEndpoint(files)))) return controlEndpoint(files)!;
   }
   await stopOrphanedRankZero(files);
-  fs.mkdirSync(files.checkpoints, { recursive: true });
-  fs.writeFileSync(
-    files.config,
-    JSON.stringify(
-      { ...learnerConfig, checkpoint: { ...(learnerConfig.checkpoint as object), dir: files.checkpoints } },
-      null,
-      2,
-    ),
-  );
+  writeLearnerConfig(files, learnerConfig);
+  fs.writeFileSync(launchFile(files), JSON.stringify(launch));
   fs.rmSync(path.join(files.checkpoints, 'control.json'), { force: true });
   fs.rmSync(path.join(files.checkpoints, 'control.token'), { force: true });
-  const torchrun = path.join(path.dirname(pythonBinary()), 'torchrun');
-  const args = [
-    '--standalone',
-    `--nproc-per-node=${nprocPerNode}`,
-    '-m',
-    'tbt_gpu.learner',
-    '--config',
-    files.config,
-    '--resume',
-  ];
-  const out = fs.openSync(files.log, 'a');
-  const child = spawn(torchrun, args, {
-    cwd: gpuLearnerDir,
-    detached: true,
-    stdio: ['ignore', out, out],
-    env: { ...process.env, OMP_WAIT_POLICY: process.env.OMP_WAIT_POLICY ?? 'PASSIVE', PYTHONPATH: gpuLearnerDir },
-  });
-  fs.closeSync(out);
-  child.unref();
-  fs.writeFileSync(files.pid, String(child.pid));
+  const child = spawnTorchrun(files, launch);
   await waitFor(
     'learner control endpoint',
     async () => {
-      if (!isAlive(child.pid!))
-        throw new InfrastructureError(
-          `learner exited during start-up (log ${files.log}):\n${fs.readFileSync(files.log, 'utf8').split('\n').slice(-12).join('\n')}`,
-        );
+      if (!isAlive(child))
+        throw new InfrastructureError(`learner exited during start-up (log ${files.log}):\n${logTail(files)}`);
       return healthy(controlEndpoint(files));
     },
     startTimeoutMs,
@@ -187,11 +207,40 @@ export async function ensureLearner(
   return controlEndpoint(files)!;
 }
 
+/** Where node 0 records how it launched (export and restarts relaunch the same way). */
+export function launchFile(files: LearnerFiles): string {
+  return path.join(files.dir, 'launch.json');
+}
+
+/**
+ * A node other than 0: starts its torchrun if it is not running and returns once it has stayed up a moment (it
+ * then waits in the rendezvous for the others; node 0's `ensureLearner` sees every rank join).
+ */
+export async function ensureLearnerNode(
+  files: LearnerFiles,
+  learnerConfig: Record<string, unknown>,
+  launch: LearnerLaunch,
+): Promise<{ pid: number; started: boolean }> {
+  const running = readPid(files.pid);
+  if (running !== undefined && isAlive(running)) return { pid: running, started: false };
+  writeLearnerConfig(files, learnerConfig);
+  const pid = spawnTorchrun(files, launch);
+  await new Promise((r) => setTimeout(r, 3000));
+  if (!isAlive(pid))
+    throw new InfrastructureError(
+      `learner node ${launch.nodeRank} exited at once (log ${files.log}):\n${logTail(files)}`,
+    );
+  return { pid, started: true };
+}
+
+/** Rank 0's shutdown ends every node's ranks; then every node's torchrun whose pid file is here is stopped. */
 export async function stopLearner(files: LearnerFiles): Promise<void> {
   const endpoint = controlEndpoint(files);
   if (endpoint) await learnerRequest(endpoint, 'POST', '/shutdown', {}, 30_000).catch(() => undefined);
-  const pid = readPid(files.pid);
-  if (pid !== undefined) await stopPid(-pid, 30_000);
+  for (const pidFile of nodePidFiles(files)) {
+    const pid = readPid(pidFile);
+    if (pid !== undefined) await stopPid(-pid, 30_000);
+  }
   await stopOrphanedRankZero(files);
 }
 
@@ -201,7 +250,10 @@ export async function stopDetachedGpuProcesses(stateDir: string): Promise<number
   if (!fs.existsSync(root)) return 0;
   let stopped = 0;
   for (const dir of fs.readdirSync(root)) {
-    for (const pidFile of ['learner.pid', 'policy-server.pid']) {
+    const pidFiles = fs
+      .readdirSync(path.join(root, dir))
+      .filter((f) => /^(learner(-node\d+)?|policy-server)\.pid$/.test(f));
+    for (const pidFile of pidFiles) {
       const pid = readPid(path.join(root, dir, pidFile));
       if (pid === undefined) continue;
       await stopPid(-pid, 20_000); // the whole process group: torchrun and its ranks

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { z } from 'zod';
 import { episodeConfigSchema } from './episode-config.ts';
+import { checkLearnerTopology } from './learner-topology.ts';
 import { formatProblem, parseYamlFile } from './yaml-file.ts';
 
 /**
@@ -20,6 +21,36 @@ export const learnerSchema = z
     model_path: z.string().default('embedded').describe("Local HF model folder; 'embedded' = the bundled small model"),
     nodes: z.number().int().min(1).default(1).describe('Learner nodes'),
     gpus_per_node: z.number().int().min(1).default(1).describe('Processes per node (GPUs; CPU processes locally)'),
+    world_size: z
+      .number()
+      .int()
+      .min(1)
+      .optional()
+      .describe('Total learner ranks, when stated: must equal nodes x gpus_per_node'),
+    rdzv_endpoint: z
+      .string()
+      .optional()
+      .describe('host:port of the c10d rendezvous on node 0 (torchrun --rdzv-endpoint); required when nodes > 1'),
+    gpu_workers: z
+      .array(
+        z
+          .object({
+            host: z.string().min(1).describe("The GPU worker's host name (TBT_GPU_HOST): its task queue"),
+            node_rank: z.number().int().min(0).describe('The node rank whose ranks that worker starts'),
+          })
+          .strict(),
+      )
+      .optional()
+      .describe("One GPU worker per learner node; default: this host's, as node 0 of one node"),
+    attach_url: z
+      .string()
+      .url()
+      .optional()
+      .describe('Control URL of a learner started outside the GPU workers (they then start none); it must be healthy'),
+    attach_token_file: z
+      .string()
+      .optional()
+      .describe("With attach_url: that learner's control.token file (0600), read by node 0's GPU worker"),
     device: z.enum(['cpu', 'cuda']).default('cpu').describe('cpu = gloo + fp32; cuda = nccl + bf16'),
     lr: z.number().optional().describe(learnerOwned('AdamW learning rate')),
     betas: z.tuple([z.number(), z.number()]).optional().describe(learnerOwned('AdamW (beta1, beta2)')),
@@ -32,7 +63,9 @@ export const learnerSchema = z
     old_logprobs: z
       .enum(['recompute', 'sampler'])
       .optional()
-      .describe(learnerOwned("Old log-probabilities of the ratio: the learner's own before the update, or the sampler's")),
+      .describe(
+        learnerOwned("Old log-probabilities of the ratio: the learner's own before the update, or the sampler's"),
+      ),
     micro_batch_tokens: z.number().optional().describe(learnerOwned('Tokens per micro-batch')),
     cpu_offload: z.boolean().optional().describe(learnerOwned('FSDP2 parameter and optimizer offload')),
     activation_checkpointing: z.boolean().optional().describe(learnerOwned('Recompute decoder activations')),
@@ -43,7 +76,8 @@ export const learnerSchema = z
       .default(0)
       .describe('Per learner process-hour, for the training cost in reports'),
   })
-  .strict();
+  .strict()
+  .superRefine(checkLearnerTopology);
 
 export const campaignConfigSchema = z
   .object({

@@ -162,6 +162,8 @@ function spawnVllm(port: number, modelDir: string, model: string, options: Spawn
       ...process.env,
       VLLM_SERVER_DEV_MODE: '1',
       VLLM_CPU_KVCACHE_SPACE: process.env.VLLM_CPU_KVCACHE_SPACE ?? '2',
+      // vLLM kills its engine when one forward pass takes over 300 s: seen on an overloaded 2-core machine.
+      VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS: process.env.VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS ?? '1800',
       VLLM_ENFORCE_STRICT_TOOL_CALLING: '0',
       HF_HUB_OFFLINE: '1',
       TRANSFORMERS_OFFLINE: '1',

@@ -23,6 +23,7 @@ import type { EpisodeConfig } from '../config/episode-config.ts';
 import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow.ts';
 import { probeWorkflow, type ProbeResult } from './probe-workflow.ts';
 import { campaignAttributes, campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
+import { startLearnerNodes } from './learner-nodes.ts';
 import { stepLostFailureType, trainingStepWorkflow } from './training-step-workflow.ts';
 import { bookkeepingOptions, defaultMaxReruns, gpuOptions } from './activity-options.ts';
 
@@ -68,7 +69,8 @@ export interface CampaignInput {
   excludeUidsFile?: string;
   /** Absolute price table file (resolved by the CLI from config.prices). */
   pricesFile?: string;
-  queues: { rollout: string; gpu: string };
+  /** `gpu`: node 0's GPU worker; `gpuNodes`: every learner node's, in node-rank order (only for several nodes). */
+  queues: { rollout: string; gpu: string; gpuNodes?: string[] };
   state?: CampaignState;
 }
 
@@ -187,12 +189,17 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
     state.candidates = uids.length;
     // Every suite task, evaluation-only ones included (histories recorded before the field existed: the candidates).
     if (config.evaluation.tasks === 'all') state.allTasks = evaluationUids ?? uids;
-    const learner = await gpu.startLearner({
+    const learnerInput = {
       campaignId,
       learner: config.learner,
       seed: config.seed,
       samplingTemperature: config.episode.sampling.temperature,
-    });
+    };
+    // Node 0 answers only once every node's ranks joined: the other nodes start beside it.
+    const [learner] = await Promise.all([
+      gpu.startLearner(learnerInput),
+      startLearnerNodes(input.queues.gpuNodes, learnerInput),
+    ]);
     state.manifest = await bookkeeping.writeManifest({
       campaignId,
       manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest },
@@ -266,6 +273,7 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
             seed: config.seed,
             rolloutQueue: input.queues.rollout,
             gpuQueue: input.queues.gpu,
+            ...(input.queues.gpuNodes ? { gpuNodeQueues: input.queues.gpuNodes } : {}),
             policyServers,
             embeddedEngine: config.episode.policy.base_url === 'embedded' ? config.episode.policy.engine : undefined,
             weightVersion: state.weightVersion ?? 0,

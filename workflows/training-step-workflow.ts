@@ -16,6 +16,7 @@ import {
   type InfraBackoff,
 } from './activity-options.ts';
 import { ConcurrencySlots } from './concurrency-slots.ts';
+import { startLearnerNodes } from './learner-nodes.ts';
 
 /**
  * One GRPO training step (child workflow `<campaign>/step-<n>`): seeded task choice, groups of G episodes,
@@ -43,6 +44,8 @@ export interface TrainingStepInput {
   seed: number;
   rolloutQueue: string;
   gpuQueue: string;
+  /** Every learner node's GPU queue in node-rank order, for a learner over several nodes. */
+  gpuNodeQueues?: string[];
   /** Every policy server the campaign samples from: each loads this step's export afterwards. */
   policyServers: string[];
   /** Set when the servers are the embedded one (a failed sync restarts it with this engine). */
@@ -184,6 +187,13 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
   const leaked = trained.flatMap((g) => g.episodes).filter((e) => e.outcome === 'infrastructure_error').length;
 
   const stepId = input.step;
+  // The other nodes of a multi-node learner run (or are started again) before node 0 takes the step.
+  await startLearnerNodes(input.gpuNodeQueues, {
+    campaignId: input.campaignId,
+    learner: input.learner,
+    seed: input.seed,
+    samplingTemperature: input.episode.sampling.temperature,
+  });
   const update = await gpu.trainStep({
     campaignId: input.campaignId,
     stepId,

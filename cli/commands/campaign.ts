@@ -20,6 +20,9 @@ import {
   type Environment,
 } from '../../config/environment.ts';
 import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
+import { nodeHosts } from '../../config/learner-topology.ts';
+import { rdzvId } from '../../activities/learner-launch.ts';
+import { learnerFiles } from '../../activities/learner-process.ts';
 import { gpuHost } from '../../activities/gpu-activities.ts';
 import { BadInputError } from '../../core/errors.ts';
 import { learnerConfigJson, resolveLearnerSection } from '../../activities/learner-config.ts';
@@ -86,7 +89,18 @@ function campaignInput(
     suiteDir,
     excludeUidsFile,
     pricesFile,
-    queues: { rollout: taskQueues(env).rollout, gpu: taskQueues(env).gpu(gpuHost(env)) },
+    queues: learnerQueues(env, config.learner),
+  };
+}
+
+/** Node 0's GPU queue (this host's unless `learner.gpu_workers` names the workers) and, for several nodes, all. */
+function learnerQueues(env: Environment, learner: CampaignConfig['learner']): CampaignInput['queues'] {
+  const queues = taskQueues(env);
+  const hosts = nodeHosts(learner) ?? [gpuHost(env)];
+  return {
+    rollout: queues.rollout,
+    gpu: queues.gpu(hosts[0]!),
+    ...(hosts.length > 1 ? { gpuNodes: hosts.map((h) => queues.gpu(h)) } : {}),
   };
 }
 
@@ -112,7 +126,10 @@ function dryRun(input: CampaignInput, configFile: string): void {
   console.log(
     `  policy       ${c.episode.policy.base_url} (${c.episode.policy.model}, ${c.episode.policy.mode} mode, temperature ${c.episode.sampling.temperature})`,
   );
-  console.log(`  queues       rollout ${input.queues.rollout}, gpu ${input.queues.gpu}`);
+  console.log(
+    `  queues       rollout ${input.queues.rollout}, gpu ${input.queues.gpu}` +
+      (input.queues.gpuNodes ? ` (learner nodes: ${input.queues.gpuNodes.join(', ')})` : ''),
+  );
   console.log('  hyperparameters (learner):');
   for (const [k, v] of Object.entries(c.learner)) console.log(`    ${k.padEnd(24)} ${JSON.stringify(v)}`);
   // The learner's own launch plan: exact torchrun command per node and its resolved hyperparameters.
@@ -129,6 +146,14 @@ function dryRun(input: CampaignInput, configFile: string): void {
       2,
     ),
   );
+  const workers = nodeHosts(c.learner) ?? [gpuHost(readEnvironment())];
+  if (c.learner.attach_url)
+    console.log(`  learner      attached at ${c.learner.attach_url}: started outside, with the commands below`);
+  else
+    for (const [rank, host] of workers.entries()) {
+      const queue = taskQueues(readEnvironment()).gpu(host);
+      console.log(`  learner node ${rank}: started by the GPU worker of host ${host} (queue ${queue})`);
+    }
   try {
     const plan = execFileSync(
       pythonBinary(),
@@ -139,10 +164,15 @@ function dryRun(input: CampaignInput, configFile: string): void {
         String(c.learner.nodes),
         '--gpus-per-node',
         String(c.learner.gpus_per_node),
-        '--master-addr',
-        c.learner.nodes > 1 ? 'NODE0_ADDRESS' : '127.0.0.1',
+        ...(c.learner.rdzv_endpoint ? ['--rdzv-endpoint', c.learner.rdzv_endpoint] : []),
+        '--rdzv-id',
+        rdzvId(input.campaignId),
         '--config',
         tmp,
+        // What the GPU workers run: the campaign's learner folder, always with --resume.
+        '--config-shown',
+        learnerFiles(readEnvironment().TBT_STATE_DIR, input.campaignId).config,
+        '--resume',
         '--dry-run',
       ],
       { cwd: gpuLearnerDir, encoding: 'utf8' },

@@ -112,16 +112,28 @@ const activities = {
   },
 };
 
+/** The GPU worker of learner node 1 (its own task queue): it only starts that node's share of the learner. */
+const node1Queue = `${queue}-node1`;
+const node1Activities = {
+  async startLearnerNode(input: { campaignId: string; nodeRank: number }) {
+    record(input.campaignId, 'startLearnerNode', input);
+    return { nodeRank: input.nodeRank, pid: 1, started: true };
+  },
+};
+
 let env: TestWorkflowEnvironment;
 let worker: Worker;
-let running: Promise<void>;
+let node1Worker: Worker;
+let running: Promise<unknown>;
 before(async () => {
   env = await startWorkflowTestEnv();
   worker = await mockedWorker(env, queue, activities);
-  running = worker.run();
+  node1Worker = await mockedWorker(env, node1Queue, node1Activities);
+  running = Promise.all([worker.run(), node1Worker.run()]);
 });
 after(async () => {
   worker?.shutdown();
+  node1Worker?.shutdown();
   await running;
   await env?.teardown();
 });
@@ -270,7 +282,13 @@ function stepPool(campaignId: string, kinds: Kind[]): { pool: string[]; byUid: R
   const order = stepTaskOrder(pool, 7, 1);
   return { pool, byUid: Object.fromEntries(order.map((uid, i) => [uid, kinds[i]!])) };
 }
-async function runStep(campaignId: string, kinds: Kind[], training: Partial<CampaignConfig['training']>, delayMs = 10) {
+async function runStep(
+  campaignId: string,
+  kinds: Kind[],
+  training: Partial<CampaignConfig['training']>,
+  delayMs = 10,
+  extra: Partial<TrainingStepInput> = {},
+) {
   const { pool, byUid } = stepPool(campaignId, kinds);
   const order = stepTaskOrder(pool, 7, 1);
   const s = scenario(campaignId, stepOutcome(byUid), delayMs);
@@ -288,6 +306,7 @@ async function runStep(campaignId: string, kinds: Kind[], training: Partial<Camp
     rolloutQueue: queue,
     gpuQueue: queue,
     infraBackoff: fastBackoff,
+    ...extra,
   };
   const run = env.client.workflow.execute(trainingStepWorkflow, {
     taskQueue: queue,
@@ -316,6 +335,19 @@ test('training step: most episodes in flight == training.concurrency across grou
   const rec = await run;
   assert.equal(rec.informativeGroups, 3);
   assert.equal(s.maxInFlight, 3, 'the bound holds: never more, and reached');
+});
+
+test("training step: a multi-node learner's other nodes are started on their own GPU queue before the update", async () => {
+  const { run, s } = await runStep('step-nodes', ['informative'], { groups_per_step: 1 }, 10, {
+    learner: { nodes: 2, gpus_per_node: 1 } as never,
+    gpuNodeQueues: [queue, node1Queue],
+  });
+  await run;
+  const names = s.calls.map((c) => c.name);
+  assert.ok(names.includes('startLearnerNode'), names.join(','));
+  assert.ok(names.indexOf('startLearnerNode') < names.indexOf('trainStep'), 'node 1 runs before node 0 trains');
+  assert.equal((s.calls.find((c) => c.name === 'startLearnerNode')!.input as { nodeRank: number }).nodeRank, 1);
+  assert.equal(names.filter((n) => n === 'startLearnerNode').length, 1, 'node 0 is not started as another node');
 });
 
 test('training step: refill replaces lost episodes, never past infra_refill_cap', async () => {
