@@ -137,13 +137,18 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
   }
 
   return withHeartbeats({
-    /** Training candidates (never an excluded or evaluation-only uid), and every suite task for `evaluation.tasks: all`. */
+    /**
+     * Training candidates (never an excluded or evaluation-only uid), every suite task (`evaluation.tasks: all`)
+     * and the held-out ones, those kept out of training (`evaluation.tasks: held_out`).
+     */
     async ingestCandidates(input: {
       campaignId: string;
       suiteDir: string;
       excludeUidsFile?: string;
       maxCandidates?: number;
-    }): Promise<{ uids: string[]; excluded: number; evaluationUids: string[] }> {
+      /** With held_out, an empty held-out set or an excluded uid the suite lacks is an error, not a silent skip. */
+      evaluationTasks?: 'pool' | 'all' | 'held_out';
+    }): Promise<{ uids: string[]; excluded: number; evaluationUids: string[]; heldOutUids: string[] }> {
       const { suites, problems } = loadSuites(input.suiteDir);
       if (problems.length || !suites[0])
         throw new BadInputError(
@@ -161,12 +166,26 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
       // Imported tasks marked evaluation-only (an evaluation-only benchmark) never enter a training pool either.
       for (const t of suites[0].tasks) if ('evaluation_only' in t && t.evaluation_only) excluded.add(t.uid);
       const all = suites[0].tasks.map((t) => t.uid).sort();
+      const heldOutUids = all.filter((u) => excluded.has(u));
+      if (input.evaluationTasks === 'held_out') {
+        const unknown = [...excluded].filter((u) => !all.includes(u)).sort();
+        if (unknown.length)
+          throw new BadInputError(
+            `${input.excludeUidsFile}: ${unknown.length} held-out uid(s) not in suite ${input.suiteDir} ` +
+              `(evaluation.tasks: held_out evaluates them): ${unknown.slice(0, 5).join(', ')}`,
+          );
+        if (!heldOutUids.length)
+          throw new BadInputError(
+            `evaluation.tasks is held_out but suite ${input.suiteDir} holds no task out of training: ` +
+              'set exclude_uids to a YAML list of the uids to evaluate on',
+          );
+      }
       const uids = all.filter((u) => !excluded.has(u)).slice(0, input.maxCandidates ?? Infinity);
       fs.writeFileSync(
         path.join(runDir(input.campaignId), 'candidates.yaml'),
         uids.map((u) => `- ${JSON.stringify(u)}`).join('\n') + '\n',
       );
-      return { uids, excluded: all.length - all.filter((u) => !excluded.has(u)).length, evaluationUids: all };
+      return { uids, excluded: heldOutUids.length, evaluationUids: all, heldOutUids };
     },
 
     /** Difficulty selection over this campaign's probe episodes, by `tbt prepare` (reference semantics). */

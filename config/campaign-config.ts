@@ -102,6 +102,10 @@ export const campaignConfigSchema = z
     ),
     probe: z
       .object({
+        enabled: z
+          .boolean()
+          .default(true)
+          .describe('false = no probe: every candidate is in the training pool (a benchmark whose split is fixed)'),
         repeats: z.number().int().min(1).default(8).describe('Probe episodes per candidate task'),
         concurrency: z.number().int().min(1).default(8).describe('Probe episodes in flight (across all shards)'),
         shard_size: z
@@ -156,7 +160,12 @@ export const campaignConfigSchema = z
     evaluation: z
       .object({
         repeats: z.number().int().min(1).default(4).describe('Attempts per task (k)'),
-        tasks: z.enum(['pool', 'all']).default('pool').describe('Evaluate on the training pool or every suite task'),
+        tasks: z
+          .enum(['pool', 'all', 'held_out'])
+          .default('pool')
+          .describe(
+            'Evaluate on the training pool, every suite task, or only the held-out tasks (exclude_uids and evaluation-only ones), disjoint from training',
+          ),
         concurrency: z.number().int().min(1).default(8).describe('Evaluation episodes in flight (across all shards)'),
         shard_size: z
           .number()

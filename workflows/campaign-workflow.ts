@@ -44,6 +44,8 @@ export interface CampaignState {
   pool?: string[];
   /** Every candidate, kept only when evaluation.tasks is 'all'. */
   allTasks?: string[];
+  /** The tasks kept out of training, kept only when evaluation.tasks is 'held_out'. */
+  heldOutTasks?: string[];
   manifest?: string;
   weightsPath?: string;
   /** Weight version the policy servers hold: the last trained step (0 = the base weights). */
@@ -112,7 +114,7 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
   const state: CampaignState = input.state ?? { stage: 'ingest', step: 0, paused: false, stopAfterStep: false };
   const gpu = proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '1 hour'));
   const status = (): CampaignStatus => {
-    const { pool, allTasks: _all, ...rest } = state;
+    const { pool, allTasks: _all, heldOutTasks: _heldOut, ...rest } = state;
     return { ...rest, campaignId, poolSize: pool?.length ?? 0, steps: config.training.steps };
   };
   setHandler(statusQuery, status);
@@ -180,15 +182,17 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
 
   if (state.stage === 'ingest') {
     enter('ingest');
-    const { uids, evaluationUids } = await bookkeeping.ingestCandidates({
+    const { uids, evaluationUids, heldOutUids } = await bookkeeping.ingestCandidates({
       campaignId,
       suiteDir: input.suiteDir,
       excludeUidsFile: input.excludeUidsFile,
       maxCandidates: config.probe.max_candidates,
+      evaluationTasks: config.evaluation.tasks,
     });
     state.candidates = uids.length;
     // Every suite task, evaluation-only ones included (histories recorded before the field existed: the candidates).
     if (config.evaluation.tasks === 'all') state.allTasks = evaluationUids ?? uids;
+    if (config.evaluation.tasks === 'held_out') state.heldOutTasks = heldOutUids;
     const learnerInput = {
       campaignId,
       learner: config.learner,
@@ -204,6 +208,12 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
       campaignId,
       manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest },
     });
+    // Configs recorded before probe.enabled existed have no such field: they probed.
+    if (config.probe.enabled === false) state.pool = uids;
+    else state.pool = await probeCandidates(uids);
+    state.stage = config.evaluation.before_training ? 'evaluate-before' : 'train';
+  }
+  async function probeCandidates(uids: string[]): Promise<string[]> {
     enter('probe');
     const { episode } = await episodeConfig();
     const probe = await executeChild(probeWorkflow, {
@@ -218,11 +228,11 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
       ],
     });
     const { pool, ...probeSummary } = probe;
-    state.pool = pool;
     state.probe = probeSummary;
-    state.stage = config.evaluation.before_training ? 'evaluate-before' : 'train';
+    return pool;
   }
-  const evalUids = () => (config.evaluation.tasks === 'pool' ? state.pool! : state.allTasks!);
+  const evalUids = () =>
+    ({ pool: state.pool, all: state.allTasks, held_out: state.heldOutTasks })[config.evaluation.tasks]!;
   const evaluate = async (label: 'before' | 'after'): Promise<EvaluationResult> => {
     enter(`evaluate-${label}`);
     const { episode } = await episodeConfig();

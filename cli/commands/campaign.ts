@@ -112,7 +112,9 @@ function dryRun(input: CampaignInput, configFile: string): void {
     `  suite        ${input.suiteDir}${input.excludeUidsFile ? ` (excluding uids in ${input.excludeUidsFile})` : ''}`,
   );
   console.log(
-    `  stages       ingest -> probe (${c.probe.repeats} episodes per candidate${c.probe.max_candidates ? `, first ${c.probe.max_candidates} candidates` : ''}) -> select (bands ${c.probe.retain_bands.join('/')}, min clean runs ${c.probe.min_clean_runs})`,
+    c.probe.enabled
+      ? `  stages       ingest -> probe (${c.probe.repeats} episodes per candidate${c.probe.max_candidates ? `, first ${c.probe.max_candidates} candidates` : ''}) -> select (bands ${c.probe.retain_bands.join('/')}, min clean runs ${c.probe.min_clean_runs})`
+      : '  stages       ingest (no probe: every candidate is in the pool)',
   );
   console.log(
     `               -> ${c.evaluation.before_training ? `evaluate base policy (${c.evaluation.repeats} repeats) -> ` : ''}${t.steps} training steps x ${t.groups_per_step} groups x ${t.group_size} episodes = ${t.groups_per_step * t.group_size} per update -> evaluate (${c.evaluation.repeats} repeats) -> report`,
@@ -231,10 +233,16 @@ export async function follow(client: Client, env: Environment, workflowId: strin
 
 export async function startCampaign(
   configFile: string,
-  options: { wait: boolean; id?: string },
+  options: { wait: boolean; id?: string; seed?: number },
 ): Promise<{ workflowId: string; status?: CampaignStatus }> {
   const env = readEnvironment();
-  const config = loadCampaignConfig(configFile);
+  const loaded = loadCampaignConfig(configFile);
+  // A seed given on the command line (bench:learning --seed) replaces the file's, and names the campaign apart so
+  // runs with different seeds can go side by side; the manifest records the seed used.
+  const config =
+    options.seed === undefined
+      ? loaded
+      : Object.freeze({ ...loaded, seed: options.seed, name: `${loaded.name}-s${options.seed}` });
   const { client, close } = await connect(env);
   try {
     const current = currentFile(env, config.name);

@@ -21,6 +21,12 @@ export function rollingMean(values: readonly number[], window: number): number[]
   return out;
 }
 
+/** Every report with training points to the benchmark that tests learning on tasks never trained on. */
+export const LEARNING_BENCHMARK_NOTE =
+  'The reward above is measured on the training pool itself. Whether training generalizes is measured by ' +
+  '`npm run bench:learning`: pass@1 on held-out tasks before and after training, with a paired bootstrap ' +
+  'interval (docs/learning-benchmark.md).';
+
 export function trainingSection(input: StepsInput): SectionPart {
   const steps = input.steps;
   const first = steps[0]!;
@@ -135,7 +141,7 @@ export function trainingSection(input: StepsInput): SectionPart {
           ],
         },
       ],
-      notes: [],
+      notes: [LEARNING_BENCHMARK_NOTE],
     },
   };
 }

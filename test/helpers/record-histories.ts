@@ -46,7 +46,12 @@ const activities = {
   }),
   exportWeights: async (i: { stepId: number }) => ({ path: `/weights/${i.stepId}` }),
   syncWeights: async () => ({ weightVersion: 1 }),
-  ingestCandidates: async () => ({ uids: ['flaky', 'steady'], excluded: 0, evaluationUids: ['flaky', 'steady'] }),
+  ingestCandidates: async () => ({
+    uids: ['flaky', 'steady'],
+    excluded: 0,
+    evaluationUids: ['flaky', 'steady'],
+    heldOutUids: [],
+  }),
   startLearner: async () => ({ controlUrl: 'http://learner', manifest: {} }),
   writeManifest: async () => '/manifest.json',
   ensurePolicyServer: async () => ({ baseUrl: 'http://policy/v1', model: 'm' }),
