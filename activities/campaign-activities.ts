@@ -234,7 +234,8 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
     async recordStep(record: StepRecord): Promise<void> {
       await withClient(deps.controlUrl, (c) =>
         c.query(
-          `INSERT INTO campaign_steps (campaign, step, record) VALUES ($1, $2, $3) ON CONFLICT (campaign, step) DO UPDATE SET record = EXCLUDED.record`,
+          `INSERT INTO campaign_steps (campaign, step, record) VALUES ($1, $2, $3) ON CONFLICT (campaign, step) DO ` +
+            `UPDATE SET record = EXCLUDED.record`,
           [record.campaignId, record.step, JSON.stringify(record)],
         ),
       );

@@ -129,7 +129,8 @@ export async function saveEpisode(
   const { value: record, replaced } = storableValue(finished);
   if (replaced > 0) record.unstorableCharacters = replaced;
   const r = await db.query(
-    `UPDATE episodes SET status = $2, reward = $3, finish_reason = $4, cause = $5, record = $6, finished_at = now() WHERE id = $1 AND status = 'running' AND attempt = $7`,
+    `UPDATE episodes SET status = $2, reward = $3, finish_reason = $4, cause = $5, record = $6, finished_at = now() ` +
+      `WHERE id = $1 AND status = 'running' AND attempt = $7`,
     [
       id,
       record.outcome,

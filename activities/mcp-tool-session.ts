@@ -71,7 +71,9 @@ export async function openToolSession(
         content: [
           {
             type: 'text',
-            text: `Error: unknown tool '${request.params.name}'. Available tools: ${scenario.tools.map((t) => t.name).join(', ')}`,
+            text:
+              `Error: unknown tool '${request.params.name}'. Available tools: ` +
+              `${scenario.tools.map((t) => t.name).join(', ')}`,
           },
         ],
       };

@@ -195,7 +195,8 @@ export class SandboxPool {
               AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)`);
           if (noKey.rowCount)
             throw new Error(
-              `table ${noKey.rows.map((r) => r.table_name).join(', ')} has no primary key (state is compared row by row by key)`,
+              `table ${noKey.rows.map((r) => r.table_name).join(', ')} has no primary key (state is compared row by ` +
+                `row by key)`,
             );
           await c.query(`
             REVOKE ALL ON SCHEMA public FROM PUBLIC;
@@ -227,7 +228,8 @@ export class SandboxPool {
     const expiresMs = state === 'ready' ? 24 * 3600_000 : this.leaseMs;
     // The row exists before the database, so a crash in between leaves something the sweeper can find.
     await this.admin.query(
-      `INSERT INTO sandboxes (name, template, state, owner, leased_at, expires_at) VALUES ($1, $2, 'creating', $3, now(), now() + make_interval(secs => $4))`,
+      `INSERT INTO sandboxes (name, template, state, owner, leased_at, expires_at) VALUES ($1, $2, 'creating', $3, ` +
+        `now(), now() + make_interval(secs => $4))`,
       [name, template, owner, expiresMs / 1000],
     );
     await this.admin.query(
@@ -288,7 +290,8 @@ export class SandboxPool {
         for (;;) {
           if (this.closed) return;
           const { rows } = await this.admin.query<{ n: string }>(
-            `SELECT count(*) AS n FROM sandboxes WHERE template = $1 AND state IN ('ready', 'creating') AND owner IS NULL`,
+            `SELECT count(*) AS n FROM sandboxes WHERE template = $1 AND state IN ('ready', 'creating') AND owner IS ` +
+              `NULL`,
             [template],
           );
           if (Number(rows[0]!.n) >= this.warm) return;
@@ -397,7 +400,8 @@ export class SandboxPool {
     );
     for (const { name } of strayRoles.rows) await this.admin.query(`DROP ROLE IF EXISTS ${quoteIdent(name)}`);
     await this.admin.query(
-      `DELETE FROM sandboxes s WHERE state <> 'creating' AND NOT EXISTS (SELECT 1 FROM pg_database d WHERE d.datname = s.name)`,
+      `DELETE FROM sandboxes s WHERE state <> 'creating' AND NOT EXISTS (SELECT 1 FROM pg_database d WHERE d.datname ` +
+        `= s.name)`,
     );
     return { dropped };
   }

@@ -50,7 +50,8 @@ export async function runSqlTool(
   if (!validate(args)) {
     const problems = (validate.errors ?? []).map(
       (e) =>
-        `${e.instancePath || 'arguments'} ${e.message ?? 'is invalid'}${e.params && 'additionalProperty' in e.params ? ` '${String(e.params.additionalProperty)}'` : ''}`,
+        `${e.instancePath || 'arguments'} ` +
+        `${e.message ?? 'is invalid'}${e.params && 'additionalProperty' in e.params ? ` '${String(e.params.additionalProperty)}'` : ''}`,
     );
     throw new ToolCallError(`invalid arguments for ${tool.name}: ${problems.join('; ')}`);
   }

@@ -132,7 +132,8 @@ export function loadSuites(root: string): LoadResult {
           line: 1,
           field: '',
           message:
-            'no task suite found (a suite is a folder with scenarios/ and tasks/, or an imported thinkingbox-suite.json)',
+            'no task suite found (a suite is a folder with scenarios/ and tasks/, or an imported ' +
+            'thinkingbox-suite.json)',
         },
       ],
     };

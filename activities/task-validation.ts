@@ -65,7 +65,8 @@ export async function mutateOneRow(ownerUrl: string, scenario: Scenario): Promis
         await db.query('SAVEPOINT m');
         try {
           const r = await db.query(
-            `UPDATE ${quoteIdent(table)} SET ${col} = ${change(col)} WHERE ctid = (SELECT ctid FROM ${quoteIdent(table)} WHERE ${col} IS NOT NULL LIMIT 1)`,
+            `UPDATE ${quoteIdent(table)} SET ${col} = ${change(col)} WHERE ctid = (SELECT ctid FROM ` +
+              `${quoteIdent(table)} WHERE ${col} IS NOT NULL LIMIT 1)`,
           );
           if (r.rowCount === 1) return done(`changed ${table}.${column.column_name} of one row`);
         } catch {
@@ -134,7 +135,8 @@ export async function validateTask(
       v.problems.push(
         v.noChange
           ? `no-change task, but a null agent does not pass: ${nullResult.cause}`
-          : `a null agent does not fail: ${nullResult.outcome}${nullResult.diff.length ? `\n${formatDiff(nullResult.diff)}` : ''}`,
+          : `a null agent does not fail: ` +
+              `${nullResult.outcome}${nullResult.diff.length ? `\n${formatDiff(nullResult.diff)}` : ''}`,
       );
     }
   } catch (err) {

@@ -81,7 +81,8 @@ console.log(`bench/sandbox: scenario ${scenario.name}, ${n} rounds each`);
 console.log('strategy    p50 ms   p95 ms   p50 / warm p50');
 for (const [k, xs] of Object.entries(results)) {
   console.log(
-    `${k.padEnd(10)} ${quantile(xs, 0.5).toFixed(1).padStart(7)}  ${quantile(xs, 0.95).toFixed(1).padStart(7)}   ${(quantile(xs, 0.5) / base).toFixed(1)}x`,
+    `${k.padEnd(10)} ${quantile(xs, 0.5).toFixed(1).padStart(7)}  ${quantile(xs, 0.95).toFixed(1).padStart(7)}   ` +
+      `${(quantile(xs, 0.5) / base).toFixed(1)}x`,
   );
 }
 

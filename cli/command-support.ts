@@ -203,7 +203,8 @@ export function parseUidList(file: string, text: string): string[] {
     const value = isScalar(item) ? item.value : undefined;
     if (typeof value !== 'string' || value === '') {
       throw new InputError(
-        `${file}:${line}: field ${where ? `${where}[${i}]` : `[${i}]`}: expected a non-empty uid string, got ${isScalar(item) ? show(value) : 'a collection'}`,
+        `${file}:${line}: field ${where ? `${where}[${i}]` : `[${i}]`}: expected a non-empty uid string, got ` +
+          `${isScalar(item) ? show(value) : 'a collection'}`,
       );
     }
     return value;

@@ -95,7 +95,8 @@ export const campaignConfigSchema = z
       .string()
       .optional()
       .describe(
-        'Price table YAML (USD per million tokens per role, config/price-table.ts) for costs in evaluations and the report',
+        'Price table YAML (USD per million tokens per role, config/price-table.ts) for costs in evaluations and the ' +
+          'report',
       ),
     episode: episodeConfigSchema.describe(
       'Episode settings; policy.base_url "embedded" = the embedded CPU policy server',
@@ -132,7 +133,8 @@ export const campaignConfigSchema = z
           .min(0)
           .default(4)
           .describe(
-            'Extra episodes per group to replace ones lost to infrastructure errors; past it the group is dropped and replaced by a fresh task',
+            'Extra episodes per group to replace ones lost to infrastructure errors; past it the group is dropped ' +
+              'and replaced by a fresh task',
           ),
         max_replacements: z
           .number()
@@ -146,13 +148,15 @@ export const campaignConfigSchema = z
           .min(0)
           .default(0)
           .describe(
-            'Weight versions an episode may lag behind the step that trains on it; older ones are dropped and refilled (0 = on-policy)',
+            'Weight versions an episode may lag behind the step that trains on it; older ones are dropped and ' +
+              'refilled (0 = on-policy)',
           ),
         zero_variance_fallback: z
           .enum(['train_on_fewer', 'keep_zero_variance'])
           .default('train_on_fewer')
           .describe(
-            'After max_replacements: train on the informative groups found, or fill up with zero-variance groups (advantage 0)',
+            'After max_replacements: train on the informative groups found, or fill up with zero-variance groups ' +
+              '(advantage 0)',
           ),
       })
       .strict(),
@@ -164,7 +168,8 @@ export const campaignConfigSchema = z
           .enum(['pool', 'all', 'held_out'])
           .default('pool')
           .describe(
-            'Evaluate on the training pool, every suite task, or only the held-out tasks (exclude_uids and evaluation-only ones), disjoint from training',
+            'Evaluate on the training pool, every suite task, or only the held-out tasks (exclude_uids and ' +
+              'evaluation-only ones), disjoint from training',
           ),
         concurrency: z.number().int().min(1).default(8).describe('Evaluation episodes in flight (across all shards)'),
         shard_size: z

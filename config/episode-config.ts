@@ -73,7 +73,8 @@ export const episodeConfigSchema = z
         .array(z.string().url())
         .optional()
         .describe(
-          'Policy server instances a campaign syncs weights into after every step (base URLs with /v1; default: base_url itself)',
+          'Policy server instances a campaign syncs weights into after every step (base URLs with /v1; default: ' +
+            'base_url itself)',
         ),
       sync_deadline_ms: z
         .number()
@@ -103,7 +104,8 @@ export const episodeConfigSchema = z
           .array(z.string())
           .default([])
           .describe(
-            'Stop strings (token mode), kept in the output; e.g. ["</tool_call>"] for small models that ramble after a call',
+            'Stop strings (token mode), kept in the output; e.g. ["</tool_call>"] for small models that ramble after ' +
+              'a call',
           ),
       })
       .strict()

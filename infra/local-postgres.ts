@@ -35,7 +35,8 @@ function findBinDir(): string {
   );
   if (!found)
     throw new Error(
-      'PostgreSQL server binaries (initdb, pg_ctl) not found: install PostgreSQL >= 13, set TBT_PG_BIN to their folder, or set DATABASE_URL to an existing server',
+      'PostgreSQL server binaries (initdb, pg_ctl) not found: install PostgreSQL >= 13, set TBT_PG_BIN to their ' +
+        'folder, or set DATABASE_URL to an existing server',
     );
   return found;
 }

@@ -32,7 +32,9 @@ export async function typesenseHealthy(port = TYPESENSE_PORT): Promise<boolean> 
 export async function typesenseStatus(env: Environment): Promise<ServiceStatus> {
   const pid = readPid(files(env).pid);
   const running = await typesenseHealthy();
-  const detail = `127.0.0.1:${TYPESENSE_PORT} (${pid ? `stand-in pid ${pid}` : running ? 'shared, not ours' : '-'}; lexical-only stand-in)`;
+  const detail =
+    `127.0.0.1:${TYPESENSE_PORT} (${pid ? `stand-in pid ${pid}` : running ? 'shared, not ours' : '-'}; ` +
+    `lexical-only stand-in)`;
   return { name: 'typesense', running, managed: pid !== undefined, detail };
 }
 

@@ -264,7 +264,8 @@ async function checks(
     const want = n > 1 && fs.existsSync(parentManifest) ? sha256(fs.readFileSync(parentManifest)) : null;
     if ((manifest.parent_manifest_sha256 ?? null) !== want)
       lineageProblems.push(
-        `step-${n}: parent manifest hash ${manifest.parent_manifest_sha256 ?? 'null'} is not that of step-${n - 1} (${want ?? 'null'})`,
+        `step-${n}: parent manifest hash ${manifest.parent_manifest_sha256 ?? 'null'} is not that of step-${n - 1} ` +
+          `(${want ?? 'null'})`,
       );
   }
   add(
@@ -544,7 +545,8 @@ async function main(): Promise<number> {
   for (const v of victims)
     if (!allVictims.includes(v)) throw new Error(`--only: unknown victim ${v} (one of ${allVictims.join(', ')})`);
   log(
-    `seed ${seed} (repeat with --seed ${seed}); config ${opts.config}; state ${env.TBT_STATE_DIR}; queue prefix ${env.TBT_TASK_QUEUE_PREFIX}; victims ${victims.join(', ')}`,
+    `seed ${seed} (repeat with --seed ${seed}); config ${opts.config}; state ${env.TBT_STATE_DIR}; queue prefix ` +
+      `${env.TBT_TASK_QUEUE_PREFIX}; victims ${victims.join(', ')}`,
   );
   const up = tbt('up');
   if (!up.ok) throw new Error(`tbt up failed:\n${up.out}`);
@@ -574,7 +576,8 @@ async function main(): Promise<number> {
   // by design), so one run may have none; the suite as a whole must exercise real updates.
   const realUpdates = runs.reduce((n, r) => n + r.realUpdates, 0);
   console.log(
-    `real (non-skipped) learner updates in the suite: ${realUpdates} (${runs.map((r) => `${r.run} ${r.realUpdates}/${STEPS}`).join(', ')})`,
+    `real (non-skipped) learner updates in the suite: ${realUpdates} ` +
+      `(${runs.map((r) => `${r.run} ${r.realUpdates}/${STEPS}`).join(', ')})`,
   );
   const failed = runs.flatMap((r) => r.checks.filter((c) => !c.pass).map((c) => `${r.run}: ${c.name}: ${c.detail}`));
   if (realUpdates === 0) failed.push('suite: the learner made no real (non-skipped) update in any run');

@@ -175,28 +175,31 @@ test('control: without the sandbox the hostile server does get out (so the check
   assert.ok(connections > before);
 });
 
-test('environ: a tool server sees only its allow-list, never the worker secrets, not even via /proc/$PPID/environ', async () => {
-  const found = await escapeFromToolServer(sandbox, []);
-  assert.deepEqual(Object.keys(found.own_environ).sort(), [
-    'HOME',
-    'HOSTILE_OWN_SETTING',
-    'LANG',
-    'LOGNAME',
-    'PATH',
-    'PWD',
-    'PYTHONDONTWRITEBYTECODE',
-    'SHELL',
-    'TERM',
-    'TMPDIR',
-    'USER',
-  ]);
-  assert.equal(found.own_environ.HOSTILE_OWN_SETTING, 'kept');
-  assertNoSecret('/proc/$PPID/environ', found.parent_environ);
-  // Its own pid namespace: the only processes it sees are its sandbox's.
-  assert.ok(Object.keys(found.proc_cmdline).length <= 4, `sees ${Object.keys(found.proc_cmdline).length} processes`);
-  for (const [pid, text] of [...Object.entries(found.proc_environ), ...Object.entries(found.proc_cmdline)])
-    assertNoSecret(`/proc/${pid}`, text);
-});
+test(
+  'environ: a tool server sees only its allow-list, never the worker secrets, not even via ' + '/proc/$PPID/environ',
+  async () => {
+    const found = await escapeFromToolServer(sandbox, []);
+    assert.deepEqual(Object.keys(found.own_environ).sort(), [
+      'HOME',
+      'HOSTILE_OWN_SETTING',
+      'LANG',
+      'LOGNAME',
+      'PATH',
+      'PWD',
+      'PYTHONDONTWRITEBYTECODE',
+      'SHELL',
+      'TERM',
+      'TMPDIR',
+      'USER',
+    ]);
+    assert.equal(found.own_environ.HOSTILE_OWN_SETTING, 'kept');
+    assertNoSecret('/proc/$PPID/environ', found.parent_environ);
+    // Its own pid namespace: the only processes it sees are its sandbox's.
+    assert.ok(Object.keys(found.proc_cmdline).length <= 4, `sees ${Object.keys(found.proc_cmdline).length} processes`);
+    for (const [pid, text] of [...Object.entries(found.proc_environ), ...Object.entries(found.proc_cmdline)])
+      assertNoSecret(`/proc/${pid}`, text);
+  },
+);
 
 test('environ: test code cannot read the worker secrets via /proc/$PPID/environ either', async () => {
   const outcome = await runTestCase({

@@ -157,22 +157,25 @@ test('the user-turn limit ends a conversation, which is then graded', async () =
   assert.equal(record.outcome, 'success');
 });
 
-test('a completion cut at the per-turn cap and an exhausted episode budget end the episode, which is graded', async () => {
-  const cut = await episode(
-    task,
-    [{ content: 'I will think about this for a very long time', finishReason: 'length' }],
-    { max_tokens_per_turn: 8 },
-  );
-  assert.equal(cut.record.finishReason, 'turn_token_cap');
-  assert.equal(cut.policy.requests[0]!.max_tokens, 8);
-  const budget = await episode(task, [{ content: call('approve', { order_id: 2 }), completionTokens: 40 }], {
-    episode_token_budget: 60,
-  });
-  assert.equal(budget.record.finishReason, 'token_budget');
-  assert.ok(budget.record.grade, 'graded');
-  assert.equal(budget.record.outcome, 'agent_failure', 'the wrong order was approved');
-  assert.equal(budget.policy.requests[1]!.max_tokens, 10, 'the next turn may only use what is left of the budget');
-});
+test(
+  'a completion cut at the per-turn cap and an exhausted episode budget end the episode, which is ' + 'graded',
+  async () => {
+    const cut = await episode(
+      task,
+      [{ content: 'I will think about this for a very long time', finishReason: 'length' }],
+      { max_tokens_per_turn: 8 },
+    );
+    assert.equal(cut.record.finishReason, 'turn_token_cap');
+    assert.equal(cut.policy.requests[0]!.max_tokens, 8);
+    const budget = await episode(task, [{ content: call('approve', { order_id: 2 }), completionTokens: 40 }], {
+      episode_token_budget: 60,
+    });
+    assert.equal(budget.record.finishReason, 'token_budget');
+    assert.ok(budget.record.grade, 'graded');
+    assert.equal(budget.record.outcome, 'agent_failure', 'the wrong order was approved');
+    assert.equal(budget.policy.requests[1]!.max_tokens, 10, 'the next turn may only use what is left of the budget');
+  },
+);
 
 test('the whole-episode wall-clock limit stops a slow agent', async () => {
   // The first generation alone outlasts the limit, so the deadline passes in the agent's own time (the deadline

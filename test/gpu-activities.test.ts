@@ -42,7 +42,8 @@ async function insertEpisodes(
   await withClient(controlUrlDb, async (c) => {
     for (const [i, item] of items.entries()) {
       await c.query(
-        `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, status, reward, record) VALUES ($1, 't', 's', 'sc', 'd', 'train', $2, $3, 'success', 1, $4) ON CONFLICT (id) DO NOTHING`,
+        `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, status, reward, ` +
+          `record) VALUES ($1, 't', 's', 'sc', 'd', 'train', $2, $3, 'success', 1, $4) ON CONFLICT (id) DO NOTHING`,
         [item.episodeId, campaignId, step, JSON.stringify({ trajectory: trajectory(step * 100 + i, length) })],
       );
     }

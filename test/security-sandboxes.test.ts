@@ -194,32 +194,35 @@ test('finding 4: scenario seed and task data patches run without superuser right
   await pool.release(patched);
 });
 
-test("finding 5: a sandbox grants no CONNECT or TEMP to PUBLIC, and one sandbox's tool credential opens no other", async () => {
-  const sandbox = await pool.acquire(scenario, 'test:finding-5');
-  const sibling = await pool.acquire(scenario, 'test:finding-5-sibling');
-  const probe = `f5_probe_${crypto.randomBytes(3).toString('hex')}`;
-  try {
-    for (const target of [sibling.name, new URL(controlUrl).pathname.slice(1)]) {
-      const across = new pg.Client({ connectionString: withDatabase(sandbox.agentUrl, target) });
-      across.on('error', () => undefined);
-      await assert.rejects(across.connect(), /permission denied for database/, `tool role of A on ${target}`);
-      await across.end().catch(() => undefined);
+test(
+  "finding 5: a sandbox grants no CONNECT or TEMP to PUBLIC, and one sandbox's tool credential opens no " + 'other',
+  async () => {
+    const sandbox = await pool.acquire(scenario, 'test:finding-5');
+    const sibling = await pool.acquire(scenario, 'test:finding-5-sibling');
+    const probe = `f5_probe_${crypto.randomBytes(3).toString('hex')}`;
+    try {
+      for (const target of [sibling.name, new URL(controlUrl).pathname.slice(1)]) {
+        const across = new pg.Client({ connectionString: withDatabase(sandbox.agentUrl, target) });
+        across.on('error', () => undefined);
+        await assert.rejects(across.connect(), /permission denied for database/, `tool role of A on ${target}`);
+        await across.end().catch(() => undefined);
+      }
+      await withClient(controlUrl, (c) => c.query(`CREATE ROLE ${probe} LOGIN PASSWORD 'probe'`));
+      const asProbe = new pg.Client({ connectionString: withRole(sandbox.adminUrl, probe, 'probe') });
+      asProbe.on('error', () => undefined);
+      await assert.rejects(asProbe.connect(), /permission denied for database/);
+      await asProbe.end().catch(() => undefined);
+      await withClient(sandbox.agentUrl, async (c) => {
+        await assert.rejects(c.query('CREATE TEMP TABLE scratch (id int)'), /permission denied to create temporary/);
+        assert.equal((await c.query('SELECT count(*)::int AS n FROM notes')).rows[0].n, 1, 'the tool role still works');
+      });
+    } finally {
+      await pool.release(sandbox);
+      await pool.release(sibling);
+      await withClient(controlUrl, (c) => c.query(`DROP ROLE IF EXISTS ${probe}`));
     }
-    await withClient(controlUrl, (c) => c.query(`CREATE ROLE ${probe} LOGIN PASSWORD 'probe'`));
-    const asProbe = new pg.Client({ connectionString: withRole(sandbox.adminUrl, probe, 'probe') });
-    asProbe.on('error', () => undefined);
-    await assert.rejects(asProbe.connect(), /permission denied for database/);
-    await asProbe.end().catch(() => undefined);
-    await withClient(sandbox.agentUrl, async (c) => {
-      await assert.rejects(c.query('CREATE TEMP TABLE scratch (id int)'), /permission denied to create temporary/);
-      assert.equal((await c.query('SELECT count(*)::int AS n FROM notes')).rows[0].n, 1, 'the tool role still works');
-    });
-  } finally {
-    await pool.release(sandbox);
-    await pool.release(sibling);
-    await withClient(controlUrl, (c) => c.query(`DROP ROLE IF EXISTS ${probe}`));
-  }
-});
+  },
+);
 
 test('finding 6: a statement timeout (57014) is a tool error the agent sees, not an infrastructure error', async () => {
   const sandbox = await pool.acquire(scenario, 'test:finding-6');

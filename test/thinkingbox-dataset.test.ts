@@ -198,7 +198,8 @@ test('files and tasks that cannot be parsed are reported with file and line; the
   const list = path.join(broken, 'list.yaml');
   fs.writeFileSync(
     list,
-    `${fs.readFileSync(fixtureList, 'utf8')}- syntax.py:test_a\n- yaml_errors.py:test_bad_yaml\n- yaml_errors.py:test_unknown_scenario\n- yaml_errors.py:test_fine\n- missing.py:test_x\n`,
+    `${fs.readFileSync(fixtureList, 'utf8')}- syntax.py:test_a\n- yaml_errors.py:test_bad_yaml\n- ` +
+      `yaml_errors.py:test_unknown_scenario\n- yaml_errors.py:test_fine\n- missing.py:test_x\n`,
   );
   const result = importThinkingboxDataset({ dataDir: path.join(broken, 'dataset'), listFile: list });
   const at = (file: string) =>

@@ -76,7 +76,8 @@ export function datasetEnvironment(packages: string[], suiteDir?: string): Datas
   const { venv } = venvFor(packages);
   if (!ready(venv))
     throw new BadInputError(
-      `the Python environment of this dataset is not built (${venv}); run: tbt tasks prepare-env ${suiteDir ?? 'SUITE_DIR'}`,
+      `the Python environment of this dataset is not built (${venv}); run: tbt tasks prepare-env ` +
+        `${suiteDir ?? 'SUITE_DIR'}`,
     );
   const env = { python: path.join(venv, 'bin', 'python'), packages, venv };
   known.set(cacheKey, env);
@@ -103,7 +104,8 @@ export function prepareDatasetEnvironment(packages: string[], log: (line: string
       const run = spawnSync(command, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
       if (run.status !== 0)
         throw new InfrastructureError(
-          `${path.basename(command)} ${args.slice(0, 2).join(' ')} failed: ${(run.stderr || run.stdout || '').trim().slice(-1500)}`,
+          `${path.basename(command)} ${args.slice(0, 2).join(' ')} failed: ` +
+            `${(run.stderr || run.stdout || '').trim().slice(-1500)}`,
         );
     }
     fs.writeFileSync(path.join(venv, '.tbt-ready'), `${dependencies.join('\n')}\n`);

@@ -95,7 +95,8 @@ function parseTestFiles(files: string[]): ParsedTestFile[] {
   });
   if (run.status !== 0)
     throw new Error(
-      `the test-file parser failed (exit ${run.status ?? run.signal}): ${(run.stderr || run.error?.message || '').trim().slice(-2000)}`,
+      `the test-file parser failed (exit ${run.status ?? run.signal}): ` +
+        `${(run.stderr || run.error?.message || '').trim().slice(-2000)}`,
     );
   return (JSON.parse(run.stdout) as { files: ParsedTestFile[] }).files;
 }
@@ -190,7 +191,8 @@ export function importThinkingboxDataset(request: ImportRequest): ImportResult {
     problem(
       path.join(dataDir, 'agent'),
       1,
-      `no agent/${agentName}.yaml with system_instructions (found: ${[...agents.keys()].join(', ') || 'none'}; choose one with --agent)`,
+      `no agent/${agentName}.yaml with system_instructions (found: ${[...agents.keys()].join(', ') || 'none'}; ` +
+        `choose one with --agent)`,
     );
 
   const scenarios: Record<string, ImportedScenario> = {};
@@ -281,7 +283,8 @@ export function importThinkingboxDataset(request: ImportRequest): ImportResult {
         problem(
           request.listFile,
           w.listLine,
-          `${w.uid}: ${path.relative(dataDir, w.file)} has no test function '${w.fn}' (a function whose first statement is a string starting with '!')`,
+          `${w.uid}: ${path.relative(dataDir, w.file)} has no test function '${w.fn}' (a function whose first ` +
+            `statement is a string starting with '!')`,
         );
       continue;
     }
@@ -468,7 +471,9 @@ function importTask(input: TaskImport): ImportedTask | undefined {
         file,
         line: locate(['history']),
         field: 'history',
-        message: `task ${uid}: no conversation '${key}' under $history in ${meta.file ?? `${file.replace(/\.py$/, '.meta.yaml')} (no such file)`}`,
+        message:
+          `task ${uid}: no conversation '${key}' under $history in ` +
+          `${meta.file ?? `${file.replace(/\.py$/, '.meta.yaml')} (no such file)`}`,
       });
     history = sliceHistory(conversation, start, end).map((m) => ({ role: m.role, content: m.content }));
   }

@@ -84,7 +84,8 @@ async function startServer(name: string, spec: LaunchSpec, options: StdioServerP
     await stop();
     const tail = stderrTail();
     throw new InfrastructureError(
-      `tool server '${name}' (${[spec.command, ...spec.args].join(' ')}) did not start: ${errorMessage(err)}${tail ? `; stderr: ${tail}` : ''}`,
+      `tool server '${name}' (${[spec.command, ...spec.args].join(' ')}) did not start: ` +
+        `${errorMessage(err)}${tail ? `; stderr: ${tail}` : ''}`,
       { cause: err },
     );
   } finally {

@@ -95,7 +95,8 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
     child.on('close', (code) =>
       finish(
         new InfrastructureError(
-          `test runner for ${where} exited (code ${code}) without a result${stderr ? `: ${stderr.trim().split('\n').slice(-3).join(' | ')}` : ''}`,
+          `test runner for ${where} exited (code ${code}) without a ` +
+            `result${stderr ? `: ${stderr.trim().split('\n').slice(-3).join(' | ')}` : ''}`,
         ),
       ),
     );
@@ -153,7 +154,8 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
           });
         return finish(
           new InfrastructureError(
-            `test ${where} raised an error: ${message.message ?? ''}${message.traceback ? `\n${message.traceback.trim().split('\n').slice(-6).join('\n')}` : ''}`,
+            `test ${where} raised an error: ` +
+              `${message.message ?? ''}${message.traceback ? `\n${message.traceback.trim().split('\n').slice(-6).join('\n')}` : ''}`,
           ),
         );
       }

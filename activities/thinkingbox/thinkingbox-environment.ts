@@ -173,7 +173,8 @@ export function thinkingboxEnvironment(
           );
         if (spec.transport !== 'stdio')
           throw new BadInputError(
-            `task ${task.uid}: server '${name}' is mcp-remote (${spec.url}); the episode backend runs mcp-process servers only (a shared remote server is not a fresh backend per episode)`,
+            `task ${task.uid}: server '${name}' is mcp-remote (${spec.url}); the episode backend runs mcp-process ` +
+              `servers only (a shared remote server is not a fresh backend per episode)`,
           );
         return serverLaunchSpec(spec, dataset);
       });
@@ -201,7 +202,8 @@ export function thinkingboxEnvironment(
               (Object.keys(answer).length === 0 || (answer as { status?: unknown }).status === 'ok');
             if (!ok)
               throw new InfrastructureError(
-                `tool server '${s.name}': __reserved__init did not return {} or {"status": "ok"}: ${JSON.stringify(answer).slice(0, 500)}`,
+                `tool server '${s.name}': __reserved__init did not return {} or {"status": "ok"}: ` +
+                  `${JSON.stringify(answer).slice(0, 500)}`,
               );
             const { status: _status, ...rest } = answer as Record<string, unknown>;
             initResult[s.name] = rest;
@@ -238,7 +240,8 @@ export function thinkingboxEnvironment(
           }
           if (!found)
             throw new BadInputError(
-              `scenario ${scenario.name} (${scenario.file}): visible tool '${visible.name}' is not offered by its servers (${names.join(', ')})`,
+              `scenario ${scenario.name} (${scenario.file}): visible tool '${visible.name}' is not offered by its ` +
+                `servers (${names.join(', ')})`,
             );
           route.set(visible.name, { kind: 'server', server: found.server, spec, endTurn });
         }

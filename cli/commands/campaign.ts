@@ -113,20 +113,27 @@ function dryRun(input: CampaignInput, configFile: string): void {
   );
   console.log(
     c.probe.enabled
-      ? `  stages       ingest -> probe (${c.probe.repeats} episodes per candidate${c.probe.max_candidates ? `, first ${c.probe.max_candidates} candidates` : ''}) -> select (bands ${c.probe.retain_bands.join('/')}, min clean runs ${c.probe.min_clean_runs})`
+      ? `  stages       ingest -> probe (${c.probe.repeats} episodes per ` +
+          `candidate${c.probe.max_candidates ? `, first ${c.probe.max_candidates} candidates` : ''}) -> select ` +
+          `(bands ${c.probe.retain_bands.join('/')}, min clean runs ${c.probe.min_clean_runs})`
       : '  stages       ingest (no probe: every candidate is in the pool)',
   );
   console.log(
-    `               -> ${c.evaluation.before_training ? `evaluate base policy (${c.evaluation.repeats} repeats) -> ` : ''}${t.steps} training steps x ${t.groups_per_step} groups x ${t.group_size} episodes = ${t.groups_per_step * t.group_size} per update -> evaluate (${c.evaluation.repeats} repeats) -> report`,
+    `               -> ${c.evaluation.before_training ? `evaluate base policy (${c.evaluation.repeats} repeats) -> ` : ''}${t.steps} ` +
+      `training steps x ${t.groups_per_step} groups x ${t.group_size} episodes = ${t.groups_per_step * t.group_size} ` +
+      `per update -> evaluate (${c.evaluation.repeats} repeats) -> report`,
   );
   console.log(
-    `  refill       up to ${t.infra_refill_cap} extra episodes per group for infrastructure errors, then the group is replaced`,
+    `  refill       up to ${t.infra_refill_cap} extra episodes per group for infrastructure errors, then the group ` +
+      `is replaced`,
   );
   console.log(
-    `  zero variance  up to ${t.max_replacements} replacement tasks per step, then fallback: ${t.zero_variance_fallback}`,
+    `  zero variance  up to ${t.max_replacements} replacement tasks per step, then fallback: ` +
+      `${t.zero_variance_fallback}`,
   );
   console.log(
-    `  policy       ${c.episode.policy.base_url} (${c.episode.policy.model}, ${c.episode.policy.mode} mode, temperature ${c.episode.sampling.temperature})`,
+    `  policy       ${c.episode.policy.base_url} (${c.episode.policy.model}, ${c.episode.policy.mode} mode, ` +
+      `temperature ${c.episode.sampling.temperature})`,
   );
   console.log(
     `  queues       rollout ${input.queues.rollout}, gpu ${input.queues.gpu}` +
@@ -221,7 +228,10 @@ export async function follow(client: Client, env: Environment, workflowId: strin
     if (s) {
       const width = 20;
       const filled = Math.round((s.step / Math.max(1, s.steps)) * width);
-      const line = `[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] step ${s.step}/${s.steps}  stage ${s.stage.padEnd(15)} episodes ${await episodeCount(s.campaignId, env)}${s.lastStep ? `  last reward ${s.lastStep.meanReward.toFixed(2)}` : ''}${s.paused ? `  (paused${s.pauseReason ? `: ${s.pauseReason}` : ''})` : ''}`;
+      const line =
+        `[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] step ${s.step}/${s.steps}  stage ` +
+        `${s.stage.padEnd(15)} episodes ` +
+        `${await episodeCount(s.campaignId, env)}${s.lastStep ? `  last reward ${s.lastStep.meanReward.toFixed(2)}` : ''}${s.paused ? `  (paused${s.pauseReason ? `: ${s.pauseReason}` : ''})` : ''}`;
       if (line !== last) {
         process.stdout.write(tty ? `\r${line.padEnd(110)}` : `${line}\n`);
         last = line;
@@ -343,7 +353,8 @@ export async function runEvaluation(args: string[]): Promise<number> {
   });
   if (!values.config) {
     console.error(
-      'usage: tbt eval run --config FILE [--campaign WORKFLOW_ID] [--repeats K] [--tasks all|FILE.yaml]   (default tasks: the campaign pool)',
+      'usage: tbt eval run --config FILE [--campaign WORKFLOW_ID] [--repeats K] [--tasks all|FILE.yaml]   (default ' +
+        'tasks: the campaign pool)',
     );
     return 2;
   }

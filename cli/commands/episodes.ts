@@ -182,7 +182,8 @@ export async function episodes(args: string[]): Promise<number> {
   const none = rates.filter(([, r]) => r.every((x) => x === 0)).length;
   for (const f of failures) console.log(`not run: ${f}`);
   console.log(
-    `tasks=${rates.length} always=${all} never=${none} mixed=${mixed} mean_success=${(rates.flatMap(([, r]) => r).filter((x) => x === 1).length / jobs.length).toFixed(3)}`,
+    `tasks=${rates.length} always=${all} never=${none} mixed=${mixed} ` +
+      `mean_success=${(rates.flatMap(([, r]) => r).filter((x) => x === 1).length / jobs.length).toFixed(3)}`,
   );
   return failures.length ? 1 : 0;
 }

@@ -414,7 +414,8 @@ function aggregateCommand(args: string[], io: CommandIo): number {
     const shown = problems.slice(0, 50);
     throw new InputError(
       [
-        `coverage gate failed: ${problems.length} problem(s); no scores are reported until every (task, repetition) key is present exactly once without infrastructure errors`,
+        `coverage gate failed: ${problems.length} problem(s); no scores are reported until every (task, repetition) ` +
+          `key is present exactly once without infrastructure errors`,
         ...shown,
         ...(problems.length > shown.length ? [`... and ${problems.length - shown.length} more`] : []),
       ].join('\n'),
@@ -549,17 +550,21 @@ function renderAggregate(
   const rows = Object.entries(domains).map(([name, s]) => row(name, s, cost?.domains[name]));
   rows.push(row('all', overall, cost ?? undefined));
   const lines = [
-    `coverage: ${overall.tasks} tasks x ${repeats} repetitions = ${overall.attempts} attempts, every key present once, no infrastructure errors`,
+    `coverage: ${overall.tasks} tasks x ${repeats} repetitions = ${overall.attempts} attempts, every key present ` +
+      `once, no infrastructure errors`,
     '',
     table(header, rows),
     '',
     `pass^k is the unbiased C(c,k)/C(n,k), not (c/n)^k; observed ${k}/${k} counts tasks that passed all ${k} attempts.`,
-    `other k: ${overall.pass_at_k.map((x) => `pass@${x.k} ${percent(x.estimate)}`).join(', ')}; ${overall.pass_hat_k.map((x) => `pass^${x.k} ${percent(x.estimate)}`).join(', ')}`,
+    `other k: ${overall.pass_at_k.map((x) => `pass@${x.k} ${percent(x.estimate)}`).join(', ')}; ` +
+      `${overall.pass_hat_k.map((x) => `pass^${x.k} ${percent(x.estimate)}`).join(', ')}`,
   ];
   if (cost) {
     lines.push(
       '',
-      `cost: campaign ${dollars(cost.campaign)}; per successful attempt ${dollars(cost.per_successful_attempt)} (${cost.passing_attempts} passing attempts); per reliable task ${dollars(cost.per_reliable_task)} (tasks at ${k}/${k}: ${cost.reliable_tasks})`,
+      `cost: campaign ${dollars(cost.campaign)}; per successful attempt ${dollars(cost.per_successful_attempt)} ` +
+        `(${cost.passing_attempts} passing attempts); per reliable task ${dollars(cost.per_reliable_task)} (tasks at ` +
+        `${k}/${k}: ${cost.reliable_tasks})`,
       ...ROLES.map((r) => {
         const t = cost.by_role[r].tokens;
         return `  ${r.padEnd(6)} ${dollars(cost.by_role[r].cost).padStart(10)}  input ${t.input}, cached input ${t.cached_input}, output ${t.output} tokens`;
@@ -593,7 +598,8 @@ function readAggregateFile(file: string): TaskOutcome[] {
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     throw new InputError(
-      `${file}: field ${issue.path.join('.') || '(root)'}: ${issue.message} (expected the output of 'tbt eval aggregate --out')`,
+      `${file}: field ${issue.path.join('.') || '(root)'}: ${issue.message} (expected the output of 'tbt eval ` +
+        `aggregate --out')`,
     );
   }
   return parsed.data.tasks.map(({ uid, domain, n, c }) => ({ uid, domain, n, c }));

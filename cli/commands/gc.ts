@@ -28,7 +28,8 @@ export async function gc(args: string[]): Promise<number> {
   for (const f of report.removed) console.log(`${verb} ${f}`);
   for (const f of report.rotated) console.log(`${dryRun ? 'would rotate' : 'rotated'} ${f}`);
   console.log(
-    `${verb} ${report.removed.length} item(s), rotated ${report.rotated.length} log(s), ${(report.freedBytes / 1e6).toFixed(1)} MB`,
+    `${verb} ${report.removed.length} item(s), rotated ${report.rotated.length} log(s), ` +
+      `${(report.freedBytes / 1e6).toFixed(1)} MB`,
   );
   return 0;
 }

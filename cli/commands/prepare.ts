@@ -203,7 +203,8 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
   });
   if (selection.rows.length === 0) {
     throw new InputError(
-      `nothing to assess: of ${counts.length} uids, ${selection.excludedPresent.length} are excluded and ${selection.systemErrorOnly.length} have only system errors`,
+      `nothing to assess: of ${counts.length} uids, ${selection.excludedPresent.length} are excluded and ` +
+        `${selection.systemErrorOnly.length} have only system errors`,
     );
   }
   if (selection.selected.length === 0) {
@@ -211,7 +212,8 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
       .map(([r, n]) => `${r}: ${n}`)
       .join(', ');
     throw new InputError(
-      `empty selection: none of ${selection.rows.length} assessed uids is eligible (${reasons}; min clean runs ${config.minCleanRuns}, retained bands ${config.retainedBands.join(', ')})`,
+      `empty selection: none of ${selection.rows.length} assessed uids is eligible (${reasons}; min clean runs ` +
+        `${config.minCleanRuns}, retained bands ${config.retainedBands.join(', ')})`,
     );
   }
 
@@ -224,7 +226,8 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
     );
     if (split.test.length === 0) {
       throw new InputError(
-        `split mode: the test set is empty (${selection.selected.length} selected uids, and every dataset file group holds one uid; a group of one always goes to train)`,
+        `split mode: the test set is empty (${selection.selected.length} selected uids, and every dataset file group ` +
+          `holds one uid; a group of one always goes to train)`,
       );
     }
     outputs['train.yaml'] = uidListYaml(split.train);
@@ -283,7 +286,8 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
   const bandLine = BAND_NAMES.map((b) => `${b} ${difficultyCounts[b]}`).join(', ');
   io.out(
     [
-      `read ${outcomes.length} probe rows for ${counts.length} uids (${selection.excludedPresent.length} excluded, ${selection.systemErrorOnly.length} with only system errors)`,
+      `read ${outcomes.length} probe rows for ${counts.length} uids (${selection.excludedPresent.length} excluded, ` +
+        `${selection.systemErrorOnly.length} with only system errors)`,
       `assessed ${selection.rows.length}: ${bandLine}`,
       split
         ? `selected ${selection.selected.length}: train ${split.train.length}, test ${split.test.length}`

@@ -121,20 +121,23 @@ export async function validate(args: string[]): Promise<number> {
   const count = (f: (r: TaskValidation) => boolean) => results.filter(f).length;
   const changeTasks = results.filter((r) => !r.noChange);
   console.log(
-    `no_change_tasks=${count((r) => r.noChange)} file_problems=${problems.length} task_problems=${count((r) => r.problems.length > 0)}`,
+    `no_change_tasks=${count((r) => r.noChange)} file_problems=${problems.length} ` +
+      `task_problems=${count((r) => r.problems.length > 0)}`,
   );
   if (imported)
     console.log(
       `imported_tasks=${imported} (no one-row mutation check: their state lives in the dataset's tool servers)`,
     );
   console.log(
-    `tasks=${results.length} domains=${domains.size} golden_pass=${count((r) => r.goldenPass)} null_fail=${changeTasks.filter((r) => r.nullOk).length} mutation_fail=${count((r) => r.mutationFail)}`,
+    `tasks=${results.length} domains=${domains.size} golden_pass=${count((r) => r.goldenPass)} ` +
+      `null_fail=${changeTasks.filter((r) => r.nullOk).length} mutation_fail=${count((r) => r.mutationFail)}`,
   );
   const starts = results.flatMap((r) => r.backendStartMs ?? []).sort((a, b) => a - b);
   if (starts.length) {
     const q = (p: number) => starts[Math.min(starts.length - 1, Math.floor(p * starts.length))]!;
     console.log(
-      `wall_s=${((Date.now() - startedAt) / 1000).toFixed(0)} episodes=${starts.length} backend_start_ms p50=${q(0.5)} p95=${q(0.95)} (warm pool ${values.warm ?? 'default'}, concurrency ${values.concurrency})`,
+      `wall_s=${((Date.now() - startedAt) / 1000).toFixed(0)} episodes=${starts.length} backend_start_ms ` +
+        `p50=${q(0.5)} p95=${q(0.95)} (warm pool ${values.warm ?? 'default'}, concurrency ${values.concurrency})`,
     );
   }
   return problems.length === 0 && results.every((r) => r.problems.length === 0) && results.length > 0 ? 0 : 1;
@@ -206,7 +209,11 @@ export function importThinkingbox(args: string[], io: CommandIo = consoleIo): nu
     const excluded = result.suite.tasks.filter((t) => t.evaluation_only).length;
     const unmatched = [...evaluationOnly].filter((u) => !result.suite.tasks.some((t) => t.uid === u)).length;
     io.out(
-      `imported ${result.suite.tasks.length} of ${result.listed} listed tasks (${Object.keys(result.suite.scenarios).length} scenarios, servers: ${Object.keys(result.suite.servers).join(', ') || 'none'}); evaluation-only ${excluded}${unmatched ? ` (${unmatched} excluded uids not in the list)` : ''}; problems ${result.problems.length}`,
+      `imported ${result.suite.tasks.length} of ${result.listed} listed tasks ` +
+        `(${Object.keys(result.suite.scenarios).length} scenarios, servers: ` +
+        `${Object.keys(result.suite.servers).join(', ') || 'none'}); evaluation-only ` +
+        `${excluded}${unmatched ? ` (${unmatched} excluded uids not in the list)` : ''}; problems ` +
+        `${result.problems.length}`,
     );
     io.out(`suite written to ${out}`);
     try {

@@ -75,7 +75,8 @@ export function renderHtml(model: ReportModel): string {
   const cards = model.headline
     .map(
       (h) =>
-        `<div class="card"><div class="label">${escape(h.label)}</div><div class="value">${escape(h.value)}</div><div class="detail">${escape(h.detail)}</div></div>`,
+        `<div class="card"><div class="label">${escape(h.label)}</div><div ` +
+        `class="value">${escape(h.value)}</div><div class="detail">${escape(h.detail)}</div></div>`,
     )
     .join('\n');
   const nav = [{ id: 'summary', title: 'Summary' }, ...model.sections]

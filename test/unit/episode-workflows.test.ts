@@ -337,18 +337,21 @@ test('training step: most episodes in flight == training.concurrency across grou
   assert.equal(s.maxInFlight, 3, 'the bound holds: never more, and reached');
 });
 
-test("training step: a multi-node learner's other nodes are started on their own GPU queue before the update", async () => {
-  const { run, s } = await runStep('step-nodes', ['informative'], { groups_per_step: 1 }, 10, {
-    learner: { nodes: 2, gpus_per_node: 1 } as never,
-    gpuNodeQueues: [queue, node1Queue],
-  });
-  await run;
-  const names = s.calls.map((c) => c.name);
-  assert.ok(names.includes('startLearnerNode'), names.join(','));
-  assert.ok(names.indexOf('startLearnerNode') < names.indexOf('trainStep'), 'node 1 runs before node 0 trains');
-  assert.equal((s.calls.find((c) => c.name === 'startLearnerNode')!.input as { nodeRank: number }).nodeRank, 1);
-  assert.equal(names.filter((n) => n === 'startLearnerNode').length, 1, 'node 0 is not started as another node');
-});
+test(
+  "training step: a multi-node learner's other nodes are started on their own GPU queue before the " + 'update',
+  async () => {
+    const { run, s } = await runStep('step-nodes', ['informative'], { groups_per_step: 1 }, 10, {
+      learner: { nodes: 2, gpus_per_node: 1 } as never,
+      gpuNodeQueues: [queue, node1Queue],
+    });
+    await run;
+    const names = s.calls.map((c) => c.name);
+    assert.ok(names.includes('startLearnerNode'), names.join(','));
+    assert.ok(names.indexOf('startLearnerNode') < names.indexOf('trainStep'), 'node 1 runs before node 0 trains');
+    assert.equal((s.calls.find((c) => c.name === 'startLearnerNode')!.input as { nodeRank: number }).nodeRank, 1);
+    assert.equal(names.filter((n) => n === 'startLearnerNode').length, 1, 'node 0 is not started as another node');
+  },
+);
 
 test('training step: refill replaces lost episodes, never past infra_refill_cap', async () => {
   const { run, s, order } = await runStep('step-refill', ['flaky-2'], { infra_refill_cap: 2 });
@@ -416,18 +419,21 @@ test('training step: replacements exhausted -> keep_zero_variance fills up with 
   );
 });
 
-test('training step: every group lost -> retries with backoff and fresh ids, then StepLostToInfrastructure', async () => {
-  const { run, s } = await runStep('step-all-lost', ['lost', 'lost'], { infra_refill_cap: 0, max_replacements: 0 });
-  await assert.rejects(run, (err: unknown) => {
-    assert.ok(err instanceof WorkflowFailedError);
-    assert.equal((err.cause as ApplicationFailure).type, 'StepLostToInfrastructure');
-    return true;
-  });
-  // 1 group x 4 episodes, then 3 retries of the step with ids ~retry-1..3.
-  assert.equal(s.runs.length, 16);
-  assert.equal(s.runs.filter((r) => r.id.endsWith('~retry-3')).length, 4);
-  assert.equal(s.calls.filter((c) => c.name === 'trainStep').length, 0, 'no update on an empty batch');
-});
+test(
+  'training step: every group lost -> retries with backoff and fresh ids, then ' + 'StepLostToInfrastructure',
+  async () => {
+    const { run, s } = await runStep('step-all-lost', ['lost', 'lost'], { infra_refill_cap: 0, max_replacements: 0 });
+    await assert.rejects(run, (err: unknown) => {
+      assert.ok(err instanceof WorkflowFailedError);
+      assert.equal((err.cause as ApplicationFailure).type, 'StepLostToInfrastructure');
+      return true;
+    });
+    // 1 group x 4 episodes, then 3 retries of the step with ids ~retry-1..3.
+    assert.equal(s.runs.length, 16);
+    assert.equal(s.runs.filter((r) => r.id.endsWith('~retry-3')).length, 4);
+    assert.equal(s.calls.filter((c) => c.name === 'trainStep').length, 0, 'no update on an empty batch');
+  },
+);
 
 // ---------------------------------------------------------------------------------------------------
 // campaign cleanup

@@ -153,18 +153,21 @@ test('headline numbers: the same formatting in the summary cards, the tables and
   assert.ok(html.includes('<td class="num">70.00%</td>'));
 });
 
-test('pass^k is the unbiased C(c,k)/C(n,k), never (c/n)^k, and is reported apart from the observed k/k count', async () => {
-  const { html, md } = await build(['--eval', fixture('eval-after.json')]);
-  // after successes out of 5: neobank 5 5 1 4, retail 5 5 3 0, travel 3 1 5 5.
-  // mean (c/n)^5 = (6 + 2 (0.2^5) + 0.8^5 + 2 (0.6^5)) / 12 = 54.03% would be the biased figure.
-  assert.ok(!html.includes('54.03%') && !md.includes('54.03%'), 'the biased (c/n)^k never appears');
-  assert.match(md, /^\| pass\^5 \(evaluation\) \| 50\.00% \| unbiased C\(c,k\)\/C\(n,k\), not \(c\/n\)\^k \|$/m);
-  assert.match(md, /^\| Observed 5\/5 \(evaluation\) \| 6 of 12 \|/m);
-  assert.match(
-    md,
-    /\| domain \| tasks \| attempts \| pass@1 \| Wilson 95% \| pass@5 \| pass\^5 \| observed 5\/5 \| Wilson 95% \| solved ≥ 1 \| cost \/ attempt \|/,
-  );
-});
+test(
+  'pass^k is the unbiased C(c,k)/C(n,k), never (c/n)^k, and is reported apart from the observed k/k ' + 'count',
+  async () => {
+    const { html, md } = await build(['--eval', fixture('eval-after.json')]);
+    // after successes out of 5: neobank 5 5 1 4, retail 5 5 3 0, travel 3 1 5 5.
+    // mean (c/n)^5 = (6 + 2 (0.2^5) + 0.8^5 + 2 (0.6^5)) / 12 = 54.03% would be the biased figure.
+    assert.ok(!html.includes('54.03%') && !md.includes('54.03%'), 'the biased (c/n)^k never appears');
+    assert.match(md, /^\| pass\^5 \(evaluation\) \| 50\.00% \| unbiased C\(c,k\)\/C\(n,k\), not \(c\/n\)\^k \|$/m);
+    assert.match(md, /^\| Observed 5\/5 \(evaluation\) \| 6 of 12 \|/m);
+    assert.match(
+      md,
+      /\| domain \| tasks \| attempts \| pass@1 \| Wilson 95% \| pass@5 \| pass\^5 \| observed 5\/5 \| Wilson 95% \| solved ≥ 1 \| cost \/ attempt \|/,
+    );
+  },
+);
 
 test('markdown summary: the headline table and every table of the page', async () => {
   const { html, md } = await build(FULL);
