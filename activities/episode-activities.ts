@@ -4,7 +4,7 @@ import { Context } from '@temporalio/activity';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { thinkingboxSettingsSchema, toEndpoint, type ThinkingboxSettings } from '../config/episode-config.ts';
 import type { ImportedTask } from '../config/thinkingbox-schema.ts';
-import { BadInputError } from '../core/errors.ts';
+import { BadInputError, errorMessage } from '../core/errors.ts';
 import { toTemporalFailure } from './temporal-failure.ts';
 import { cyrb53 } from '../core/seeded-choice.ts';
 import type { Scenario } from '../config/task-schema.ts';
@@ -241,8 +241,21 @@ export function createEpisodeActivities(deps: {
           if (stored) return stored;
           throw new Error(`episode ${input.episodeId}: another attempt owns it; retrying`);
         }
+        const outcome = { episodeId: input.episodeId, outcome: record.outcome, finishReason: record.finishReason };
+        if (record.outcome === 'infrastructure_error')
+          ctx.log.warn('episode hit an infrastructure error', {
+            ...outcome,
+            cause: record.cause,
+          });
+        else
+          ctx.log.info('episode finished', {
+            ...outcome,
+            reward: record.reward,
+            seconds: record.timings.totalMs / 1000,
+          });
         return summarize(input.episodeId, record);
       } catch (err) {
+        Context.current().log.warn('episode attempt failed', { episodeId: input.episodeId, error: errorMessage(err) });
         throw toTemporalFailure(err);
       }
     },

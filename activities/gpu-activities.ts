@@ -140,6 +140,13 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
           ),
           cancelled,
         ]);
+        ctx.log.info('learner step done', {
+          campaignId: input.campaignId,
+          stepId: answer.step_id,
+          repeated: answer.repeated,
+          episodes: input.items.length,
+          seconds: (Date.now() - started) / 1000,
+        });
         // Retention: batches of committed steps and all but the last exports go (tbt gc does the same).
         pruneLearnerFolder(files(input.campaignId).dir, defaultRetention);
         return {

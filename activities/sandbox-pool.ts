@@ -12,6 +12,7 @@ import {
   withDatabase,
   withRole,
 } from '../infra/control-database.ts';
+import { SandboxRecycler } from './sandbox-recycler.ts';
 
 /**
  * Fresh Postgres databases for episodes. Each scenario has a template database (schema + seed + grants);
@@ -50,6 +51,11 @@ export interface SandboxPoolOptions {
   orphanMinAgeMs?: number;
   /** Clone strategy. WAL_LOG measured about 5x faster than FILE_COPY here (FILE_COPY forces a checkpoint); see bench/sandbox. */
   strategy?: 'FILE_COPY' | 'WAL_LOG';
+  /**
+   * Release resets a used sandbox and returns it to the pool (sandbox-recycler.ts) instead of dropping it;
+   * false = clone per episode (DROP + CREATE). A failed or unverified reset drops it.
+   */
+  recycle?: boolean;
 }
 
 const GRANTS_VERSION = 3; // 3: per-clone tool roles, no PUBLIC CONNECT/TEMP, tables owned by tbt_owner
@@ -84,6 +90,7 @@ export class SandboxPool {
   private readonly renewals = new Map<string, NodeJS.Timeout>();
   private readonly admin: pg.Pool;
   private tagQuery: Promise<string> | undefined;
+  private readonly recycler?: SandboxRecycler;
   private closed = false;
 
   constructor(private readonly options: SandboxPoolOptions) {
@@ -93,6 +100,15 @@ export class SandboxPool {
     this.strategy = options.strategy ?? 'WAL_LOG';
     this.admin = new pg.Pool({ connectionString: options.controlUrl, max: 4, connectionTimeoutMillis: 10_000 });
     this.admin.on('error', () => undefined);
+    if (options.recycle)
+      this.recycler = new SandboxRecycler({
+        controlUrl: options.controlUrl,
+        admin: this.admin,
+        strategy: this.strategy,
+        // Task SQL (the seed the reset reruns) runs as the non-superuser owner; scratch clones carry our tag.
+        ownerUrl: (name) => this.sandbox(name, '').ownerUrl,
+        scratchPrefix: async () => sandboxPrefix(await this.deploymentTag()),
+      });
   }
 
   /** This deployment's tag, read once from its control database. */
@@ -122,6 +138,7 @@ export class SandboxPool {
   /** Builds the scenario's template database once (per fingerprint); concurrent callers wait for it. */
   async ensureTemplate(scenario: Scenario): Promise<string> {
     const name = templateName(scenario, await this.deploymentTag());
+    this.recycler?.remember(name, scenario);
     let pending = this.templates.get(name);
     if (!pending) {
       pending = this.buildTemplate(scenario, name);
@@ -309,8 +326,15 @@ export class SandboxPool {
     this.renewals.delete(name);
   }
 
-  /** Drops the sandbox's database (terminating its sessions) and forgets it. */
+  /** Gives a used sandbox back: reset and returned to the pool when recycling, else dropped. */
   async release(sandbox: Pick<Sandbox, 'name'>): Promise<void> {
+    this.stopRenewing(sandbox.name);
+    if (this.recycler && !this.closed && (await this.recycler.recycle(sandbox.name))) return;
+    await this.drop(sandbox);
+  }
+
+  /** Drops the sandbox's database (terminating its sessions) and forgets it. */
+  async drop(sandbox: Pick<Sandbox, 'name'>): Promise<void> {
     this.stopRenewing(sandbox.name);
     await this.dropDatabase(sandbox.name);
     await this.admin.query(`DELETE FROM sandboxes WHERE name = $1`, [sandbox.name]);

@@ -156,6 +156,11 @@ export const environmentSchema = z.object({
       'PORT=HOST:PORT,...: loopback ports inside the tool-server sandbox and the one host address each reaches ' +
         "(default: the knowledge-base search service the bench's servers expect on 127.0.0.1:8108); '' = none",
     ),
+  TBT_SANDBOX_RECYCLE: z
+    .enum(['true', 'false', '1', '0'])
+    .default('true')
+    .transform((v) => v === 'true' || v === '1')
+    .describe('Reset used sandboxes and return them to the pool (true) or drop and clone one per episode (false)'),
 });
 export type Environment = z.infer<typeof environmentSchema>;
 
@@ -194,6 +199,11 @@ export function taskQueues(env: Pick<Environment, 'TBT_TASK_QUEUE_PREFIX'>) {
   const p = env.TBT_TASK_QUEUE_PREFIX;
   return {
     orchestrator: `${p}-orchestrator`,
+    /**
+     * Bookkeeping activities: scheduled by the workflows on their own queue, whose activity tasks Temporal
+     * dispatches apart from its workflow tasks; only the bookkeeping worker polls them.
+     */
+    bookkeeping: `${p}-orchestrator`,
     rollout: `${p}-rollout`,
     gpu: (host: string) => `${p}-gpu-${host}`,
   } as const;

@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { databaseUrl, type Environment } from '../config/environment.ts';
+import { databaseUrl, readEnvironment, type Environment } from '../config/environment.ts';
 import { localPasswordFile, readLocalPassword } from '../config/local-database-password.ts';
 import { portInUse, waitFor } from './daemon.ts';
 import type { ServiceStatus } from './temporal-dev-server.ts';
@@ -20,11 +20,12 @@ import type { ServiceStatus } from './temporal-dev-server.ts';
  */
 
 function findBinDir(): string {
+  const env = readEnvironment();
   const candidates: string[] = [];
-  if (process.env.TBT_PG_BIN) candidates.push(process.env.TBT_PG_BIN);
+  if (env.TBT_PG_BIN) candidates.push(env.TBT_PG_BIN);
   const debian = '/usr/lib/postgresql';
   // TBT_PG_SEARCH_SYSTEM=0 restricts the search to TBT_PG_BIN and PATH (tests use it to simulate a bare machine).
-  if (process.env.TBT_PG_SEARCH_SYSTEM !== '0' && fs.existsSync(debian)) {
+  if (env.TBT_PG_SEARCH_SYSTEM !== '0' && fs.existsSync(debian)) {
     for (const v of fs.readdirSync(debian).sort((a, b) => Number(b) - Number(a)))
       candidates.push(path.join(debian, v, 'bin'));
   }

@@ -305,6 +305,7 @@ test('the compose file has the production shape: Temporal on Postgres, separate 
     'control-db',
     'setup',
     'orchestrator-worker',
+    'bookkeeping-worker',
     'rollout-worker',
     'gpu-worker',
     'policy-server',
@@ -334,7 +335,7 @@ test('the compose file has the production shape: Temporal on Postgres, separate 
   assert.ok(Number.isInteger(rollout.deploy?.replicas) && rollout.deploy.replicas >= 1, 'deploy.replicas');
   assert.equal(rollout.container_name, undefined, 'a fixed container name would forbid --scale');
   assert.equal(rollout.ports, undefined, 'published ports would collide when scaled');
-  for (const name of ['orchestrator-worker', 'rollout-worker', 'gpu-worker']) {
+  for (const name of ['orchestrator-worker', 'bookkeeping-worker', 'rollout-worker', 'gpu-worker']) {
     assert.equal(
       services[name]!.depends_on?.setup?.condition,
       'service_completed_successfully',

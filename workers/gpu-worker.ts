@@ -2,6 +2,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../config/environment.ts';
 import { createGpuActivities, gpuHost } from '../activities/gpu-activities.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
+import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
 
 /**
  * GPU worker: one per GPU host, polling that host's own task queue (`<prefix>-gpu-<host>`, host from
@@ -10,6 +11,8 @@ import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
  */
 
 let log = createServiceLogger('gpu-worker');
+// Activity and worker logs (Temporal's `log`) go through this logger and its redaction.
+installTemporalLogger(log);
 
 async function run(): Promise<void> {
   const env = readEnvironment();

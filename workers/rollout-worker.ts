@@ -7,6 +7,7 @@ import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 import { forwardTypesense } from '../infra/typesense-standin.ts';
+import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
 
 /**
  * Rollout worker: runs episodes (CPU activities) from the shared rollout task queue. Start as many as you
@@ -15,6 +16,8 @@ import { forwardTypesense } from '../infra/typesense-standin.ts';
  */
 
 const log = createServiceLogger('rollout-worker', { host: os.hostname() });
+// Activity and worker logs (Temporal's `log`) go through this logger and its redaction.
+installTemporalLogger(log);
 
 async function run(): Promise<void> {
   const env = readEnvironment();
@@ -24,6 +27,7 @@ async function run(): Promise<void> {
     controlUrl,
     agentPassword: env.TBT_AGENT_DB_PASSWORD,
     readerPassword: env.TBT_READER_DB_PASSWORD,
+    recycle: env.TBT_SANDBOX_RECYCLE,
     warm: env.TBT_SANDBOX_WARM,
   });
   const swept = await pool.sweep();

@@ -3,7 +3,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
+import type { Workflow, WorkflowResultType } from '@temporalio/common';
+import {
+  Client,
+  Connection,
+  WorkflowFailedError,
+  WorkflowNotFoundError,
+  type WorkflowHandle,
+} from '@temporalio/client';
 import {
   readEnvironment,
   repoRoot,
@@ -312,7 +319,7 @@ export async function runEvaluation(args: string[]): Promise<number> {
   try {
     const workflowId = `${campaignId}/eval-run-${Date.now()}`;
     console.log(`evaluation workflow: ${workflowId}\nTemporal UI: ${workflowUrl(env, workflowId)}`);
-    const result = await client.workflow.execute(scheduledEvaluationWorkflow, {
+    const handle = await client.workflow.start(scheduledEvaluationWorkflow, {
       workflowId,
       taskQueue: taskQueues(env).orchestrator,
       args: [
@@ -327,11 +334,28 @@ export async function runEvaluation(args: string[]): Promise<number> {
         },
       ],
     });
+    const result = await waitForResult(handle);
     console.log(result.summary);
     console.log(`aggregate: ${result.aggregate}`);
     return 0;
   } finally {
     await close();
+  }
+}
+
+/**
+ * The workflow's result, riding out transient client errors: a long evaluation's result long-poll can time out
+ * on a loaded machine ("Failed to get Workflow execution history") while the workflow runs on unharmed.
+ */
+async function waitForResult<W extends Workflow>(handle: WorkflowHandle<W>): Promise<WorkflowResultType<W>> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await handle.result();
+    } catch (err) {
+      if (err instanceof WorkflowFailedError || err instanceof WorkflowNotFoundError || attempt >= 20) throw err;
+      console.error(`waiting for the result again (${(err as Error).message})`);
+      await new Promise((r) => setTimeout(r, Math.min(30_000, 1000 * 2 ** attempt)));
+    }
   }
 }
 

@@ -121,6 +121,7 @@ export async function episodes(args: string[]): Promise<number> {
     controlUrl: databaseUrl(env),
     agentPassword: env.TBT_AGENT_DB_PASSWORD,
     readerPassword: env.TBT_READER_DB_PASSWORD,
+    recycle: env.TBT_SANDBOX_RECYCLE,
     warm: 2,
   });
   const thinkingbox = thinkingboxResourcesFactory();

@@ -21,7 +21,7 @@ export async function controlReady(): Promise<string> {
 }
 
 export function newPool(
-  options: { warm?: number; leaseMs?: number; orphanMinAgeMs?: number; controlUrl?: string } = {},
+  options: { warm?: number; leaseMs?: number; orphanMinAgeMs?: number; controlUrl?: string; recycle?: boolean } = {},
 ): SandboxPool {
   return new SandboxPool({
     controlUrl: options.controlUrl ?? controlUrl,
@@ -30,6 +30,7 @@ export function newPool(
     warm: options.warm ?? 0,
     leaseMs: options.leaseMs,
     orphanMinAgeMs: options.orphanMinAgeMs,
+    recycle: options.recycle,
   });
 }
 
