@@ -1,4 +1,4 @@
-import { readEnvironment } from '../config/environment.ts';
+import { allowUnsandboxedDatasetCode, readEnvironment } from '../config/environment.ts';
 import { redactSecretsInText } from '../core/secret-text.ts';
 import { down, status, up } from './commands/infra.ts';
 
@@ -83,7 +83,7 @@ function usage(): string {
 async function main(argv: string[]): Promise<number> {
   // A host-level switch, accepted anywhere on the command line: never part of a campaign's config.
   if (argv.includes('--unsandboxed')) {
-    process.env.TBT_UNSANDBOXED = '1';
+    allowUnsandboxedDatasetCode();
     argv = argv.filter((a) => a !== '--unsandboxed');
   }
   const [name, ...rest] = argv;

@@ -164,6 +164,11 @@ export const environmentSchema = z.object({
 });
 export type Environment = z.infer<typeof environmentSchema>;
 
+/** `tbt --unsandboxed`: set for this process and inherited by the workers it starts (read back by the schema). */
+export function allowUnsandboxedDatasetCode(): void {
+  process.env.TBT_UNSANDBOXED = '1';
+}
+
 export function readEnvironment(env: NodeJS.ProcessEnv = process.env): Environment {
   const parsed = environmentSchema.safeParse(env);
   if (!parsed.success) {

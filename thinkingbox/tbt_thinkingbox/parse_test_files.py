@@ -28,8 +28,11 @@ import yaml
 
 TEST_PARAMS = ("x", "judge")
 
+# libyaml when present: the bench has 4 MB of YAML.
+_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml when present: the bench has 4 MB of YAML
+
+class _Loader(_SafeLoader):
     """PyYAML's safe loader, as the reference framework reads this YAML, except that timestamps stay strings
     (the text as written; JSON has no dates and the tool servers parse their own)."""
 
