@@ -46,7 +46,10 @@ export interface EpisodeEnvironment {
   /** Domain policy appended to the agent system prompt. */
   instructions: string;
   examples: ExampleExchange[];
-  /** Bound on grading (after the agent is done; not part of the episode's wall clock). Longer = infrastructure error. */
+  /**
+   * Bound on grading (after the agent is done; not part of the episode's wall clock).
+   * Longer = infrastructure error.
+   */
   gradeTimeoutMs: number;
   /** Acquires a fresh backend for one episode; `owner` names the episode in leases and logs. */
   open(owner: string): Promise<OpenedEnvironment>;

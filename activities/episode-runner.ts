@@ -16,9 +16,10 @@ import type { SimulatedUser } from './simulated-user.ts';
 import type { GradeReport } from './terminal-state-grader.ts';
 
 /**
- * One full episode (docs/reference-rules.md §2): a fresh backend (sandbox database or tool-server processes), its own MCP session, the agent loop with a
- * simulated user, then terminal-state grading. It ends in exactly one outcome: success, agent failure (with
- * a finish reason) or infrastructure error (with a cause). Nothing here waits without a deadline.
+ * One full episode (docs/reference-rules.md §2): a fresh backend (sandbox database or tool-server processes), its own
+ * MCP session, the agent loop with a simulated user, then terminal-state grading. It ends in exactly one outcome:
+ * success, agent failure (with a finish reason) or infrastructure error (with a cause). Nothing here waits without a
+ * deadline.
  */
 
 export type FinishReason =

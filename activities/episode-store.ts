@@ -94,7 +94,8 @@ export async function findFinishedEpisode(db: pg.ClientBase, id: string): Promis
 /** Claims the episode for one attempt (a later attempt takes over a crashed or infrastructure-errored one). */
 export async function markEpisodeRunning(db: pg.ClientBase, meta: EpisodeMeta, attempt: string): Promise<void> {
   await db.query(
-    `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, group_index, repetition, status, policy_model, attempt)
+    `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, group_index, repetition,
+                           status, policy_model, attempt)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'running', $11, $12)
      ON CONFLICT (id) DO UPDATE SET status = 'running', started_at = now(), attempt = EXCLUDED.attempt
      WHERE episodes.status IN ('running', 'infrastructure_error')`,

@@ -34,7 +34,10 @@ export interface Trajectory {
 }
 
 export interface PolicyDriver {
-  /** `tools` (OpenAI function specs) go to the server, whose chat template renders them; omit when the prompt lists them. */
+  /**
+   * `tools` (OpenAI function specs) go to the server, whose chat template renders them; omit when the prompt lists
+   * them.
+   */
   start(messages: ChatMessage[], tools?: unknown[]): Promise<void>;
   generate(sampling: SamplingParams): Promise<Generation>;
   /** Appends what the agent observes after its turn: tool results and/or the user's reply. */

@@ -49,7 +49,10 @@ export interface SandboxPoolOptions {
   leaseMs?: number;
   /** A database with this deployment's tag but no row is dropped only once it has been seen this long. */
   orphanMinAgeMs?: number;
-  /** Clone strategy. WAL_LOG measured about 5x faster than FILE_COPY here (FILE_COPY forces a checkpoint); see bench/sandbox. */
+  /**
+   * Clone strategy. WAL_LOG measured about 5x faster than FILE_COPY here (FILE_COPY forces a checkpoint); see
+   * bench/sandbox.
+   */
   strategy?: 'FILE_COPY' | 'WAL_LOG';
   /**
    * Release resets a used sandbox and returns it to the pool (sandbox-recycler.ts) instead of dropping it;
@@ -252,7 +255,8 @@ export class SandboxPool {
     try {
       const template = await this.ensureTemplate(scenario);
       const leased = await this.admin.query<{ name: string }>(
-        `UPDATE sandboxes SET state = 'leased', owner = $2, leased_at = now(), expires_at = now() + make_interval(secs => $3)
+        `UPDATE sandboxes SET state = 'leased', owner = $2, leased_at = now(),
+                              expires_at = now() + make_interval(secs => $3)
          WHERE name = (SELECT name FROM sandboxes WHERE template = $1 AND state = 'ready' AND expires_at > now()
                        ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
          RETURNING name`,

@@ -48,11 +48,10 @@ export async function runSqlTool(
 ): Promise<string> {
   const validate = validatorFor(tool);
   if (!validate(args)) {
-    const problems = (validate.errors ?? []).map(
-      (e) =>
-        `${e.instancePath || 'arguments'} ` +
-        `${e.message ?? 'is invalid'}${e.params && 'additionalProperty' in e.params ? ` '${String(e.params.additionalProperty)}'` : ''}`,
-    );
+    const problems = (validate.errors ?? []).map((e) => {
+      const property = e.params && 'additionalProperty' in e.params ? ` '${String(e.params.additionalProperty)}'` : '';
+      return `${e.instancePath || 'arguments'} ${e.message ?? 'is invalid'}${property}`;
+    });
     throw new ToolCallError(`invalid arguments for ${tool.name}: ${problems.join('; ')}`);
   }
   const statements = Array.isArray(tool.sql) ? tool.sql : [tool.sql];

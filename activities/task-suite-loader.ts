@@ -8,8 +8,8 @@ export { formatProblem, parseYamlFile, type TaskFileProblem, type ThinkingBoxSui
 
 /**
  * Reads task suites from disk. A native suite is a folder with `scenarios/*.yaml` and `tasks/*.yaml`; an imported
- * ThinkingBox suite is a folder with `thinkingbox-suite.json` (written by `tbt tasks import-thinkingbox`). Every problem
- * is collected as a `TaskFileProblem` naming file, line and field; one bad file never hides the others.
+ * ThinkingBox suite is a folder with `thinkingbox-suite.json` (written by `tbt tasks import-thinkingbox`). Every
+ * problem is collected as a `TaskFileProblem` naming file, line and field; one bad file never hides the others.
  */
 
 export class TaskFileError extends Error {

@@ -47,7 +47,8 @@ export async function mutateOneRow(ownerUrl: string, scenario: Scenario): Promis
       SELECT c.table_name, c.column_name, c.data_type,
              EXISTS (SELECT 1 FROM information_schema.key_column_usage k JOIN information_schema.table_constraints t
                        ON t.constraint_name = k.constraint_name AND t.table_name = k.table_name
-                     WHERE t.constraint_type = 'PRIMARY KEY' AND k.table_name = c.table_name AND k.column_name = c.column_name) AS is_pk
+                     WHERE t.constraint_type = 'PRIMARY KEY' AND k.table_name = c.table_name
+                       AND k.column_name = c.column_name) AS is_pk
       FROM information_schema.columns c WHERE c.table_schema = 'public' ORDER BY c.table_name, c.ordinal_position`);
     const tables = [...new Set(columns.map((c) => c.table_name))];
     await db.query('BEGIN');

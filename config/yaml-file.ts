@@ -15,7 +15,10 @@ export function formatProblem(p: TaskFileProblem): string {
   return `${p.file}:${p.line}: ${p.field ? `${p.field}: ` : ''}${p.message}`;
 }
 
-/** The line of a field: its key's line when it is a mapping key (a block value starts on a later line), else its node's. */
+/**
+ * The line of a field: its key's line when it is a mapping key (a block value starts on a later line), else its
+ * node's.
+ */
 function lineOf(doc: Document, counter: LineCounter, pathParts: PropertyKey[]): number {
   for (let n = pathParts.length; n >= 0; n--) {
     if (n > 0) {

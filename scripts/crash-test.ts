@@ -64,7 +64,10 @@ const delayWindow: Record<Victim, [number, number]> = {
   temporal: [0, 60],
 };
 
-/** Where a kill may land: a training step, or (with --phases all) the probe, the evaluation after training, the report. */
+/**
+ * Where a kill may land: a training step, or (with --phases all) the probe, the evaluation after training,
+ * the report.
+ */
 type Phase = { kind: 'step'; step: number } | { kind: 'probe' | 'evaluate-after' | 'report' };
 const STAGE_ORDER = ['ingest', 'probe', 'evaluate-before', 'train', 'evaluate-after', 'report', 'done'];
 /** Seconds after the phase begins, for phases other than training steps (they are shorter). */
@@ -83,7 +86,10 @@ function drawPlan(victim: Victim): { phase: Phase; delayS: number } {
   return { phase, delayS: Math.round((lo + random() * (hi - lo)) * 10) / 10 };
 }
 
-/** True once the campaign is in (or past) the phase. A training step runs while the status says stage 'train', step = n - 1. */
+/**
+ * True once the campaign is in (or past) the phase. A training step runs while the status says stage 'train',
+ * step = n - 1.
+ */
 function reached(s: CampaignStatus, phase: Phase): boolean {
   if (phase.kind === 'step')
     return (s.stage === 'train' && s.step >= phase.step - 1) || s.step >= phase.step || s.stage === 'done';
@@ -467,9 +473,10 @@ async function runCampaign(victim: Victim | 'none', baseline?: Facts): Promise<{
   let killPoint: RunSummary['killPoint'];
   let restartS: number | undefined;
   const plan = victim === 'none' ? undefined : drawPlan(victim);
-  log(
-    `run ${campaignId}: ${plan ? `kill -9 ${victim} ${plan.delayS}s after ${phaseLabel(plan.phase)} starts` : 'uninterrupted baseline'}`,
-  );
+  const what = plan
+    ? `kill -9 ${victim} ${plan.delayS}s after ${phaseLabel(plan.phase)} starts`
+    : 'uninterrupted baseline';
+  log(`run ${campaignId}: ${what}`);
   const started = now();
   await startCampaign(opts.config!, { wait: false, id: campaignId });
   if (plan && victim !== 'none') {
@@ -582,10 +589,15 @@ async function main(): Promise<number> {
   const failed = runs.flatMap((r) => r.checks.filter((c) => !c.pass).map((c) => `${r.run}: ${c.name}: ${c.detail}`));
   if (realUpdates === 0) failed.push('suite: the learner made no real (non-skipped) update in any run');
   const file = path.join(outDir, 'summary.json');
-  fs.writeFileSync(
-    file,
-    `${JSON.stringify({ seed, config: opts.config, stamp, totalS: secs(now() - suiteStarted), passed: failed.length === 0, runs }, null, 2)}\n`,
-  );
+  const summary = {
+    seed,
+    config: opts.config,
+    stamp,
+    totalS: secs(now() - suiteStarted),
+    passed: failed.length === 0,
+    runs,
+  };
+  fs.writeFileSync(file, `${JSON.stringify(summary, null, 2)}\n`);
   console.log(`summary: ${file}`);
   if (failed.length) {
     console.log(`\nFAILED (${failed.length}):\n${failed.map((f) => `  ${f}`).join('\n')}`);

@@ -12,6 +12,11 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "[install-bubblewrap] installing Debian's bubblewrap package"
 export DEBIAN_FRONTEND=noninteractive
-apt-get install -y -qq bubblewrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
-command -v bwrap >/dev/null 2>&1 || { echo "[install-bubblewrap] error: apt-get finished but bwrap is still missing" >&2; exit 1; }
+if ! apt-get install -y -qq bubblewrap >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null
+fi
+if ! command -v bwrap >/dev/null 2>&1; then
+  echo "[install-bubblewrap] error: apt-get finished but bwrap is still missing" >&2
+  exit 1
+fi
 echo "[install-bubblewrap] $(bwrap --version)"

@@ -44,7 +44,8 @@ if [ "$tier" != unit ]; then
   run_node integration 1800000 $(select_files test -path test/unit -prune -o)
   venv=$(cat .tools/python-venv)
   if [ -z "${TBT_TEST_FILTER:-}" ]; then
-    "$venv/bin/python" -m pytest gpu-learner/tests thinkingbox/tests -q -p no:cacheprovider 2>&1 | tee .state/python-tests.log
+    "$venv/bin/python" -m pytest gpu-learner/tests thinkingbox/tests -q -p no:cacheprovider 2>&1 |
+      tee .state/python-tests.log
     p=$(grep -oE '[0-9]+ passed' .state/python-tests.log | tail -1 | awk '{print $1}')
     f=$(grep -oE '[0-9]+ (failed|error)' .state/python-tests.log | awk '{s+=$1} END {print s+0}')
     [ -z "$p" ] && [ "${f:-0}" = 0 ] && f=1

@@ -129,7 +129,8 @@ test('Qwen3-Coder (XML tool calls): system + user anchor, two turns with tool re
       `<|im_start|>assistant\n`,
   );
   const call = interpretCompletion(
-    '<tool_call>\n<function=set_power>\n<parameter=device_id>\n2\n</parameter>\n<parameter=on>\ntrue\n</parameter>\n</function>\n</tool_call>',
+    '<tool_call>\n<function=set_power>\n<parameter=device_id>\n2\n</parameter>\n' +
+      '<parameter=on>\ntrue\n</parameter>\n</function>\n</tool_call>',
     toolSpecs,
   );
   assert.deepEqual(

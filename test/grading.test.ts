@@ -11,7 +11,8 @@ import { controlReady, newPool } from './helpers/stack.ts';
 const scenario = scenarioSchema.parse({
   name: 'grading_shop',
   instructions: 'Refunds need approval.',
-  schema: `CREATE TABLE orders (id integer PRIMARY KEY, status text NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());
+  schema: `CREATE TABLE orders (id integer PRIMARY KEY, status text NOT NULL,
+                                updated_at timestamptz NOT NULL DEFAULT now());
            CREATE TABLE approvals (order_id integer PRIMARY KEY REFERENCES orders(id));`,
   seed: "INSERT INTO orders (id, status) VALUES (1, 'delivered'), (2, 'delivered');",
   volatile: { orders: ['updated_at'] },

@@ -155,7 +155,8 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
         return finish(
           new InfrastructureError(
             `test ${where} raised an error: ` +
-              `${message.message ?? ''}${message.traceback ? `\n${message.traceback.trim().split('\n').slice(-6).join('\n')}` : ''}`,
+              `${message.message ?? ''}` +
+              `${message.traceback ? `\n${message.traceback.trim().split('\n').slice(-6).join('\n')}` : ''}`,
           ),
         );
       }

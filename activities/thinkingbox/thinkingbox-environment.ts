@@ -41,7 +41,10 @@ export interface ServerEffects {
   [key: string]: unknown;
 }
 
-/** `.format(init=...)` of Python for the `{init[key]}`/`{init.key}` fields a format_query task uses; `{{`/`}}` escape. */
+/**
+ * `.format(init=...)` of Python for the `{init[key]}`/`{init.key}` fields a format_query task uses; `{{`/`}}`
+ * escape.
+ */
 export function formatWithInit(text: string, init: unknown): string {
   return text.replace(/\{\{|\}\}|\{init((?:\[[^\]]*\]|\.[A-Za-z_]\w*)*)\}/g, (whole, access: string | undefined) => {
     if (whole === '{{') return '{';

@@ -118,8 +118,9 @@ function dryRun(input: CampaignInput, configFile: string): void {
           `(bands ${c.probe.retain_bands.join('/')}, min clean runs ${c.probe.min_clean_runs})`
       : '  stages       ingest (no probe: every candidate is in the pool)',
   );
+  const baseEval = c.evaluation.before_training ? `evaluate base policy (${c.evaluation.repeats} repeats) -> ` : '';
   console.log(
-    `               -> ${c.evaluation.before_training ? `evaluate base policy (${c.evaluation.repeats} repeats) -> ` : ''}${t.steps} ` +
+    `               -> ${baseEval}${t.steps} ` +
       `training steps x ${t.groups_per_step} groups x ${t.group_size} episodes = ${t.groups_per_step * t.group_size} ` +
       `per update -> evaluate (${c.evaluation.repeats} repeats) -> report`,
   );
@@ -231,7 +232,9 @@ export async function follow(client: Client, env: Environment, workflowId: strin
       const line =
         `[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] step ${s.step}/${s.steps}  stage ` +
         `${s.stage.padEnd(15)} episodes ` +
-        `${await episodeCount(s.campaignId, env)}${s.lastStep ? `  last reward ${s.lastStep.meanReward.toFixed(2)}` : ''}${s.paused ? `  (paused${s.pauseReason ? `: ${s.pauseReason}` : ''})` : ''}`;
+        `${await episodeCount(s.campaignId, env)}` +
+        (s.lastStep ? `  last reward ${s.lastStep.meanReward.toFixed(2)}` : '') +
+        (s.paused ? `  (paused${s.pauseReason ? `: ${s.pauseReason}` : ''})` : '');
       if (line !== last) {
         process.stdout.write(tty ? `\r${line.padEnd(110)}` : `${line}\n`);
         last = line;
@@ -272,7 +275,8 @@ export async function startCampaign(
       }
     }
     if (!workflowId || options.id) {
-      workflowId ??= `${config.name}-${new Date().toISOString().replace(/[-:]/g, '').replace(/\..*/, '').replace('T', '-')}`;
+      const stamp = new Date().toISOString().replace(/[-:]/g, '').replace(/\..*/, '').replace('T', '-');
+      workflowId ??= `${config.name}-${stamp}`;
       const input = campaignInput(env, config, workflowId, configFile);
       await client.workflow
         .start(campaignWorkflow, {
@@ -461,7 +465,8 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
       `schedule ${scheduleId}: cron "${values.cron}" re-evaluates the latest checkpoint of ${values.campaign}`,
     );
     console.log(
-      `Temporal UI: ${temporalUiUrl(env)}/namespaces/${env.TBT_TEMPORAL_NAMESPACE}/schedules/${encodeURIComponent(scheduleId)}`,
+      `Temporal UI: ${temporalUiUrl(env)}/namespaces/${env.TBT_TEMPORAL_NAMESPACE}` +
+        `/schedules/${encodeURIComponent(scheduleId)}`,
     );
     return 0;
   } finally {

@@ -173,10 +173,10 @@ export async function episodes(args: string[]): Promise<number> {
     await server?.stop();
   }
   const rates = [...perTask.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  for (const [uid, r] of rates)
-    console.log(
-      `${uid.padEnd(40)} ${r.filter((x) => x === 1).length}/${r.length}${r.some(Number.isNaN) ? ` (${r.filter(Number.isNaN).length} infra)` : ''}`,
-    );
+  for (const [uid, r] of rates) {
+    const infra = r.some(Number.isNaN) ? ` (${r.filter(Number.isNaN).length} infra)` : '';
+    console.log(`${uid.padEnd(40)} ${r.filter((x) => x === 1).length}/${r.length}${infra}`);
+  }
   const mixed = rates.filter(([, r]) => r.some((x) => x === 1) && r.some((x) => x === 0)).length;
   const all = rates.filter(([, r]) => r.every((x) => x === 1)).length;
   const none = rates.filter(([, r]) => r.every((x) => x === 0)).length;

@@ -567,7 +567,10 @@ function renderAggregate(
         `${k}/${k}: ${cost.reliable_tasks})`,
       ...ROLES.map((r) => {
         const t = cost.by_role[r].tokens;
-        return `  ${r.padEnd(6)} ${dollars(cost.by_role[r].cost).padStart(10)}  input ${t.input}, cached input ${t.cached_input}, output ${t.output} tokens`;
+        return (
+          `  ${r.padEnd(6)} ${dollars(cost.by_role[r].cost).padStart(10)}  ` +
+          `input ${t.input}, cached input ${t.cached_input}, output ${t.output} tokens`
+        );
       }),
     );
   }
@@ -640,10 +643,8 @@ function compareCommand(args: string[], io: CommandIo): number {
   }
   if (parsed.values.out) {
     fs.mkdirSync(path.dirname(parsed.values.out), { recursive: true });
-    writeFileAtomic(
-      parsed.values.out,
-      `${JSON.stringify(JSON.parse(canonicalJson({ schema_version: 1, kind: 'tbt-eval-compare', a: fileA, b: fileB, ...comparison })), null, 2)}\n`,
-    );
+    const record = { schema_version: 1, kind: 'tbt-eval-compare', a: fileA, b: fileB, ...comparison };
+    writeFileAtomic(parsed.values.out, `${JSON.stringify(JSON.parse(canonicalJson(record)), null, 2)}\n`);
   }
   const points = (x: number) => `${x >= 0 ? '+' : ''}${(100 * x).toFixed(2)} pts`;
   const ci = ([lo, hi]: [number, number]) => `[${points(lo)}, ${points(hi)}]`;

@@ -54,7 +54,8 @@ probability with a Jeffreys posterior, assigns difficulty bands and writes the s
   --system-error-field PATH dotted path of a boolean; a true row counts as a system error and its success
                             field is not read (default: none)
   --min-clean-runs N        reject uids with fewer clean runs (default ${DEFAULT_MIN_CLEAN_RUNS})
-  --retain-band NAME        band to keep; repeatable (default ${DEFAULT_RETAINED_BANDS.join(', ')}; bands: ${BAND_NAMES.join(', ')})
+  --retain-band NAME        band to keep; repeatable (default ${DEFAULT_RETAINED_BANDS.join(', ')};
+                            bands: ${BAND_NAMES.join(', ')})
   --mode selection|split    one selected list, or a train/test split (default selection)
   --test-fraction F         split mode: fraction of each dataset file sent to test (default ${DEFAULT_TEST_FRACTION})
   --seed N                  split mode: seed of the deterministic ranking (default ${DEFAULT_SEED})`;

@@ -123,7 +123,8 @@ function comparisonTable(before: EvalInput, after: EvalInput, paired: Comparison
       kLabel('observed k/k', kb, ka),
       allPass(b.overall),
       allPass(a.overall),
-      `${a.overall.observed_all_pass.count - b.overall.observed_all_pass.count >= 0 ? '+' : ''}${a.overall.observed_all_pass.count - b.overall.observed_all_pass.count} ` +
+      `${a.overall.observed_all_pass.count - b.overall.observed_all_pass.count >= 0 ? '+' : ''}` +
+        `${a.overall.observed_all_pass.count - b.overall.observed_all_pass.count} ` +
         `tasks`,
       paired ? pointsInterval(paired.all_pass_rate.interval) : '',
     ],
@@ -223,7 +224,8 @@ function headline(input: ReportInput, paired: Comparison | null): Headline[] {
       detail: before
         ? join(
             was(percent(before.overall.pass_at_1.estimate)),
-            `change ${points(pass1 - before.overall.pass_at_1.estimate)}${paired ? `, 95% paired bootstrap ${pointsInterval(paired.pass_at_1.interval)}` : ''}`,
+            `change ${points(pass1 - before.overall.pass_at_1.estimate)}` +
+              `${paired ? `, 95% paired bootstrap ${pointsInterval(paired.pass_at_1.interval)}` : ''}`,
           )
         : `Wilson 95% ${percentInterval(f.overall.pass_at_1.wilson_attempts)}; ${count(f.overall.successes)} of ` +
           `${count(f.overall.attempts)} attempts`,

@@ -220,7 +220,10 @@ function numericXAxis(
 }
 
 function emptyNote(frame: Frame, text: string): string {
-  return `<text x="${num(frame.left + plotWidth(frame) / 2)}" y="${num(frame.top + plotHeight(frame) / 2)}" text-anchor="middle" fill="${MUTED_TEXT}">${escapeXml(text)}</text>`;
+  return (
+    `<text x="${num(frame.left + plotWidth(frame) / 2)}" y="${num(frame.top + plotHeight(frame) / 2)}" ` +
+    `text-anchor="middle" fill="${MUTED_TEXT}">${escapeXml(text)}</text>`
+  );
 }
 
 function extent(values: readonly number[]): [number, number] {
@@ -813,7 +816,8 @@ export function histogramChart(options: HistogramOptions): string {
     parts.push(
       `<rect class="bar" x="${num(left + 1)}" y="${num(top)}" width="${num(Math.max(1, right - left - 2))}" ` +
         `height="${num(base - top)}" fill="${color}" ` +
-        `fill-opacity="0.85"><title>${escapeXml(`${xFormat(b.lower)} to ${xFormat(b.upper)}: ${b.count}`)}</title></rect>`,
+        `fill-opacity="0.85">` +
+        `<title>${escapeXml(`${xFormat(b.lower)} to ${xFormat(b.upper)}: ${b.count}`)}</title></rect>`,
     );
   }
   parts.push('</g>');

@@ -61,8 +61,8 @@ test('aggregate our episode records: hand-computed scores and cost', async () =>
   close(report.tasks[1].pass_hat_k['4'], 0);
   close(report.domains.retail.pass_at_1.estimate, 0.75);
   close(report.domains.travel.pass_at_1.estimate, 0);
-  // Per attempt: policy (1000 x $1 + 200 x $4 + 500 x $0.25) / 1e6 = 0.001925, user (300 x 0.5 + 50 x 1.5) / 1e6 = 0.000225,
-  // judge (100 x 2 + 5 x 8) / 1e6 = 0.00024; 12 attempts.
+  // Per attempt: policy (1000 x $1 + 200 x $4 + 500 x $0.25) / 1e6 = 0.001925,
+  // user (300 x 0.5 + 50 x 1.5) / 1e6 = 0.000225, judge (100 x 2 + 5 x 8) / 1e6 = 0.00024; 12 attempts.
   close(report.cost.by_role.policy.cost, 12 * 0.001925);
   close(report.cost.by_role.user.cost, 12 * 0.000225);
   close(report.cost.by_role.judge.cost, 12 * 0.00024);

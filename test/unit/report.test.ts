@@ -148,7 +148,11 @@ test('headline numbers: the same formatting in the summary cards, the tables and
   assert.match(md, /^\| observed 5\/5 \| 3 \(25\.00%\) \| 6 \(50\.00%\) \| \+3 tasks \|/m);
   assert.match(
     md,
-    /^\| all \| 12 \| 60 \| 70\.00% \| \[57\.5, 80\.1\] \| 91\.67% \| 50\.00% \| 6 \(50\.00%\) \| \[25\.4, 74\.6\] \| 11 \(91\.67%\) \| \$0\.0048 \|$/m,
+    new RegExp(
+      String.raw`^\| all \| 12 \| 60 \| 70\.00% \| \[57\.5, 80\.1\] \| 91\.67% \| 50\.00% \| ` +
+        String.raw`6 \(50\.00%\) \| \[25\.4, 74\.6\] \| 11 \(91\.67%\) \| \$0\.0048 \|$`,
+      'm',
+    ),
   );
   assert.ok(html.includes('<td class="num">70.00%</td>'));
 });
@@ -164,7 +168,10 @@ test(
     assert.match(md, /^\| Observed 5\/5 \(evaluation\) \| 6 of 12 \|/m);
     assert.match(
       md,
-      /\| domain \| tasks \| attempts \| pass@1 \| Wilson 95% \| pass@5 \| pass\^5 \| observed 5\/5 \| Wilson 95% \| solved ≥ 1 \| cost \/ attempt \|/,
+      new RegExp(
+        String.raw`\| domain \| tasks \| attempts \| pass@1 \| Wilson 95% \| pass@5 \| pass\^5 \| ` +
+          String.raw`observed 5\/5 \| Wilson 95% \| solved ≥ 1 \| cost \/ attempt \|`,
+      ),
     );
   },
 );
@@ -256,7 +263,10 @@ test('malformed inputs: the error names the file, the line for JSONL, and the fi
   file = writeTemp('after.json', JSON.stringify(aggregate));
   await fails(
     ['--before', fixture('eval-before.json'), '--after', file],
-    /after\.json: field domains\.retail\.pass_at_1\.estimate: .*\(got "65%"\) \(expected the output of 'tbt eval aggregate --out'\)/,
+    new RegExp(
+      String.raw`after\.json: field domains\.retail\.pass_at_1\.estimate: .*\(got "65%"\) ` +
+        String.raw`\(expected the output of 'tbt eval aggregate --out'\)`,
+    ),
   );
   file = writeTemp('manifest.json', JSON.stringify({ tool: 'tbt prepare' }));
   await fails(['--eval', file], /manifest\.json: field kind: /);
