@@ -39,6 +39,8 @@ interface EngineResult {
   wallS: number;
   episodes: number;
   infraErrors: number;
+  /** The first infrastructure error's cause, if any (an infrastructure error also ends the episode early). */
+  firstInfraCause?: string;
   sampledTokens: number;
   promptTokens: number;
   tokensPerS: number;
@@ -79,6 +81,7 @@ async function load(engine: PolicyEngine): Promise<EngineResult> {
       wallS: Math.round(wallS * 10) / 10,
       episodes: records.length,
       infraErrors: records.filter((r) => r.outcome === 'infrastructure_error').length,
+      firstInfraCause: records.find((r) => r.outcome === 'infrastructure_error')?.cause?.slice(0, 300),
       sampledTokens,
       promptTokens: records.reduce((s, r) => s + r.usage.policy.input, 0),
       tokensPerS: Math.round((sampledTokens / wallS) * 10) / 10,
@@ -91,17 +94,21 @@ async function load(engine: PolicyEngine): Promise<EngineResult> {
 
 try {
   const results: EngineResult[] = [];
-  for (const engine of ['builtin', 'vllm'] as const) {
+  // TBT_BENCH_ENGINES=builtin (or vllm) runs one side only, for a look at it; the ratio needs both.
+  const engines = (process.env.TBT_BENCH_ENGINES ?? 'builtin,vllm').split(',') as PolicyEngine[];
+  for (const engine of engines) {
     const r = await load(engine);
     console.log(JSON.stringify(r));
     results.push(r);
   }
-  const [builtin, vllm] = results as [EngineResult, EngineResult];
-  console.log(
-    `vllm/builtin: sampled tokens/s ${(vllm.tokensPerS / builtin.tokensPerS).toFixed(2)}x, episodes/min ` +
-      `${(vllm.episodesPerMin / builtin.episodesPerMin).toFixed(2)}x; start-up ${vllm.startupS} s vs ` +
-      `${builtin.startupS} s (${episodes} episodes, ${concurrency} in flight, ${os.cpus().length} cores)`,
-  );
+  const builtin = results.find((r) => r.engine === 'builtin');
+  const vllm = results.find((r) => r.engine === 'vllm');
+  if (builtin && vllm)
+    console.log(
+      `vllm/builtin: sampled tokens/s ${(vllm.tokensPerS / builtin.tokensPerS).toFixed(2)}x, episodes/min ` +
+        `${(vllm.episodesPerMin / builtin.episodesPerMin).toFixed(2)}x; start-up ${vllm.startupS} s vs ` +
+        `${builtin.startupS} s (${episodes} episodes, ${concurrency} in flight, ${os.cpus().length} cores)`,
+    );
 } finally {
   await pool.close();
 }
