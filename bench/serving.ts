@@ -95,7 +95,7 @@ async function load(engine: PolicyEngine): Promise<EngineResult> {
 try {
   const results: EngineResult[] = [];
   // TBT_BENCH_ENGINES=builtin (or vllm) runs one side only, for a look at it; the ratio needs both.
-  const engines = (process.env.TBT_BENCH_ENGINES ?? 'builtin,vllm').split(',') as PolicyEngine[];
+  const engines = readEnvironment().TBT_BENCH_ENGINES.split(',') as PolicyEngine[];
   for (const engine of engines) {
     const r = await load(engine);
     console.log(JSON.stringify(r));

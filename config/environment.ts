@@ -143,6 +143,11 @@ export const environmentSchema = z.object({
     .describe('0600 file whose token weight syncs send to external built-in policy servers (read at each sync)'),
   TBT_CHROMIUM: z.string().default('/usr/bin/chromium').describe('Chromium for the report and UI screenshots'),
   TBT_DEBUG: z.enum(['', '0', '1']).default('').describe('1 = print stack traces of command errors'),
+  TBT_BENCH_ENGINES: z
+    .string()
+    .regex(/^(builtin|vllm)(,(builtin|vllm))*$/, 'expected builtin, vllm or builtin,vllm')
+    .default('builtin,vllm')
+    .describe('bench:serving only: the policy servers to measure (the ratio needs both)'),
   TBT_TEST_FILTER: z.string().optional().describe('Tests only: regex over test file paths (scripts/test.sh)'),
   TBT_KEEP_UP: z.string().optional().describe('Tests only: leave the servers scripts/test.sh started running'),
   TBT_UNSANDBOXED: z

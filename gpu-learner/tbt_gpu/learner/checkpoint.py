@@ -83,7 +83,8 @@ def _step_of(name: str) -> int | None:
 def _rng_state() -> dict[str, Any]:
     # Plain types and tensors only, so the file loads with torch.load(weights_only=True): unpickling
     # arbitrary objects from a checkpoint folder would run whatever code a crafted file names.
-    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    # The legacy (tuple) form of numpy's state: name, key array, position, gauss flag, cached gaussian.
+    kind, keys, pos, has_gauss, cached_gaussian = cast(tuple[str, Any, int, int, float], np.random.get_state())
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached_gaussian)],
