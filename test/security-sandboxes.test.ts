@@ -18,7 +18,7 @@ import { controlReady, newPool } from './helpers/stack.ts';
 
 /**
  * Security review findings 1-7 (sandboxes, the control database, the local server): each test is named after
- * its finding and fails on the code before the fix. See docs/security-sandboxes.md.
+ * its finding and fails on the code before the fix. See docs/security.md.
  */
 
 const scenario = scenarioSchema.parse({
