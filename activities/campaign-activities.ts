@@ -5,9 +5,9 @@ import { promisify } from 'node:util';
 import { currentActivity, heartbeating } from './activity-heartbeat.ts';
 import { BadInputError } from '../core/errors.ts';
 import { withFailureMapping } from './temporal-failure.ts';
-import { parse as parseYaml } from 'yaml';
 import { repoRoot } from '../config/environment.ts';
 import { priceTableSchema } from '../config/price-table.ts';
+import { formatProblem, parseYamlFile, readYamlValue } from '../config/yaml-file.ts';
 import { campaignCost } from '../core/metrics.ts';
 import { withClient } from '../infra/control-database.ts';
 import { resultLine } from './episode-result-line.ts';
@@ -159,7 +159,7 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
         );
       let excluded = new Set<string>();
       if (input.excludeUidsFile) {
-        const list = parseYaml(fs.readFileSync(input.excludeUidsFile, 'utf8')) as unknown;
+        const list = readYamlValue(input.excludeUidsFile);
         if (!Array.isArray(list)) throw new BadInputError(`${input.excludeUidsFile}: expected a YAML list of uids`);
         excluded = new Set(list.map(String));
       }
@@ -222,7 +222,7 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
         String(input.minCleanRuns),
         ...input.retainBands.flatMap((b) => ['--retain-band', b]),
       ]);
-      const pool = (parseYaml(fs.readFileSync(path.join(out, 'selected.yaml'), 'utf8')) as string[]) ?? [];
+      const pool = (readYamlValue(path.join(out, 'selected.yaml')) as string[]) ?? [];
       const bands: Record<string, number> = {};
       for (const line of fs.readFileSync(path.join(out, 'aggregates.jsonl'), 'utf8').split('\n').filter(Boolean)) {
         const d = (JSON.parse(line) as { difficulty: string }).difficulty;
@@ -234,7 +234,8 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
     async recordStep(record: StepRecord): Promise<void> {
       await withClient(deps.controlUrl, (c) =>
         c.query(
-          `INSERT INTO campaign_steps (campaign, step, record) VALUES ($1, $2, $3) ON CONFLICT (campaign, step) DO UPDATE SET record = EXCLUDED.record`,
+          `INSERT INTO campaign_steps (campaign, step, record) VALUES ($1, $2, $3) ON CONFLICT (campaign, step) DO ` +
+            `UPDATE SET record = EXCLUDED.record`,
           [record.campaignId, record.step, JSON.stringify(record)],
         ),
       );
@@ -319,7 +320,9 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
       hourlyPriceUsd: number;
       learnerProcesses: number;
     }): Promise<string> {
-      const prices = priceTableSchema.parse(parseYaml(fs.readFileSync(input.prices, 'utf8')));
+      const parsedPrices = parseYamlFile(input.prices, priceTableSchema);
+      if (!parsedPrices.value) throw new BadInputError(parsedPrices.problems.map(formatProblem).join('\n'));
+      const prices = parsedPrices.value;
       const rows = await withClient(deps.controlUrl, (c) =>
         c.query<{
           purpose: string;
@@ -405,7 +408,7 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
         throw new BadInputError(
           `campaign ${input.campaignId} has no selected pool (${selected} missing): was it probed?`,
         );
-      const pool = (parseYaml(fs.readFileSync(selected, 'utf8')) as string[]) ?? [];
+      const pool = (readYamlValue(selected) as string[]) ?? [];
       return { step: latest?.step ?? 0, exportPath: latest?.record.exportPath ?? null, pool };
     },
 

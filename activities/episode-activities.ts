@@ -4,17 +4,19 @@ import { Context } from '@temporalio/activity';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { thinkingboxSettingsSchema, toEndpoint, type ThinkingboxSettings } from '../config/episode-config.ts';
 import type { ImportedTask } from '../config/thinkingbox-schema.ts';
-import { BadInputError } from '../core/errors.ts';
+import { BadInputError, errorMessage } from '../core/errors.ts';
 import { toTemporalFailure } from './temporal-failure.ts';
 import { cyrb53 } from '../core/seeded-choice.ts';
 import type { Scenario } from '../config/task-schema.ts';
 import { withClient } from '../infra/control-database.ts';
 import { sandboxEnvironment, type EpisodeEnvironment, type EpisodeTask } from './episode-environment.ts';
+import { checkEpisodeKeys } from './api-key.ts';
 import { createJudge } from './judge-client.ts';
 import { runEpisode, type EpisodeDependencies, type EpisodeOptions } from './episode-runner.ts';
 import {
   findFinishedEpisode,
   markEpisodeRunning,
+  retryingSave,
   saveEpisode,
   summarize,
   type EpisodeMeta,
@@ -33,7 +35,6 @@ import {
   type ThinkingBoxSuite,
 } from './task-suite-loader.ts';
 import type { TerminalStateGrader } from './terminal-state-grader.ts';
-import { datasetPathPrefix, datasetPython } from './thinkingbox/dataset-python.ts';
 import { StdioServerPool } from './thinkingbox/stdio-server-pool.ts';
 import { thinkingboxEnvironment, type ThinkingBoxResources } from './thinkingbox/thinkingbox-environment.ts';
 
@@ -156,9 +157,7 @@ export function thinkingboxResources(
       new StdioServerPool({
         warm: settings.warm_processes,
         startTimeoutMs: settings.server_start_timeout_ms,
-        pathPrefix: datasetPathPrefix(),
       }),
-    python: datasetPython(),
     testTimeoutMs: settings.test_timeout_ms,
     nativeGrading: settings.native_grading,
   };
@@ -197,6 +196,7 @@ export function createEpisodeActivities(deps: {
     async runEpisode(input: EpisodeActivityInput): Promise<EpisodeSummary> {
       try {
         const { suite, task } = findTask(input.suiteDir, input.taskUid);
+        checkEpisodeKeys(input.config);
         const finished = await withClient(deps.controlUrl, (c) => findFinishedEpisode(c, input.episodeId));
         if (finished) return finished;
         const meta: EpisodeMeta = {
@@ -232,13 +232,30 @@ export function createEpisodeActivities(deps: {
         }
         record.worker = `${os.hostname()}:${process.pid}`;
         if (input.config.policy.weight_version !== undefined) record.weightVersion = input.config.policy.weight_version;
-        if (!(await withClient(deps.controlUrl, (c) => saveEpisode(c, input.episodeId, record, attempt)))) {
+        const saved = await retryingSave(
+          () => withClient(deps.controlUrl, (c) => saveEpisode(c, input.episodeId, record, attempt)),
+          { onWait: (n) => ctx.heartbeat({ phase: 'saving', retry: n }) },
+        );
+        if (!saved) {
           const stored = await withClient(deps.controlUrl, (c) => findFinishedEpisode(c, input.episodeId));
           if (stored) return stored;
           throw new Error(`episode ${input.episodeId}: another attempt owns it; retrying`);
         }
+        const outcome = { episodeId: input.episodeId, outcome: record.outcome, finishReason: record.finishReason };
+        if (record.outcome === 'infrastructure_error')
+          ctx.log.warn('episode hit an infrastructure error', {
+            ...outcome,
+            cause: record.cause,
+          });
+        else
+          ctx.log.info('episode finished', {
+            ...outcome,
+            reward: record.reward,
+            seconds: record.timings.totalMs / 1000,
+          });
         return summarize(input.episodeId, record);
       } catch (err) {
+        Context.current().log.warn('episode attempt failed', { episodeId: input.episodeId, error: errorMessage(err) });
         throw toTemporalFailure(err);
       }
     },

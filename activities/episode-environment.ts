@@ -22,11 +22,15 @@ export interface GradeRequest {
   /** Last visible assistant message (rubrics, `x.response`). */
   lastAssistantText: string;
   toolCalls: ToolCallMade[];
+  /** The whole conversation as the agent saw it (`x.messages` of ThinkingBox tests). */
+  messages?: unknown[];
   judge?: Judge;
 }
 
 export interface OpenedEnvironment {
   tools: ToolSession;
+  /** Query and instructions known only once the backend is open (a ThinkingBox `format_query` task). */
+  formatted?: { query: string; instructions: string };
   grade(request: GradeRequest): Promise<GradeReport>;
   /** Releases the backend; never throws. */
   close(): Promise<void>;
@@ -42,7 +46,10 @@ export interface EpisodeEnvironment {
   /** Domain policy appended to the agent system prompt. */
   instructions: string;
   examples: ExampleExchange[];
-  /** Bound on grading (after the agent is done; not part of the episode's wall clock). Longer = infrastructure error. */
+  /**
+   * Bound on grading (after the agent is done; not part of the episode's wall clock).
+   * Longer = infrastructure error.
+   */
   gradeTimeoutMs: number;
   /** Acquires a fresh backend for one episode; `owner` names the episode in leases and logs. */
   open(owner: string): Promise<OpenedEnvironment>;

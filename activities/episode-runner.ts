@@ -16,9 +16,10 @@ import type { SimulatedUser } from './simulated-user.ts';
 import type { GradeReport } from './terminal-state-grader.ts';
 
 /**
- * One full episode (docs/reference-rules.md §2): a fresh backend (sandbox database or tool-server processes), its own MCP session, the agent loop with a
- * simulated user, then terminal-state grading. It ends in exactly one outcome: success, agent failure (with
- * a finish reason) or infrastructure error (with a cause). Nothing here waits without a deadline.
+ * One full episode (docs/reference-rules.md §2): a fresh backend (sandbox database or tool-server processes), its own
+ * MCP session, the agent loop with a simulated user, then terminal-state grading. It ends in exactly one outcome:
+ * success, agent failure (with a finish reason) or infrastructure error (with a cause). Nothing here waits without a
+ * deadline.
  */
 
 export type FinishReason =
@@ -33,18 +34,25 @@ export type FinishReason =
   | 'wall_clock_timeout'
   | 'infrastructure_error';
 
-/** Ends that are graded on the terminal state; the others are limits the agent hit (reward 0, docs/reference-rules.md §3). */
+/**
+ * Ends that are graded on the terminal state. As in the reference, reaching a turn or token limit ends the
+ * episode and its state is graded; only our own addition, the wall clock, ends it ungraded (reward 0;
+ * docs/reference-rules.md §3).
+ */
 const GRADED: ReadonlySet<FinishReason> = new Set([
   'done',
   'end_turn',
   'single_turn',
   'user_turn_limit',
   'user_finished',
+  'agent_turn_limit',
+  'token_budget',
+  'turn_token_cap',
 ]);
 
 export interface EpisodeLimits {
-  /** Cap on agent completions when the task sets none. */
-  maxAgentTurns: number;
+  /** Cap on agent completions when the task sets none (null = unlimited, as in the reference). */
+  maxAgentTurns: number | null;
   maxTokensPerTurn: number;
   episodeTokenBudget: number;
   wallClockMs: number;
@@ -71,7 +79,8 @@ export interface RecordedCompletion {
   finishReason: string;
   interpretation: Interpretation;
 }
-export interface RoleUsage {
+/** One role's calls and token counts within an episode (policy, simulated user or judge). */
+export interface RoleCallUsage {
   calls: number;
   input: number;
   output: number;
@@ -80,14 +89,14 @@ export interface RoleUsage {
 
 export interface EpisodeRecord {
   outcome: 'success' | 'agent_failure' | 'infrastructure_error';
-  reward: 0 | 1;
+  reward: number;
   finishReason: FinishReason;
   cause?: string;
   messages: ChatMessage[];
   completions: RecordedCompletion[];
   toolCalls: RecordedToolCall[];
   grade?: GradeReport;
-  usage: { policy: RoleUsage; user: RoleUsage; judge: RoleUsage };
+  usage: { policy: RoleCallUsage; user: RoleCallUsage; judge: RoleCallUsage };
   timings: { totalMs: number; policyMs: number; toolMs: number; userMs: number; gradeMs: number; sandboxMs: number };
   trajectory?: Trajectory;
   /** Tools as the agent saw them (for re-interpretation by `tbt parity`). */
@@ -96,6 +105,8 @@ export interface EpisodeRecord {
   worker?: string;
   /** Weight version of the policy server(s) it sampled from (set in campaigns; 0 = the base weights). */
   weightVersion?: number;
+  /** NUL characters and lone surrogates replaced by U+FFFD so that Postgres could store the record. */
+  unstorableCharacters?: number;
 }
 
 export interface EpisodeDependencies {
@@ -114,7 +125,7 @@ class WallClockExceeded extends Error {
   }
 }
 
-function usage(): RoleUsage {
+function usage(): RoleCallUsage {
   return { calls: 0, input: 0, output: 0, cached: 0 };
 }
 
@@ -190,14 +201,15 @@ export async function runEpisode(
     const typingSpecs = tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema }));
     record.tools = typingSpecs;
     const examples = options.prompt.example ? deps.environment.examples : [];
-    const system = buildAgentSystemPrompt(deps.environment.instructions, tools, {
+    const query = opened.formatted?.query ?? task.query;
+    const system = buildAgentSystemPrompt(opened.formatted?.instructions ?? deps.environment.instructions, tools, {
       ...options.prompt,
       hasScenarioExamples: examples.length > 0,
     });
     const history = task.history ?? [];
     record.messages.push({ role: 'system', content: system }, ...exampleTurns(examples), ...history, {
       role: 'user',
-      content: task.query,
+      content: query,
     });
     // Tools not described in the system prompt go to the server, whose chat template renders them.
     const serverTools = options.prompt.toolsInPrompt
@@ -207,12 +219,14 @@ export async function runEpisode(
           function: { name: t.name, description: t.description, parameters: t.inputSchema },
         }));
     await timed('toolMs', () => deps.policy.start(record.messages, serverTools));
+    // The episode budget counts what follows the initial prompt (the reference's rule).
+    const promptTokens = deps.policy.contextTokens();
 
     const transcript: VisibleTurn[] = [
       ...history.map((m) => ({ role: m.role, text: m.content })),
-      { role: 'user', text: task.query },
+      { role: 'user', text: query },
     ];
-    const maxAgentTurns = task.limits.max_agent_turns ?? options.limits.maxAgentTurns;
+    const maxAgentTurns = task.limits.max_agent_turns ?? options.limits.maxAgentTurns ?? Infinity;
     const conversational = task.user_context !== undefined || task.user_replies !== undefined;
     let userReplies = 0;
     let finish: FinishReason | undefined;
@@ -222,7 +236,7 @@ export async function runEpisode(
         finish = 'agent_turn_limit';
         break;
       }
-      const room = options.limits.episodeTokenBudget - deps.policy.contextTokens();
+      const room = options.limits.episodeTokenBudget - (deps.policy.contextTokens() - promptTokens);
       if (room <= 0) {
         finish = 'token_budget';
         break;
@@ -267,7 +281,7 @@ export async function runEpisode(
           break;
         }
         const callId = generation.native?.[call.index]?.id;
-        let result: { text: string; isError: boolean };
+        let result: { text: string; isError: boolean; endTurn?: boolean };
         if (call.parseError !== undefined)
           result = { text: `Error: could not parse the tool call: ${call.parseError}`, isError: true };
         else result = await timed('toolMs', () => session.callTool(call.name, call.arguments));
@@ -279,6 +293,10 @@ export async function runEpisode(
           isError: result.isError,
         });
         observations.push({ role: 'tool', content: result.text, ...(callId ? { tool_call_id: callId } : {}) });
+        if (result.endTurn) {
+          finish = 'end_turn';
+          break;
+        }
       }
       deps.onTurn?.({ turn, toolCalls: record.toolCalls.length, userReplies });
       if (finish) break;
@@ -319,7 +337,8 @@ export async function runEpisode(
     const lastAssistantText = transcript.filter((t) => t.role === 'assistant').at(-1)?.text ?? '';
     const grade = await timed(
       'gradeMs',
-      () => opened!.grade({ lastAssistantText, toolCalls: record.toolCalls, judge: deps.judge }),
+      () =>
+        opened!.grade({ lastAssistantText, toolCalls: record.toolCalls, messages: record.messages, judge: deps.judge }),
       undefined,
       deps.environment.gradeTimeoutMs,
     );

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { storableValue } from '../core/storable-text.ts';
 import type { EpisodeRecord } from './episode-runner.ts';
 
 /**
@@ -23,7 +24,7 @@ export interface EpisodeMeta {
 export interface EpisodeSummary {
   id: string;
   outcome: EpisodeRecord['outcome'];
-  reward: 0 | 1;
+  reward: number;
   finishReason: string;
   cause?: string;
   policyTokens: number;
@@ -48,6 +49,36 @@ export function summarize(
   };
 }
 
+/** A failure of the connection or the server (not of the data): worth trying the same statement again. */
+export function isTransientDatabaseError(err: unknown): boolean {
+  const code = (err as { code?: unknown })?.code;
+  if (typeof code === 'string' && /^(08|53|57P0|40001|40P01)/.test(code)) return true;
+  if (typeof code === 'string' && /^(ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|ENOTFOUND|EAI_AGAIN)$/.test(code))
+    return true;
+  return /Connection terminated|connection timeout|timeout expired/i.test((err as Error)?.message ?? '');
+}
+
+/**
+ * Runs one save until it succeeds, retrying transient database failures with backoff (`onWait` heartbeats
+ * meanwhile). A finished episode is expensive (minutes of model time) and is never re-run because its
+ * save failed once; any other error (a bug, bad data) is rethrown at once.
+ */
+export async function retryingSave<T>(
+  save: () => Promise<T>,
+  options: { attempts?: number; firstDelayMs?: number; onWait?: (attempt: number, err: unknown) => void } = {},
+): Promise<T> {
+  const { attempts = 6, firstDelayMs = 1000 } = options;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await save();
+    } catch (err) {
+      if (attempt >= attempts || !isTransientDatabaseError(err)) throw err;
+      options.onWait?.(attempt, err);
+      await new Promise((resolve) => setTimeout(resolve, firstDelayMs * 2 ** (attempt - 1)));
+    }
+  }
+}
+
 /**
  * The finished episode with this id, if any. A `running` row is a crashed attempt and an `infrastructure_error`
  * row an attempt the infrastructure spoiled: neither counts, so a retry of the activity runs the episode again.
@@ -63,7 +94,8 @@ export async function findFinishedEpisode(db: pg.ClientBase, id: string): Promis
 /** Claims the episode for one attempt (a later attempt takes over a crashed or infrastructure-errored one). */
 export async function markEpisodeRunning(db: pg.ClientBase, meta: EpisodeMeta, attempt: string): Promise<void> {
   await db.query(
-    `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, group_index, repetition, status, policy_model, attempt)
+    `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, group_index, repetition,
+                           status, policy_model, attempt)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'running', $11, $12)
      ON CONFLICT (id) DO UPDATE SET status = 'running', started_at = now(), attempt = EXCLUDED.attempt
      WHERE episodes.status IN ('running', 'infrastructure_error')`,
@@ -86,16 +118,20 @@ export async function markEpisodeRunning(db: pg.ClientBase, meta: EpisodeMeta, a
 
 /**
  * Stores the finished episode if this attempt still owns it. Returns false when another attempt took over
- * or finished first: its record (trajectory and reward together) is the one that counts.
+ * or finished first: its record (trajectory and reward together) is the one that counts. NUL characters
+ * and lone surrogates (which Postgres refuses) are replaced first; `unstorableCharacters` counts them.
  */
 export async function saveEpisode(
   db: pg.ClientBase,
   id: string,
-  record: EpisodeRecord,
+  finished: EpisodeRecord,
   attempt: string,
 ): Promise<boolean> {
+  const { value: record, replaced } = storableValue(finished);
+  if (replaced > 0) record.unstorableCharacters = replaced;
   const r = await db.query(
-    `UPDATE episodes SET status = $2, reward = $3, finish_reason = $4, cause = $5, record = $6, finished_at = now() WHERE id = $1 AND status = 'running' AND attempt = $7`,
+    `UPDATE episodes SET status = $2, reward = $3, finish_reason = $4, cause = $5, record = $6, finished_at = now() ` +
+      `WHERE id = $1 AND status = 'running' AND attempt = $7`,
     [
       id,
       record.outcome,

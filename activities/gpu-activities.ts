@@ -1,19 +1,31 @@
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { Context } from '@temporalio/activity';
 import { heartbeating } from './activity-heartbeat.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
+import type { Environment } from '../config/environment.ts';
 import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
 import { withFailureMapping } from './temporal-failure.ts';
+import { defaultRetention, pruneLearnerFolder } from '../infra/retention.ts';
 import { withClient } from '../infra/control-database.ts';
 import { readPid, stopPid } from '../infra/daemon.ts';
-import { startPolicyServer, type PolicyEngine } from '../infra/embedded-policy-server.ts';
+import { startPolicyServer, writeRunToken, type PolicyEngine } from '../infra/embedded-policy-server.ts';
 import { smallModelDir } from '../infra/python-env.ts';
 import type { Trajectory } from './policy-driver.ts';
 import { learnerConfigJson } from './learner-config.ts';
+import { policyServerUrlFile, policySyncToken, policyTokenFile } from './policy-sync-token.ts';
 import { reportedWeightLabel, syncPolicyWeights, weightLabel } from './policy-weight-sync.ts';
-import { ensureLearner, learnerFiles, learnerRequest, LearnerHttpError, stopLearner } from './learner-process.ts';
+import {
+  ensureLearner,
+  ensureLearnerNode,
+  launchFile,
+  learnerFiles,
+  learnerRequest,
+  LearnerHttpError,
+  stopLearner,
+  type LearnerEndpoint,
+} from './learner-process.ts';
+import { learnerLaunch, type LearnerLaunch } from './learner-launch.ts';
 
 /**
  * Activities of the GPU worker (one per GPU host, on its own task queue): start the campaign's learner,
@@ -49,6 +61,33 @@ function nonRetryable(err: unknown): never {
 
 export function createGpuActivities(deps: { stateDir: string; controlUrl: string }) {
   const files = (campaignId: string) => learnerFiles(deps.stateDir, campaignId);
+
+  /**
+   * Node 0's learner: started here (one node: standalone; several: this node's share of the c10d rendezvous, the
+   * other nodes' GPU workers starting theirs), or, with `attach_url`, one started outside, which must answer with
+   * the campaign's world size.
+   */
+  async function learnerEndpoint(input: {
+    campaignId: string;
+    learner: CampaignConfig['learner'];
+    seed: number;
+    samplingTemperature?: number;
+  }): Promise<LearnerEndpoint> {
+    const { learner } = input;
+    if (learner.attach_url !== undefined) {
+      const endpoint = await attachedLearner(learner);
+      const f = files(input.campaignId);
+      fs.mkdirSync(f.dir, { recursive: true });
+      const record = { url: endpoint.url, tokenFile: learner.attach_token_file };
+      fs.writeFileSync(path.join(f.dir, 'attach.json'), JSON.stringify(record));
+      return endpoint;
+    }
+    return ensureLearner(
+      files(input.campaignId),
+      learnerConfigJson(learner, input.seed, input.samplingTemperature),
+      learnerLaunch(learner, input.campaignId, 0),
+    );
+  }
 
   async function writeBatch(input: TrainStepInput): Promise<string> {
     const dir = path.join(files(input.campaignId).dir, 'batches');
@@ -86,12 +125,32 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       samplingTemperature?: number;
     }): Promise<{ controlUrl: string; manifest: Record<string, unknown> }> {
       return heartbeating(async () => {
-        const url = await ensureLearner(
-          files(input.campaignId),
+        const learner = await learnerEndpoint(input);
+        // The URL only: the token never enters an activity result (Temporal keeps those in its history).
+        return { controlUrl: learner.url, manifest: await learnerRequest(learner, 'GET', '/manifest') };
+      });
+    },
+
+    /**
+     * Node `nodeRank` (> 0) of a multi-node learner, on that node's GPU worker: starts its torchrun (its ranks
+     * then wait in the rendezvous) or finds it running. Node 0's startLearner or trainStep sees every rank join.
+     */
+    async startLearnerNode(input: {
+      campaignId: string;
+      learner: CampaignConfig['learner'];
+      seed: number;
+      samplingTemperature?: number;
+      nodeRank: number;
+    }): Promise<{ nodeRank: number; pid: number; started: boolean }> {
+      if (input.nodeRank < 1 || input.nodeRank >= input.learner.nodes)
+        throw new BadInputError(`learner node rank ${input.nodeRank}: outside 1..${input.learner.nodes - 1}`);
+      return heartbeating(async () => {
+        const started = await ensureLearnerNode(
+          learnerFiles(deps.stateDir, input.campaignId, input.nodeRank),
           learnerConfigJson(input.learner, input.seed, input.samplingTemperature),
-          input.learner.gpus_per_node,
+          learnerLaunch(input.learner, input.campaignId, input.nodeRank),
         );
-        return { controlUrl: url, manifest: await learnerRequest(url, 'GET', '/manifest') };
+        return { nodeRank: input.nodeRank, ...started };
       });
     },
 
@@ -107,22 +166,18 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
         throw err;
       });
       // A learner that died (kill -9, OOM) is restarted from its last checkpoint; the step id makes the retry exact.
-      const url = await ensureLearner(
-        files(input.campaignId),
-        learnerConfigJson(input.learner, input.seed, input.samplingTemperature),
-        input.learner.gpus_per_node,
-      ).catch((err: unknown) => {
+      const learner = await learnerEndpoint(input).catch((err: unknown) => {
         clearInterval(beat);
         throw err;
       });
       const cancelled = ctx.cancelled.catch(async (err: unknown) => {
-        await learnerRequest(url, 'POST', '/cancel', {}, 10_000).catch(() => undefined);
+        await learnerRequest(learner, 'POST', '/cancel', {}, 10_000).catch(() => undefined);
         throw err;
       });
       try {
         const answer = await Promise.race([
           learnerRequest<{ step_id: number; result: Record<string, unknown>; repeated: boolean; checkpoint: string }>(
-            url,
+            learner,
             'POST',
             '/train_step',
             { step_id: input.stepId, batch_ref: batchRef },
@@ -130,6 +185,15 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
           ),
           cancelled,
         ]);
+        ctx.log.info('learner step done', {
+          campaignId: input.campaignId,
+          stepId: answer.step_id,
+          repeated: answer.repeated,
+          episodes: input.items.length,
+          seconds: (Date.now() - started) / 1000,
+        });
+        // Retention: batches of committed steps and all but the last exports go (tbt gc does the same).
+        pruneLearnerFolder(files(input.campaignId).dir, defaultRetention);
         return {
           stepId: answer.step_id,
           repeated: answer.repeated,
@@ -145,15 +209,16 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
 
     async exportWeights(input: { campaignId: string; stepId: number }): Promise<{ path: string }> {
       return heartbeating(async () => {
-        const url = await ensureLearnerRunning(files(input.campaignId));
+        const learner = await ensureLearnerRunning(files(input.campaignId));
         try {
           const answer = await learnerRequest<{ path: string }>(
-            url,
+            learner,
             'POST',
             '/export',
             { step_id: input.stepId },
             30 * 60_000,
           );
+          pruneLearnerFolder(files(input.campaignId).dir, defaultRetention);
           return { path: answer.path };
         } catch (err) {
           return nonRetryable(err);
@@ -171,12 +236,12 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       return heartbeating(async () => {
         const server = await ensurePolicyServerNow(input.campaignId, input.engine);
         try {
-          await bringToVersion(server.baseUrl, input);
+          await bringToVersion(server.baseUrl, input, files(input.campaignId).dir);
           return server;
         } catch (err) {
           // A server that cannot take the weights is restarted on them (an infrastructure fault, not the model's).
           const fresh = await ensurePolicyServerNow(input.campaignId, input.engine, true);
-          await bringToVersion(fresh.baseUrl, input, errorMessage(err));
+          await bringToVersion(fresh.baseUrl, input, files(input.campaignId).dir, errorMessage(err));
           return fresh;
         }
       });
@@ -185,7 +250,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     /** External policy servers: each one brought to the campaign's current weights (synced only if it differs). */
     async ensurePolicyWeights(input: PolicyWeights & { servers: string[] }): Promise<void> {
       return heartbeating(async () => {
-        for (const baseUrl of input.servers) await bringToVersion(baseUrl, input);
+        for (const baseUrl of input.servers) await bringToVersion(baseUrl, input, files(input.campaignId).dir);
       });
     },
 
@@ -202,7 +267,13 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
         const done: { baseUrl: string; seconds: number }[] = [];
         for (const baseUrl of input.servers) {
           try {
-            const r = await syncPolicyWeights(baseUrl, input.weightsPath, label, input.deadlineMs);
+            const r = await syncPolicyWeights(
+              baseUrl,
+              input.weightsPath,
+              label,
+              input.deadlineMs,
+              policySyncToken(files(input.campaignId).dir, baseUrl),
+            );
             done.push({ baseUrl, seconds: r.seconds });
           } catch (err) {
             if (!input.engine) throw err;
@@ -211,7 +282,13 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
               error: errorMessage(err),
             });
             const fresh = await ensurePolicyServerNow(input.campaignId, input.engine, true);
-            const r = await syncPolicyWeights(fresh.baseUrl, input.weightsPath, label, input.deadlineMs);
+            const r = await syncPolicyWeights(
+              fresh.baseUrl,
+              input.weightsPath,
+              label,
+              input.deadlineMs,
+              policySyncToken(files(input.campaignId).dir, fresh.baseUrl),
+            );
             done.push({ baseUrl: fresh.baseUrl, seconds: r.seconds });
           }
         }
@@ -235,7 +312,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     const dir = files(campaignId).dir;
     fs.mkdirSync(dir, { recursive: true });
     const pidFile = path.join(dir, 'policy-server.pid');
-    const urlFile = path.join(dir, 'policy-server.json');
+    const urlFile = policyServerUrlFile(dir);
     if (!restart && readPid(pidFile) !== undefined && fs.existsSync(urlFile)) {
       const known = JSON.parse(fs.readFileSync(urlFile, 'utf8')) as { baseUrl: string; model: string; engine?: string };
       const ok = await fetch(known.baseUrl.replace(/\/v1$/, '/health'), { signal: AbortSignal.timeout(3000) }).then(
@@ -247,18 +324,54 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     // An old server that is alive but not answering is replaced, not left running beside the new one.
     const stale = readPid(pidFile);
     if (stale !== undefined) await stopPid(-stale, 20_000);
-    const handle = await startPolicyServer({ engine, logFile: path.join(dir, 'policy-server.log'), detached: true });
+    const handle = await startPolicyServer({
+      engine,
+      logFile: path.join(dir, 'policy-server.log'),
+      detached: true,
+      // The built-in server's weight-sync routes need this run's token and load only from these folders.
+      reloadTokenFile: writeRunToken(policyTokenFile(dir)),
+      weightsRoots: [dir, smallModelDir()],
+    });
     const server = { baseUrl: handle.baseUrl, model: handle.model };
     fs.writeFileSync(pidFile, String(handle.process.pid));
     fs.writeFileSync(urlFile, JSON.stringify({ ...server, engine }));
     return server;
   }
 
-  async function ensureLearnerRunning(f: ReturnType<typeof files>): Promise<string> {
-    const config = JSON.parse(fs.readFileSync(f.config, 'utf8')) as Record<string, unknown> & {
-      distributed: { world_size: number };
-    };
-    return ensureLearner(f, config, config.distributed.world_size);
+  /** The campaign's learner as last launched here (export follows a step, so it normally answers at once). */
+  async function ensureLearnerRunning(f: ReturnType<typeof files>): Promise<LearnerEndpoint> {
+    const attached = path.join(f.dir, 'attach.json');
+    if (fs.existsSync(attached)) {
+      const { url, tokenFile } = JSON.parse(fs.readFileSync(attached, 'utf8')) as { url: string; tokenFile: string };
+      return { url, token: fs.readFileSync(tokenFile, 'utf8').trim() };
+    }
+    const config = JSON.parse(fs.readFileSync(f.config, 'utf8')) as Record<string, unknown>;
+    const launch = JSON.parse(fs.readFileSync(launchFile(f), 'utf8')) as LearnerLaunch;
+    return ensureLearner(f, config, launch);
+  }
+
+  /**
+   * A learner started outside: healthy, with the world size the campaign states. Its token is read from
+   * `attach_token_file` (the learner's control.token, 0600) on each start; only the file's path is recorded.
+   */
+  async function attachedLearner(learner: CampaignConfig['learner']): Promise<LearnerEndpoint> {
+    const url = learner.attach_url!.replace(/\/$/, '');
+    const endpoint = { url, token: fs.readFileSync(learner.attach_token_file!, 'utf8').trim() };
+    const health = await learnerRequest<{ ready?: boolean; world_size?: number }>(
+      endpoint,
+      'GET',
+      '/health',
+      undefined,
+      10_000,
+    );
+    if (health.ready !== true) throw new InfrastructureError(`learner at ${url} is not ready yet`);
+    const want = learner.nodes * learner.gpus_per_node;
+    if (health.world_size !== want)
+      throw new BadInputError(
+        `learner.attach_url: the learner at ${url} runs ${health.world_size} rank(s), the campaign states ` +
+          `nodes x gpus_per_node = ${want}`,
+      );
+    return endpoint;
   }
 }
 
@@ -273,12 +386,17 @@ export interface PolicyWeights {
 }
 
 /** Syncs a server only when it reports another label than the campaign's current version (cheap to call). */
-async function bringToVersion(baseUrl: string, want: PolicyWeights, after?: string): Promise<void> {
+async function bringToVersion(
+  baseUrl: string,
+  want: PolicyWeights,
+  campaignDir: string,
+  after?: string,
+): Promise<void> {
   const label = weightLabel(want.campaignId, want.weightVersion);
   if ((await reportedWeightLabel(baseUrl)) === label) return;
   const folder = want.weightsPath ?? (want.basePath === 'embedded' ? smallModelDir() : want.basePath);
   try {
-    await syncPolicyWeights(baseUrl, folder, label, want.deadlineMs);
+    await syncPolicyWeights(baseUrl, folder, label, want.deadlineMs, policySyncToken(campaignDir, baseUrl));
   } catch (err) {
     if (after) throw new InfrastructureError(`${errorMessage(err)} (after a restart; first failure: ${after})`);
     throw err;
@@ -286,4 +404,4 @@ async function bringToVersion(baseUrl: string, want: PolicyWeights, after?: stri
 }
 
 export type GpuActivities = ReturnType<typeof createGpuActivities>;
-export const gpuHost = () => process.env.TBT_GPU_HOST ?? os.hostname();
+export const gpuHost = (env: Pick<Environment, 'TBT_GPU_HOST'>) => env.TBT_GPU_HOST;

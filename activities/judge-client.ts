@@ -1,10 +1,13 @@
 import OpenAI from 'openai';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { judgeSaysYes } from '../core/judge-verdict.ts';
+import { NO_API_KEY, resolveApiKey } from './api-key.ts';
 
 /**
- * Yes/no rubric judge behind an OpenAI-compatible endpoint, temperature 0. Any failure to get an answer
- * is an infrastructure error: a judge outage must never grade an episode 0.
+ * The judge behind an OpenAI-compatible endpoint. A yes/no judgement uses the reference's prompt (below) at
+ * temperature 0 with at most 128 completion tokens, and its yes/no parser (core/judge-verdict.ts); test code
+ * may also ask for a plain completion (`Judge._get_text_completion`). Any failure to get an answer is an
+ * infrastructure error: a judge outage must never grade an episode 0.
  */
 
 export interface JudgeConfig {
@@ -22,46 +25,78 @@ export interface JudgeVerdict {
   usage: { input: number; output: number };
 }
 
-export interface Judge {
-  ask(question: string, assistantMessage: string): Promise<JudgeVerdict>;
+export interface JudgeCompletion {
+  text: string;
+  usage: { input: number; output: number };
 }
 
-const SYSTEM =
-  'You are a strict grader. Answer the question about the assistant message with a single word: yes or no.';
+export interface JudgeMessage {
+  role: string;
+  content: string;
+}
 
-export function createJudge(config: JudgeConfig): Judge {
+export interface Judge {
+  /** A yes/no judgement of `assistantMessage` (the reference's `judge.text_yesno`). */
+  ask(question: string, assistantMessage: string): Promise<JudgeVerdict>;
+  /** One chat completion with the caller's messages (test code's own judge prompts). */
+  complete(
+    messages: JudgeMessage[],
+    settings?: { temperature?: number; max_completion_tokens?: number },
+  ): Promise<JudgeCompletion>;
+}
+
+export const JUDGE_SYSTEM_PROMPT =
+  'You are a judge, your task is to read the contents of a message and answer a question about the message. ' +
+  'A message will be presented between <message> and </message> tags, and a question will be asked afterwards. ' +
+  'Answer the question with a single word: Yes or No.';
+
+/** `<` and `>` (and `&`) HTML-escaped, as Python's html.escape(text, quote=False). */
+const escapeTags = (text: string) => text.replaceAll('&', '&amp;').replaceAll('<', '&lt;').replaceAll('>', '&gt;');
+
+export function judgeMessages(question: string, assistantMessage: string): JudgeMessage[] {
+  return [
+    { role: 'system', content: JUDGE_SYSTEM_PROMPT },
+    { role: 'user', content: `<message>\n${escapeTags(assistantMessage)}\n</message>\n${question}` },
+  ];
+}
+
+/** A judge from its two calls: `ask` is `complete` with the yes/no prompt and parser. */
+export function judgeFrom(complete: Judge['complete']): Judge {
   return {
+    complete,
     async ask(question, assistantMessage) {
-      const client = new OpenAI({
-        baseURL: config.baseUrl,
-        apiKey: (config.apiKeyEnv ? process.env[config.apiKeyEnv] : undefined) ?? 'not-needed',
-        timeout: config.timeoutMs ?? 60_000,
-        maxRetries: 2,
+      const answer = await complete(judgeMessages(question, assistantMessage), {
+        temperature: 0,
+        max_completion_tokens: 128,
       });
-      try {
-        const completion = await client.chat.completions.create({
-          model: config.model,
-          temperature: 0,
-          max_tokens: 16,
-          messages: [
-            { role: 'system', content: SYSTEM },
-            {
-              role: 'user',
-              content: `Assistant message:\n<<<\n${assistantMessage.replaceAll('<<<', '< < <').replaceAll('>>>', '> > >')}\n>>>\n\nQuestion: ${question}\nAnswer yes or no.`,
-            },
-          ],
-        });
-        const answer = completion.choices[0]?.message?.content;
-        if (typeof answer !== 'string') throw new Error('the judge returned no message content');
-        return {
-          question,
-          answer,
-          yes: judgeSaysYes(answer),
-          usage: { input: completion.usage?.prompt_tokens ?? 0, output: completion.usage?.completion_tokens ?? 0 },
-        };
-      } catch (err) {
-        throw new InfrastructureError(`judge unavailable: ${errorMessage(err)}`, { cause: err });
-      }
+      return { question, answer: answer.text, yes: judgeSaysYes(answer.text), usage: answer.usage };
     },
   };
+}
+
+export function createJudge(config: JudgeConfig): Judge {
+  return judgeFrom(async (messages, settings) => {
+    const client = new OpenAI({
+      baseURL: config.baseUrl,
+      apiKey: resolveApiKey(config) ?? NO_API_KEY,
+      timeout: config.timeoutMs ?? 60_000,
+      maxRetries: 2,
+    });
+    try {
+      const completion = await client.chat.completions.create({
+        model: config.model,
+        temperature: settings?.temperature ?? 0,
+        max_completion_tokens: settings?.max_completion_tokens ?? 128,
+        messages: messages.map((m) => ({ role: m.role as 'system' | 'user' | 'assistant', content: m.content })),
+      });
+      const text = completion.choices[0]?.message?.content;
+      if (typeof text !== 'string') throw new Error('the judge returned no message content');
+      return {
+        text,
+        usage: { input: completion.usage?.prompt_tokens ?? 0, output: completion.usage?.completion_tokens ?? 0 },
+      };
+    } catch (err) {
+      throw new InfrastructureError(`judge unavailable: ${errorMessage(err)}`, { cause: err });
+    }
+  });
 }

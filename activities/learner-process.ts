@@ -4,12 +4,20 @@ import path from 'node:path';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { isAlive, readPid, stopPid, waitFor } from '../infra/daemon.ts';
 import { gpuLearnerDir, pythonBinary } from '../infra/python-env.ts';
+import { torchrunArgs, type LearnerLaunch } from './learner-launch.ts';
 
 /**
  * One long-lived learner process group per campaign on this host (`torchrun -m tbt_gpu.learner`), started
  * detached so it outlives a GPU-worker crash, found again through its pid file and the control port it
  * writes to `<checkpoint dir>/control.json`. A dead learner is restarted with `--resume` from its last
- * checkpoint; steps are idempotent by id, so the retried step is applied exactly once.
+ * checkpoint; steps are idempotent by id, so the retried step is applied exactly once. Every request carries
+ * the bearer token the learner wrote (0600) to `<checkpoint dir>/control.token` for this run; it is read
+ * from there on each call and never passed through Temporal or logged.
+ *
+ * A learner over several nodes is one torchrun per node, each started by that node's GPU worker
+ * (`ensureLearner` on node 0, which waits until rank 0 answers, i.e. every rank has joined; `ensureLearnerNode`
+ * on the others, which only starts and keeps its torchrun alive). The learner folder (config, checkpoints,
+ * control.json) must then be on a filesystem every node shares; pid and log files are per node.
  */
 
 export interface LearnerFiles {
@@ -20,15 +28,57 @@ export interface LearnerFiles {
   log: string;
 }
 
-export function learnerFiles(stateDir: string, campaignId: string): LearnerFiles {
+export function learnerFiles(stateDir: string, campaignId: string, nodeRank = 0): LearnerFiles {
   const dir = path.join(stateDir, 'learners', campaignId.replace(/[^A-Za-z0-9_.-]/g, '_'));
+  const node = nodeRank === 0 ? '' : `-node${nodeRank}`;
   return {
     dir,
     config: path.join(dir, 'learner.json'),
     checkpoints: path.join(dir, 'checkpoints'),
-    pid: path.join(dir, 'learner.pid'),
-    log: path.join(dir, 'learner.log'),
+    pid: path.join(dir, `learner${node}.pid`),
+    log: path.join(dir, `learner${node}.log`),
   };
+}
+
+/** Pid files of every node's torchrun in a learner folder (node 0's `learner.pid`, then `learner-node<R>.pid`). */
+function nodePidFiles(files: LearnerFiles): string[] {
+  if (!fs.existsSync(files.dir)) return [];
+  return fs
+    .readdirSync(files.dir)
+    .filter((f) => /^learner(-node\d+)?\.pid$/.test(f))
+    .map((f) => path.join(files.dir, f));
+}
+
+/** Written atomically: on a shared folder another node may be starting from the same file. */
+function writeLearnerConfig(files: LearnerFiles, learnerConfig: Record<string, unknown>): void {
+  fs.mkdirSync(files.checkpoints, { recursive: true });
+  const text = JSON.stringify(
+    { ...learnerConfig, checkpoint: { ...(learnerConfig.checkpoint as object), dir: files.checkpoints } },
+    null,
+    2,
+  );
+  const tmp = `${files.config}.${process.pid}.tmp`;
+  fs.writeFileSync(tmp, text);
+  fs.renameSync(tmp, files.config);
+}
+
+function spawnTorchrun(files: LearnerFiles, launch: LearnerLaunch): number {
+  const torchrun = path.join(path.dirname(pythonBinary()), 'torchrun');
+  const out = fs.openSync(files.log, 'a');
+  const child = spawn(torchrun, torchrunArgs(launch, files.config), {
+    cwd: gpuLearnerDir,
+    detached: true,
+    stdio: ['ignore', out, out],
+    env: { ...process.env, OMP_WAIT_POLICY: process.env.OMP_WAIT_POLICY ?? 'PASSIVE', PYTHONPATH: gpuLearnerDir },
+  });
+  fs.closeSync(out);
+  child.unref();
+  fs.writeFileSync(files.pid, String(child.pid));
+  return child.pid!;
+}
+
+function logTail(files: LearnerFiles): string {
+  return fs.readFileSync(files.log, 'utf8').split('\n').slice(-12).join('\n');
 }
 
 export class LearnerHttpError extends Error {
@@ -41,20 +91,27 @@ export class LearnerHttpError extends Error {
   }
 }
 
-export function controlUrl(files: LearnerFiles): string | undefined {
+/** Where a running learner listens, and the run's token; the token stays inside this process. */
+export interface LearnerEndpoint {
+  url: string;
+  token: string;
+}
+
+export function controlEndpoint(files: LearnerFiles): LearnerEndpoint | undefined {
   try {
     const info = JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as {
       host: string;
       port: number;
     };
-    return `http://${info.host}:${info.port}`;
+    const token = fs.readFileSync(path.join(files.checkpoints, 'control.token'), 'utf8').trim();
+    return { url: `http://${info.host}:${info.port}`, token };
   } catch {
     return undefined;
   }
 }
 
 export async function learnerRequest<T>(
-  url: string,
+  endpoint: LearnerEndpoint,
   method: 'GET' | 'POST',
   route: string,
   body?: unknown,
@@ -62,9 +119,9 @@ export async function learnerRequest<T>(
 ): Promise<T> {
   let response: Response;
   try {
-    response = await fetch(`${url}${route}`, {
+    response = await fetch(`${endpoint.url}${route}`, {
       method,
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${endpoint.token}` },
       body: body === undefined ? undefined : JSON.stringify(body),
       signal: AbortSignal.timeout(timeoutMs),
     });
@@ -97,91 +154,93 @@ async function stopOrphanedRankZero(files: LearnerFiles): Promise<void> {
   }
 }
 
-async function healthy(url: string | undefined): Promise<boolean> {
-  if (!url) return false;
+async function healthy(endpoint: LearnerEndpoint | undefined): Promise<boolean> {
+  if (!endpoint) return false;
   try {
-    const h = await learnerRequest<{ ready?: boolean }>(url, 'GET', '/health', undefined, 3000);
+    const h = await learnerRequest<{ ready?: boolean }>(endpoint, 'GET', '/health', undefined, 3000);
     return h.ready === true;
   } catch {
     return false;
   }
 }
 
-/** Returns the control URL of a running learner for this campaign, starting (or resuming) one if needed. */
+/** Returns the control endpoint of a running learner for this campaign, starting (or resuming) one if needed. */
 export async function ensureLearner(
   files: LearnerFiles,
   learnerConfig: Record<string, unknown>,
-  nprocPerNode: number,
+  launch: LearnerLaunch,
   startTimeoutMs = 600_000,
-): Promise<string> {
+): Promise<LearnerEndpoint> {
   const pid = readPid(files.pid);
   if (pid !== undefined) {
-    const url = controlUrl(files);
-    if (await healthy(url)) return url!;
+    const known = controlEndpoint(files);
+    if (await healthy(known)) return known!;
     // Alive but not answering: it may still be loading; give it the start timeout before replacing it.
     try {
       await waitFor(
         'learner control endpoint',
-        async () => !isAlive(pid) || (await healthy(controlUrl(files))),
+        async () => !isAlive(pid) || (await healthy(controlEndpoint(files))),
         startTimeoutMs,
         files.log,
       );
     } catch {
       await stopPid(-pid, 5000); // the whole group: torchrun and its ranks, or orphaned ranks hold memory
     }
-    if (isAlive(pid) && (await healthy(controlUrl(files)))) return controlUrl(files)!;
+    if (isAlive(pid) && (await healthy(controlEndpoint(files)))) return controlEndpoint(files)!;
   }
   await stopOrphanedRankZero(files);
-  fs.mkdirSync(files.checkpoints, { recursive: true });
-  fs.writeFileSync(
-    files.config,
-    JSON.stringify(
-      { ...learnerConfig, checkpoint: { ...(learnerConfig.checkpoint as object), dir: files.checkpoints } },
-      null,
-      2,
-    ),
-  );
+  writeLearnerConfig(files, learnerConfig);
+  fs.writeFileSync(launchFile(files), JSON.stringify(launch));
   fs.rmSync(path.join(files.checkpoints, 'control.json'), { force: true });
-  const torchrun = path.join(path.dirname(pythonBinary()), 'torchrun');
-  const args = [
-    '--standalone',
-    `--nproc-per-node=${nprocPerNode}`,
-    '-m',
-    'tbt_gpu.learner',
-    '--config',
-    files.config,
-    '--resume',
-  ];
-  const out = fs.openSync(files.log, 'a');
-  const child = spawn(torchrun, args, {
-    cwd: gpuLearnerDir,
-    detached: true,
-    stdio: ['ignore', out, out],
-    env: { ...process.env, OMP_WAIT_POLICY: process.env.OMP_WAIT_POLICY ?? 'PASSIVE', PYTHONPATH: gpuLearnerDir },
-  });
-  fs.closeSync(out);
-  child.unref();
-  fs.writeFileSync(files.pid, String(child.pid));
+  fs.rmSync(path.join(files.checkpoints, 'control.token'), { force: true });
+  const child = spawnTorchrun(files, launch);
   await waitFor(
     'learner control endpoint',
     async () => {
-      if (!isAlive(child.pid!))
-        throw new InfrastructureError(
-          `learner exited during start-up (log ${files.log}):\n${fs.readFileSync(files.log, 'utf8').split('\n').slice(-12).join('\n')}`,
-        );
-      return healthy(controlUrl(files));
+      if (!isAlive(child))
+        throw new InfrastructureError(`learner exited during start-up (log ${files.log}):\n${logTail(files)}`);
+      return healthy(controlEndpoint(files));
     },
     startTimeoutMs,
     files.log,
   );
-  return controlUrl(files)!;
+  return controlEndpoint(files)!;
 }
 
+/** Where node 0 records how it launched (export and restarts relaunch the same way). */
+export function launchFile(files: LearnerFiles): string {
+  return path.join(files.dir, 'launch.json');
+}
+
+/**
+ * A node other than 0: starts its torchrun if it is not running and returns once it has stayed up a moment (it
+ * then waits in the rendezvous for the others; node 0's `ensureLearner` sees every rank join).
+ */
+export async function ensureLearnerNode(
+  files: LearnerFiles,
+  learnerConfig: Record<string, unknown>,
+  launch: LearnerLaunch,
+): Promise<{ pid: number; started: boolean }> {
+  const running = readPid(files.pid);
+  if (running !== undefined && isAlive(running)) return { pid: running, started: false };
+  writeLearnerConfig(files, learnerConfig);
+  const pid = spawnTorchrun(files, launch);
+  await new Promise((r) => setTimeout(r, 3000));
+  if (!isAlive(pid))
+    throw new InfrastructureError(
+      `learner node ${launch.nodeRank} exited at once (log ${files.log}):\n${logTail(files)}`,
+    );
+  return { pid, started: true };
+}
+
+/** Rank 0's shutdown ends every node's ranks; then every node's torchrun whose pid file is here is stopped. */
 export async function stopLearner(files: LearnerFiles): Promise<void> {
-  const url = controlUrl(files);
-  if (url) await learnerRequest(url, 'POST', '/shutdown', {}, 30_000).catch(() => undefined);
-  const pid = readPid(files.pid);
-  if (pid !== undefined) await stopPid(-pid, 30_000);
+  const endpoint = controlEndpoint(files);
+  if (endpoint) await learnerRequest(endpoint, 'POST', '/shutdown', {}, 30_000).catch(() => undefined);
+  for (const pidFile of nodePidFiles(files)) {
+    const pid = readPid(pidFile);
+    if (pid !== undefined) await stopPid(-pid, 30_000);
+  }
   await stopOrphanedRankZero(files);
 }
 
@@ -191,7 +250,10 @@ export async function stopDetachedGpuProcesses(stateDir: string): Promise<number
   if (!fs.existsSync(root)) return 0;
   let stopped = 0;
   for (const dir of fs.readdirSync(root)) {
-    for (const pidFile of ['learner.pid', 'policy-server.pid']) {
+    const pidFiles = fs
+      .readdirSync(path.join(root, dir))
+      .filter((f) => /^(learner(-node\d+)?|policy-server)\.pid$/.test(f));
+    for (const pidFile of pidFiles) {
       const pid = readPid(path.join(root, dir, pidFile));
       if (pid === undefined) continue;
       await stopPid(-pid, 20_000); // the whole process group: torchrun and its ranks

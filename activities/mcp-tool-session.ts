@@ -22,6 +22,8 @@ import { runSqlTool, ToolCallError } from './sql-tool.ts';
 export interface ToolResult {
   text: string;
   isError: boolean;
+  /** The call ends the episode (a dataset's `is_end_turn` tool). */
+  endTurn?: boolean;
 }
 export interface ToolSpec {
   name: string;
@@ -69,7 +71,9 @@ export async function openToolSession(
         content: [
           {
             type: 'text',
-            text: `Error: unknown tool '${request.params.name}'. Available tools: ${scenario.tools.map((t) => t.name).join(', ')}`,
+            text:
+              `Error: unknown tool '${request.params.name}'. Available tools: ` +
+              `${scenario.tools.map((t) => t.name).join(', ')}`,
           },
         ],
       };

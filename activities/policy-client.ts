@@ -1,5 +1,6 @@
 import OpenAI from 'openai';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
+import { NO_API_KEY, resolveApiKey } from './api-key.ts';
 
 /**
  * Client of an OpenAI-compatible policy server (vLLM in production, the embedded CPU server locally).
@@ -53,7 +54,7 @@ export interface SamplingParams {
 }
 
 function apiKey(endpoint: Endpoint): string {
-  return (endpoint.apiKeyEnv ? process.env[endpoint.apiKeyEnv] : undefined) ?? 'not-needed';
+  return resolveApiKey(endpoint) ?? NO_API_KEY;
 }
 
 function serverRoot(endpoint: Endpoint): string {
@@ -67,11 +68,13 @@ async function postJson<T>(
   what: string,
   timeoutMs?: number,
 ): Promise<T> {
+  const key = resolveApiKey(endpoint);
+  const authorization: Record<string, string> = key ? { authorization: `Bearer ${key}` } : {};
   let response: Response;
   try {
     response = await fetch(url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey(endpoint)}` },
+      headers: { 'content-type': 'application/json', ...authorization },
       body: JSON.stringify(body),
       signal: AbortSignal.timeout(timeoutMs ?? endpoint.timeoutMs ?? 300_000),
     });

@@ -34,7 +34,10 @@ export interface Trajectory {
 }
 
 export interface PolicyDriver {
-  /** `tools` (OpenAI function specs) go to the server, whose chat template renders them; omit when the prompt lists them. */
+  /**
+   * `tools` (OpenAI function specs) go to the server, whose chat template renders them; omit when the prompt lists
+   * them.
+   */
   start(messages: ChatMessage[], tools?: unknown[]): Promise<void>;
   generate(sampling: SamplingParams): Promise<Generation>;
   /** Appends what the agent observes after its turn: tool results and/or the user's reply. */
@@ -102,7 +105,8 @@ async function assistantTerminator(endpoint: Endpoint, tools?: unknown[]): Promi
   const at = lastIndexOfSequence(closed, content);
   if (at < 0)
     throw new InfrastructureError(
-      'cannot locate the assistant turn in the anchor conversation: the chat template renders an assistant turn in an unexpected way',
+      'cannot locate the assistant turn in the anchor conversation: the chat template renders an assistant turn in ' +
+        'an unexpected way',
     );
   const terminator = closed.slice(at + content.length);
   if (terminator.length === 0 || terminator.length > 4)
@@ -160,7 +164,8 @@ export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
       const mismatch = anchor.findIndex((t, i) => rendered[i] !== t);
       if (mismatch >= 0 || rendered.length <= anchor.length) {
         throw new InfrastructureError(
-          `token anchor mismatch at position ${mismatch}: the chat template renders the anchor conversation differently when messages follow it; token-exact rollouts are impossible with this template`,
+          `token anchor mismatch at position ${mismatch}: the chat template renders the anchor conversation ` +
+            `differently when messages follow it; token-exact rollouts are impossible with this template`,
         );
       }
       // The template closes the assistant turn after its content. A turn that ended on the end-of-turn token

@@ -28,6 +28,8 @@ export async function syncPolicyWeights(
   weightsPath: string,
   label: string,
   deadlineMs: number,
+  /** Bearer token of the built-in server's weight-sync routes (vLLM's dev-mode routes take none). */
+  token?: string,
 ): Promise<WeightSyncResult> {
   const root = baseUrl.replace(/\/v1\/?$/, '');
   const started = Date.now();
@@ -37,7 +39,7 @@ export async function syncPolicyWeights(
     try {
       response = await fetch(`${root}${route}`, {
         method,
-        headers: { 'content-type': 'application/json' },
+        headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
         body: method === 'POST' ? JSON.stringify(body ?? {}) : undefined,
         signal,
       });
@@ -76,7 +78,7 @@ export async function syncPolicyWeights(
     if (paused) {
       await fetch(`${root}/resume`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json' },
+        headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
         body: '{}',
         signal: AbortSignal.timeout(5000),
       }).catch(() => undefined);

@@ -1,23 +1,40 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, createHmac, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import type { Scenario } from '../config/task-schema.ts';
-import { InfrastructureError, errorMessage } from '../core/errors.ts';
-import { agentRole, quoteIdent, readerRole, withClient, withDatabase, withRole } from '../infra/control-database.ts';
+import { InfrastructureError, errorMessage, isInfrastructureSqlState } from '../core/errors.ts';
+import {
+  agentRole,
+  ownerRole,
+  quoteIdent,
+  readerRole,
+  rolePassword,
+  withClient,
+  withDatabase,
+  withRole,
+} from '../infra/control-database.ts';
+import { SandboxRecycler } from './sandbox-recycler.ts';
 
 /**
  * Fresh Postgres databases for episodes. Each scenario has a template database (schema + seed + grants);
  * an episode leases a clone of it. A warm pool of ready clones keeps `CREATE DATABASE` off the critical
- * path. Every sandbox row carries a lease expiry, so `sweep()` can drop what crashed workers left behind.
+ * path. Every sandbox row carries a lease expiry, renewed while this process holds the lease, so `sweep()`
+ * can drop what crashed workers left behind.
+ *
+ * Several deployments (control databases) may share one Postgres server. Every database this pool creates
+ * carries its deployment's tag in its name (`tbt_sbx_<tag>_...`, `tbt_tpl_<tag>_...`), and the sweeper only
+ * ever considers names with its own tag, matched as a plain prefix (no LIKE wildcards).
  */
 
 export interface Sandbox {
   name: string;
   scenario: string;
-  /** Tool handlers connect with this: role tbt_agent, this database only. */
+  /** Tool handlers connect with this: the sandbox's own login role (a member of tbt_agent), this database only. */
   agentUrl: string;
   /** Checks connect with this: role tbt_reader, read-only sessions. */
   readerUrl: string;
-  /** Admin access, for data patches and tests. */
+  /** Owner of the scenario tables (no superuser rights): data patches run with this. */
+  ownerUrl: string;
+  /** Admin access, for tests and validation's deliberate mutations. */
   adminUrl: string;
 }
 
@@ -28,14 +45,23 @@ export interface SandboxPoolOptions {
   readerPassword?: string;
   /** Ready clones kept per template. */
   warm?: number;
-  /** Lease length; a leased sandbox older than this is swept. */
+  /** Lease length; renewed every third of it while this pool holds the sandbox, swept once it lapses. */
   leaseMs?: number;
-  /** Clone strategy. WAL_LOG measured about 5x faster than FILE_COPY here (FILE_COPY forces a checkpoint); see bench/sandbox. */
+  /** A database with this deployment's tag but no row is dropped only once it has been seen this long. */
+  orphanMinAgeMs?: number;
+  /**
+   * Clone strategy. WAL_LOG measured about 5x faster than FILE_COPY here (FILE_COPY forces a checkpoint); see
+   * bench/sandbox.
+   */
   strategy?: 'FILE_COPY' | 'WAL_LOG';
+  /**
+   * Release resets a used sandbox and returns it to the pool (sandbox-recycler.ts) instead of dropping it;
+   * false = clone per episode (DROP + CREATE). A failed or unverified reset drops it.
+   */
+  recycle?: boolean;
 }
 
-const GRANTS_VERSION = 1;
-const SANDBOX_PREFIX = 'tbt_sbx_';
+const GRANTS_VERSION = 3; // 3: per-clone tool roles, no PUBLIC CONNECT/TEMP, tables owned by tbt_owner
 
 export function templateFingerprint(scenario: Scenario): string {
   return createHash('sha256')
@@ -44,46 +70,78 @@ export function templateFingerprint(scenario: Scenario): string {
     .slice(0, 12);
 }
 
-export function templateName(scenario: Scenario): string {
-  return `tbt_tpl_${scenario.name.slice(0, 30)}_${templateFingerprint(scenario)}`;
+/** Database name prefixes of one deployment (tag: `deployment.tag` in its control database). */
+export function sandboxPrefix(tag: string): string {
+  return `tbt_sbx_${tag}_`;
+}
+export function templateName(scenario: Scenario, tag: string): string {
+  return `tbt_tpl_${tag}_${scenario.name.slice(0, 30)}_${templateFingerprint(scenario)}`;
 }
 
 function isConnectionError(err: unknown): boolean {
-  const code = (err as { code?: string }).code;
-  return code === undefined || code.startsWith('08') || code.startsWith('57') || code.startsWith('53');
+  return isInfrastructureSqlState((err as { code?: string }).code);
 }
 
 export class SandboxPool {
   private readonly warm: number;
   private readonly leaseMs: number;
+  private readonly orphanMinAgeMs: number;
   private readonly strategy: string;
   private readonly templates = new Map<string, Promise<string>>();
   private readonly refills = new Map<string, Promise<void>>();
+  /** Lease renewals of the sandboxes this pool holds, by name. */
+  private readonly renewals = new Map<string, NodeJS.Timeout>();
   private readonly admin: pg.Pool;
+  private tagQuery: Promise<string> | undefined;
+  private readonly recycler?: SandboxRecycler;
   private closed = false;
 
   constructor(private readonly options: SandboxPoolOptions) {
     this.warm = options.warm ?? 2;
     this.leaseMs = options.leaseMs ?? 30 * 60_000;
+    this.orphanMinAgeMs = options.orphanMinAgeMs ?? 10 * 60_000;
     this.strategy = options.strategy ?? 'WAL_LOG';
     this.admin = new pg.Pool({ connectionString: options.controlUrl, max: 4, connectionTimeoutMillis: 10_000 });
     this.admin.on('error', () => undefined);
+    if (options.recycle)
+      this.recycler = new SandboxRecycler({
+        controlUrl: options.controlUrl,
+        admin: this.admin,
+        strategy: this.strategy,
+        // Task SQL (the seed the reset reruns) runs as the non-superuser owner; scratch clones carry our tag.
+        ownerUrl: (name) => this.sandbox(name, '').ownerUrl,
+        scratchPrefix: async () => sandboxPrefix(await this.deploymentTag()),
+      });
+  }
+
+  /** This deployment's tag, read once from its control database. */
+  deploymentTag(): Promise<string> {
+    this.tagQuery ??= this.admin.query<{ tag: string }>('SELECT tag FROM deployment').then((r) => {
+      const tag = r.rows[0]?.tag;
+      if (!tag || !/^[0-9a-f]{8}$/.test(tag)) throw new InfrastructureError('control database has no deployment tag');
+      return tag;
+    });
+    this.tagQuery.catch(() => (this.tagQuery = undefined));
+    return this.tagQuery;
   }
 
   private sandbox(name: string, scenario: string): Sandbox {
     const admin = withDatabase(this.options.controlUrl, name);
+    const url = this.options.controlUrl;
     return {
       name,
       scenario,
       adminUrl: admin,
-      agentUrl: withRole(admin, agentRole, this.options.agentPassword),
-      readerUrl: withRole(admin, readerRole, this.options.readerPassword),
+      ownerUrl: withRole(admin, ownerRole, rolePassword(url, ownerRole, undefined)),
+      agentUrl: withRole(admin, name, this.toolRolePassword(name)),
+      readerUrl: withRole(admin, readerRole, rolePassword(url, readerRole, this.options.readerPassword)),
     };
   }
 
   /** Builds the scenario's template database once (per fingerprint); concurrent callers wait for it. */
-  ensureTemplate(scenario: Scenario): Promise<string> {
-    const name = templateName(scenario);
+  async ensureTemplate(scenario: Scenario): Promise<string> {
+    const name = templateName(scenario, await this.deploymentTag());
+    this.recycler?.remember(name, scenario);
     let pending = this.templates.get(name);
     if (!pending) {
       pending = this.buildTemplate(scenario, name);
@@ -91,6 +149,26 @@ export class SandboxPool {
       pending.catch(() => this.templates.delete(name));
     }
     return pending;
+  }
+
+  /**
+   * A clone's tool role's password, derived (HMAC) from the shared tool password, so any worker of this
+   * deployment can open any of its sandboxes for an episode, while the credential of one opens no other.
+   */
+  private toolRolePassword(name: string): string | undefined {
+    const key = rolePassword(this.options.controlUrl, agentRole, this.options.agentPassword);
+    return key === undefined ? undefined : createHmac('sha256', key).update(`sandbox tool role:${name}`).digest('hex');
+  }
+
+  /**
+   * Only the given roles may connect; nobody gets TEMP (Postgres grants both to PUBLIC on every new database,
+   * and a clone does not inherit its template's database privileges).
+   */
+  private async restrictDatabase(name: string, roles: string[]): Promise<void> {
+    await this.admin.query(
+      `REVOKE ALL ON DATABASE ${quoteIdent(name)} FROM PUBLIC;
+       GRANT CONNECT ON DATABASE ${quoteIdent(name)} TO ${roles.map(quoteIdent).join(', ')}`,
+    );
   }
 
   private async buildTemplate(scenario: Scenario, name: string): Promise<string> {
@@ -106,7 +184,12 @@ export class SandboxPool {
       await client.query(`DROP DATABASE IF EXISTS ${quoteIdent(name)}`);
       await client.query(`CREATE DATABASE ${quoteIdent(name)}`);
       try {
-        await withClient(withDatabase(this.options.controlUrl, name), async (c) => {
+        await this.restrictDatabase(name, [ownerRole]);
+        // The owner role owns the public schema and so every scenario table; task files never run as admin.
+        await withClient(withDatabase(this.options.controlUrl, name), (c) =>
+          c.query(`ALTER SCHEMA public OWNER TO ${ownerRole}`),
+        );
+        await withClient(this.sandbox(name, scenario.name).ownerUrl, async (c) => {
           await c.query(scenario.schema);
           if (scenario.seed.trim()) await c.query(scenario.seed);
           const noKey = await c.query<{ table_name: string }>(`
@@ -115,7 +198,8 @@ export class SandboxPool {
               AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)`);
           if (noKey.rowCount)
             throw new Error(
-              `table ${noKey.rows.map((r) => r.table_name).join(', ')} has no primary key (state is compared row by row by key)`,
+              `table ${noKey.rows.map((r) => r.table_name).join(', ')} has no primary key (state is compared row by ` +
+                `row by key)`,
             );
           await c.query(`
             REVOKE ALL ON SCHEMA public FROM PUBLIC;
@@ -143,16 +227,24 @@ export class SandboxPool {
   }
 
   private async clone(template: string, state: 'ready' | 'leased', owner: string | null): Promise<string> {
-    const name = `${SANDBOX_PREFIX}${randomBytes(6).toString('hex')}`;
+    const name = `${sandboxPrefix(await this.deploymentTag())}${randomBytes(6).toString('hex')}`;
     const expiresMs = state === 'ready' ? 24 * 3600_000 : this.leaseMs;
     // The row exists before the database, so a crash in between leaves something the sweeper can find.
     await this.admin.query(
-      `INSERT INTO sandboxes (name, template, state, owner, leased_at, expires_at) VALUES ($1, $2, 'creating', $3, now(), now() + make_interval(secs => $4))`,
+      `INSERT INTO sandboxes (name, template, state, owner, leased_at, expires_at) VALUES ($1, $2, 'creating', $3, ` +
+        `now(), now() + make_interval(secs => $4))`,
       [name, template, owner, expiresMs / 1000],
     );
     await this.admin.query(
       `CREATE DATABASE ${quoteIdent(name)} TEMPLATE ${quoteIdent(template)} STRATEGY ${this.strategy}`,
     );
+    // The clone's own tool role: tbt_agent's table privileges (membership), CONNECT on this database only.
+    const password = this.toolRolePassword(name);
+    await this.admin.query(
+      `CREATE ROLE ${quoteIdent(name)} LOGIN INHERIT NOSUPERUSER NOCREATEDB NOCREATEROLE CONNECTION LIMIT 20
+       ${password === undefined ? '' : `PASSWORD ${pg.escapeLiteral(password)}`} IN ROLE ${agentRole}`,
+    );
+    await this.restrictDatabase(name, [name, readerRole, ownerRole]);
     await this.admin.query(`UPDATE sandboxes SET state = $2 WHERE name = $1`, [name, state]);
     return name;
   }
@@ -163,17 +255,20 @@ export class SandboxPool {
     try {
       const template = await this.ensureTemplate(scenario);
       const leased = await this.admin.query<{ name: string }>(
-        `UPDATE sandboxes SET state = 'leased', owner = $2, leased_at = now(), expires_at = now() + make_interval(secs => $3)
-         WHERE name = (SELECT name FROM sandboxes WHERE template = $1 AND state = 'ready' ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+        `UPDATE sandboxes SET state = 'leased', owner = $2, leased_at = now(),
+                              expires_at = now() + make_interval(secs => $3)
+         WHERE name = (SELECT name FROM sandboxes WHERE template = $1 AND state = 'ready' AND expires_at > now()
+                       ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
          RETURNING name`,
         [template, owner, this.leaseMs / 1000],
       );
       const name = leased.rows[0]?.name ?? (await this.clone(template, 'leased', owner));
+      this.holdLease(name);
       void this.refill(template); // never rejects: a failed refill only costs latency
       const sandbox = this.sandbox(name, scenario.name);
       if (options.dataPatch?.trim()) {
         try {
-          await withClient(sandbox.adminUrl, (c) => c.query(options.dataPatch!));
+          await withClient(sandbox.ownerUrl, (c) => c.query(options.dataPatch!));
         } catch (err) {
           await this.release(sandbox);
           if (isConnectionError(err)) throw err;
@@ -199,7 +294,8 @@ export class SandboxPool {
         for (;;) {
           if (this.closed) return;
           const { rows } = await this.admin.query<{ n: string }>(
-            `SELECT count(*) AS n FROM sandboxes WHERE template = $1 AND state IN ('ready', 'creating') AND owner IS NULL`,
+            `SELECT count(*) AS n FROM sandboxes WHERE template = $1 AND state IN ('ready', 'creating') AND owner IS ` +
+              `NULL`,
             [template],
           );
           if (Number(rows[0]!.n) >= this.warm) return;
@@ -215,25 +311,101 @@ export class SandboxPool {
     return task;
   }
 
-  /** Drops the sandbox's database (terminating its sessions) and forgets it. */
+  /**
+   * Keeps a held sandbox's lease alive: renewed every third of the lease while this process runs, so an
+   * episode may take as long as it needs, and a crashed worker's sandboxes still lapse one lease after it.
+   */
+  private holdLease(name: string): void {
+    const timer = setInterval(() => {
+      this.admin
+        .query(`UPDATE sandboxes SET expires_at = now() + make_interval(secs => $2) WHERE name = $1`, [
+          name,
+          this.leaseMs / 1000,
+        ])
+        .catch(() => undefined); // a missed renewal is retried at the next tick; the lease has slack for two
+    }, this.leaseMs / 3);
+    timer.unref();
+    this.renewals.set(name, timer);
+  }
+
+  private stopRenewing(name: string): void {
+    clearInterval(this.renewals.get(name));
+    this.renewals.delete(name);
+  }
+
+  /** Gives a used sandbox back: reset and returned to the pool when recycling, else dropped. */
   async release(sandbox: Pick<Sandbox, 'name'>): Promise<void> {
-    await this.admin.query(`DROP DATABASE IF EXISTS ${quoteIdent(sandbox.name)} WITH (FORCE)`);
+    this.stopRenewing(sandbox.name);
+    if (this.recycler && !this.closed && (await this.recycler.recycle(sandbox.name))) return;
+    await this.drop(sandbox);
+  }
+
+  /** Drops the sandbox's database (terminating its sessions) and forgets it. */
+  async drop(sandbox: Pick<Sandbox, 'name'>): Promise<void> {
+    this.stopRenewing(sandbox.name);
+    await this.dropDatabase(sandbox.name);
     await this.admin.query(`DELETE FROM sandboxes WHERE name = $1`, [sandbox.name]);
   }
 
-  /** Removes sandboxes whose lease expired (crashed workers) and databases nobody knows about. */
+  /** Drops a sandbox's database and then its tool role (which holds privileges on nothing else). */
+  private async dropDatabase(name: string): Promise<void> {
+    await this.admin.query(`DROP DATABASE IF EXISTS ${quoteIdent(name)} WITH (FORCE)`);
+    await this.admin.query(`DROP ROLE IF EXISTS ${quoteIdent(name)}`);
+  }
+
+  /**
+   * Removes this deployment's sandboxes whose lease lapsed (crashed workers) and its databases no row knows
+   * (orphans) once they have been seen for `orphanMinAgeMs`. Each expired row is claimed (deleted) under its
+   * own condition right before its drop, so a lease renewed or taken since the listing is kept.
+   */
   async sweep(): Promise<{ dropped: string[] }> {
     const dropped: string[] = [];
+    const prefix = sandboxPrefix(await this.deploymentTag());
     const expired = await this.admin.query<{ name: string }>(`SELECT name FROM sandboxes WHERE expires_at < now()`);
-    const orphans = await this.admin.query<{ name: string }>(
-      `SELECT datname AS name FROM pg_database d WHERE datname LIKE '${SANDBOX_PREFIX}%' AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.name = d.datname)`,
-    );
-    for (const { name } of [...expired.rows, ...orphans.rows]) {
-      await this.release({ name });
+    for (const { name } of expired.rows) {
+      if (this.renewals.has(name)) continue; // held here: the renewal is merely late
+      const claimed = await this.admin.query(
+        `DELETE FROM sandboxes WHERE name = $1 AND expires_at < now() RETURNING name`,
+        [name],
+      );
+      if (!claimed.rowCount) continue;
+      await this.dropDatabase(name);
       dropped.push(name);
     }
+    // Orphans: own-tag databases without a row. Sightings are recorded so that only old ones are dropped.
     await this.admin.query(
-      `DELETE FROM sandboxes s WHERE state <> 'creating' AND NOT EXISTS (SELECT 1 FROM pg_database d WHERE d.datname = s.name)`,
+      `INSERT INTO sandbox_orphans (name)
+         SELECT datname FROM pg_database d
+         WHERE starts_with(datname, $1) AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.name = d.datname)
+       ON CONFLICT (name) DO NOTHING`,
+      [prefix],
+    );
+    const orphans = await this.admin.query<{ name: string }>(
+      `SELECT name FROM sandbox_orphans WHERE first_seen < now() - make_interval(secs => $1)`,
+      [this.orphanMinAgeMs / 1000],
+    );
+    for (const { name } of orphans.rows) {
+      const known = await this.admin.query('SELECT 1 FROM sandboxes WHERE name = $1', [name]);
+      if (!known.rowCount && name.startsWith(prefix)) {
+        await this.dropDatabase(name);
+        dropped.push(name);
+      }
+      await this.admin.query('DELETE FROM sandbox_orphans WHERE name = $1', [name]);
+    }
+    await this.admin.query(
+      `DELETE FROM sandbox_orphans o WHERE NOT EXISTS (SELECT 1 FROM pg_database d WHERE d.datname = o.name)`,
+    );
+    // Tool roles whose sandbox is gone (a crash between the two drops); a live clone's row predates its role.
+    const strayRoles = await this.admin.query<{ name: string }>(
+      `SELECT rolname AS name FROM pg_roles r WHERE starts_with(rolname, $1)
+         AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.name = r.rolname)
+         AND NOT EXISTS (SELECT 1 FROM pg_database d WHERE d.datname = r.rolname)`,
+      [prefix],
+    );
+    for (const { name } of strayRoles.rows) await this.admin.query(`DROP ROLE IF EXISTS ${quoteIdent(name)}`);
+    await this.admin.query(
+      `DELETE FROM sandboxes s WHERE state <> 'creating' AND NOT EXISTS (SELECT 1 FROM pg_database d WHERE d.datname ` +
+        `= s.name)`,
     );
     return { dropped };
   }
@@ -241,6 +413,7 @@ export class SandboxPool {
   /** Waits for background refills, then closes the admin connections. Ready clones stay for the next run. */
   async close(): Promise<void> {
     this.closed = true;
+    for (const name of [...this.renewals.keys()]) this.stopRenewing(name);
     await Promise.allSettled([...this.refills.values()]);
     await this.admin.end();
   }

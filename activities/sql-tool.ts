@@ -2,7 +2,7 @@ import { Ajv, type ValidateFunction } from 'ajv';
 import type pg from 'pg';
 import type { ToolDefinition } from '../config/task-schema.ts';
 import { compileNamedSql } from '../core/named-sql.ts';
-import { InfrastructureError, errorMessage } from '../core/errors.ts';
+import { InfrastructureError, errorMessage, isInfrastructureSqlState } from '../core/errors.ts';
 
 /**
  * Runs a scenario tool (declarative SQL) on one episode's database. Arguments are validated against the
@@ -32,11 +32,9 @@ function bindValue(value: unknown): unknown {
   return value;
 }
 
-/** SQLSTATE classes that mean the database, not the agent's request, is at fault. */
+/** The database, not the agent's request, is at fault; a statement timeout is the request's (57014). */
 function isInfrastructureFailure(err: unknown): boolean {
-  const code = (err as { code?: string }).code;
-  if (code === undefined) return true; // connection terminated, socket errors
-  return /^(08|53|57|58|XX)/.test(code);
+  return isInfrastructureSqlState((err as { code?: string }).code);
 }
 
 function toJsonText(value: unknown): string {
@@ -50,10 +48,10 @@ export async function runSqlTool(
 ): Promise<string> {
   const validate = validatorFor(tool);
   if (!validate(args)) {
-    const problems = (validate.errors ?? []).map(
-      (e) =>
-        `${e.instancePath || 'arguments'} ${e.message ?? 'is invalid'}${e.params && 'additionalProperty' in e.params ? ` '${String(e.params.additionalProperty)}'` : ''}`,
-    );
+    const problems = (validate.errors ?? []).map((e) => {
+      const property = e.params && 'additionalProperty' in e.params ? ` '${String(e.params.additionalProperty)}'` : '';
+      return `${e.instancePath || 'arguments'} ${e.message ?? 'is invalid'}${property}`;
+    });
     throw new ToolCallError(`invalid arguments for ${tool.name}: ${problems.join('; ')}`);
   }
   const statements = Array.isArray(tool.sql) ? tool.sql : [tool.sql];

@@ -8,8 +8,8 @@ export { formatProblem, parseYamlFile, type TaskFileProblem, type ThinkingBoxSui
 
 /**
  * Reads task suites from disk. A native suite is a folder with `scenarios/*.yaml` and `tasks/*.yaml`; an imported
- * ThinkingBox suite is a folder with `thinkingbox-suite.json` (written by `tbt tasks import-thinkingbox`). Every problem
- * is collected as a `TaskFileProblem` naming file, line and field; one bad file never hides the others.
+ * ThinkingBox suite is a folder with `thinkingbox-suite.json` (written by `tbt tasks import-thinkingbox`). Every
+ * problem is collected as a `TaskFileProblem` naming file, line and field; one bad file never hides the others.
  */
 
 export class TaskFileError extends Error {
@@ -132,7 +132,8 @@ export function loadSuites(root: string): LoadResult {
           line: 1,
           field: '',
           message:
-            'no task suite found (a suite is a folder with scenarios/ and tasks/, or an imported thinkingbox-suite.json)',
+            'no task suite found (a suite is a folder with scenarios/ and tasks/, or an imported ' +
+            'thinkingbox-suite.json)',
         },
       ],
     };

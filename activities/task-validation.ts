@@ -23,6 +23,8 @@ export interface TaskValidation {
   problems: string[];
   /** Noted, not failing. */
   warnings?: string[];
+  /** Per episode: milliseconds to a ready backend (tool servers started or taken warm, initialised). */
+  backendStartMs?: number[];
 }
 
 const CHANGE_BY_TYPE: [RegExp, (col: string) => string][] = [
@@ -33,9 +35,9 @@ const CHANGE_BY_TYPE: [RegExp, (col: string) => string][] = [
   [/^timestamp/, (c) => `${c} + interval '1 day'`],
 ];
 
-/** Changes one value of one row (or deletes a row) through the admin role; returns what it did. */
-export async function mutateOneRow(adminUrl: string, scenario: Scenario): Promise<string> {
-  return withClient(adminUrl, async (db) => {
+/** Changes one value of one row (or deletes a row) through the owner role; returns what it did. */
+export async function mutateOneRow(ownerUrl: string, scenario: Scenario): Promise<string> {
+  return withClient(ownerUrl, async (db) => {
     const { rows: columns } = await db.query<{
       table_name: string;
       column_name: string;
@@ -45,7 +47,8 @@ export async function mutateOneRow(adminUrl: string, scenario: Scenario): Promis
       SELECT c.table_name, c.column_name, c.data_type,
              EXISTS (SELECT 1 FROM information_schema.key_column_usage k JOIN information_schema.table_constraints t
                        ON t.constraint_name = k.constraint_name AND t.table_name = k.table_name
-                     WHERE t.constraint_type = 'PRIMARY KEY' AND k.table_name = c.table_name AND k.column_name = c.column_name) AS is_pk
+                     WHERE t.constraint_type = 'PRIMARY KEY' AND k.table_name = c.table_name
+                       AND k.column_name = c.column_name) AS is_pk
       FROM information_schema.columns c WHERE c.table_schema = 'public' ORDER BY c.table_name, c.ordinal_position`);
     const tables = [...new Set(columns.map((c) => c.table_name))];
     await db.query('BEGIN');
@@ -63,7 +66,8 @@ export async function mutateOneRow(adminUrl: string, scenario: Scenario): Promis
         await db.query('SAVEPOINT m');
         try {
           const r = await db.query(
-            `UPDATE ${quoteIdent(table)} SET ${col} = ${change(col)} WHERE ctid = (SELECT ctid FROM ${quoteIdent(table)} WHERE ${col} IS NOT NULL LIMIT 1)`,
+            `UPDATE ${quoteIdent(table)} SET ${col} = ${change(col)} WHERE ctid = (SELECT ctid FROM ` +
+              `${quoteIdent(table)} WHERE ${col} IS NOT NULL LIMIT 1)`,
           );
           if (r.rowCount === 1) return done(`changed ${table}.${column.column_name} of one row`);
         } catch {
@@ -114,7 +118,7 @@ export async function validateTask(
     const golden = await grade(replayed);
     v.goldenPass = golden.outcome === 'success';
     if (!v.goldenPass) v.problems.push(`golden replay does not pass: ${golden.cause ?? golden.outcome}`);
-    const what = await mutateOneRow(replayed.adminUrl, scenario);
+    const what = await mutateOneRow(replayed.ownerUrl, scenario);
     const mutated = await grade(replayed);
     v.mutationFail = mutated.outcome === 'agent_failure';
     if (!v.mutationFail) v.problems.push(`a one-row mutation (${what}) is not detected: ${mutated.outcome}`);
@@ -132,7 +136,8 @@ export async function validateTask(
       v.problems.push(
         v.noChange
           ? `no-change task, but a null agent does not pass: ${nullResult.cause}`
-          : `a null agent does not fail: ${nullResult.outcome}${nullResult.diff.length ? `\n${formatDiff(nullResult.diff)}` : ''}`,
+          : `a null agent does not fail: ` +
+              `${nullResult.outcome}${nullResult.diff.length ? `\n${formatDiff(nullResult.diff)}` : ''}`,
       );
     }
   } catch (err) {

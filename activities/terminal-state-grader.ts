@@ -30,7 +30,7 @@ export interface AssertionResult {
 }
 export interface GradeReport {
   outcome: Outcome;
-  reward: 0 | 1;
+  reward: number;
   stateMatches: boolean;
   resultHash: string;
   goldenHash: string;

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { databaseUrl, readEnvironment, repoRoot } from '../config/environment.ts';
 import { loadSuites } from '../activities/task-suite-loader.ts';
 import { SandboxPool } from '../activities/sandbox-pool.ts';
+import { sustainedRate } from './sandbox-sustained.ts';
 import { ensureControlDatabase, quoteIdent, withClient, withDatabase } from '../infra/control-database.ts';
 
 /**
@@ -11,10 +12,13 @@ import { ensureControlDatabase, quoteIdent, withClient, withDatabase } from '../
  *   file_copy cold CREATE DATABASE ... TEMPLATE ... STRATEGY FILE_COPY
  *   wal_log   cold CREATE DATABASE ... TEMPLATE ... STRATEGY WAL_LOG (PG15's default)
  *   ddl_seed  CREATE DATABASE then run the scenario's schema + seed SQL
- * Prints p50/p95 and ratios against the warm pool. Usage: npm run bench:sandbox [-- N]
+ * Prints p50/p95 and ratios against the warm pool. Then the sustained acquire + release rate over M episodes
+ * (default 500, 4 lanes), recycled sandboxes (sandbox-recycler.ts) against drop + create (clone per episode).
+ * Usage: npm run bench:sandbox [-- N [M]]
  */
 
 const n = Number(process.argv[2] ?? 20);
+const sustainedEpisodes = Number(process.argv[3] ?? 500);
 const env = readEnvironment();
 await ensureControlDatabase(env);
 const controlUrl = databaseUrl(env);
@@ -77,6 +81,32 @@ console.log(`bench/sandbox: scenario ${scenario.name}, ${n} rounds each`);
 console.log('strategy    p50 ms   p95 ms   p50 / warm p50');
 for (const [k, xs] of Object.entries(results)) {
   console.log(
-    `${k.padEnd(10)} ${quantile(xs, 0.5).toFixed(1).padStart(7)}  ${quantile(xs, 0.95).toFixed(1).padStart(7)}   ${(quantile(xs, 0.5) / base).toFixed(1)}x`,
+    `${k.padEnd(10)} ${quantile(xs, 0.5).toFixed(1).padStart(7)}  ${quantile(xs, 0.95).toFixed(1).padStart(7)}   ` +
+      `${(quantile(xs, 0.5) / base).toFixed(1)}x`,
   );
 }
+
+// Sustained turnover: what bounds the episode rate once the warm pool drains.
+const poolOptions = {
+  controlUrl,
+  warm: 2,
+  agentPassword: env.TBT_AGENT_DB_PASSWORD,
+  readerPassword: env.TBT_READER_DB_PASSWORD,
+};
+// The last table the schema creates: usually one no other table references, so a row can go.
+const table = [...scenario.schema.matchAll(/CREATE TABLE\s+(\w+)/gi)].at(-1)?.[1];
+const write = table
+  ? `DELETE FROM ${quoteIdent(table)} WHERE ctid IN (SELECT ctid FROM ${quoteIdent(table)} LIMIT 1)`
+  : '';
+const lanes = 4;
+const dropCreate = await sustainedRate({ ...poolOptions, recycle: false }, scenario, write, sustainedEpisodes, lanes);
+const recycled = await sustainedRate({ ...poolOptions, recycle: true }, scenario, write, sustainedEpisodes, lanes);
+console.log(`\nsustained acquire + write + release, ${sustainedEpisodes} episodes, ${lanes} lanes, warm 2:`);
+for (const [k, r] of [
+  ['drop+create', dropCreate],
+  ['recycled', recycled],
+] as const)
+  console.log(
+    `${k.padEnd(12)} ${r.seconds.toFixed(1).padStart(7)} s  ${r.perSecond.toFixed(1).padStart(6)} episodes/s`,
+  );
+console.log(`recycled / drop+create rate: ${(recycled.perSecond / dropCreate.perSecond).toFixed(2)}x`);

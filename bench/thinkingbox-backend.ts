@@ -59,9 +59,11 @@ async function measure(warm: number): Promise<number[]> {
 const cold = await measure(0);
 const warm = await measure(2);
 const row = (name: string, xs: number[]) =>
-  `${name.padEnd(6)} p50 ${quantile(xs, 0.5).toFixed(1).padStart(7)} ms  p95 ${quantile(xs, 0.95).toFixed(1).padStart(7)} ms`;
+  `${name.padEnd(6)} p50 ${quantile(xs, 0.5).toFixed(1).padStart(7)} ms  p95 ` +
+  `${quantile(xs, 0.95).toFixed(1).padStart(7)} ms`;
 console.log(
-  `task ${task.uid}: ${Object.keys(task.world_state).length} tool servers per episode, ${n} episodes each, ${gapMs} ms apart (${os.cpus().length} cores)`,
+  `task ${task.uid}: ${Object.keys(task.world_state).length} tool servers per episode, ${n} episodes each, ${gapMs} ` +
+    `ms apart (${os.cpus().length} cores)`,
 );
 console.log(row('warm', warm));
 console.log(`${row('cold', cold)}  (${(quantile(cold, 0.5) / quantile(warm, 0.5)).toFixed(1)}x the warm p50)`);

@@ -1,6 +1,17 @@
+import { allowUnsandboxedDatasetCode, readEnvironment } from '../config/environment.ts';
+import { redactSecretsInText } from '../core/secret-text.ts';
 import { down, status, up } from './commands/infra.ts';
 
 /** `tbt`: one entry point; each subcommand lives in cli/commands/. */
+
+/** TBT_DEBUG through the schema; a bad environment must not hide the error being reported. */
+function debugEnabled(): boolean {
+  try {
+    return readEnvironment().TBT_DEBUG === '1';
+  } catch {
+    return false;
+  }
+}
 
 type Command = (args: string[]) => Promise<number | void>;
 
@@ -40,6 +51,10 @@ const commands: Record<string, { summary: string; run: Command }> = {
     summary: 'campaign status|pause|resume|stop|follow ID',
     run: async (a) => (await import('./commands/campaign.ts')).campaign(a),
   },
+  gc: {
+    summary: 'gc [--keep-exports K] [--max-log-mb N] [--dry-run]: prune old weight exports and batches, rotate logs',
+    run: async (a) => (await import('./commands/gc.ts')).gc(a),
+  },
   workers: {
     summary: 'workers up|down|status: the orchestrator, rollout and gpu workers as local processes',
     run: async (a) => (await import('./commands/workers.ts')).workers(a),
@@ -56,13 +71,21 @@ const commands: Record<string, { summary: string; run: Command }> = {
 
 function usage(): string {
   return [
-    'usage: tbt <command> [args]',
+    'usage: tbt [--unsandboxed] <command> [args]',
     '',
     ...Object.entries(commands).map(([n, c]) => `  ${n.padEnd(10)} ${c.summary}`),
+    '',
+    '  --unsandboxed  run dataset code (ThinkingBox tool servers, test code) even where bubblewrap does not work,',
+    '                 without isolation (TBT_UNSANDBOXED=1; inherited by workers this command starts)',
   ].join('\n');
 }
 
 async function main(argv: string[]): Promise<number> {
+  // A host-level switch, accepted anywhere on the command line: never part of a campaign's config.
+  if (argv.includes('--unsandboxed')) {
+    allowUnsandboxedDatasetCode();
+    argv = argv.filter((a) => a !== '--unsandboxed');
+  }
   const [name, ...rest] = argv;
   if (!name || name === '--help' || name === '-h') {
     console.log(usage());
@@ -79,8 +102,13 @@ async function main(argv: string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err: unknown) => {
-    console.error(`tbt: ${err instanceof Error ? err.message : String(err)}`);
-    if (process.env.TBT_DEBUG && err instanceof Error) console.error(err.stack);
-    process.exit(1);
+    // Scrubbed: a message can carry a URL with its password (a driver error, a bad flag value).
+    console.error(`tbt: ${redactSecretsInText(err instanceof Error ? err.message : String(err))}`);
+    if (debugEnabled() && err instanceof Error) console.error(redactSecretsInText(err.stack ?? ''));
+    // Bad flags (node:util parseArgs's own errors included) exit 2, like a usage error; anything else 1.
+    const usage =
+      err instanceof Error &&
+      (err.name === 'UsageError' || /^ERR_PARSE_ARGS/.test(String((err as { code?: string }).code)));
+    process.exit(usage ? 2 : 1);
   },
 );

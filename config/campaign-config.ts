@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { z } from 'zod';
 import { episodeConfigSchema } from './episode-config.ts';
+import { checkLearnerTopology } from './learner-topology.ts';
 import { formatProblem, parseYamlFile } from './yaml-file.ts';
 
 /**
@@ -20,6 +21,36 @@ export const learnerSchema = z
     model_path: z.string().default('embedded').describe("Local HF model folder; 'embedded' = the bundled small model"),
     nodes: z.number().int().min(1).default(1).describe('Learner nodes'),
     gpus_per_node: z.number().int().min(1).default(1).describe('Processes per node (GPUs; CPU processes locally)'),
+    world_size: z
+      .number()
+      .int()
+      .min(1)
+      .optional()
+      .describe('Total learner ranks, when stated: must equal nodes x gpus_per_node'),
+    rdzv_endpoint: z
+      .string()
+      .optional()
+      .describe('host:port of the c10d rendezvous on node 0 (torchrun --rdzv-endpoint); required when nodes > 1'),
+    gpu_workers: z
+      .array(
+        z
+          .object({
+            host: z.string().min(1).describe("The GPU worker's host name (TBT_GPU_HOST): its task queue"),
+            node_rank: z.number().int().min(0).describe('The node rank whose ranks that worker starts'),
+          })
+          .strict(),
+      )
+      .optional()
+      .describe("One GPU worker per learner node; default: this host's, as node 0 of one node"),
+    attach_url: z
+      .string()
+      .url()
+      .optional()
+      .describe('Control URL of a learner started outside the GPU workers (they then start none); it must be healthy'),
+    attach_token_file: z
+      .string()
+      .optional()
+      .describe("With attach_url: that learner's control.token file (0600), read by node 0's GPU worker"),
     device: z.enum(['cpu', 'cuda']).default('cpu').describe('cpu = gloo + fp32; cuda = nccl + bf16'),
     lr: z.number().optional().describe(learnerOwned('AdamW learning rate')),
     betas: z.tuple([z.number(), z.number()]).optional().describe(learnerOwned('AdamW (beta1, beta2)')),
@@ -45,7 +76,8 @@ export const learnerSchema = z
       .default(0)
       .describe('Per learner process-hour, for the training cost in reports'),
   })
-  .strict();
+  .strict()
+  .superRefine(checkLearnerTopology);
 
 export const campaignConfigSchema = z
   .object({
@@ -63,7 +95,8 @@ export const campaignConfigSchema = z
       .string()
       .optional()
       .describe(
-        'Price table YAML (USD per million tokens per role, config/price-table.ts) for costs in evaluations and the report',
+        'Price table YAML (USD per million tokens per role, config/price-table.ts) for costs in evaluations and the ' +
+          'report',
       ),
     episode: episodeConfigSchema.describe(
       'Episode settings; policy.base_url "embedded" = the embedded CPU policy server',
@@ -100,7 +133,8 @@ export const campaignConfigSchema = z
           .min(0)
           .default(4)
           .describe(
-            'Extra episodes per group to replace ones lost to infrastructure errors; past it the group is dropped and replaced by a fresh task',
+            'Extra episodes per group to replace ones lost to infrastructure errors; past it the group is dropped ' +
+              'and replaced by a fresh task',
           ),
         max_replacements: z
           .number()
@@ -114,13 +148,15 @@ export const campaignConfigSchema = z
           .min(0)
           .default(0)
           .describe(
-            'Weight versions an episode may lag behind the step that trains on it; older ones are dropped and refilled (0 = on-policy)',
+            'Weight versions an episode may lag behind the step that trains on it; older ones are dropped and ' +
+              'refilled (0 = on-policy)',
           ),
         zero_variance_fallback: z
           .enum(['train_on_fewer', 'keep_zero_variance'])
           .default('train_on_fewer')
           .describe(
-            'After max_replacements: train on the informative groups found, or fill up with zero-variance groups (advantage 0)',
+            'After max_replacements: train on the informative groups found, or fill up with zero-variance groups ' +
+              '(advantage 0)',
           ),
       })
       .strict(),
@@ -132,7 +168,8 @@ export const campaignConfigSchema = z
           .enum(['pool', 'all', 'held_out'])
           .default('pool')
           .describe(
-            'Evaluate on the training pool, every suite task, or only the held-out tasks (exclude_uids and evaluation-only ones), disjoint from training',
+            'Evaluate on the training pool, every suite task, or only the held-out tasks (exclude_uids and ' +
+              'evaluation-only ones), disjoint from training',
           ),
         concurrency: z.number().int().min(1).default(8).describe('Evaluation episodes in flight (across all shards)'),
         shard_size: z

@@ -1,11 +1,60 @@
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
+import { readLocalPassword } from './local-database-password.ts';
 
 /** Repository root, resolved from this file so commands work from any working directory. */
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 const port = z.coerce.number().int().min(1).max(65535);
+/** A count from text: digits only (`z.coerce` alone would turn '' into 0 and '2e3' into 2000). */
+const count = (min: number, max: number) =>
+  z.string().regex(/^\d+$/, 'expected a whole number').transform(Number).pipe(z.number().int().min(min).max(max));
+/**
+ * A Postgres URL, checked without ever repeating it: the value may hold a password, and error text ends
+ * up in crash logs. Only the part at fault is named.
+ */
+export function postgresUrlProblem(text: string): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return 'not a valid URL (the value is not shown: it may hold a password); expected a postgres:// URL';
+  }
+  if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:')
+    return `scheme ${JSON.stringify(url.protocol)}: expected postgres: or postgresql:`;
+  if (!url.hostname && !url.searchParams.get('host')) return 'no host';
+  for (const [part, value] of [
+    ['user name', url.username],
+    ['password', url.password],
+    ['database name', url.pathname],
+  ] as const) {
+    try {
+      decodeURIComponent(value);
+    } catch {
+      return `the ${part} is not valid percent-encoding (use encodeURIComponent on it)`;
+    }
+  }
+  return undefined;
+}
+
+const postgresUrl = z.string().superRefine((text, ctx) => {
+  const problem = postgresUrlProblem(text);
+  if (problem) ctx.addIssue({ code: 'custom', message: problem });
+});
+
+/** `NAME_API_KEY=host,host;OTHER_API_KEY=host`: the hosts each API key may be sent to. */
+const keyHostsEntry = String.raw`[A-Z][A-Z0-9_]*_API_KEY=[A-Za-z0-9.:\[\]-]+(,[A-Za-z0-9.:\[\]-]+)*`;
+const keyHostsList = new RegExp(String.raw`^\s*(${keyHostsEntry})?(\s*;\s*${keyHostsEntry})*\s*$`);
+
+/** host:port of a gRPC frontend. */
+const hostPort = z
+  .string()
+  .regex(/^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):\d{1,5}$/, 'expected host:port (e.g. 10.0.0.10:7233)');
+
+/** A task-queue-safe name: it becomes part of `<prefix>-gpu-<host>`. */
+const queueName = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, 'expected letters, digits, . _ - (at most 63)');
 
 /** Process environment read once; every address, port and folder of the local stack comes from here. */
 export const environmentSchema = z.object({
@@ -13,15 +62,13 @@ export const environmentSchema = z.object({
     .string()
     .default(path.join(repoRoot, '.state'))
     .describe('Folder for server data, logs and pid files'),
-  TBT_TEMPORAL_ADDRESS: z
-    .string()
+  TBT_TEMPORAL_ADDRESS: hostPort
     .optional()
     .describe('host:port of an existing Temporal frontend; unset = the local dev server'),
   TBT_TEMPORAL_PORT: port.default(7233).describe('gRPC port of the local Temporal dev server'),
   TBT_TEMPORAL_UI_PORT: port.default(8233).describe('Web UI port of the local Temporal dev server'),
-  TBT_TEMPORAL_NAMESPACE: z.string().default('default'),
-  DATABASE_URL: z
-    .string()
+  TBT_TEMPORAL_NAMESPACE: z.string().default('default').describe('Temporal namespace of every workflow'),
+  DATABASE_URL: postgresUrl
     .optional()
     .describe('Control Postgres (admin role with CREATEDB and CREATEROLE); unset = the local server'),
   TBT_PG_PORT: port.default(54329).describe('Port of the local Postgres server'),
@@ -33,13 +80,104 @@ export const environmentSchema = z.object({
     .string()
     .optional()
     .describe('Password of the read-only checking role tbt_reader, when the server needs one'),
-  TBT_TASK_QUEUE_PREFIX: z.string().default('tbt').describe('Prefix of every task queue name'),
+  TBT_TASK_QUEUE_PREFIX: queueName.default('tbt').describe('Prefix of every task queue name'),
+  TBT_SANDBOX_WARM: count(0, 64).default(2).describe('Ready sandbox clones each worker keeps per template'),
+  TBT_ROLLOUT_CONCURRENCY: count(1, 256).default(4).describe('Episodes one rollout worker runs at once'),
+  TBT_GPU_HOST: queueName
+    .default(
+      os
+        .hostname()
+        .replace(/[^A-Za-z0-9._-]/g, '-')
+        .slice(0, 63) || 'localhost',
+    )
+    .describe("Names this host's learner task queue <prefix>-gpu-<host>; default: the host name"),
+  TBT_PG_BIN: z.string().optional().describe('Folder of the PostgreSQL server binaries (initdb, pg_ctl)'),
+  TBT_PG_SEARCH_SYSTEM: z
+    .enum(['0', '1'])
+    .default('1')
+    .describe("0 = look for Postgres binaries only in TBT_PG_BIN and PATH, not Debian's folders"),
+  TBT_PY_VENV: z.string().optional().describe('Learner Python environment (scripts/setup.sh creates it)'),
+  TBT_TB_VENV: z.string().optional().describe('Python environment of dataset tool servers (scripts/setup.sh)'),
+  TBT_DATASET_ENV_DIR: z
+    .string()
+    .min(1)
+    .optional()
+    .describe('Folder of the cached per-dataset Python environments (~/.cache/thinkingbox-temporal/datasets)'),
+  TBT_TYPESENSE_ADDRESS: z
+    .string()
+    .regex(/^[\w.-]+:\d{1,5}$/, 'expected host:port')
+    .optional()
+    .describe("host:port of a Typesense the rollout worker forwards its 127.0.0.1:8108 to (compose's service)"),
+  TBT_THINKINGBOX_DATA: z
+    .string()
+    .optional()
+    .describe('Tests only: the public ThinkingBox data folder (test/thinkingbox-bench-subset.test.ts)'),
+  TBT_VLLM_VENV: z.string().optional().describe("vLLM's CPU-build Python environment (scripts/setup.sh creates it)"),
+  TBT_VLLM_MAX_MODEL_LEN: count(256, 1_048_576)
+    .default(4096)
+    .describe('Context length (--max-model-len) of the embedded vLLM policy server'),
+  TBT_MODEL_CACHE: z
+    .string()
+    .optional()
+    .describe('Model folder of the Python learner (~/.cache/thinkingbox-temporal/models)'),
+  TBT_LEARNER_TEST_HOOKS: z
+    .string()
+    .refine((s) => {
+      try {
+        return typeof JSON.parse(s) === 'object';
+      } catch {
+        return false;
+      }
+    }, 'expected a JSON object')
+    .optional()
+    .describe('Tests only: JSON that switches on fault points in the Python learner'),
+  TBT_API_KEY_HOSTS: z
+    .string()
+    .regex(keyHostsList, 'expected NAME_API_KEY=host,host;OTHER_API_KEY=host')
+    .default('')
+    .describe('Hosts each API key variable may be sent to, added to the built-in ties (docs/security.md)'),
+  TBT_POLICY_SYNC_TOKEN_FILE: z
+    .string()
+    .min(1)
+    .optional()
+    .describe('0600 file whose token weight syncs send to external built-in policy servers (read at each sync)'),
+  TBT_CHROMIUM: z.string().default('/usr/bin/chromium').describe('Chromium for the report and UI screenshots'),
+  TBT_DEBUG: z.enum(['', '0', '1']).default('').describe('1 = print stack traces of command errors'),
+  TBT_BENCH_ENGINES: z
+    .string()
+    .regex(/^(builtin|vllm)(,(builtin|vllm))*$/, 'expected builtin, vllm or builtin,vllm')
+    .default('builtin,vllm')
+    .describe('bench:serving only: the policy servers to measure (the ratio needs both)'),
+  TBT_TEST_FILTER: z.string().optional().describe('Tests only: regex over test file paths (scripts/test.sh)'),
+  TBT_KEEP_UP: z.string().optional().describe('Tests only: leave the servers scripts/test.sh started running'),
+  TBT_UNSANDBOXED: z
+    .enum(['0', '1'])
+    .default('0')
+    .describe('1 = run dataset code without isolation where bubblewrap does not work (`tbt --unsandboxed`)'),
+  TBT_SANDBOX_LOOPBACK: z
+    .string()
+    .default('8108=127.0.0.1:8108')
+    .describe(
+      'PORT=HOST:PORT,...: loopback ports inside the tool-server sandbox and the one host address each reaches ' +
+        "(default: the knowledge-base search service the bench's servers expect on 127.0.0.1:8108); '' = none",
+    ),
+  TBT_SANDBOX_RECYCLE: z
+    .enum(['true', 'false', '1', '0'])
+    .default('true')
+    .transform((v) => v === 'true' || v === '1')
+    .describe('Reset used sandboxes and return them to the pool (true) or drop and clone one per episode (false)'),
 });
 export type Environment = z.infer<typeof environmentSchema>;
+
+/** `tbt --unsandboxed`: set for this process and inherited by the workers it starts (read back by the schema). */
+export function allowUnsandboxedDatasetCode(): void {
+  process.env.TBT_UNSANDBOXED = '1';
+}
 
 export function readEnvironment(env: NodeJS.ProcessEnv = process.env): Environment {
   const parsed = environmentSchema.safeParse(env);
   if (!parsed.success) {
+    // The message names the variable and the rule, never the value (it may be a password or hold one).
     const issue = parsed.error.issues[0]!;
     throw new Error(`environment variable ${issue.path.join('.')}: ${issue.message}`);
   }
@@ -54,8 +192,11 @@ export function temporalUiUrl(env: Environment): string {
   return `http://localhost:${env.TBT_TEMPORAL_UI_PORT}`;
 }
 
+/** DATABASE_URL when set (it wins); else the local server, with the password `tbt up` generated. */
 export function databaseUrl(env: Environment): string {
-  return env.DATABASE_URL ?? `postgres://tbt@127.0.0.1:${env.TBT_PG_PORT}/tbt`;
+  if (env.DATABASE_URL) return env.DATABASE_URL;
+  const password = readLocalPassword(env.TBT_STATE_DIR);
+  return `postgres://tbt${password ? `:${encodeURIComponent(password)}` : ''}@127.0.0.1:${env.TBT_PG_PORT}/tbt`;
 }
 
 /** Task queues, named in one place (workers and workflows both read them from here). */
@@ -63,6 +204,11 @@ export function taskQueues(env: Pick<Environment, 'TBT_TASK_QUEUE_PREFIX'>) {
   const p = env.TBT_TASK_QUEUE_PREFIX;
   return {
     orchestrator: `${p}-orchestrator`,
+    /**
+     * Bookkeeping activities: scheduled by the workflows on their own queue, whose activity tasks Temporal
+     * dispatches apart from its workflow tasks; only the bookkeeping worker polls them.
+     */
+    bookkeeping: `${p}-orchestrator`,
     rollout: `${p}-rollout`,
     gpu: (host: string) => `${p}-gpu-${host}`,
   } as const;

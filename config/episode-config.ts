@@ -2,14 +2,24 @@ import { z } from 'zod';
 
 /** Episode settings: endpoints, sampling, simulated user, limits. Validated once; the schema is the type. */
 
+/**
+ * The only variables an endpoint may send as its key: names ending in `_API_KEY`. This keeps every other
+ * secret of the process (DATABASE_URL, TBT_*_PASSWORD) from ever leaving as a bearer token.
+ */
+export const apiKeyVariablePattern = /^[A-Z][A-Z0-9_]*_API_KEY$/;
+
 export const endpointSchema = z
   .object({
     base_url: z.string().url().describe('OpenAI-compatible base URL including /v1'),
     model: z.string().min(1).describe('Model name sent with each request'),
     api_key_env: z
       .string()
+      .regex(
+        apiKeyVariablePattern,
+        'expected the name of a variable ending in _API_KEY (e.g. TBT_POLICY_API_KEY, OPENAI_API_KEY)',
+      )
       .optional()
-      .describe('Name of the environment variable holding the API key (read at call time)'),
+      .describe('Variable holding the API key, read at call time, sent only to hosts tied to it; unset = no key'),
     timeout_ms: z.number().int().positive().default(300_000).describe('Per-request timeout'),
   })
   .strict();
@@ -63,7 +73,8 @@ export const episodeConfigSchema = z
         .array(z.string().url())
         .optional()
         .describe(
-          'Policy server instances a campaign syncs weights into after every step (base URLs with /v1; default: base_url itself)',
+          'Policy server instances a campaign syncs weights into after every step (base URLs with /v1; default: ' +
+            'base_url itself)',
         ),
       sync_deadline_ms: z
         .number()
@@ -93,7 +104,8 @@ export const episodeConfigSchema = z
           .array(z.string())
           .default([])
           .describe(
-            'Stop strings (token mode), kept in the output; e.g. ["</tool_call>"] for small models that ramble after a call',
+            'Stop strings (token mode), kept in the output; e.g. ["</tool_call>"] for small models that ramble after ' +
+              'a call',
           ),
       })
       .strict()
@@ -114,8 +126,9 @@ export const episodeConfigSchema = z
           .number()
           .int()
           .min(1)
-          .default(30)
-          .describe('Agent completions per episode when the task sets none'),
+          .nullable()
+          .default(null)
+          .describe('Agent completions per episode when the task sets none (null = unlimited, as the reference)'),
         max_tokens_per_turn: z
           .number()
           .int()
@@ -127,7 +140,7 @@ export const episodeConfigSchema = z
           .int()
           .min(1)
           .default(106_496)
-          .describe('Context budget per episode (reference: 106,496)'),
+          .describe('Tokens per episode after the initial prompt (reference: 106,496)'),
         wall_clock_ms: z
           .number()
           .int()

@@ -40,7 +40,8 @@ export const toolSchema = z
     sql: z
       .union([sqlText, z.array(sqlText).min(1)])
       .describe(
-        'Handler: one statement or a list run in one transaction on the episode database. `:name` binds argument `name` as a parameter (never spliced into the text); missing optional arguments bind NULL.',
+        'Handler: one statement or a list run in one transaction on the episode database. `:name` binds argument ' +
+          '`name` as a parameter (never spliced into the text); missing optional arguments bind NULL.',
       ),
     result: z
       .enum(['rows', 'row', 'affected'])
@@ -50,7 +51,8 @@ export const toolSchema = z
       .string()
       .optional()
       .describe(
-        'If set, a last statement that returns or affects no rows is an error with this text (and the transaction rolls back)',
+        'If set, a last statement that returns or affects no rows is an error with this text (and the transaction ' +
+          'rolls back)',
       ),
   })
   .strict()
@@ -100,7 +102,8 @@ export const scenarioSchema = z
       .array(exampleExchangeSchema)
       .default([])
       .describe(
-        'Worked exchanges shown before the task when prompt.example is on (for very small models); use values no task uses',
+        'Worked exchanges shown before the task when prompt.example is on (for very small models); use values no ' +
+          'task uses',
       ),
   })
   .strict()

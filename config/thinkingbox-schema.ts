@@ -2,60 +2,91 @@ import { z } from 'zod';
 import { taskLimitsSchema } from './task-schema.ts';
 
 /**
- * ThinkingBox-format datasets (REFERENCE.md section 6): the files users bring (agent, scenario and task YAML,
- * servers.yaml, the test list) and the imported suite `tbt tasks import-thinkingbox` writes. Dataset files are
- * read loosely (unknown keys are kept and reported, never fatal): they come from elsewhere and may carry
- * fields this importer does not use.
+ * ThinkingBox-format datasets (docs/thinkingbox-datasets.md): the files users bring (agent, scenario and task
+ * YAML, servers/servers.yaml, the test list) and the imported suite `tbt tasks import-thinkingbox` writes.
+ * Dataset files are read loosely (unknown keys are kept and ignored, never fatal): they come from elsewhere and
+ * carry fields this importer does not use (`inject_after_user`, `fixtures`, ...).
  */
 
 const json = z.record(z.string(), z.unknown());
 
-export const agentFileSchema = z.looseObject({
-  system_prompt: z.string().min(1).describe('Generic agent system prompt'),
-  tools: z.array(z.unknown()).optional().describe('Built-in tools (an end-turn tool); ours is always offered'),
+/** A framework-handled tool (never sent to a server), e.g. the bench's InjectionAttackInToolResponse. */
+export const builtinToolSchema = z.looseObject({
+  name: z.string().min(1),
+  description: z.string().default(''),
+  input_schema: json.default({ type: 'object', properties: {} }),
+  is_end_turn: z.boolean().default(false).describe('Calling it ends the episode'),
 });
 
-export const visibleToolSchema = z.union([
-  z.string().min(1),
-  z.looseObject({ name: z.string().min(1), description: z.string().optional(), input_schema: json.optional() }),
-]);
+export const agentFileSchema = z.looseObject({
+  system_instructions: z.string().min(1).describe('Generic agent system prompt (the <DONE> protocol)'),
+  builtin_tools: z
+    .array(builtinToolSchema)
+    .nullish()
+    .transform((v) => v ?? []),
+  parallel_tool_calls: z
+    .boolean()
+    .nullish()
+    .transform((v) => v ?? false),
+});
+
+export const visibleToolSchema = z.looseObject({
+  name: z.string().min(1),
+  override_description: z.string().nullish(),
+  override_arg_description: z.record(z.string(), z.string()).nullish().describe('argument name -> description'),
+  direct_response: z.string().nullish().describe('Answered by the framework with this text; never sent to a server'),
+  is_end_turn: z.boolean().nullish(),
+});
 
 export const scenarioFileSchema = z.looseObject({
-  agent: z.string().min(1).optional().describe('agent/<name>.yaml (default: the only agent, or "default")'),
-  world_state: z.record(z.string(), json).describe('server name -> initial config passed to __reserved__init'),
+  world_state: z
+    .record(z.string(), json.nullable())
+    .describe('server name -> initial config passed to __reserved__init'),
   tools: z.array(visibleToolSchema).min(1).describe('Tool names the agent sees, with optional overrides'),
-  bot_instructions: z.string().default('').describe('Domain prompt'),
+  bot_instructions: z.string().nullish().describe('Domain prompt'),
+  tags: z.array(z.string()).nullish(),
 });
 
-export const historyMessageSchema = z.object({ role: z.enum(['user', 'assistant']), content: z.string() }).strict();
+export const historyMessageSchema = z.looseObject({ role: z.enum(['user', 'assistant']), content: z.string() });
 
 /** The `!` YAML of a test function, after the module defaults are applied. */
 export const testCaseYamlSchema = z.looseObject({
   scenario: z.string().min(1),
   query: z.string().min(1),
-  user_context: z.string().optional(),
-  max_user_sim_turns: z.number().int().min(0).optional(),
-  max_agent_sim_turns: z.number().int().min(1).optional(),
-  bot_instructions: z.string().optional(),
-  init: z.record(z.string(), json).default({}),
-  format_query: z.unknown().optional(),
-  tags: z.array(z.string()).default([]),
-  history: z.array(historyMessageSchema).default([]),
+  user_context: z.string().nullish(),
+  max_user_sim_turns: z.number().int().min(0).nullish(),
+  max_agent_sim_turns: z.number().int().min(1).nullish(),
+  bot_instructions: z.string().nullish(),
+  init: z.record(z.string(), json.nullable()).nullish(),
+  format_query: z.boolean().nullish(),
+  tags: z.array(z.string()).nullish(),
+  history: z
+    .string()
+    .regex(/^[^:]+(:-?\d*(:-?\d*)?)?$/, 'expected key, key:start or key:start:end')
+    .nullish()
+    .describe('A conversation kept in <file>.meta.yaml under $history, sliced like Python'),
 });
 
-export const serverCommandSchema = z.union([
-  z.string().min(1).describe('Command line, split on spaces'),
-  z
-    .object({
-      command: z.string().min(1),
-      args: z.array(z.string()).default([]),
-      env: z.record(z.string(), z.string()).default({}),
-      cwd: z.string().optional().describe('Relative to the dataset folder (default: the dataset folder)'),
-    })
-    .strict(),
+/** `<file>.py.meta.yaml` or `<file>.meta.yaml` beside a test file. */
+export const testMetaFileSchema = z.looseObject({
+  $history: z.record(z.string(), z.array(historyMessageSchema)).default({}),
+});
+
+export const datasetServerSchema = z.discriminatedUnion('type', [
+  z.looseObject({
+    type: z.literal('mcp-process'),
+    command: z.array(z.string().min(1)).min(1).describe('argv; "{python}" is the dataset environment\'s Python'),
+    env: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()]).transform(String)).nullish(),
+    cwd: z.string().nullish().describe('Relative to servers.yaml (default: its folder)'),
+  }),
+  z.looseObject({ type: z.literal('mcp-remote'), url: z.url() }),
 ]);
 
-export const serversFileSchema = z.object({ servers: z.record(z.string(), serverCommandSchema) }).strict();
+/** servers.yaml; each entry is checked on its own (datasetServerSchema), so one bad server blocks only itself. */
+export const serversFileSchema = z.looseObject({
+  use_internal_servers: z.boolean().nullish(),
+  servers: z.record(z.string(), z.unknown()),
+});
 
 export const testListSchema = z.array(
   z.string().regex(/^[^:\s]+\.py:[A-Za-z_][A-Za-z0-9_]*$/, 'expected file.py:function'),
@@ -66,26 +97,47 @@ export const nativeTestPatternSchema = z
   .object({ kind: z.literal('hash_and_rubrics'), servers: z.array(z.string()).min(1), rubrics: z.boolean() })
   .strict();
 
-export const serverSpecSchema = z
+/** The placeholder in a server command for the dataset environment's interpreter. */
+export const PYTHON_PLACEHOLDER = '{python}';
+
+export const serverSpecSchema = z.discriminatedUnion('transport', [
+  z
+    .object({
+      transport: z.literal('stdio'),
+      command: z.string().describe('May be "{python}", resolved when the process starts'),
+      args: z.array(z.string()),
+      env: z.record(z.string(), z.string()).describe("The dataset's own env from servers.yaml"),
+      cwd: z.string().describe('Absolute working directory'),
+    })
+    .strict(),
+  z.object({ transport: z.literal('remote'), url: z.string() }).strict(),
+]);
+
+export const importedToolSchema = z
   .object({
-    command: z.string(),
-    args: z.array(z.string()),
-    env: z.record(z.string(), z.string()),
-    cwd: z.string().describe('Absolute working directory'),
+    name: z.string(),
+    description: z.string().optional(),
+    arg_descriptions: z.record(z.string(), z.string()).optional(),
+    direct_response: z.string().optional(),
+    is_end_turn: z.boolean().optional(),
   })
   .strict();
 
-export const importedToolSchema = z
-  .object({ name: z.string(), description: z.string().optional(), input_schema: json.optional() })
+export const importedBuiltinToolSchema = z
+  .object({ name: z.string(), description: z.string(), input_schema: json, is_end_turn: z.boolean() })
   .strict();
 
 export const importedScenarioSchema = z
   .object({
     name: z.string(),
+    agent: z.string(),
     agent_prompt: z.string(),
+    builtin_tools: z.array(importedBuiltinToolSchema),
+    parallel_tool_calls: z.boolean(),
     bot_instructions: z.string(),
-    world_state: z.record(z.string(), json),
+    world_state: z.record(z.string(), json.nullable()),
     tools: z.array(importedToolSchema),
+    tags: z.array(z.string()),
     file: z.string(),
   })
   .strict();
@@ -99,7 +151,9 @@ export const importedTaskSchema = z
     limits: taskLimitsSchema,
     bot_instructions: z.string().optional(),
     /** The scenario's world_state with the task's `init` merged in: what each server's __reserved__init gets. */
-    world_state: z.record(z.string(), json),
+    world_state: z.record(z.string(), json.nullable()),
+    /** query, user_context and bot_instructions are `.format(init=<init result>)`-ed when the episode starts. */
+    format_query: z.boolean(),
     history: z.array(historyMessageSchema),
     tags: z.array(z.string()),
     /** Listed in --exclude-uids: may be evaluated, never trained on. */
@@ -113,16 +167,18 @@ export const importedTaskSchema = z
         native: nativeTestPatternSchema.nullable(),
       })
       .strict(),
-    /** Golden tool calls found in init (world_state[server].golden), in the order they are replayed. */
+    /** Golden tool calls (world_state[server].golden_test_case.tool_interactions), in replay order. */
     golden: z.array(z.object({ server: z.string(), tool: z.string(), arguments: json }).strict()),
   })
   .strict();
 
 export const importedSuiteSchema = z
   .object({
-    format: z.literal('thinkingbox-import/1'),
+    format: z.literal('thinkingbox-import/2'),
     name: z.string(),
     dataset_dir: z.string(),
+    /** Server package folders (each with a pyproject.toml) the dataset environment installs. */
+    server_packages: z.array(z.string()),
     servers: z.record(z.string(), serverSpecSchema),
     scenarios: z.record(z.string(), importedScenarioSchema),
     tasks: z.array(importedTaskSchema),
@@ -132,6 +188,7 @@ export const importedSuiteSchema = z
 export const IMPORTED_SUITE_FILE = 'thinkingbox-suite.json';
 
 export type ServerSpec = z.infer<typeof serverSpecSchema>;
+export type StdioServerSpec = Extract<ServerSpec, { transport: 'stdio' }>;
 export type ImportedScenario = z.infer<typeof importedScenarioSchema>;
 export type ImportedTask = z.infer<typeof importedTaskSchema>;
 export type ImportedSuite = z.infer<typeof importedSuiteSchema>;

@@ -15,7 +15,10 @@ export function formatProblem(p: TaskFileProblem): string {
   return `${p.file}:${p.line}: ${p.field ? `${p.field}: ` : ''}${p.message}`;
 }
 
-/** The line of a field: its key's line when it is a mapping key (a block value starts on a later line), else its node's. */
+/**
+ * The line of a field: its key's line when it is a mapping key (a block value starts on a later line), else its
+ * node's.
+ */
 function lineOf(doc: Document, counter: LineCounter, pathParts: PropertyKey[]): number {
   for (let n = pathParts.length; n >= 0; n--) {
     if (n > 0) {
@@ -57,7 +60,31 @@ export function parseYamlText(
       lineOf: locate,
     };
   }
-  return { value: doc.toJS() as unknown, problems: [], lineOf: locate };
+  try {
+    return { value: doc.toJS({ maxAliasCount: MAX_ALIAS_COUNT }) as unknown, problems: [], lineOf: locate };
+  } catch (err) {
+    // An alias bomb (aliases expanding to aliases, billions of nodes) is refused while expanding.
+    return {
+      problems: [{ file, line: firstLine, field: '', message: `YAML: ${(err as Error).message}` }],
+      lineOf: locate,
+    };
+  }
+}
+
+/** Alias expansions allowed per document; the yaml package's default, named so the refusal is ours to explain. */
+export const MAX_ALIAS_COUNT = 100;
+
+/** The plain value of a YAML file (no schema); any problem is thrown as one error naming the file and line. */
+export function readYamlValue(file: string): unknown {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new Error(`${file}: cannot read file: ${(err as Error).message}`, { cause: err });
+  }
+  const parsed = parseYamlText(text, file);
+  if (parsed.problems.length) throw new Error(parsed.problems.map(formatProblem).join('\n'));
+  return parsed.value;
 }
 
 /** Checks a parsed value against a schema; problems are located with `locate` (file line of a field path). */

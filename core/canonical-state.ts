@@ -20,6 +20,11 @@ export interface StateDifference {
   golden: unknown;
 }
 
+/** Code-unit order: unlike `localeCompare`, the same under every process locale (hashes are shared). */
+export function compareCodeUnits(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
 function normalise(value: unknown): unknown {
   if (value instanceof Date) return value.toISOString();
   if (typeof value === 'bigint') return value.toString();
@@ -27,7 +32,11 @@ function normalise(value: unknown): unknown {
   if (Array.isArray(value)) {
     const items = value.map(normalise);
     const primitive = items.every((v) => v === null || typeof v !== 'object');
-    return primitive ? [...items].sort((a, b) => canonicalJson(a).localeCompare(canonicalJson(b))) : items;
+    if (!primitive) return items;
+    return items
+      .map((v) => ({ v, key: canonicalJson(v) }))
+      .sort((a, b) => compareCodeUnits(a.key, b.key))
+      .map(({ v }) => v);
   }
   if (value !== null && typeof value === 'object') {
     return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, normalise(v)]));

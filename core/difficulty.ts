@@ -125,7 +125,8 @@ function validateCounts(counts: UidCounts): void {
   }
   if (clean_runs !== successes + failures || total_rows !== clean_runs + system_errors) {
     throw new RangeError(
-      `uid ${uid}: inconsistent counts (clean ${clean_runs} != ${successes} + ${failures} or total ${total_rows} != ${clean_runs} + ${system_errors})`,
+      `uid ${uid}: inconsistent counts (clean ${clean_runs} != ${successes} + ${failures} or total ${total_rows} != ` +
+        `${clean_runs} + ${system_errors})`,
     );
   }
 }

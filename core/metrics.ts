@@ -399,7 +399,9 @@ export function pairedComparison(
   if (onlyA.length || onlyB.length) {
     const show = (l: string[]) => l.slice(0, 5).join(', ') + (l.length > 5 ? `, ... (${l.length} in all)` : '');
     throw new RangeError(
-      `paired comparison needs the same tasks on both sides: ${onlyA.length} only in A${onlyA.length ? ` (${show(onlyA)})` : ''}, ${onlyB.length} only in B${onlyB.length ? ` (${show(onlyB)})` : ''}`,
+      `paired comparison needs the same tasks on both sides: ${onlyA.length} only in ` +
+        `A${onlyA.length ? ` (${show(onlyA)})` : ''}, ${onlyB.length} only in ` +
+        `B${onlyB.length ? ` (${show(onlyB)})` : ''}`,
     );
   }
   const uids = [...byUidA.keys()].sort(compareStrings);

@@ -1,7 +1,7 @@
 /**
- * `:name` placeholders in tool SQL -> positional `$n` parameters. Quoted strings, quoted identifiers,
- * comments, dollar-quoted bodies and `::type` casts are left alone, so argument values are always bound,
- * never spliced into the statement text.
+ * `:name` placeholders in tool SQL -> positional `$n` parameters. Quoted strings (with doubled quotes,
+ * and backslash escapes in `E'...'`), quoted identifiers, comments, dollar-quoted bodies and `::type`
+ * casts are left alone, so argument values are always bound, never spliced into the statement text.
  */
 
 export interface CompiledSql {
@@ -9,42 +9,56 @@ export interface CompiledSql {
   names: string[];
 }
 
+/** Index just past the quoted run opened at `start`; a doubled quote stays inside it. */
+function endOfQuoted(sql: string, start: number, quote: string, backslashEscapes: boolean): number {
+  let i = start + 1;
+  while (i < sql.length) {
+    const ch = sql[i]!;
+    if (backslashEscapes && ch === '\\') i += 2;
+    else if (ch === quote && sql[i + 1] === quote) i += 2;
+    else if (ch === quote) return i + 1;
+    else i += 1;
+  }
+  return sql.length;
+}
+
+const dollarTag = /^\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$/;
+const placeholder = /^:([A-Za-z_][A-Za-z0-9_]*)/;
+
 export function compileNamedSql(sql: string): CompiledSql {
   const names: string[] = [];
   let out = '';
   let i = 0;
+  const copyTo = (stop: number) => {
+    out += sql.slice(i, stop);
+    i = stop;
+  };
   while (i < sql.length) {
     const ch = sql[i]!;
     const rest = sql.slice(i);
-    const skip = (end: RegExp) => {
-      const m = end.exec(sql.slice(i + 1));
-      const stop = m ? i + 1 + m.index + m[0].length : sql.length;
-      out += sql.slice(i, stop);
-      i = stop;
-    };
-    if (ch === "'") skip(/'(?!')/);
-    else if (ch === '"') skip(/"/);
-    else if (rest.startsWith('--')) skip(/\n/);
-    else if (rest.startsWith('/*')) skip(/\*\//);
-    else if (ch === '$' && /^\$[A-Za-z_]*\$/.test(rest)) {
-      const tag = /^\$[A-Za-z_]*\$/.exec(rest)![0];
+    // An E string starts at `E'` that is not the end of an identifier (`name'` is not valid SQL anyway).
+    const escapeString = (ch === 'E' || ch === 'e') && sql[i + 1] === "'" && !/[A-Za-z0-9_$]/.test(sql[i - 1] ?? '');
+    if (escapeString) copyTo(endOfQuoted(sql, i + 1, "'", true));
+    else if (ch === "'") copyTo(endOfQuoted(sql, i, "'", false));
+    else if (ch === '"') copyTo(endOfQuoted(sql, i, '"', false));
+    else if (rest.startsWith('--')) {
+      const end = sql.indexOf('\n', i);
+      copyTo(end < 0 ? sql.length : end + 1);
+    } else if (rest.startsWith('/*')) {
+      const end = sql.indexOf('*/', i + 2);
+      copyTo(end < 0 ? sql.length : end + 2);
+    } else if (ch === '$' && dollarTag.test(rest) && !/[A-Za-z0-9_]/.test(sql[i - 1] ?? '')) {
+      const tag = dollarTag.exec(rest)![0];
       const end = sql.indexOf(tag, i + tag.length);
-      const stop = end < 0 ? sql.length : end + tag.length;
-      out += sql.slice(i, stop);
-      i = stop;
-    } else if (ch === ':' && sql[i + 1] === ':') {
-      out += '::';
-      i += 2;
-    } else if (ch === ':' && /^:[A-Za-z_][A-Za-z0-9_]*/.test(rest)) {
-      const name = /^:([A-Za-z_][A-Za-z0-9_]*)/.exec(rest)![1]!;
+      copyTo(end < 0 ? sql.length : end + tag.length);
+    } else if (ch === ':' && sql[i + 1] === ':') copyTo(i + 2);
+    else if (ch === ':' && placeholder.test(rest)) {
+      const name = placeholder.exec(rest)![1]!;
       let index = names.indexOf(name);
       if (index < 0) index = names.push(name) - 1;
       out += `$${index + 1}`;
       i += name.length + 1;
-    } else {
-      out += ch;
-      i += 1;
-    }
+    } else copyTo(i + 1);
   }
   return { text: out, names };
 }

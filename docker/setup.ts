@@ -2,9 +2,10 @@ import { pathToFileURL } from 'node:url';
 import { Connection } from '@temporalio/client';
 import { encodeSearchAttributeIndexedValueType } from '@temporalio/common/lib/search-attributes.js';
 import { msToTs } from '@temporalio/common/lib/time.js';
-import pino from 'pino';
+import type pino from 'pino';
 import { readEnvironment, searchAttributes, temporalAddress, type Environment } from '../config/environment.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
+import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 
 /**
  * One-shot set-up of a deployment (the compose `setup` service; safe to run again at any time): the Temporal
@@ -125,14 +126,11 @@ export async function setUpDeployment(env: Environment, log: Log, timeoutMs = 5 
 
 async function run(): Promise<void> {
   const env = readEnvironment();
-  const log = pino({ name: 'setup' });
+  const log = createServiceLogger('setup');
   const result = await setUpDeployment(env, log);
   log.info({ namespace: env.TBT_TEMPORAL_NAMESPACE, ...result }, 'deployment ready');
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  run().catch((err: unknown) => {
-    console.error('setup failed:', err);
-    process.exit(1);
-  });
+  run().catch((err: unknown) => exitWithCrash(createServiceLogger('setup'), 'setup', err));
 }

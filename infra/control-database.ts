@@ -1,15 +1,34 @@
+import { createHmac } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
 import { databaseUrl, repoRoot, type Environment } from '../config/environment.ts';
 
 /**
- * The control database and the two restricted roles every sandbox grants to: `tbt_agent` (tool handlers:
- * read and write their own sandbox's tables, nothing else) and `tbt_reader` (checks: read-only sessions).
+ * The control database and the three restricted roles every sandbox grants to: `tbt_agent` (tool handlers:
+ * read and write their own sandbox's tables, nothing else), `tbt_reader` (checks: read-only sessions) and
+ * `tbt_owner` (owns the scenario tables: runs schema, seed and data patches, without superuser rights).
  */
 
 export const agentRole = 'tbt_agent';
 export const readerRole = 'tbt_reader';
+export const ownerRole = 'tbt_owner';
+
+/**
+ * A restricted role's password derived from the admin password in the control URL (HMAC), so every worker
+ * holding the admin URL agrees on it without another secret to distribute. Undefined when the admin URL has
+ * no password (a server that authenticates otherwise): then the role gets no password either.
+ */
+export function derivedRolePassword(controlUrl: string, role: string): string | undefined {
+  const admin = decodeURIComponent(new URL(controlUrl).password);
+  if (!admin) return undefined;
+  return createHmac('sha256', admin).update(`tbt role password:${role}`).digest('hex').slice(0, 32);
+}
+
+/** The password a restricted role logs in with: the configured one, else the derived one. */
+export function rolePassword(controlUrl: string, role: string, configured: string | undefined): string | undefined {
+  return configured ?? derivedRolePassword(controlUrl, role);
+}
 
 export function withDatabase(url: string, database: string): string {
   const u = new URL(url);
@@ -54,8 +73,9 @@ export async function ensureControlDatabase(env: Environment): Promise<void> {
       });
     }
     for (const [role, password] of [
-      [agentRole, env.TBT_AGENT_DB_PASSWORD],
-      [readerRole, env.TBT_READER_DB_PASSWORD],
+      [agentRole, rolePassword(url, agentRole, env.TBT_AGENT_DB_PASSWORD)],
+      [readerRole, rolePassword(url, readerRole, env.TBT_READER_DB_PASSWORD)],
+      [ownerRole, rolePassword(url, ownerRole, undefined)],
     ] as const) {
       await c.query(`DO $$ BEGIN
         CREATE ROLE ${role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT CONNECTION LIMIT 500;
@@ -63,6 +83,9 @@ export async function ensureControlDatabase(env: Environment): Promise<void> {
       if (password) await c.query(`ALTER ROLE ${role} PASSWORD ${pg.escapeLiteral(password)}`);
     }
     await c.query(`ALTER ROLE ${readerRole} SET default_transaction_read_only = on`);
+    // A non-superuser admin (CREATEDB, CREATEROLE) must be a member of tbt_owner to hand it the public schema of
+    // each template; a superuser needs nothing, and a server that refuses leaves the template build to say so.
+    await c.query(`GRANT ${ownerRole} TO CURRENT_USER`).catch(() => undefined);
     // Restricted roles must never reach the control database or the maintenance databases.
     await c.query(`REVOKE CONNECT ON DATABASE ${quoteIdent(name)} FROM PUBLIC`);
     for (const db of ['postgres', 'template1']) {

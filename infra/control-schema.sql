@@ -1,4 +1,12 @@
 -- Control database: what the system knows about its own work. Idempotent; applied by `tbt up` and workers.
+-- One row: this deployment's tag, part of every database name it creates, so that deployments sharing a
+-- Postgres server never take each other's sandboxes or templates for their own.
+CREATE TABLE IF NOT EXISTS deployment (
+  singleton   boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+  tag         text NOT NULL DEFAULT substr(md5(gen_random_uuid()::text), 1, 8) CHECK (tag ~ '^[0-9a-f]{8}$'),
+  created_at  timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO deployment DEFAULT VALUES ON CONFLICT DO NOTHING;
 CREATE TABLE IF NOT EXISTS sandbox_templates (
   name        text PRIMARY KEY,
   scenario    text NOT NULL,
@@ -15,6 +23,11 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   created_at  timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS sandboxes_ready ON sandboxes (template, state);
+-- Own-tag databases without a sandboxes row, and when the sweeper first saw them (dropped past a minimum age).
+CREATE TABLE IF NOT EXISTS sandbox_orphans (
+  name        text PRIMARY KEY,
+  first_seen  timestamptz NOT NULL DEFAULT now()
+);
 CREATE TABLE IF NOT EXISTS golden_states (
   key         text PRIMARY KEY,
   state_hash  text NOT NULL,

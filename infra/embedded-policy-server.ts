@@ -1,7 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
+import { readEnvironment } from '../config/environment.ts';
 import { waitFor } from './daemon.ts';
 import { gpuLearnerDir, pythonBinary, smallModelDir, vllmPythonBinary } from './python-env.ts';
 
@@ -30,6 +32,18 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
+/**
+ * A fresh bearer token for one run of a local server, in a file only this user can read (created 0600,
+ * replaced atomically): the file, never the token, is what goes on a command line.
+ */
+export function writeRunToken(file: string): string {
+  const tmp = `${file}.${process.pid}.tmp`;
+  fs.rmSync(tmp, { force: true });
+  fs.writeFileSync(tmp, randomBytes(32).toString('hex'), { mode: 0o600, flag: 'wx' });
+  fs.renameSync(tmp, file);
+  return file;
+}
+
 async function healthy(url: string): Promise<boolean> {
   try {
     const r = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2000) });
@@ -49,6 +63,13 @@ export async function startPolicyServer(
     logFile?: string;
     extraArgs?: string[];
     detached?: boolean;
+    /**
+     * Built-in engine: 0600 file with the token its weight-sync routes require (without it they are refused).
+     * vLLM's dev-mode routes take no token: it listens on 127.0.0.1 only (docs/security.md).
+     */
+    reloadTokenFile?: string;
+    /** Folders weights may be reloaded from (the campaign's). */
+    weightsRoots?: string[];
   } = {},
 ): Promise<PolicyServerHandle> {
   const port = options.port ?? (await freePort());
@@ -98,11 +119,19 @@ export async function startPolicyServer(
 }
 
 type Log = number | 'ignore';
-type SpawnOptions = { chatTemplate?: string; extraArgs?: string[]; detached?: boolean };
+type SpawnOptions = {
+  chatTemplate?: string;
+  extraArgs?: string[];
+  detached?: boolean;
+  reloadTokenFile?: string;
+  weightsRoots?: string[];
+};
 
 function spawnBuiltin(port: number, modelDir: string, options: SpawnOptions, log: Log): ChildProcess {
   const args = ['-m', 'tbt_gpu.policy_server', '--model', modelDir, '--host', '127.0.0.1', '--port', String(port)];
   if (options.chatTemplate) args.push('--chat-template', options.chatTemplate);
+  if (options.reloadTokenFile) args.push('--token-file', options.reloadTokenFile);
+  for (const root of options.weightsRoots ?? []) args.push('--weights-root', root);
   return spawn(pythonBinary(), [...args, ...(options.extraArgs ?? [])], {
     cwd: gpuLearnerDir,
     stdio: ['ignore', log, log],
@@ -120,7 +149,7 @@ function spawnVllm(port: number, modelDir: string, model: string, options: Spawn
     '-m',
     'vllm.entrypoints.openai.api_server',
     ...['--model', modelDir, '--served-model-name', model, '--host', '127.0.0.1', '--port', String(port)],
-    ...['--max-model-len', process.env.TBT_VLLM_MAX_MODEL_LEN ?? '4096', '--dtype', 'float32'],
+    ...['--max-model-len', String(readEnvironment().TBT_VLLM_MAX_MODEL_LEN), '--dtype', 'float32'],
     ...['--generation-config', 'vllm', '--logprobs-mode', 'raw_logprobs', '--enforce-eager'],
     ...(options.chatTemplate ? ['--chat-template', options.chatTemplate] : []),
     ...(options.extraArgs ?? []),
@@ -133,6 +162,8 @@ function spawnVllm(port: number, modelDir: string, model: string, options: Spawn
       ...process.env,
       VLLM_SERVER_DEV_MODE: '1',
       VLLM_CPU_KVCACHE_SPACE: process.env.VLLM_CPU_KVCACHE_SPACE ?? '2',
+      // vLLM kills its engine when one forward pass takes over 300 s: seen on an overloaded 2-core machine.
+      VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS: process.env.VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS ?? '1800',
       VLLM_ENFORCE_STRICT_TOOL_CALLING: '0',
       HF_HUB_OFFLINE: '1',
       TRANSFORMERS_OFFLINE: '1',

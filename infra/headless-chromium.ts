@@ -1,8 +1,9 @@
 import fs from 'node:fs';
 import { chromium, type Browser } from 'playwright-core';
+import { readEnvironment } from '../config/environment.ts';
 
 /** Debian's Chromium, headless, with the flags that keep it off the (closed) network (PLATFORM.md). */
-export const chromiumPath = process.env.TBT_CHROMIUM ?? '/usr/bin/chromium';
+export const chromiumPath = readEnvironment().TBT_CHROMIUM;
 
 export async function launchChromium(): Promise<Browser> {
   if (!fs.existsSync(chromiumPath))

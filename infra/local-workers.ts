@@ -3,9 +3,9 @@ import path from 'node:path';
 import { repoRoot, type Environment } from '../config/environment.ts';
 import { readPid, spawnDetached, stopPid } from './daemon.ts';
 
-/** The three workers as local background processes (the embedded default runs all of them on one machine). */
+/** The four workers as local background processes (the embedded default runs all of them on one machine). */
 
-export const workerKinds = ['orchestrator', 'rollout', 'gpu'] as const;
+export const workerKinds = ['orchestrator', 'bookkeeping', 'rollout', 'gpu'] as const;
 export type WorkerKind = (typeof workerKinds)[number];
 
 function files(env: Environment, kind: WorkerKind) {

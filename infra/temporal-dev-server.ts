@@ -68,7 +68,8 @@ export async function startTemporal(env: Environment): Promise<boolean> {
   ] as const) {
     if (await portInUse(p))
       throw new Error(
-        `Temporal ${what} port ${p} is already in use by another process; stop it or set ${what === 'gRPC' ? 'TBT_TEMPORAL_PORT' : 'TBT_TEMPORAL_UI_PORT'}`,
+        `Temporal ${what} port ${p} is already in use by another process; stop it or set ` +
+          `${what === 'gRPC' ? 'TBT_TEMPORAL_PORT' : 'TBT_TEMPORAL_UI_PORT'}`,
       );
   }
   fs.mkdirSync(f.dir, { recursive: true });

@@ -64,7 +64,10 @@ const delayWindow: Record<Victim, [number, number]> = {
   temporal: [0, 60],
 };
 
-/** Where a kill may land: a training step, or (with --phases all) the probe, the evaluation after training, the report. */
+/**
+ * Where a kill may land: a training step, or (with --phases all) the probe, the evaluation after training,
+ * the report.
+ */
 type Phase = { kind: 'step'; step: number } | { kind: 'probe' | 'evaluate-after' | 'report' };
 const STAGE_ORDER = ['ingest', 'probe', 'evaluate-before', 'train', 'evaluate-after', 'report', 'done'];
 /** Seconds after the phase begins, for phases other than training steps (they are shorter). */
@@ -83,7 +86,10 @@ function drawPlan(victim: Victim): { phase: Phase; delayS: number } {
   return { phase, delayS: Math.round((lo + random() * (hi - lo)) * 10) / 10 };
 }
 
-/** True once the campaign is in (or past) the phase. A training step runs while the status says stage 'train', step = n - 1. */
+/**
+ * True once the campaign is in (or past) the phase. A training step runs while the status says stage 'train',
+ * step = n - 1.
+ */
 function reached(s: CampaignStatus, phase: Phase): boolean {
   if (phase.kind === 'step')
     return (s.stage === 'train' && s.step >= phase.step - 1) || s.step >= phase.step || s.stage === 'done';
@@ -264,7 +270,8 @@ async function checks(
     const want = n > 1 && fs.existsSync(parentManifest) ? sha256(fs.readFileSync(parentManifest)) : null;
     if ((manifest.parent_manifest_sha256 ?? null) !== want)
       lineageProblems.push(
-        `step-${n}: parent manifest hash ${manifest.parent_manifest_sha256 ?? 'null'} is not that of step-${n - 1} (${want ?? 'null'})`,
+        `step-${n}: parent manifest hash ${manifest.parent_manifest_sha256 ?? 'null'} is not that of step-${n - 1} ` +
+          `(${want ?? 'null'})`,
       );
   }
   add(
@@ -466,9 +473,10 @@ async function runCampaign(victim: Victim | 'none', baseline?: Facts): Promise<{
   let killPoint: RunSummary['killPoint'];
   let restartS: number | undefined;
   const plan = victim === 'none' ? undefined : drawPlan(victim);
-  log(
-    `run ${campaignId}: ${plan ? `kill -9 ${victim} ${plan.delayS}s after ${phaseLabel(plan.phase)} starts` : 'uninterrupted baseline'}`,
-  );
+  const what = plan
+    ? `kill -9 ${victim} ${plan.delayS}s after ${phaseLabel(plan.phase)} starts`
+    : 'uninterrupted baseline';
+  log(`run ${campaignId}: ${what}`);
   const started = now();
   await startCampaign(opts.config!, { wait: false, id: campaignId });
   if (plan && victim !== 'none') {
@@ -544,7 +552,8 @@ async function main(): Promise<number> {
   for (const v of victims)
     if (!allVictims.includes(v)) throw new Error(`--only: unknown victim ${v} (one of ${allVictims.join(', ')})`);
   log(
-    `seed ${seed} (repeat with --seed ${seed}); config ${opts.config}; state ${env.TBT_STATE_DIR}; queue prefix ${env.TBT_TASK_QUEUE_PREFIX}; victims ${victims.join(', ')}`,
+    `seed ${seed} (repeat with --seed ${seed}); config ${opts.config}; state ${env.TBT_STATE_DIR}; queue prefix ` +
+      `${env.TBT_TASK_QUEUE_PREFIX}; victims ${victims.join(', ')}`,
   );
   const up = tbt('up');
   if (!up.ok) throw new Error(`tbt up failed:\n${up.out}`);
@@ -574,15 +583,21 @@ async function main(): Promise<number> {
   // by design), so one run may have none; the suite as a whole must exercise real updates.
   const realUpdates = runs.reduce((n, r) => n + r.realUpdates, 0);
   console.log(
-    `real (non-skipped) learner updates in the suite: ${realUpdates} (${runs.map((r) => `${r.run} ${r.realUpdates}/${STEPS}`).join(', ')})`,
+    `real (non-skipped) learner updates in the suite: ${realUpdates} ` +
+      `(${runs.map((r) => `${r.run} ${r.realUpdates}/${STEPS}`).join(', ')})`,
   );
   const failed = runs.flatMap((r) => r.checks.filter((c) => !c.pass).map((c) => `${r.run}: ${c.name}: ${c.detail}`));
   if (realUpdates === 0) failed.push('suite: the learner made no real (non-skipped) update in any run');
   const file = path.join(outDir, 'summary.json');
-  fs.writeFileSync(
-    file,
-    `${JSON.stringify({ seed, config: opts.config, stamp, totalS: secs(now() - suiteStarted), passed: failed.length === 0, runs }, null, 2)}\n`,
-  );
+  const summary = {
+    seed,
+    config: opts.config,
+    stamp,
+    totalS: secs(now() - suiteStarted),
+    passed: failed.length === 0,
+    runs,
+  };
+  fs.writeFileSync(file, `${JSON.stringify(summary, null, 2)}\n`);
   console.log(`summary: ${file}`);
   if (failed.length) {
     console.log(`\nFAILED (${failed.length}):\n${failed.map((f) => `  ${f}`).join('\n')}`);

@@ -5,10 +5,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 quiet=0; [ "${1:-}" = "--quiet" ] && quiet=1
 say() { [ $quiet = 1 ] || echo "[setup] $*"; }
-need() { command -v "$1" >/dev/null 2>&1 || { echo "[setup] error: '$1' is required but not installed ($2)" >&2; exit 1; }; }
+need() {
+  if ! command -v "$1" >/dev/null 2>&1; then
+    echo "[setup] error: '$1' is required but not installed ($2)" >&2
+    exit 1
+  fi
+}
 need node "Node.js >= 20.3"
 need python3 "Python 3.11"
-node -e 'const [a,b]=process.versions.node.split(".").map(Number); if (a<20||(a===20&&b<3)) { console.error("[setup] error: Node >= 20.3 required, found "+process.version); process.exit(1) }'
+node -e 'const [a,b]=process.versions.node.split(".").map(Number);
+if (a<20||(a===20&&b<3)) {
+  console.error("[setup] error: Node >= 20.3 required, found "+process.version); process.exit(1)
+}'
 
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 
@@ -75,4 +83,11 @@ model_dir=$(cd gpu-learner && "$venv/bin/python" -m tbt_gpu.model_store 2>"$log"
 say "small model: $model_dir"
 # 5. Headless Chromium for the report and Temporal UI browser checks (Debian package; root installs it).
 [ -x /usr/bin/chromium ] || { say "installing chromium (Debian package)"; bash scripts/install-chromium.sh; }
+# 6. bubblewrap, the sandbox of dataset code (Debian package; root installs it).
+# Without it dataset code is refused (or run with --unsandboxed), so a failed install warns instead of stopping.
+if ! command -v bwrap >/dev/null 2>&1; then
+  say "installing bubblewrap (Debian package)"
+  bash scripts/install-bubblewrap.sh ||
+    echo "[setup] warning: no bubblewrap: dataset code will be refused unless run with --unsandboxed" >&2
+fi
 say "ready"

@@ -11,11 +11,11 @@ case "$tier" in unit|integration|all) ;; *) echo "usage: scripts/test.sh [unit|i
 mkdir -p .state
 pass=0; fail=0
 
-run_node() { # $1: label, rest: files
-  local label=$1; shift
+run_node() { # $1: label, $2: per-test timeout (ms), rest: files. A hung test fails instead of stalling CI.
+  local label=$1 timeout=$2; shift 2
   [ $# = 0 ] && return 0
   local log=".state/node-tests-$label.log"
-  node --import tsx --test --test-concurrency=1 --test-reporter=spec "$@" 2>&1 | tee "$log"
+  node --import tsx --test --test-concurrency=1 --test-timeout="$timeout" --test-reporter=spec "$@" 2>&1 | tee "$log"
   local p f
   p=$(grep -E '^ℹ pass [0-9]+' "$log" | awk '{print $3}'); f=$(grep -E '^ℹ fail [0-9]+' "$log" | awk '{print $3}')
   pass=$((pass + ${p:-0})); fail=$((fail + ${f:-1}))
@@ -30,7 +30,7 @@ select_files() { # $1: find expression root, $2: extra find args
 if [ "$tier" != integration ]; then
   start=$(date +%s)
   # shellcheck disable=SC2046
-  run_node unit $(select_files test/unit)
+  run_node unit 300000 $(select_files test/unit)
   echo "unit tier: $(( $(date +%s) - start )) s"
 fi
 
@@ -41,10 +41,11 @@ if [ "$tier" != unit ]; then
   cleanup() { [ $started = 1 ] && [ -z "${TBT_KEEP_UP:-}" ] && tsx cli/tbt.ts down >/dev/null 2>&1; }
   trap cleanup EXIT
   # shellcheck disable=SC2046
-  run_node integration $(select_files test -path test/unit -prune -o)
+  run_node integration 1800000 $(select_files test -path test/unit -prune -o)
   venv=$(cat .tools/python-venv)
   if [ -z "${TBT_TEST_FILTER:-}" ]; then
-    "$venv/bin/python" -m pytest gpu-learner/tests thinkingbox/tests -q -p no:cacheprovider 2>&1 | tee .state/python-tests.log
+    "$venv/bin/python" -m pytest gpu-learner/tests thinkingbox/tests -q -p no:cacheprovider 2>&1 |
+      tee .state/python-tests.log
     p=$(grep -oE '[0-9]+ passed' .state/python-tests.log | tail -1 | awk '{print $1}')
     f=$(grep -oE '[0-9]+ (failed|error)' .state/python-tests.log | awk '{s+=$1} END {print s+0}')
     [ -z "$p" ] && [ "${f:-0}" = 0 ] && f=1

@@ -8,19 +8,23 @@ import { repoRoot } from '../config/environment.ts';
 
 const run = promisify(execFile);
 
-test('bundled suites: at least 3 business domains with 60 tasks incl. no-change tasks, and a tiny suite of 24+ small tasks', () => {
-  const { suites, problems } = loadSuites(path.join(repoRoot, 'tasks'));
-  assert.deepEqual(problems, []);
-  const business = suites.find((s) => s.name === 'business')!;
-  const tiny = suites.find((s) => s.name === 'tiny')!;
-  assert.ok(new Set(Object.values(business.scenarios).map((s) => s.domain ?? s.name)).size >= 3);
-  assert.ok(business.tasks.length >= 60, `business has ${business.tasks.length} tasks`);
-  assert.ok(tiny.tasks.length >= 24, `tiny has ${tiny.tasks.length} tasks`);
-  for (const scenario of Object.values(tiny.scenarios))
-    assert.ok(scenario.tools.length <= 4, `tiny scenario ${scenario.name} has ${scenario.tools.length} tools`);
-  for (const task of tiny.tasks)
-    assert.ok(task.golden.length <= 2, `tiny task ${task.uid} needs ${task.golden.length} calls`);
-});
+test(
+  'bundled suites: at least 3 business domains with 60 tasks incl. no-change tasks, and a tiny suite of 24+ small ' +
+    'tasks',
+  () => {
+    const { suites, problems } = loadSuites(path.join(repoRoot, 'tasks'));
+    assert.deepEqual(problems, []);
+    const business = suites.find((s) => s.name === 'business')!;
+    const tiny = suites.find((s) => s.name === 'tiny')!;
+    assert.ok(new Set(Object.values(business.scenarios).map((s) => s.domain ?? s.name)).size >= 3);
+    assert.ok(business.tasks.length >= 60, `business has ${business.tasks.length} tasks`);
+    assert.ok(tiny.tasks.length >= 24, `tiny has ${tiny.tasks.length} tasks`);
+    for (const scenario of Object.values(tiny.scenarios))
+      assert.ok(scenario.tools.length <= 4, `tiny scenario ${scenario.name} has ${scenario.tools.length} tools`);
+    for (const task of tiny.tasks)
+      assert.ok(task.golden.length <= 2, `tiny task ${task.uid} needs ${task.golden.length} calls`);
+  },
+);
 
 test('tbt tasks validate tasks/: every golden replay passes, null agents and one-row mutations fail', async () => {
   const { stdout } = await run(

@@ -13,7 +13,8 @@ import { learnerFiles, stopLearner } from '../activities/learner-process.ts';
 import { readPid } from '../infra/daemon.ts';
 import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
 import { withClient } from '../infra/control-database.ts';
-import { startPolicyServer, type PolicyServerHandle } from '../infra/embedded-policy-server.ts';
+import { startPolicyServer, writeRunToken, type PolicyServerHandle } from '../infra/embedded-policy-server.ts';
+import { smallModelDir } from '../infra/python-env.ts';
 import { campaignWorkflow, type CampaignStatus } from '../workflows/campaign-workflow.ts';
 import { FaultInjectingProxy } from './helpers/fault-injecting-proxy.ts';
 import { controlReady, env, newPool, temporalClient, workflowBundle } from './helpers/stack.ts';
@@ -34,9 +35,18 @@ const proxy = { current: undefined as FaultInjectingProxy | undefined };
 before(async () => {
   await controlReady();
   // The built-in server: these tests inject faults in front of it and need many fast restarts, not vLLM.
-  server = await startPolicyServer({ engine: 'builtin', logFile: path.join(stateDir, 'policy-server.log') });
+  // To the campaign it is an external server: its weight-sync token comes from TBT_POLICY_SYNC_TOKEN_FILE.
+  const syncToken = writeRunToken(path.join(stateDir, 'policy-sync.token'));
+  server = await startPolicyServer({
+    engine: 'builtin',
+    logFile: path.join(stateDir, 'policy-server.log'),
+    reloadTokenFile: syncToken,
+    weightsRoots: [stateDir, smallModelDir()],
+  });
+  process.env.TBT_POLICY_SYNC_TOKEN_FILE = syncToken;
 });
 after(async () => {
+  delete process.env.TBT_POLICY_SYNC_TOKEN_FILE;
   await stopLearner(learnerFiles(stateDir, campaignId)).catch(() => undefined);
   await proxy.current?.stop();
   await server?.stop();
@@ -157,6 +167,11 @@ test(
         ['step-1'],
       );
       assert.equal(readPid(files.pid), undefined, 'the learner process group is stopped at the end of the campaign');
+      // The external server (through the proxy) was synced to the step's export, with the token from the file.
+      const info = (await (await fetch(server.baseUrl.replace(/\/v1$/, '/weight_info'))).json()) as {
+        weight_version: string | null;
+      };
+      assert.equal(info.weight_version, `${campaignId}@1`, 'the external server holds the weights of step 1');
       // The evaluation passed its coverage gate despite the faults, and the report exists.
       assert.ok(status.evalAfter && fs.existsSync(status.evalAfter.aggregate));
       assert.ok(status.report && fs.existsSync(status.report.html));

@@ -85,7 +85,8 @@ test('Qwen3 (Hermes JSON tool calls): system + user anchor, two turns with tool 
   assert.match(promptText, /# Tools[\s\S]*"name": "set_power"[\s\S]*<\|im_start\|>assistant\n$/);
   assert.equal(
     text,
-    `${promptText}${first}<|im_end|>\n<|im_start|>user\n<tool_response>\n{"affected": 1}\n</tool_response><|im_end|>\n` +
+    `${promptText}${first}<|im_end|>\n<|im_start|>user\n<tool_response>\n{"affected": ` +
+      `1}\n</tool_response><|im_end|>\n` +
       `<|im_start|>user\nThanks. Now check it.<|im_end|>\n<|im_start|>assistant\n` +
       `${second}<|im_end|>\n<|im_start|>user\n<tool_response>\n{"affected": 1}\n</tool_response><|im_end|>\n` +
       `<|im_start|>assistant\n`,
@@ -104,7 +105,8 @@ test('Qwen3 (Hermes JSON tool calls): system + user anchor, two turns with tool 
   assert.ok(alone.includes('<think>') && !followed.startsWith(alone));
   // What the template teaches, the shared interpreter reads: Hermes JSON, arguments typed from the schema.
   const call = interpretCompletion(
-    '<think>\nDevice 2.\n</think>\n\n<tool_call>\n{"name": "set_power", "arguments": {"device_id": "2", "on": true}}\n</tool_call>',
+    '<think>\nDevice 2.\n</think>\n\n<tool_call>\n{"name": "set_power", "arguments": {"device_id": "2", "on": ' +
+      'true}}\n</tool_call>',
     toolSpecs,
   );
   assert.deepEqual(
@@ -120,13 +122,15 @@ test('Qwen3-Coder (XML tool calls): system + user anchor, two turns with tool re
   assert.match(promptText, /<function>\n<name>set_power<\/name>[\s\S]*<\|im_start\|>assistant\n$/);
   assert.equal(
     text,
-    `${promptText}${first}<|im_end|>\n<|im_start|>user\n<tool_response>\n{"affected": 1}\n</tool_response>\n<|im_end|>\n` +
+    `${promptText}${first}<|im_end|>\n<|im_start|>user\n<tool_response>\n{"affected": ` +
+      `1}\n</tool_response>\n<|im_end|>\n` +
       `<|im_start|>user\nThanks. Now check it.<|im_end|>\n<|im_start|>assistant\n` +
       `${second}<|im_end|>\n<|im_start|>user\n<tool_response>\n{"affected": 1}\n</tool_response>\n<|im_end|>\n` +
       `<|im_start|>assistant\n`,
   );
   const call = interpretCompletion(
-    '<tool_call>\n<function=set_power>\n<parameter=device_id>\n2\n</parameter>\n<parameter=on>\ntrue\n</parameter>\n</function>\n</tool_call>',
+    '<tool_call>\n<function=set_power>\n<parameter=device_id>\n2\n</parameter>\n' +
+      '<parameter=on>\ntrue\n</parameter>\n</function>\n</tool_call>',
     toolSpecs,
   );
   assert.deepEqual(

@@ -255,7 +255,8 @@ function checkCompose(doc: unknown, composeDir: string, readByCode: Set<string>)
         problems.push(`${at}: environment ${key} is read nowhere in the code`);
       if (!ours && !(imageVariables && key in imageVariables))
         problems.push(
-          `${at}: environment ${key} is not a variable image ${image} is known to read (add it to imageOwnedVariables with its source)`,
+          `${at}: environment ${key} is not a variable image ${image} is known to read (add it to ` +
+            `imageOwnedVariables with its source)`,
         );
       const text = value === undefined || value === null ? '' : String(value);
       if (secretKey.test(key) && value !== undefined && !wholeSubstitution.test(text))
@@ -290,97 +291,112 @@ function loadCompose() {
   };
 }
 
-test('docker/compose.yaml names only files that exist, variables the code or image reads, pinned images, no secrets', () => {
-  // TODO(lead): the gpu-worker service and docker/gpu-worker.Dockerfile start workers/gpu-worker.ts; this
-  // fails with "names workers/gpu-worker.ts, which is not in the repository" until that entry point lands.
-  assert.deepEqual(checkCompose(loadCompose(), dockerDir, variablesReadByCode()), []);
-});
+test(
+  'docker/compose.yaml names only files that exist, variables the code or image reads, pinned images, no ' + 'secrets',
+  () => {
+    // TODO(lead): the gpu-worker service and docker/gpu-worker.Dockerfile start workers/gpu-worker.ts; this
+    // fails with "names workers/gpu-worker.ts, which is not in the repository" until that entry point lands.
+    assert.deepEqual(checkCompose(loadCompose(), dockerDir, variablesReadByCode()), []);
+  },
+);
 
-test('the compose file has the production shape: Temporal on Postgres, separate control database, scalable rollout workers, GPU profile', () => {
-  const { services, volumes } = loadCompose();
-  for (const name of [
-    'temporal-db',
-    'temporal',
-    'temporal-ui',
-    'control-db',
-    'setup',
-    'orchestrator-worker',
-    'rollout-worker',
-    'gpu-worker',
-    'policy-server',
-  ])
-    assert.ok(services[name], `service ${name}`);
-  assert.match(services.temporal!.image, /^temporalio\/auto-setup:/);
-  assert.equal(services.temporal!.environment.POSTGRES_SEEDS, 'temporal-db');
-  assert.match(services['temporal-db']!.image, /^postgres:15\./);
-  assert.match(services['temporal-ui']!.image, /^temporalio\/ui:/);
-  assert.notDeepEqual(
-    services['control-db']!.volumes,
-    services['temporal-db']!.volumes,
-    'the control database has its own server and volume',
-  );
-  assert.deepEqual(Object.keys(volumes ?? {}).sort(), [
-    'control-db-data',
-    'tbt-checkpoints',
-    'tbt-models',
-    'temporal-db-data',
-  ]);
-
-  const rollout = services['rollout-worker']!;
-  assert.ok(Number.isInteger(rollout.deploy?.replicas) && rollout.deploy.replicas >= 1, 'deploy.replicas');
-  assert.equal(rollout.container_name, undefined, 'a fixed container name would forbid --scale');
-  assert.equal(rollout.ports, undefined, 'published ports would collide when scaled');
-  for (const name of ['orchestrator-worker', 'rollout-worker', 'gpu-worker']) {
-    assert.equal(
-      services[name]!.depends_on?.setup?.condition,
-      'service_completed_successfully',
-      `${name} waits for setup`,
+test(
+  'the compose file has the production shape: Temporal on Postgres, separate control database, scalable rollout ' +
+    'workers, GPU profile',
+  () => {
+    const { services, volumes } = loadCompose();
+    for (const name of [
+      'temporal-db',
+      'temporal',
+      'temporal-ui',
+      'control-db',
+      'setup',
+      'orchestrator-worker',
+      'bookkeeping-worker',
+      'rollout-worker',
+      'gpu-worker',
+      'policy-server',
+    ])
+      assert.ok(services[name], `service ${name}`);
+    assert.match(services.temporal!.image, /^temporalio\/auto-setup:/);
+    assert.equal(services.temporal!.environment.POSTGRES_SEEDS, 'temporal-db');
+    assert.match(services['temporal-db']!.image, /^postgres:15\./);
+    assert.match(services['temporal-ui']!.image, /^temporalio\/ui:/);
+    assert.notDeepEqual(
+      services['control-db']!.volumes,
+      services['temporal-db']!.volumes,
+      'the control database has its own server and volume',
     );
-  }
-  assert.deepEqual(services.setup!.command, ['node', '--import', 'tsx', 'docker/setup.ts']);
-  assert.equal(services.setup!.restart, 'no');
+    assert.deepEqual(Object.keys(volumes ?? {}).sort(), [
+      'control-db-data',
+      'tbt-checkpoints',
+      'tbt-models',
+      'temporal-db-data',
+      'typesense-data',
+    ]);
+    // The ThinkingBox bench servers' knowledge base; rollout workers forward 127.0.0.1:8108 to it.
+    assert.match(services.typesense!.image, /^typesense\/typesense:30\./);
+    assert.equal(services['rollout-worker']!.environment.TBT_TYPESENSE_ADDRESS, 'typesense:8108');
 
-  for (const name of ['gpu-worker', 'policy-server']) {
-    const s = services[name]!;
-    assert.deepEqual(s.profiles, ['gpu'], `${name} profile`);
-    const device = s.deploy?.resources?.reservations?.devices?.[0];
-    assert.equal(device?.driver, 'nvidia', `${name} reserves an nvidia device`);
-    assert.deepEqual(device?.capabilities, ['gpu']);
-  }
-  for (const name of Object.keys(services))
-    if (!['gpu-worker', 'policy-server'].includes(name))
-      assert.equal(services[name]!.profiles, undefined, `${name} runs without a profile`);
+    const rollout = services['rollout-worker']!;
+    assert.ok(Number.isInteger(rollout.deploy?.replicas) && rollout.deploy.replicas >= 1, 'deploy.replicas');
+    assert.equal(rollout.container_name, undefined, 'a fixed container name would forbid --scale');
+    assert.equal(rollout.ports, undefined, 'published ports would collide when scaled');
+    for (const name of ['orchestrator-worker', 'bookkeeping-worker', 'rollout-worker', 'gpu-worker']) {
+      assert.equal(
+        services[name]!.depends_on?.setup?.condition,
+        'service_completed_successfully',
+        `${name} waits for setup`,
+      );
+    }
+    assert.deepEqual(services.setup!.command, ['node', '--import', 'tsx', 'docker/setup.ts']);
+    assert.equal(services.setup!.restart, 'no');
 
-  const vllm = services['policy-server']!;
-  assert.match(vllm.image, /^vllm\/vllm-openai:v\d+\.\d+\.\d+$/);
-  const flags = (vllm.command as string[]).join(' ');
-  for (const flag of [
-    '--generation-config vllm',
-    '--logprobs-mode raw_logprobs',
-    '--max-model-len',
-    '--served-model-name',
-    '--seed 0',
-  ])
-    assert.ok(flags.includes(flag), `vLLM flag ${flag}`);
-});
+    for (const name of ['gpu-worker', 'policy-server']) {
+      const s = services[name]!;
+      assert.deepEqual(s.profiles, ['gpu'], `${name} profile`);
+      const device = s.deploy?.resources?.reservations?.devices?.[0];
+      assert.equal(device?.driver, 'nvidia', `${name} reserves an nvidia device`);
+      assert.deepEqual(device?.capabilities, ['gpu']);
+    }
+    for (const name of Object.keys(services))
+      if (!['gpu-worker', 'policy-server'].includes(name))
+        assert.equal(services[name]!.profiles, undefined, `${name} runs without a profile`);
 
-test('the Dockerfiles are glibc Node 20 and a CUDA torch base, and the secrets file compose reads is git-ignored', () => {
-  const worker = fs.readFileSync(path.join(dockerDir, 'worker.Dockerfile'), 'utf8');
-  assert.match(worker, /^FROM node:20\.[\d.]+-bookworm-slim$/m);
-  assert.match(worker, /npm ci/);
-  const gpu = fs.readFileSync(path.join(dockerDir, 'gpu-worker.Dockerfile'), 'utf8');
-  assert.match(gpu, /^ARG PYTORCH_IMAGE=pytorch\/pytorch:[\d.]+-cuda[\d.]+-cudnn\d+-runtime$/m);
-  assert.match(gpu, /^ARG NODE_IMAGE=node:20\./m);
-  assert.match(gpu, /grep -vE '\^torch/, 'the CPU torch pin of requirements.txt is left out');
-  assert.match(gpu, /torch\.version\.cuda/, 'the build refuses a CPU torch');
-  assert.ok(gitIgnored(path.join(dockerDir, '.env')), 'docker/.env is git-ignored');
-  const example = fs.readFileSync(path.join(dockerDir, 'env.example'), 'utf8');
-  const required = [
-    ...fs.readFileSync(path.join(dockerDir, 'compose.yaml'), 'utf8').matchAll(/\$\{([A-Z0-9_]+):\?/g),
-  ].map((m) => m[1]!);
-  for (const name of new Set(required))
-    assert.match(example, new RegExp(`^${name}=$`, 'm'), `env.example lists the required ${name} (empty)`);
-});
+    const vllm = services['policy-server']!;
+    assert.match(vllm.image, /^vllm\/vllm-openai:v\d+\.\d+\.\d+$/);
+    const flags = (vllm.command as string[]).join(' ');
+    for (const flag of [
+      '--generation-config vllm',
+      '--logprobs-mode raw_logprobs',
+      '--max-model-len',
+      '--served-model-name',
+      '--seed 0',
+    ])
+      assert.ok(flags.includes(flag), `vLLM flag ${flag}`);
+  },
+);
+
+test(
+  'the Dockerfiles are glibc Node 20 and a CUDA torch base, and the secrets file compose reads is ' + 'git-ignored',
+  () => {
+    const worker = fs.readFileSync(path.join(dockerDir, 'worker.Dockerfile'), 'utf8');
+    assert.match(worker, /^FROM node:20\.[\d.]+-bookworm-slim$/m);
+    assert.match(worker, /npm ci/);
+    const gpu = fs.readFileSync(path.join(dockerDir, 'gpu-worker.Dockerfile'), 'utf8');
+    assert.match(gpu, /^ARG PYTORCH_IMAGE=pytorch\/pytorch:[\d.]+-cuda[\d.]+-cudnn\d+-runtime$/m);
+    assert.match(gpu, /^ARG NODE_IMAGE=node:20\./m);
+    assert.match(gpu, /grep -vE '\^torch/, 'the CPU torch pin of requirements.txt is left out');
+    assert.match(gpu, /torch\.version\.cuda/, 'the build refuses a CPU torch');
+    assert.ok(gitIgnored(path.join(dockerDir, '.env')), 'docker/.env is git-ignored');
+    const example = fs.readFileSync(path.join(dockerDir, 'env.example'), 'utf8');
+    const required = [
+      ...fs.readFileSync(path.join(dockerDir, 'compose.yaml'), 'utf8').matchAll(/\$\{([A-Z0-9_]+):\?/g),
+    ].map((m) => m[1]!);
+    for (const name of new Set(required))
+      assert.match(example, new RegExp(`^${name}=$`, 'm'), `env.example lists the required ${name} (empty)`);
+  },
+);
 
 test('the checker reports every violation in a broken compose document and Dockerfile', () => {
   const bad = parse(`
@@ -434,7 +450,8 @@ services:
   assert.equal(problems.length, expected.length, `no unexpected violations:\n${problems.join('\n')}`);
 
   const dockerfile = checkDockerfile(
-    'ARG BASE=node:20-alpine\nFROM ${BASE} AS deps\nFROM deps\nCOPY --from=deps /app /app\nCOPY no-such-file.txt ./\nCOPY . .\nCMD ["node", "workers/no-such-worker.ts"]\n',
+    'ARG BASE=node:20-alpine\nFROM ${BASE} AS deps\nFROM deps\nCOPY --from=deps /app /app\nCOPY no-such-file.txt ' +
+      './\nCOPY . .\nCMD ["node", "workers/no-such-worker.ts"]\n',
     repoRoot,
     'Dockerfile',
   );

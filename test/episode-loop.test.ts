@@ -131,12 +131,19 @@ test('tool errors, malformed arguments and unknown tools come back to the agent 
   );
 });
 
-test('the agent-turn limit ends the episode as an agent failure, not graded', async () => {
+test('the agent-turn limit ends the episode and its terminal state is graded (the reference rule)', async () => {
   const { record } = await episode(task, [call('approve', { order_id: 1 })], { max_agent_turns: 3 });
   assert.equal(record.finishReason, 'agent_turn_limit');
-  assert.equal(record.outcome, 'agent_failure');
-  assert.equal(record.grade, undefined);
+  assert.ok(record.grade, 'graded');
+  assert.equal(record.outcome, record.grade.outcome);
   assert.equal(record.completions.length, 3);
+  // Unlimited by default: the agent keeps its turns until it stops by itself.
+  const unlimited = await episode(
+    task,
+    [call('approve', { order_id: 1 }), call('approve', { order_id: 1 }), 'Done. <DONE>'],
+    {},
+  );
+  assert.equal(unlimited.record.finishReason, 'done');
 });
 
 test('the user-turn limit ends a conversation, which is then graded', async () => {
@@ -150,30 +157,36 @@ test('the user-turn limit ends a conversation, which is then graded', async () =
   assert.equal(record.outcome, 'success');
 });
 
-test('a completion cut at the per-turn cap and an exhausted episode budget are agent failures', async () => {
-  const cut = await episode(
-    task,
-    [{ content: 'I will think about this for a very long time', finishReason: 'length' }],
-    { max_tokens_per_turn: 8 },
-  );
-  assert.equal(cut.record.finishReason, 'turn_token_cap');
-  assert.equal(cut.policy.requests[0]!.max_tokens, 8);
-  const budget = await episode(task, [{ content: call('approve', { order_id: 2 }), completionTokens: 40 }], {
-    episode_token_budget: 60,
-  });
-  assert.equal(budget.record.finishReason, 'token_budget');
-  assert.equal(budget.record.outcome, 'agent_failure');
-  assert.equal(budget.policy.requests[1]!.max_tokens, 10, 'the next turn may only use what is left of the budget');
-});
+test(
+  'a completion cut at the per-turn cap and an exhausted episode budget end the episode, which is ' + 'graded',
+  async () => {
+    const cut = await episode(
+      task,
+      [{ content: 'I will think about this for a very long time', finishReason: 'length' }],
+      { max_tokens_per_turn: 8 },
+    );
+    assert.equal(cut.record.finishReason, 'turn_token_cap');
+    assert.equal(cut.policy.requests[0]!.max_tokens, 8);
+    const budget = await episode(task, [{ content: call('approve', { order_id: 2 }), completionTokens: 40 }], {
+      episode_token_budget: 60,
+    });
+    assert.equal(budget.record.finishReason, 'token_budget');
+    assert.ok(budget.record.grade, 'graded');
+    assert.equal(budget.record.outcome, 'agent_failure', 'the wrong order was approved');
+    assert.equal(budget.policy.requests[1]!.max_tokens, 10, 'the next turn may only use what is left of the budget');
+  },
+);
 
 test('the whole-episode wall-clock limit stops a slow agent', async () => {
-  const { record } = await episode(task, [{ content: call('approve', { order_id: 2 }), delayMs: 400 }], {
+  // The first generation alone outlasts the limit, so the deadline passes in the agent's own time (the deadline
+  // passing during a tool call is a hang of the backend: an infrastructure error, tested elsewhere).
+  const { record } = await episode(task, [{ content: call('approve', { order_id: 2 }), delayMs: 2500 }], {
     wall_clock_ms: 1000,
     max_agent_turns: 50,
   });
-  assert.equal(record.finishReason, 'wall_clock_timeout');
+  assert.equal(record.finishReason, 'wall_clock_timeout', record.cause);
   assert.equal(record.outcome, 'agent_failure');
-  assert.ok(record.timings.totalMs < 5000);
+  assert.ok(record.timings.totalMs < 8000);
 });
 
 test('a simulated-user outage is an infrastructure error, never a failure', async () => {

@@ -52,46 +52,54 @@ async function episode(uid: string, mode: 'tokens' | 'chat', baseUrl = server.ba
   );
 }
 
-test('a real token-exact episode: prompt and observations rendered by the server, sampled ids with mask 1 and their logprobs', async () => {
-  const record = await episode('tiny/todo/complete-2', 'tokens');
-  records.push({ id: 'real-tokens', record });
-  assert.notEqual(record.outcome, 'infrastructure_error', record.cause);
-  const t = record.trajectory!;
-  assert.ok(t, 'training episodes carry their token trajectory');
-  assert.equal(t.tokenIds.length, t.lossMask.length);
-  assert.equal(t.tokenIds.length, t.logprobs.length);
-  assert.equal(
-    t.lossMask.filter((m) => m === 1).length,
-    record.usage.policy.output,
-    'every sampled token, and only those, has mask 1',
-  );
-  // The prompt is exactly the server's rendering of the first two messages.
-  const prompt = await tokenizeMessages({ baseUrl: server.baseUrl, model: server.model }, record.messages.slice(0, 2), {
-    addGenerationPrompt: true,
-  });
-  assert.deepEqual(t.tokenIds.slice(0, prompt.length), prompt);
-  assert.ok(t.lossMask.slice(0, prompt.length).every((m) => m === 0));
-  // Each sampled segment decodes to the completion the interpreter saw; sampled logprobs are real.
-  const segments: number[][] = [];
-  t.lossMask.forEach((m, i) => {
-    if (m === 1 && (i === 0 || t.lossMask[i - 1] === 0)) segments.push([]);
-    if (m === 1) segments.at(-1)!.push(t.tokenIds[i]!);
-  });
-  assert.equal(segments.length, record.completions.length);
-  for (const [i, seg] of segments.entries()) {
-    const text = await detokenize({ baseUrl: server.baseUrl, model: server.model }, seg);
-    assert.equal(text.replace(/<\|im_end\|>$/, ''), record.completions[i]!.raw);
-  }
-  const sampled = t.logprobs.filter((_, i) => t.lossMask[i] === 1);
-  assert.ok(sampled.every((lp) => lp <= 0) && sampled.some((lp) => lp < 0));
-  // Observations (tool results, user turns) are mask 0 and re-render to the same text as the conversation.
-  const whole = await detokenize({ baseUrl: server.baseUrl, model: server.model }, t.tokenIds);
-  for (const m of record.messages.filter((m) => m.role === 'tool'))
-    assert.ok(
-      whole.includes(`<|im_start|>tool\n${m.content}<|im_end|>\n`),
-      'tool results sit in the trajectory as rendered by the template',
+test(
+  'a real token-exact episode: prompt and observations rendered by the server, sampled ids with mask 1 and their ' +
+    'logprobs',
+  async () => {
+    const record = await episode('tiny/todo/complete-2', 'tokens');
+    records.push({ id: 'real-tokens', record });
+    assert.notEqual(record.outcome, 'infrastructure_error', record.cause);
+    const t = record.trajectory!;
+    assert.ok(t, 'training episodes carry their token trajectory');
+    assert.equal(t.tokenIds.length, t.lossMask.length);
+    assert.equal(t.tokenIds.length, t.logprobs.length);
+    assert.equal(
+      t.lossMask.filter((m) => m === 1).length,
+      record.usage.policy.output,
+      'every sampled token, and only those, has mask 1',
     );
-});
+    // The prompt is exactly the server's rendering of the first two messages.
+    const prompt = await tokenizeMessages(
+      { baseUrl: server.baseUrl, model: server.model },
+      record.messages.slice(0, 2),
+      {
+        addGenerationPrompt: true,
+      },
+    );
+    assert.deepEqual(t.tokenIds.slice(0, prompt.length), prompt);
+    assert.ok(t.lossMask.slice(0, prompt.length).every((m) => m === 0));
+    // Each sampled segment decodes to the completion the interpreter saw; sampled logprobs are real.
+    const segments: number[][] = [];
+    t.lossMask.forEach((m, i) => {
+      if (m === 1 && (i === 0 || t.lossMask[i - 1] === 0)) segments.push([]);
+      if (m === 1) segments.at(-1)!.push(t.tokenIds[i]!);
+    });
+    assert.equal(segments.length, record.completions.length);
+    for (const [i, seg] of segments.entries()) {
+      const text = await detokenize({ baseUrl: server.baseUrl, model: server.model }, seg);
+      assert.equal(text.replace(/<\|im_end\|>$/, ''), record.completions[i]!.raw);
+    }
+    const sampled = t.logprobs.filter((_, i) => t.lossMask[i] === 1);
+    assert.ok(sampled.every((lp) => lp <= 0) && sampled.some((lp) => lp < 0));
+    // Observations (tool results, user turns) are mask 0 and re-render to the same text as the conversation.
+    const whole = await detokenize({ baseUrl: server.baseUrl, model: server.model }, t.tokenIds);
+    for (const m of record.messages.filter((m) => m.role === 'tool'))
+      assert.ok(
+        whole.includes(`<|im_start|>tool\n${m.content}<|im_end|>\n`),
+        'tool results sit in the trajectory as rendered by the template',
+      );
+  },
+);
 
 test('a real chat-mode episode with the same model completes and is graded', async () => {
   const record = await episode('tiny/thermostat/power-on-2', 'chat');
@@ -141,7 +149,9 @@ test('a chat template that renders the anchor differently when messages follow i
   // other messages follow it, so no observation can be appended token-exactly.
   fs.writeFileSync(
     template,
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + ('' if loop.last or message['role'] != 'user' else ' [earlier]') + '<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + ('' if loop.last " +
+      "or message['role'] != 'user' else ' [earlier]') + '<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt " +
+      "%}{{ '<|im_start|>assistant\\n' }}{% endif %}",
   );
   const unstable = await startPolicyServer({
     engine: 'builtin',

@@ -117,39 +117,43 @@ test(
   },
 );
 
-test('campaign costs: probing and training tokens x prices, plus learner process-seconds x the hourly price', async () => {
-  const campaignId = `costs-${process.pid}`;
-  const usage = (input: number, output: number) => ({
-    policy: { calls: 1, input, output, cached: 0 },
-    user: { calls: 0, input: 0, output: 0, cached: 0 },
-    judge: { calls: 0, input: 0, output: 0, cached: 0 },
-  });
-  await withClient(controlUrl, async (c) => {
-    const insert = (id: string, purpose: string, input: number, output: number) =>
-      c.query(
-        `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, status, reward, record) VALUES ($1, 'u', 's', 'sc', 'd', $2, $3, 'success', 1, $4) ON CONFLICT (id) DO NOTHING`,
-        [
-          id,
-          purpose,
-          campaignId,
-          JSON.stringify({ outcome: 'success', reward: 1, finishReason: 'done', usage: usage(input, output) }),
-        ],
-      );
-    await insert(`${campaignId}/probe/a`, 'probe', 1_000_000, 500_000);
-    await insert(`${campaignId}/step-1/a`, 'train', 2_000_000, 1_000_000);
-    await c.query(`INSERT INTO campaign_steps (campaign, step, record) VALUES ($1, 1, $2) ON CONFLICT DO NOTHING`, [
-      campaignId,
-      JSON.stringify({ update: { time_s: 1800 } }),
-    ]);
-  });
-  const prices = path.join(dir, 'prices.yaml');
-  const role = { input_per_million: 1, output_per_million: 4, cached_input_per_million: 0.5 };
-  fs.writeFileSync(prices, stringify({ policy: role, user: role, judge: role }));
-  const activities = createCampaignActivities({ controlUrl, stateDir: dir });
-  const file: string = await new MockActivityEnvironment().run(() =>
-    activities.campaignCosts({ campaignId, prices, hourlyPriceUsd: 2, learnerProcesses: 4 }),
-  );
-  const costs = JSON.parse(fs.readFileSync(file, 'utf8')) as { probing: number; training: number };
-  assert.equal(costs.probing, 1 * 1 + 0.5 * 4); // $3.00
-  assert.equal(costs.training, 2 * 1 + 1 * 4 + 0.5 * 4 * 2); // $6 of tokens + 0.5 h x 4 processes x $2
-});
+test(
+  'campaign costs: probing and training tokens x prices, plus learner process-seconds x the hourly ' + 'price',
+  async () => {
+    const campaignId = `costs-${process.pid}`;
+    const usage = (input: number, output: number) => ({
+      policy: { calls: 1, input, output, cached: 0 },
+      user: { calls: 0, input: 0, output: 0, cached: 0 },
+      judge: { calls: 0, input: 0, output: 0, cached: 0 },
+    });
+    await withClient(controlUrl, async (c) => {
+      const insert = (id: string, purpose: string, input: number, output: number) =>
+        c.query(
+          `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, status, reward, record) ` +
+            `VALUES ($1, 'u', 's', 'sc', 'd', $2, $3, 'success', 1, $4) ON CONFLICT (id) DO NOTHING`,
+          [
+            id,
+            purpose,
+            campaignId,
+            JSON.stringify({ outcome: 'success', reward: 1, finishReason: 'done', usage: usage(input, output) }),
+          ],
+        );
+      await insert(`${campaignId}/probe/a`, 'probe', 1_000_000, 500_000);
+      await insert(`${campaignId}/step-1/a`, 'train', 2_000_000, 1_000_000);
+      await c.query(`INSERT INTO campaign_steps (campaign, step, record) VALUES ($1, 1, $2) ON CONFLICT DO NOTHING`, [
+        campaignId,
+        JSON.stringify({ update: { time_s: 1800 } }),
+      ]);
+    });
+    const prices = path.join(dir, 'prices.yaml');
+    const role = { input_per_million: 1, output_per_million: 4, cached_input_per_million: 0.5 };
+    fs.writeFileSync(prices, stringify({ policy: role, user: role, judge: role }));
+    const activities = createCampaignActivities({ controlUrl, stateDir: dir });
+    const file: string = await new MockActivityEnvironment().run(() =>
+      activities.campaignCosts({ campaignId, prices, hourlyPriceUsd: 2, learnerProcesses: 4 }),
+    );
+    const costs = JSON.parse(fs.readFileSync(file, 'utf8')) as { probing: number; training: number };
+    assert.equal(costs.probing, 1 * 1 + 0.5 * 4); // $3.00
+    assert.equal(costs.training, 2 * 1 + 1 * 4 + 0.5 * 4 * 2); // $6 of tokens + 0.5 h x 4 processes x $2
+  },
+);

@@ -7,9 +7,10 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { CancelledFailure } from '@temporalio/common';
 import { learnerSchema } from '../config/campaign-config.ts';
 import { createGpuActivities } from '../activities/gpu-activities.ts';
-import { learnerFiles, learnerRequest, controlUrl, stopLearner } from '../activities/learner-process.ts';
+import { learnerFiles, learnerRequest, controlEndpoint, stopLearner } from '../activities/learner-process.ts';
 import { withClient } from '../infra/control-database.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
+import { diskUsage } from '../infra/retention.ts';
 import { controlReady } from './helpers/stack.ts';
 
 /**
@@ -41,7 +42,8 @@ async function insertEpisodes(
   await withClient(controlUrlDb, async (c) => {
     for (const [i, item] of items.entries()) {
       await c.query(
-        `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, status, reward, record) VALUES ($1, 't', 's', 'sc', 'd', 'train', $2, $3, 'success', 1, $4) ON CONFLICT (id) DO NOTHING`,
+        `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, status, reward, ` +
+          `record) VALUES ($1, 't', 's', 'sc', 'd', 'train', $2, $3, 'success', 1, $4) ON CONFLICT (id) DO NOTHING`,
         [item.episodeId, campaignId, step, JSON.stringify({ trajectory: trajectory(step * 100 + i, length) })],
       );
     }
@@ -103,7 +105,7 @@ test(
     assert.equal(r2.repeated, false);
     assert.notEqual(readPid(files.pid), pid, 'a new learner process');
     assert.equal(isAlive(rankZero), false, 'the orphaned rank 0 of the killed learner was stopped before the restart');
-    const health = await learnerRequest<{ step: number }>(controlUrl(files)!, 'GET', '/health');
+    const health = await learnerRequest<{ step: number }>(controlEndpoint(files)!, 'GET', '/health');
     assert.equal(health.step, 2);
 
     // Out of order is refused without retries (bad input, not infrastructure).
@@ -117,6 +119,20 @@ test(
     const exported = await run(() => activities.exportWeights({ campaignId, stepId: 2 })).result;
     assert.ok(fs.existsSync(path.join(exported.path, 'config.json')));
     assert.ok(fs.readdirSync(exported.path).some((f) => f.endsWith('.safetensors')));
+
+    // Retention (finding 16): a batch goes once a checkpoint holds its step; the disk one step costs, measured.
+    const batches = path.join(files.dir, 'batches');
+    assert.deepEqual(
+      fs.readdirSync(batches).filter((f) => /^step-[12]\.jsonl$/.test(f)),
+      [],
+      'batches of committed steps are removed',
+    );
+    const perStep = {
+      checkpointBytes: diskUsage(path.join(files.checkpoints, 'step-2')),
+      exportBytes: diskUsage(exported.path),
+    };
+    console.log(`disk per step (real small model, CPU, float32): ${JSON.stringify(perStep)}`);
+    assert.ok(perStep.exportBytes > 0 && perStep.checkpointBytes > 0);
   },
 );
 
@@ -133,10 +149,10 @@ test(
     await assert.rejects(job.result, (err: unknown) => err instanceof CancelledFailure);
     assert.ok(job.heartbeats.length >= 1, 'heartbeats while the step runs');
     const files = learnerFiles(stateDir, campaignId);
-    let health = await learnerRequest<{ step: number; busy: boolean }>(controlUrl(files)!, 'GET', '/health');
+    let health = await learnerRequest<{ step: number; busy: boolean }>(controlEndpoint(files)!, 'GET', '/health');
     for (let i = 0; health.busy && i < 120; i++) {
       await new Promise((r) => setTimeout(r, 1000));
-      health = await learnerRequest(controlUrl(files)!, 'GET', '/health');
+      health = await learnerRequest(controlEndpoint(files)!, 'GET', '/health');
     }
     assert.equal(health.step, 2, 'the cancelled step 3 was not applied');
   },

@@ -11,7 +11,8 @@ import { controlReady, newPool } from './helpers/stack.ts';
 const scenario = scenarioSchema.parse({
   name: 'grading_shop',
   instructions: 'Refunds need approval.',
-  schema: `CREATE TABLE orders (id integer PRIMARY KEY, status text NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());
+  schema: `CREATE TABLE orders (id integer PRIMARY KEY, status text NOT NULL,
+                                updated_at timestamptz NOT NULL DEFAULT now());
            CREATE TABLE approvals (order_id integer PRIMARY KEY REFERENCES orders(id));`,
   seed: "INSERT INTO orders (id, status) VALUES (1, 'delivered'), (2, 'delivered');",
   volatile: { orders: ['updated_at'] },
@@ -83,15 +84,19 @@ async function gradeAfter(calls: { tool: string; arguments: Record<string, unkno
   }
 }
 
-test('the golden path passes: same state (volatile timestamps ignored), assertions hold, the judge says yes at temperature 0', async () => {
-  const report = await gradeAfter(task.golden, 'Your order 1 has been refunded.');
-  assert.equal(report.outcome, 'success', report.cause);
-  assert.equal(report.reward, 1);
-  assert.equal(report.resultHash, report.goldenHash);
-  assert.deepEqual(report.assertions, [{ name: 'order 2 untouched', passed: true }]);
-  assert.equal(report.rubrics[0]?.yes, true);
-  assert.equal(judgeDouble.requests.at(-1)?.temperature, 0);
-});
+test(
+  'the golden path passes: same state (volatile timestamps ignored), assertions hold, the judge says yes at ' +
+    'temperature 0',
+  async () => {
+    const report = await gradeAfter(task.golden, 'Your order 1 has been refunded.');
+    assert.equal(report.outcome, 'success', report.cause);
+    assert.equal(report.reward, 1);
+    assert.equal(report.resultHash, report.goldenHash);
+    assert.deepEqual(report.assertions, [{ name: 'order 2 untouched', passed: true }]);
+    assert.equal(report.rubrics[0]?.yes, true);
+    assert.equal(judgeDouble.requests.at(-1)?.temperature, 0);
+  },
+);
 
 test('a missing side effect fails with a readable diff', async () => {
   const report = await gradeAfter([{ tool: 'refund', arguments: { order_id: 1 } }], 'Your order 1 has been refunded.');

@@ -17,7 +17,8 @@ test(
   async (t) => {
     if (!fs.existsSync(CHROMIUM)) {
       assert.fail(
-        `${CHROMIUM} is missing: this check needs Debian's chromium; run scripts/install-chromium.sh (as root) and try again`,
+        `${CHROMIUM} is missing: this check needs Debian's chromium; run scripts/install-chromium.sh (as root) and ` +
+          `try again`,
       );
     }
     const outDir = path.join(root, '.state', 'report-browser');

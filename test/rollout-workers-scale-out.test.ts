@@ -76,7 +76,8 @@ function diagnostics(): string {
   return workers
     .map(
       (w, i) =>
-        `--- rollout worker ${i} (pid ${w.child.pid}, exit ${w.child.exitCode ?? w.child.signalCode ?? 'running'}):\n${w.output.join('').slice(-3000)}`,
+        `--- rollout worker ${i} (pid ${w.child.pid}, exit ` +
+        `${w.child.exitCode ?? w.child.signalCode ?? 'running'}):\n${w.output.join('').slice(-3000)}`,
     )
     .join('\n');
 }
@@ -143,7 +144,8 @@ test(
         if (dead) assert.fail(`a rollout worker exited before polling\n${diagnostics()}`);
         if (Date.now() > pollDeadline)
           assert.fail(
-            `rollout workers not polling ${queues.rollout} after 45 s (pollers: ${[...polling].join(', ') || 'none'})\n${diagnostics()}`,
+            `rollout workers not polling ${queues.rollout} after 45 s (pollers: ` +
+              `${[...polling].join(', ') || 'none'})\n${diagnostics()}`,
           );
         await new Promise((r) => setTimeout(r, 250));
       }

@@ -3,10 +3,10 @@ import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { scenarioSchema } from '../config/task-schema.ts';
 import { openToolSession } from '../activities/mcp-tool-session.ts';
-import type { SandboxPool } from '../activities/sandbox-pool.ts';
+import { sandboxPrefix, type SandboxPool } from '../activities/sandbox-pool.ts';
 import { readCanonicalState } from '../activities/terminal-state-grader.ts';
 import { stateHash } from '../core/canonical-state.ts';
-import { withClient, withRole } from '../infra/control-database.ts';
+import { rolePassword, withClient, withRole } from '../infra/control-database.ts';
 import { controlReady, newPool } from './helpers/stack.ts';
 
 const scenario = scenarioSchema.parse({
@@ -64,49 +64,56 @@ after(async () => {
   await pool.close();
 });
 
-test('SQL injection payloads in tool arguments are data: they neither read nor change anything outside the call', async () => {
-  const a = await pool.acquire(scenario, 'test:injection-a');
-  const b = await pool.acquire(scenario, 'test:injection-b');
-  try {
-    const beforeB = stateHash(await readCanonicalState(b, scenario));
-    const controlBefore = await withClient(controlUrl, (c) =>
-      c.query(`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`),
-    );
-    const session = await openToolSession(scenario, a);
+test(
+  'SQL injection payloads in tool arguments are data: they neither read nor change anything outside the ' + 'call',
+  async () => {
+    const a = await pool.acquire(scenario, 'test:injection-a');
+    const b = await pool.acquire(scenario, 'test:injection-b');
     try {
-      for (const body of payloads) {
-        const found = await session.callTool('find_note', { body });
-        assert.equal(found.isError, false, found.text);
-        assert.deepEqual(JSON.parse(found.text), [], `payload ${body} must match no row`);
-        const searched = await session.callTool('search_notes', { text: body });
-        assert.deepEqual(JSON.parse(searched.text), [], `payload ${body} must match no row`);
+      const beforeB = stateHash(await readCanonicalState(b, scenario));
+      const controlBefore = await withClient(controlUrl, (c) =>
+        c.query(`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`),
+      );
+      const session = await openToolSession(scenario, a);
+      try {
+        for (const body of payloads) {
+          const found = await session.callTool('find_note', { body });
+          assert.equal(found.isError, false, found.text);
+          assert.deepEqual(JSON.parse(found.text), [], `payload ${body} must match no row`);
+          const searched = await session.callTool('search_notes', { text: body });
+          assert.deepEqual(JSON.parse(searched.text), [], `payload ${body} must match no row`);
+        }
+        // A payload stored through a write tool is stored verbatim, in this sandbox only.
+        const written = await session.callTool('set_note', { id: 2, body: payloads[2]! });
+        assert.deepEqual(JSON.parse(written.text), { affected: 1 });
+        // Type confusion is refused by the schema, not passed to SQL.
+        const typed = await session.callTool('set_note', { id: '1 OR 1=1', body: 'x' });
+        assert.equal(typed.isError, true);
+        assert.match(typed.text, /invalid arguments for set_note: \/id must be integer/);
+      } finally {
+        await session.close();
       }
-      // A payload stored through a write tool is stored verbatim, in this sandbox only.
-      const written = await session.callTool('set_note', { id: 2, body: payloads[2]! });
-      assert.deepEqual(JSON.parse(written.text), { affected: 1 });
-      // Type confusion is refused by the schema, not passed to SQL.
-      const typed = await session.callTool('set_note', { id: '1 OR 1=1', body: 'x' });
-      assert.equal(typed.isError, true);
-      assert.match(typed.text, /invalid arguments for set_note: \/id must be integer/);
+      const stateA = await readCanonicalState(a, scenario);
+      assert.deepEqual(stateA.notes, { 'id=1': { id: 1, body: 'alpha' }, 'id=2': { id: 2, body: payloads[2] } });
+      assert.equal(stateHash(await readCanonicalState(b, scenario)), beforeB, 'the other sandbox is untouched');
+      const controlAfter = await withClient(controlUrl, (c) =>
+        c.query(`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`),
+      );
+      assert.equal(controlAfter.rows[0].n, controlBefore.rows[0].n, 'the control database is untouched');
     } finally {
-      await session.close();
+      await pool.release(a);
+      await pool.release(b);
     }
-    const stateA = await readCanonicalState(a, scenario);
-    assert.deepEqual(stateA.notes, { 'id=1': { id: 1, body: 'alpha' }, 'id=2': { id: 2, body: payloads[2] } });
-    assert.equal(stateHash(await readCanonicalState(b, scenario)), beforeB, 'the other sandbox is untouched');
-    const controlAfter = await withClient(controlUrl, (c) =>
-      c.query(`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = 'public'`),
-    );
-    assert.equal(controlAfter.rows[0].n, controlBefore.rows[0].n, 'the control database is untouched');
-  } finally {
-    await pool.release(a);
-    await pool.release(b);
-  }
-});
+  },
+);
 
 test('the tool role cannot connect to the control database, and the checking role cannot write', async () => {
   const agentOnControl = new pg.Client({
-    connectionString: withRole(controlUrl, 'tbt_agent', process.env.TBT_AGENT_DB_PASSWORD),
+    connectionString: withRole(
+      controlUrl,
+      'tbt_agent',
+      rolePassword(controlUrl, 'tbt_agent', process.env.TBT_AGENT_DB_PASSWORD),
+    ),
   });
   await assert.rejects(agentOnControl.connect(), /permission denied for database/);
   await agentOnControl.end().catch(() => undefined);
@@ -125,41 +132,50 @@ test('the tool role cannot connect to the control database, and the checking rol
   }
 });
 
-test('warm pool: refills to the target, serves a ready clone, released sandboxes disappear, the sweeper removes expired leases and orphans', async () => {
-  const warm = newPool({ warm: 2, leaseMs: 60_000 });
-  try {
-    const first = await warm.acquire(scenario, 'test:warm-1');
-    await warm.refill(await warm.ensureTemplate(scenario));
-    const ready = await withClient(controlUrl, (c) =>
-      c.query<{ name: string }>(
-        `SELECT s.name FROM sandboxes s JOIN sandbox_templates t ON t.name = s.template WHERE t.scenario = $1 AND s.state = 'ready'`,
-        [scenario.name],
-      ),
-    );
-    assert.ok(ready.rowCount! >= 2, `expected 2 ready clones, got ${ready.rowCount}`);
-    const second = await warm.acquire(scenario, 'test:warm-2');
-    assert.ok(
-      ready.rows.some((r) => r.name === second.name),
-      'the second acquire takes a ready clone',
-    );
-    await warm.release(first);
-    const gone = await withClient(controlUrl, (c) =>
-      c.query('SELECT 1 FROM pg_database WHERE datname = $1', [first.name]),
-    );
-    assert.equal(gone.rowCount, 0);
-    // Simulate a crashed worker: its lease expires; and an orphan database nobody recorded.
-    await withClient(controlUrl, async (c) => {
-      await c.query(`UPDATE sandboxes SET expires_at = now() - interval '1 second' WHERE name = $1`, [second.name]);
-      await c.query('CREATE DATABASE tbt_sbx_orphan_test');
-    });
-    const { dropped } = await warm.sweep();
-    assert.ok(dropped.includes(second.name));
-    assert.ok(dropped.includes('tbt_sbx_orphan_test'));
-    const left = await withClient(controlUrl, (c) =>
-      c.query(`SELECT datname FROM pg_database WHERE datname IN ($1, 'tbt_sbx_orphan_test')`, [second.name]),
-    );
-    assert.equal(left.rowCount, 0);
-  } finally {
-    await warm.close();
-  }
-});
+test(
+  'warm pool: refills to the target, serves a ready clone, released sandboxes disappear, the sweeper removes ' +
+    'expired leases and orphans',
+  async () => {
+    const warm = newPool({ warm: 2, leaseMs: 60_000, orphanMinAgeMs: 0 });
+    try {
+      const orphan = `${sandboxPrefix(await warm.deploymentTag())}orphan_test`;
+      const first = await warm.acquire(scenario, 'test:warm-1');
+      await warm.refill(await warm.ensureTemplate(scenario));
+      const ready = await withClient(controlUrl, (c) =>
+        c.query<{ name: string }>(
+          `SELECT s.name FROM sandboxes s JOIN sandbox_templates t ON t.name = s.template WHERE t.scenario = $1 AND ` +
+            `s.state = 'ready'`,
+          [scenario.name],
+        ),
+      );
+      assert.ok(ready.rowCount! >= 2, `expected 2 ready clones, got ${ready.rowCount}`);
+      const second = await warm.acquire(scenario, 'test:warm-2');
+      assert.ok(
+        ready.rows.some((r) => r.name === second.name),
+        'the second acquire takes a ready clone',
+      );
+      await warm.release(first);
+      const gone = await withClient(controlUrl, (c) =>
+        c.query('SELECT 1 FROM pg_database WHERE datname = $1', [first.name]),
+      );
+      assert.equal(gone.rowCount, 0);
+      // Simulate a crashed worker: its lease expires; and an orphan database nobody recorded.
+      await withClient(controlUrl, async (c) => {
+        await c.query(`UPDATE sandboxes SET expires_at = now() - interval '1 second' WHERE name = $1`, [second.name]);
+        await c.query(`CREATE DATABASE ${orphan}`);
+      });
+      // Another worker sweeps (this pool would keep renewing what it holds). The minimum orphan age is zero
+      // here, so the first sighting is old enough.
+      const sweeper = newPool({ orphanMinAgeMs: 0 });
+      const { dropped } = await sweeper.sweep().finally(() => sweeper.close());
+      assert.ok(dropped.includes(second.name));
+      assert.ok(dropped.includes(orphan));
+      const left = await withClient(controlUrl, (c) =>
+        c.query(`SELECT datname FROM pg_database WHERE datname IN ($1, $2)`, [second.name, orphan]),
+      );
+      assert.equal(left.rowCount, 0);
+    } finally {
+      await warm.close();
+    }
+  },
+);

@@ -22,7 +22,9 @@ import { loadImportedSuite, type ThinkingBoxSuite } from '../activities/thinking
 import { validateImportedTask } from '../activities/thinkingbox/imported-task-validation.ts';
 import { runTestCase } from '../activities/thinkingbox/test-case-runner.ts';
 import { gradeNatively, type ServerEffects } from '../activities/thinkingbox/thinkingbox-environment.ts';
-import { datasetPython } from '../activities/thinkingbox/dataset-python.ts';
+import { prepareDatasetEnvironment } from '../activities/thinkingbox/dataset-environment.ts';
+import { judgeFrom } from '../activities/judge-client.ts';
+import type { TestContext } from '../activities/thinkingbox/test-case-runner.ts';
 import { importThinkingbox } from '../cli/commands/tasks.ts';
 import { episodeConfigSchema } from '../config/episode-config.ts';
 import { repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
@@ -40,7 +42,10 @@ import { controlReady, env, newPool, temporalClient, workflowBundle } from './he
  */
 
 const fixture = path.join(repoRoot, 'examples', 'thinkingbox-fixture');
+const fixtureData = path.join(fixture, 'dataset');
+const fixtureList = path.join(fixture, 'releases', 'fixture_v1', 'testlist_fixture_v1.yaml');
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-thinkingbox-'));
+fs.chmodSync(work, 0o755); // dataset code runs as an unprivileged uid: its files must be readable by others
 const imported = path.join(work, 'imported');
 const resources = thinkingboxResources({
   warm_processes: 1,
@@ -50,6 +55,7 @@ const resources = thinkingboxResources({
 });
 const doubles: OpenAIWireProtocolDouble[] = [];
 let suite: ThinkingBoxSuite;
+let datasetPy: string;
 
 const capture = () => {
   const io = {
@@ -64,43 +70,80 @@ const capture = () => {
 before(async () => {
   const io = capture();
   const exclude = path.join(work, 'benchmark.yaml');
-  fs.writeFileSync(exclude, '- stacks/shelving.py:test_move_silent_spring\n');
+  fs.writeFileSync(exclude, '- stacks_shelving.py:test_move_silent_spring\n');
   const code = importThinkingbox(
-    ['--data', fixture, '--list', path.join(fixture, 'tests.yaml'), '--out', imported, '--exclude-uids', exclude],
+    ['--data', fixtureData, '--list', fixtureList, '--out', imported, '--exclude-uids', exclude],
     io,
   );
   assert.equal(code, 0, io.errors.join('\n'));
   suite = loadImportedSuite(imported).suite!;
+  datasetPy = prepareDatasetEnvironment(suite.imported.server_packages, () => undefined).python;
 });
 after(async () => {
   await resources.servers.close();
   await Promise.all(doubles.map((d) => d.stop()));
 });
 
+const emptyContext: TestContext = {
+  effects: {},
+  response: '',
+  tool_calls: [],
+  messages: [],
+  init_result: {},
+  session_id: 'test',
+  metadata: {},
+  tool_direct_responses: [],
+};
+
+const task = (uid: string) => {
+  const t = suite.tasks.find((x) => x.uid === uid);
+  assert.ok(t, `fixture task ${uid}`);
+  return t;
+};
 const withNative = (pred: (t: ImportedTask) => boolean) => suite.tasks.find((t) => t.test.native && pred(t))!;
 
 test('import keeps the original uids, merges init into world_state and marks --exclude-uids evaluation-only', () => {
-  const listed = (fs.readFileSync(path.join(fixture, 'tests.yaml'), 'utf8').match(/^- .+$/gm) ?? []).map((l) =>
-    l.slice(2).trim(),
-  );
+  const listed = (fs.readFileSync(fixtureList, 'utf8').match(/^- .+$/gm) ?? []).map((l) => l.slice(2).trim());
   assert.deepEqual(
     suite.tasks.map((t) => t.uid),
     listed,
   );
   assert.ok(
-    suite.tasks.some((t) => t.uid.includes('/')),
-    'a task from a sub-folder of test_case/ keeps its relative path in the uid',
+    suite.tasks.some((t) => t.test.file.endsWith('test_case/stacks/stacks_shelving.py')),
+    'stacks_shelving.py is found one folder down by its name prefix (the lookup rule)',
   );
   assert.deepEqual(
     suite.tasks.filter((t) => t.evaluation_only).map((t) => t.uid),
-    ['stacks/shelving.py:test_move_silent_spring'],
+    ['stacks_shelving.py:test_move_silent_spring'],
   );
+  const renew = task('circulation.py:test_renew_earthsea');
+  assert.deepEqual(
+    renew.history.map((m) => m.content),
+    ['Hello, is the desk open?', 'Yes, we are open. How can I help you today?'],
+    'history greeting:0:2 from circulation.meta.yaml',
+  );
+  const desk = suite.scenarios.circulation_desk!;
+  assert.equal(desk.agent, 'default');
+  assert.deepEqual(
+    desk.builtin_tools.map((b) => [b.name, b.is_end_turn]),
+    [['ReportPolicyViolation', true]],
+  );
+  assert.match(desk.tools.find((x) => x.name === 'opening_hours')!.direct_response!, /9:00-18:00/);
+  assert.match(desk.tools.find((x) => x.name === 'checkout_book')!.arg_descriptions!.due_date!, /21 days/);
+  assert.equal(suite.imported.servers.loans!.transport, 'stdio');
+  assert.deepEqual(suite.imported.servers.loans, {
+    transport: 'stdio',
+    command: '{python}',
+    args: ['-m', 'library_servers.loans_server'],
+    env: { LIBRARY_TODAY: '2025-03-11' },
+    cwd: path.join(fixture, 'servers'),
+  });
   for (const t of suite.tasks) {
     const scenario = suite.scenarios[t.scenario]!;
     for (const [server, config] of Object.entries(scenario.world_state)) {
       // Lists concatenate: every row of the scenario's state is still there, in front of what init adds.
-      const base = (config.state ?? {}) as Record<string, unknown[]>;
-      const merged = (t.world_state[server]!.state ?? {}) as Record<string, unknown[]>;
+      const base = (config?.state ?? {}) as Record<string, unknown[]>;
+      const merged = (t.world_state[server]?.state ?? {}) as Record<string, unknown[]>;
       for (const [table, rows] of Object.entries(base))
         assert.deepEqual(merged[table]!.slice(0, rows.length), rows, `${t.uid}: ${server}.${table}`);
     }
@@ -123,11 +166,11 @@ test('files and tasks that cannot be parsed are reported with file and line; the
   const broken = path.join(work, 'broken-dataset');
   fs.cpSync(fixture, broken, { recursive: true });
   fs.writeFileSync(
-    path.join(broken, 'test_case', 'syntax.py'),
+    path.join(broken, 'dataset', 'test_case', 'syntax.py'),
     '"""!\nscenario: circulation_desk\n"""\n\ndef test_a(x):\n    """!\n    query: hi\n    """\n    assert (\n',
   );
   fs.writeFileSync(
-    path.join(broken, 'test_case', 'yaml_errors.py'),
+    path.join(broken, 'dataset', 'test_case', 'yaml_errors.py'),
     [
       '"""!',
       'scenario: circulation_desk',
@@ -155,9 +198,10 @@ test('files and tasks that cannot be parsed are reported with file and line; the
   const list = path.join(broken, 'list.yaml');
   fs.writeFileSync(
     list,
-    `${fs.readFileSync(path.join(fixture, 'tests.yaml'), 'utf8')}- syntax.py:test_a\n- yaml_errors.py:test_bad_yaml\n- yaml_errors.py:test_unknown_scenario\n- yaml_errors.py:test_fine\n- missing.py:test_x\n`,
+    `${fs.readFileSync(fixtureList, 'utf8')}- syntax.py:test_a\n- yaml_errors.py:test_bad_yaml\n- ` +
+      `yaml_errors.py:test_unknown_scenario\n- yaml_errors.py:test_fine\n- missing.py:test_x\n`,
   );
-  const result = importThinkingboxDataset({ dataDir: broken, listFile: list });
+  const result = importThinkingboxDataset({ dataDir: path.join(broken, 'dataset'), listFile: list });
   const at = (file: string) =>
     result.problems.filter((p) => p.file.endsWith(file)).map((p) => `${p.line}: ${p.message}`);
   assert.match(
@@ -165,11 +209,7 @@ test('files and tasks that cannot be parsed are reported with file and line; the
     /^9: .*(syntax|never closed|was not closed)/im,
     'a Python syntax error names its line',
   );
-  assert.match(
-    at('yaml_errors.py').join('\n'),
-    /^7: .*YAML syntax/m,
-    'a YAML error inside a docstring names the .py line',
-  );
+  assert.match(at('yaml_errors.py').join('\n'), /^7: .*YAML/m, 'a YAML error inside a docstring names the .py line');
   assert.match(
     at('yaml_errors.py').join('\n'),
     /^13: task yaml_errors\.py:test_unknown_scenario: unknown scenario 'no_such_scenario'/m,
@@ -254,7 +294,7 @@ test(
     assert.equal(good.toolCalls.length, t.golden.length);
     const offered = good
       .tools!.map((x) => x.name)
-      .filter((n) => n !== 'end_turn')
+      .filter((n) => n !== 'end_turn' && n !== 'ReportPolicyViolation')
       .sort();
     assert.deepEqual(
       offered,
@@ -272,7 +312,7 @@ test(
     assert.ok(!suite.scenarios.circulation_desk!.tools.some((x) => x.name === 'move_book'));
     const sneaky = await episode(desk, [toolCall('move_book', { book_id: 'B001', shelf: 'Z9' }), 'Done. <DONE>']);
     assert.equal(sneaky.toolCalls[0]!.isError, true, 'a tool the scenario does not make visible cannot be called');
-    assert.match(sneaky.toolCalls[0]!.result, /unknown tool 'move_book'/);
+    assert.match(sneaky.toolCalls[0]!.result, /function 'move_book' does not exist/);
   },
 );
 
@@ -311,9 +351,7 @@ test(
   { timeout: 180_000 },
   async () => {
     // A fixed-answer judge: the point is that both paths ask it the same questions and act on the answer alike.
-    const judge = (answer: string) => ({
-      ask: async (question: string) => ({ question, answer, yes: answer === 'yes', usage: { input: 0, output: 0 } }),
-    });
+    const judge = (answer: string) => judgeFrom(async () => ({ text: answer, usage: { input: 0, output: 0 } }));
     let compared = 0;
     for (const t of suite.tasks.filter((x) => x.test.native)) {
       for (const match of [true, false]) {
@@ -321,21 +359,20 @@ test(
           const effects: Record<string, ServerEffects> = {};
           for (const server of Object.keys(t.world_state)) {
             effects[server] = {
-              result_hash: match ? 'h1' : 'h2',
-              golden_hash: 'h1',
-              initial_hash: 'h0',
+              result_db_hash: match ? 'h1' : 'h2',
+              golden_db_hash: 'h1',
               diff: [],
-              rubrics: t.test.native!.rubrics ? ['Did the assistant explain the renewal limit?'] : [],
+              rubrics_yesno: t.test.native!.rubrics ? ['Did the assistant explain the renewal limit?'] : [],
             };
           }
           const native = await gradeNatively(t.test.native!, effects, 'an answer', judge(answer));
           const python = await runTestCase({
             file: t.test.file,
             function: t.test.function,
-            context: { effects, response: 'an answer', tool_calls: [] },
+            context: { ...emptyContext, effects, response: 'an answer' },
             judge: judge(answer),
             timeoutMs: 30_000,
-            python: datasetPython(),
+            python: datasetPy,
           });
           assert.equal(native.status, python.status, `${t.uid} match=${match} judge=${answer}`);
           assert.equal(native.verdicts.length, python.verdicts.length, `${t.uid}: same judge calls`);
@@ -353,11 +390,11 @@ test('evaluation-only uids never enter a training pool, even when the campaign l
   const campaignId = `tb-ingest-${process.pid}`;
   const { uids, excluded, evaluationUids } = await activities.ingestCandidates({ campaignId, suiteDir: imported });
   assert.ok(
-    !uids.includes('stacks/shelving.py:test_move_silent_spring'),
+    !uids.includes('stacks_shelving.py:test_move_silent_spring'),
     'the evaluation-only task is not a candidate',
   );
   assert.ok(
-    evaluationUids.includes('stacks/shelving.py:test_move_silent_spring'),
+    evaluationUids.includes('stacks_shelving.py:test_move_silent_spring'),
     'but it is evaluated (evaluation.tasks: all)',
   );
   assert.equal(excluded, 1);
@@ -370,7 +407,7 @@ test('evaluation-only uids never enter a training pool, even when the campaign l
     suiteDir: imported,
     excludeUidsFile: file,
   });
-  assert.ok(!second.uids.includes(uids[0]!) && !second.uids.includes('stacks/shelving.py:test_move_silent_spring'));
+  assert.ok(!second.uids.includes(uids[0]!) && !second.uids.includes('stacks_shelving.py:test_move_silent_spring'));
   assert.equal(second.excluded, 2);
 });
 
@@ -393,9 +430,9 @@ test(
         '',
       ].join('\n'),
     );
-    const context = { effects: {}, response: '', tool_calls: [] };
+    const context = emptyContext;
     await assert.rejects(
-      runTestCase({ file, function: 'test_phone_home', context, timeoutMs: 20_000, python: datasetPython() }),
+      runTestCase({ file, function: 'test_phone_home', context, timeoutMs: 20_000, python: datasetPy }),
       (err: Error) => {
         assert.equal(err.name, 'InfrastructureError');
         assert.match(err.message, /test .*test_phone_home raised an error/);
@@ -404,7 +441,7 @@ test(
     );
     // Had it not been killed it would have passed after its sleep: the timeout, not the test, ended it.
     await assert.rejects(
-      runTestCase({ file, function: 'test_hangs', context, timeoutMs: 2_000, python: datasetPython() }),
+      runTestCase({ file, function: 'test_hangs', context, timeoutMs: 2_000, python: datasetPy }),
       /did not finish within 2000 ms/,
     );
   },

@@ -1,7 +1,8 @@
 import { NativeConnection, Worker } from '@temporalio/worker';
-import pino from 'pino';
 import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../config/environment.ts';
 import { createGpuActivities, gpuHost } from '../activities/gpu-activities.ts';
+import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
+import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
 
 /**
  * GPU worker: one per GPU host, polling that host's own task queue (`<prefix>-gpu-<host>`, host from
@@ -9,11 +10,15 @@ import { createGpuActivities, gpuHost } from '../activities/gpu-activities.ts';
  * Learner and policy server run detached: they survive a crash of this worker and are found again.
  */
 
+let log = createServiceLogger('gpu-worker');
+// Activity and worker logs (Temporal's `log`) go through this logger and its redaction.
+installTemporalLogger(log);
+
 async function run(): Promise<void> {
   const env = readEnvironment();
-  const host = gpuHost();
+  const host = gpuHost(env);
   const taskQueue = taskQueues(env).gpu(host);
-  const log = pino({ name: 'gpu-worker', base: { host, pid: process.pid } });
+  log = log.child({ host });
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });
   try {
     const worker = await Worker.create({
@@ -32,7 +37,4 @@ async function run(): Promise<void> {
   }
 }
 
-run().catch((err: unknown) => {
-  console.error('gpu worker failed:', err);
-  process.exit(1);
-});
+run().catch((err: unknown) => exitWithCrash(log, 'gpu worker', err));

@@ -1,16 +1,22 @@
 import path from 'node:path';
 import { NativeConnection, Worker } from '@temporalio/worker';
-import pino from 'pino';
 import { databaseUrl, readEnvironment, repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
-import { createCampaignActivities } from '../activities/campaign-activities.ts';
 import { createSmokeActivities } from '../activities/smoke-activities.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
+import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
+import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
 
-/** Orchestrator worker: runs the (deterministic) workflows and their light bookkeeping activities. */
+/**
+ * Orchestrator worker: runs the (deterministic) workflows, and the stack's smoke check. The campaign's bookkeeping
+ * activities run in the bookkeeping worker (workers/bookkeeping-worker.ts), a process of its own.
+ */
+
+const log = createServiceLogger('orchestrator-worker');
+// Activity and worker logs (Temporal's `log`) go through this logger and its redaction.
+installTemporalLogger(log);
 
 async function run(): Promise<void> {
   const env = readEnvironment();
-  const log = pino({ name: 'orchestrator-worker', base: { pid: process.pid } });
   const controlUrl = databaseUrl(env);
   await ensureControlDatabase(env);
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });
@@ -20,10 +26,7 @@ async function run(): Promise<void> {
       namespace: env.TBT_TEMPORAL_NAMESPACE,
       taskQueue: taskQueues(env).orchestrator,
       workflowsPath: path.join(repoRoot, 'workflows', 'index.ts'),
-      activities: {
-        ...createSmokeActivities(controlUrl),
-        ...createCampaignActivities({ controlUrl, stateDir: env.TBT_STATE_DIR }),
-      },
+      activities: createSmokeActivities(controlUrl),
       shutdownGraceTime: '10s',
     });
     log.info({ taskQueue: taskQueues(env).orchestrator }, 'orchestrator worker started');
@@ -33,7 +36,4 @@ async function run(): Promise<void> {
   }
 }
 
-run().catch((err: unknown) => {
-  console.error('orchestrator worker failed:', err);
-  process.exit(1);
-});
+run().catch((err: unknown) => exitWithCrash(log, 'orchestrator worker', err));

@@ -1,11 +1,13 @@
 import os from 'node:os';
 import { NativeConnection, Worker } from '@temporalio/worker';
-import pino from 'pino';
 import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../config/environment.ts';
 import { createEpisodeActivities, thinkingboxResourcesFactory } from '../activities/episode-activities.ts';
 import { SandboxPool } from '../activities/sandbox-pool.ts';
 import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
+import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
+import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
+import { forwardTypesense } from '../infra/typesense-standin.ts';
 
 /**
  * Rollout worker: runs episodes (CPU activities) from the shared rollout task queue. Start as many as you
@@ -13,16 +15,20 @@ import { ensureControlDatabase } from '../infra/control-database.ts';
  * Concurrency: TBT_ROLLOUT_CONCURRENCY (default 4) episodes at once per worker.
  */
 
+const log = createServiceLogger('rollout-worker', { host: os.hostname() });
+// Activity and worker logs (Temporal's `log`) go through this logger and its redaction.
+installTemporalLogger(log);
+
 async function run(): Promise<void> {
   const env = readEnvironment();
-  const log = pino({ name: 'rollout-worker', base: { host: os.hostname(), pid: process.pid } });
   const controlUrl = databaseUrl(env);
   await ensureControlDatabase(env);
   const pool = new SandboxPool({
     controlUrl,
     agentPassword: env.TBT_AGENT_DB_PASSWORD,
     readerPassword: env.TBT_READER_DB_PASSWORD,
-    warm: Number(process.env.TBT_SANDBOX_WARM ?? 2),
+    recycle: env.TBT_SANDBOX_RECYCLE,
+    warm: env.TBT_SANDBOX_WARM,
   });
   const swept = await pool.sweep();
   if (swept.dropped.length) log.info({ dropped: swept.dropped.length }, 'swept sandboxes left by crashed workers');
@@ -32,6 +38,8 @@ async function run(): Promise<void> {
   );
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });
   const thinkingbox = thinkingboxResourcesFactory(); // tool servers of imported ThinkingBox tasks, on first use
+  // Dataset tool servers call Typesense at 127.0.0.1:8108; in a container that is the compose service.
+  if (env.TBT_TYPESENSE_ADDRESS) await forwardTypesense(env.TBT_TYPESENSE_ADDRESS);
   try {
     const worker = await Worker.create({
       connection,
@@ -43,7 +51,7 @@ async function run(): Promise<void> {
         controlUrl,
         thinkingbox,
       }),
-      maxConcurrentActivityTaskExecutions: Number(process.env.TBT_ROLLOUT_CONCURRENCY ?? 4),
+      maxConcurrentActivityTaskExecutions: env.TBT_ROLLOUT_CONCURRENCY,
       shutdownGraceTime: '30s',
     });
     log.info({ taskQueue: taskQueues(env).rollout }, 'rollout worker started');
@@ -56,7 +64,4 @@ async function run(): Promise<void> {
   }
 }
 
-run().catch((err: unknown) => {
-  console.error('rollout worker failed:', err);
-  process.exit(1);
-});
+run().catch((err: unknown) => exitWithCrash(log, 'rollout worker', err));

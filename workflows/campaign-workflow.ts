@@ -9,6 +9,7 @@ import {
   defineSignal,
   executeChild,
   log,
+  patched,
   proxyActivities,
   setHandler,
   upsertMemo,
@@ -22,6 +23,7 @@ import type { EpisodeConfig } from '../config/episode-config.ts';
 import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow.ts';
 import { probeWorkflow, type ProbeResult } from './probe-workflow.ts';
 import { campaignAttributes, campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
+import { startLearnerNodes } from './learner-nodes.ts';
 import { stepLostFailureType, trainingStepWorkflow } from './training-step-workflow.ts';
 import { bookkeepingOptions, defaultMaxReruns, gpuOptions } from './activity-options.ts';
 
@@ -69,7 +71,8 @@ export interface CampaignInput {
   excludeUidsFile?: string;
   /** Absolute price table file (resolved by the CLI from config.prices). */
   pricesFile?: string;
-  queues: { rollout: string; gpu: string };
+  /** `gpu`: node 0's GPU worker; `gpuNodes`: every learner node's, in node-rank order (only for several nodes). */
+  queues: { rollout: string; gpu: string; gpuNodes?: string[] };
   state?: CampaignState;
 }
 
@@ -148,13 +151,15 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
     };
     if (policy.base_url !== 'embedded') {
       const servers = policy.sync_instances ?? [policy.base_url];
-      await gpu.ensurePolicyWeights({ ...want, servers });
+      // Campaigns started before external servers were synced never made this call: replay must not see it.
+      if (patched('sync-external-policy-servers')) await gpu.ensurePolicyWeights({ ...want, servers });
       return {
         episode: { ...config.episode, policy: { ...policy, weight_version: want.weightVersion } },
         policyServers: servers,
       };
     }
-    const server = await gpu.ensurePolicyServer({ ...want, engine: policy.engine });
+    // Inputs from before the engine switch ran the built-in server: a deploy must not move them to vLLM.
+    const server = await gpu.ensurePolicyServer({ ...want, engine: policy.engine ?? 'builtin' });
     return {
       episode: {
         ...config.episode,
@@ -188,12 +193,17 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
     // Every suite task, evaluation-only ones included (histories recorded before the field existed: the candidates).
     if (config.evaluation.tasks === 'all') state.allTasks = evaluationUids ?? uids;
     if (config.evaluation.tasks === 'held_out') state.heldOutTasks = heldOutUids;
-    const learner = await gpu.startLearner({
+    const learnerInput = {
       campaignId,
       learner: config.learner,
       seed: config.seed,
       samplingTemperature: config.episode.sampling.temperature,
-    });
+    };
+    // Node 0 answers only once every node's ranks joined: the other nodes start beside it.
+    const [learner] = await Promise.all([
+      gpu.startLearner(learnerInput),
+      startLearnerNodes(input.queues.gpuNodes, learnerInput),
+    ]);
     state.manifest = await bookkeeping.writeManifest({
       campaignId,
       manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest },
@@ -273,6 +283,7 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
             seed: config.seed,
             rolloutQueue: input.queues.rollout,
             gpuQueue: input.queues.gpu,
+            ...(input.queues.gpuNodes ? { gpuNodeQueues: input.queues.gpuNodes } : {}),
             policyServers,
             embeddedEngine: config.episode.policy.base_url === 'embedded' ? config.episode.policy.engine : undefined,
             weightVersion: state.weightVersion ?? 0,

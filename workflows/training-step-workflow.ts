@@ -16,6 +16,7 @@ import {
   type InfraBackoff,
 } from './activity-options.ts';
 import { ConcurrencySlots } from './concurrency-slots.ts';
+import { startLearnerNodes } from './learner-nodes.ts';
 
 /**
  * One GRPO training step (child workflow `<campaign>/step-<n>`): seeded task choice, groups of G episodes,
@@ -43,12 +44,16 @@ export interface TrainingStepInput {
   seed: number;
   rolloutQueue: string;
   gpuQueue: string;
+  /** Every learner node's GPU queue in node-rank order, for a learner over several nodes. */
+  gpuNodeQueues?: string[];
   /** Every policy server the campaign samples from: each loads this step's export afterwards. */
   policyServers: string[];
   /** Set when the servers are the embedded one (a failed sync restarts it with this engine). */
   embeddedEngine?: 'vllm' | 'builtin';
   /** Weight version the servers hold while this step samples (the previous step's; 0 = base weights). */
   weightVersion: number;
+  /** @deprecated input of steps started before weight sync covered every server: the embedded server only. */
+  policyBaseUrl?: string;
   /** Backoff before refills and step retries (default: activity-options.ts). */
   infraBackoff?: InfraBackoff;
 }
@@ -63,6 +68,9 @@ interface GroupResult {
 
 export async function trainingStepWorkflow(input: TrainingStepInput): Promise<StepRecord> {
   const t = input.training;
+  // Steps started by older code carry policyBaseUrl and no version: they keep working after a deploy.
+  const policyServers = input.policyServers ?? (input.policyBaseUrl ? [input.policyBaseUrl] : []);
+  const sampledVersion = input.weightVersion ?? input.step - 1;
   const gpu = proxyActivities<GpuActivities>(gpuOptions(input.gpuQueue, '4 hours'));
   const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('10 minutes', 10));
 
@@ -96,8 +104,7 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
 
   // An episode sampled from weights more than max_staleness versions old (one recorded before a restart, say)
   // is dropped and refilled like a lost one; an episode without a version predates versioning: current.
-  const isStale = (e: EpisodeSummary) =>
-    input.weightVersion - (e.weightVersion ?? input.weightVersion) > t.max_staleness;
+  const isStale = (e: EpisodeSummary) => sampledVersion - (e.weightVersion ?? sampledVersion) > t.max_staleness;
   const runGroup = async (uid: string): Promise<GroupResult> => {
     const first = await Promise.all(Array.from({ length: t.group_size }, (_, rep) => episode(uid, rep)));
     const valid = first.filter((e) => e.outcome !== 'infrastructure_error' && !isStale(e));
@@ -180,6 +187,13 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
   const leaked = trained.flatMap((g) => g.episodes).filter((e) => e.outcome === 'infrastructure_error').length;
 
   const stepId = input.step;
+  // The other nodes of a multi-node learner run (or are started again) before node 0 takes the step.
+  await startLearnerNodes(input.gpuNodeQueues, {
+    campaignId: input.campaignId,
+    learner: input.learner,
+    seed: input.seed,
+    samplingTemperature: input.episode.sampling.temperature,
+  });
   const update = await gpu.trainStep({
     campaignId: input.campaignId,
     stepId,
@@ -192,7 +206,7 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
   // On-policy: the next step samples only after every server holds this step's weights (version = step).
   const synced = await gpu.syncWeights({
     campaignId: input.campaignId,
-    servers: input.policyServers,
+    servers: policyServers,
     engine: input.embeddedEngine,
     weightsPath: exported.path,
     weightVersion: stepId,
@@ -221,9 +235,9 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
     checkpoint: update.checkpoint,
     exportPath: exported.path,
     weightVersion: synced.weightVersion,
-    sampledWeightVersion: input.weightVersion,
+    sampledWeightVersion: sampledVersion,
     staleEpisodes,
-    syncSeconds: synced.servers.map((s) => s.seconds),
+    syncSeconds: (synced.servers ?? []).map((s) => s.seconds), // absent in results of older activity code
   };
   await bookkeeping.recordStep(record);
   return record;

@@ -1,6 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import type { z } from 'zod';
 import { repoRoot } from '../../config/environment.ts';
 import {
   agentFileSchema,
@@ -8,6 +9,8 @@ import {
   serversFileSchema,
   testCaseYamlSchema,
   testListSchema,
+  testMetaFileSchema,
+  datasetServerSchema,
   type ImportedScenario,
   type ImportedSuite,
   type ImportedTask,
@@ -18,17 +21,23 @@ import { parseYamlFile, parseYamlText, validateParsed, type TaskFileProblem } fr
 import { goldenCallsOf, mergeWorldState } from '../../core/world-state-merge.ts';
 import { datasetPython } from './dataset-python.ts';
 
+type DatasetServer = z.infer<typeof datasetServerSchema>;
+
 /**
- * `tbt tasks import-thinkingbox`: reads a ThinkingBox-format dataset (REFERENCE.md section 6) into an imported
- * suite. Test files are read by Python's own parser (thinkingbox/tbt_thinkingbox/parse_test_files.py); their
+ * `tbt tasks import-thinkingbox`: reads a ThinkingBox-format dataset (docs/thinkingbox-datasets.md) into an
+ * imported suite. Test files are read by Python's own parser (thinkingbox/tbt_thinkingbox/parse_test_files.py); their
  * `!` YAML is parsed here with line numbers mapped back into the .py file. Every file or task that cannot be
  * imported is reported with file and line, and the rest still import.
  */
 
 export interface ImportRequest {
+  /** The dataset folder (holding agent/, scenario/, test_case/). */
   dataDir: string;
   listFile: string;
+  /** Default: servers/servers.yaml beside the dataset folder, else servers.yaml inside it. */
   serversFile?: string;
+  /** agent/<name>.yaml to use (default: the only one, else `think`). */
+  agent?: string;
   /** uids that may be evaluated but never trained on (an evaluation-only benchmark). */
   evaluationOnly?: Set<string>;
   name?: string;
@@ -42,7 +51,12 @@ export interface ImportResult {
   listed: number;
 }
 
-interface ParsedTestFunction {
+/** A `!` YAML string as Python's parser read it: `value` by PyYAML (as the reference reads it), or `error`. */
+interface ParsedYaml {
+  value?: unknown;
+  error?: { line: number; message: string };
+}
+interface ParsedTestFunction extends ParsedYaml {
   function: string;
   line: number;
   yaml: string;
@@ -52,7 +66,7 @@ interface ParsedTestFunction {
 }
 interface ParsedTestFile {
   file: string;
-  defaults: { yaml: string; line: number } | null;
+  defaults: ({ yaml: string; line: number } & ParsedYaml) | null;
   tasks: ParsedTestFunction[];
   problems: { file: string; line: number; message: string }[];
 }
@@ -76,25 +90,56 @@ function parseTestFiles(files: string[]): ParsedTestFile[] {
     cwd: path.join(repoRoot, 'thinkingbox'),
     input: JSON.stringify(files),
     encoding: 'utf8',
-    timeout: 120_000,
+    timeout: 600_000,
     maxBuffer: 256 * 1024 * 1024,
   });
   if (run.status !== 0)
     throw new Error(
-      `the test-file parser failed (exit ${run.status ?? run.signal}): ${(run.stderr || run.error?.message || '').trim().slice(-2000)}`,
+      `the test-file parser failed (exit ${run.status ?? run.signal}): ` +
+        `${(run.stderr || run.error?.message || '').trim().slice(-2000)}`,
     );
   return (JSON.parse(run.stdout) as { files: ParsedTestFile[] }).files;
 }
 
-function serverSpec(
-  value: string | { command: string; args: string[]; env: Record<string, string>; cwd?: string },
-  dataDir: string,
-): ServerSpec {
-  if (typeof value === 'string') {
-    const [command, ...args] = value.trim().split(/\s+/);
-    return { command: command!, args, env: {}, cwd: dataDir };
+function serverSpec(value: DatasetServer, serversDir: string): ServerSpec {
+  if (value.type === 'mcp-remote') return { transport: 'remote', url: value.url };
+  const [command, ...args] = value.command;
+  return {
+    transport: 'stdio',
+    command: command!,
+    args,
+    env: value.env ?? {},
+    cwd: path.resolve(serversDir, value.cwd ?? '.'),
+  };
+}
+
+/** Server package folders beside servers.yaml: each sub-folder holding a pyproject.toml. */
+function serverPackagesIn(serversDir: string): string[] {
+  if (!fs.existsSync(serversDir)) return [];
+  return fs
+    .readdirSync(serversDir, { withFileTypes: true })
+    .filter((d) => d.isDirectory() && fs.existsSync(path.join(serversDir, d.name, 'pyproject.toml')))
+    .map((d) => path.join(serversDir, d.name))
+    .sort();
+}
+
+/**
+ * The test-file lookup rule for a list entry `x_y_z.py`: `test_case/x_y_z.py`, then one sub-folder named by a
+ * `_`-prefix of the stem, longest first (`test_case/x_y/x_y_z.py`, then `test_case/x/x_y_z.py`). An entry that
+ * already names a sub-folder is used as written.
+ */
+export function findTestFile(testRoot: string, entry: string): { file?: string; tried: string[] } {
+  const direct = path.join(testRoot, entry);
+  if (entry.includes('/')) return fs.existsSync(direct) ? { file: direct, tried: [direct] } : { tried: [direct] };
+  const tried = [direct];
+  if (fs.existsSync(direct)) return { file: direct, tried };
+  const parts = entry.replace(/\.py$/, '').split('_');
+  for (let n = parts.length - 1; n >= 1; n--) {
+    const candidate = path.join(testRoot, parts.slice(0, n).join('_'), entry);
+    tried.push(candidate);
+    if (fs.existsSync(candidate)) return { file: candidate, tried };
   }
-  return { command: value.command, args: value.args, env: value.env, cwd: path.resolve(dataDir, value.cwd ?? '.') };
+  return { tried };
 }
 
 function yamlFilesIn(dir: string): string[] {
@@ -118,61 +163,86 @@ export function importThinkingboxDataset(request: ImportRequest): ImportResult {
   const list = parseYamlFile(request.listFile, testListSchema);
   problems.push(...list.problems);
 
-  const serversFile = request.serversFile ?? path.join(dataDir, 'servers.yaml');
+  const besideData = path.join(dataDir, '..', 'servers', 'servers.yaml');
+  const serversFile = path.resolve(
+    request.serversFile ?? (fs.existsSync(besideData) ? besideData : path.join(dataDir, 'servers.yaml')),
+  );
+  const serversDir = path.dirname(serversFile);
   const servers: Record<string, ServerSpec> = {};
   const serversYaml = parseYamlFile(serversFile, serversFileSchema);
   problems.push(...serversYaml.problems);
-  for (const [name, value] of Object.entries(serversYaml.value?.servers ?? {}))
-    servers[name] = serverSpec(value, dataDir);
+  for (const [name, value] of Object.entries(serversYaml.value?.servers ?? {})) {
+    const checked = validateParsed(value, datasetServerSchema, serversFile, (p) =>
+      serversYaml.lineOf(['servers', name, ...p]),
+    );
+    problems.push(...checked.problems.map((p) => ({ ...p, field: `servers.${name}${p.field ? `.${p.field}` : ''}` })));
+    if (checked.value) servers[name] = serverSpec(checked.value, serversDir);
+  }
 
-  const agents = new Map<string, string>();
+  const agents = new Map<string, { file: string; value: z.infer<typeof agentFileSchema> }>();
   for (const file of yamlFilesIn(path.join(dataDir, 'agent'))) {
     const r = parseYamlFile(file, agentFileSchema);
     problems.push(...r.problems);
-    if (r.value) agents.set(stem(file), r.value.system_prompt);
+    if (r.value) agents.set(stem(file), { file, value: r.value });
   }
-  if (agents.size === 0) problem(path.join(dataDir, 'agent'), 1, 'no agent/<name>.yaml with a system_prompt');
+  const agentName = request.agent ?? (agents.size === 1 ? [...agents.keys()][0]! : 'think');
+  const agent = agents.get(agentName);
+  if (!agent)
+    problem(
+      path.join(dataDir, 'agent'),
+      1,
+      `no agent/${agentName}.yaml with system_instructions (found: ${[...agents.keys()].join(', ') || 'none'}; ` +
+        `choose one with --agent)`,
+    );
 
   const scenarios: Record<string, ImportedScenario> = {};
   for (const file of yamlFilesIn(path.join(dataDir, 'scenario'))) {
     const r = parseYamlFile(file, scenarioFileSchema);
     problems.push(...r.problems);
-    if (!r.value) continue;
+    if (!r.value || !agent) continue;
     const s = r.value;
-    const agentName = s.agent ?? (agents.size === 1 ? [...agents.keys()][0]! : 'default');
-    if (!agents.has(agentName)) {
-      problem(
-        file,
-        r.lineOf(['agent']),
-        `unknown agent '${agentName}' (known: ${[...agents.keys()].join(', ') || 'none'})`,
-        'agent',
-      );
-      continue;
-    }
     const missing = Object.keys(s.world_state).filter((server) => !servers[server]);
     if (missing.length) {
       problem(
         file,
         r.lineOf(['world_state', missing[0]!]),
-        `server '${missing[0]}' is not defined in ${path.relative(dataDir, serversFile) || serversFile}`,
+        `server '${missing[0]}' is not defined in ${serversFile}`,
         `world_state.${missing[0]}`,
+      );
+      continue;
+    }
+    const builtin = new Set(agent.value.builtin_tools.map((t) => t.name));
+    const clash = s.tools.findIndex((t) => builtin.has(t.name));
+    if (clash >= 0) {
+      problem(
+        file,
+        r.lineOf(['tools', clash, 'name']),
+        `tool '${s.tools[clash]!.name}' is also a builtin tool of agent ${agentName} (a duplicate name is an error)`,
+        `tools[${clash}].name`,
       );
       continue;
     }
     scenarios[stem(file)] = {
       name: stem(file),
-      agent_prompt: agents.get(agentName)!,
-      bot_instructions: s.bot_instructions,
+      agent: agentName,
+      agent_prompt: agent.value.system_instructions,
+      builtin_tools: agent.value.builtin_tools.map((t) => ({
+        name: t.name,
+        description: t.description,
+        input_schema: t.input_schema,
+        is_end_turn: t.is_end_turn,
+      })),
+      parallel_tool_calls: agent.value.parallel_tool_calls,
+      bot_instructions: s.bot_instructions ?? '',
       world_state: s.world_state,
-      tools: s.tools.map((t) =>
-        typeof t === 'string'
-          ? { name: t }
-          : {
-              name: t.name,
-              ...(t.description ? { description: t.description } : {}),
-              ...(t.input_schema ? { input_schema: t.input_schema } : {}),
-            },
-      ),
+      tools: s.tools.map((t) => ({
+        name: t.name,
+        ...(t.override_description != null ? { description: t.override_description } : {}),
+        ...(t.override_arg_description ? { arg_descriptions: t.override_arg_description } : {}),
+        ...(t.direct_response != null ? { direct_response: t.direct_response } : {}),
+        ...(t.is_end_turn ? { is_end_turn: true } : {}),
+      })),
+      tags: s.tags ?? [],
       file,
     };
   }
@@ -181,22 +251,26 @@ export function importThinkingboxDataset(request: ImportRequest): ImportResult {
   const testRoot = path.join(dataDir, 'test_case');
   const wanted = (list.value ?? []).map((uid, i) => {
     const [rel, fn] = [uid.slice(0, uid.lastIndexOf(':')), uid.slice(uid.lastIndexOf(':') + 1)];
-    return { uid, file: path.join(testRoot, rel), fn, listLine: list.lineOf([i]) };
+    const found = findTestFile(testRoot, rel);
+    return { uid, file: found.file, tried: found.tried, fn, listLine: list.lineOf([i]) };
   });
-  const files = [...new Set(wanted.map((w) => w.file))].filter((f) => {
-    if (fs.existsSync(f)) return true;
-    for (const w of wanted.filter((x) => x.file === f))
-      problem(request.listFile, w.listLine, `${w.uid}: no such test file ${f}`);
-    return false;
-  });
+  for (const w of wanted)
+    if (!w.file)
+      problem(
+        request.listFile,
+        w.listLine,
+        `${w.uid}: no such test file (looked for ${w.tried.map((t) => path.relative(dataDir, t)).join(', ')})`,
+      );
+  const files = [...new Set(wanted.flatMap((w) => (w.file ? [w.file] : [])))];
   const parsed = new Map(parseTestFiles(files).map((f) => [f.file, f]));
   for (const f of parsed.values()) for (const p of f.problems) problem(p.file, p.line, p.message);
+  const metas = new Map<string, ReturnType<typeof readMeta>>();
 
   const tasks: ImportedTask[] = [];
   const seen = new Set<string>();
   for (const w of wanted) {
-    const file = parsed.get(w.file);
-    if (!file) continue;
+    const file = w.file ? parsed.get(w.file) : undefined;
+    if (!file || !w.file) continue;
     if (seen.has(w.uid)) {
       problem(request.listFile, w.listLine, `${w.uid} is listed twice`);
       continue;
@@ -209,31 +283,41 @@ export function importThinkingboxDataset(request: ImportRequest): ImportResult {
         problem(
           request.listFile,
           w.listLine,
-          `${w.uid}: ${path.relative(dataDir, w.file)} has no test function '${w.fn}' (a function whose first statement is a string starting with '!')`,
+          `${w.uid}: ${path.relative(dataDir, w.file)} has no test function '${w.fn}' (a function whose first ` +
+            `statement is a string starting with '!')`,
         );
       continue;
     }
-    const task = importTask(
-      w.uid,
-      w.file,
+    if (!metas.has(w.file)) metas.set(w.file, readMeta(w.file));
+    const task = importTask({
+      uid: w.uid,
+      file: w.file,
       fn,
-      file.defaults,
+      defaults: file.defaults,
+      meta: metas.get(w.file)!,
       scenarios,
       servers,
-      request.evaluationOnly ?? new Set(),
+      evaluationOnly: request.evaluationOnly ?? new Set(),
       problems,
       warnings,
-    );
+    });
     if (task) tasks.push(task);
   }
+  for (const meta of metas.values()) if (meta.problems.length) problems.push(...meta.problems);
 
+  // The suite keeps what its tasks use (a dataset's other scenarios and servers were still checked above).
+  const usedScenarios = new Set(tasks.map((t) => t.scenario));
+  const usedServers = new Set(tasks.flatMap((t) => Object.keys(t.world_state)));
   return {
     suite: {
-      format: 'thinkingbox-import/1',
-      name: request.name ?? path.basename(dataDir),
+      format: 'thinkingbox-import/2',
+      name:
+        request.name ??
+        path.basename(dataDir === path.join(path.dirname(dataDir), 'dataset') ? path.dirname(dataDir) : dataDir),
       dataset_dir: dataDir,
-      servers,
-      scenarios,
+      server_packages: serverPackagesIn(serversDir),
+      servers: Object.fromEntries(Object.entries(servers).filter(([name]) => usedServers.has(name))),
+      scenarios: Object.fromEntries(Object.entries(scenarios).filter(([name]) => usedScenarios.has(name))),
       tasks,
     },
     problems,
@@ -242,20 +326,71 @@ export function importThinkingboxDataset(request: ImportRequest): ImportResult {
   };
 }
 
-function importTask(
-  uid: string,
-  file: string,
-  fn: ParsedTestFunction,
-  defaults: ParsedTestFile['defaults'],
-  scenarios: Record<string, ImportedScenario>,
-  servers: Record<string, ServerSpec>,
-  evaluationOnly: Set<string>,
-  problems: TaskFileProblem[],
-  warnings: TaskFileProblem[],
-): ImportedTask | undefined {
+/** `<file>.meta.yaml` beside a test file (either `x.meta.yaml` or `x.py.meta.yaml`): the `$history` conversations. */
+function readMeta(testFile: string): {
+  file?: string;
+  history: Record<string, { role: 'user' | 'assistant'; content: string }[]>;
+  problems: TaskFileProblem[];
+} {
+  const candidates = [testFile.replace(/\.py$/, '.meta.yaml'), `${testFile}.meta.yaml`];
+  const file = candidates.find((c) => fs.existsSync(c));
+  if (!file) return { history: {}, problems: [] };
+  const r = parseYamlFile(file, testMetaFileSchema);
+  return {
+    file,
+    history: (r.value?.$history ?? {}) as Record<string, { role: 'user' | 'assistant'; content: string }[]>,
+    problems: r.problems,
+  };
+}
+
+/** Python slice semantics for `key:start:end` (negative indices count from the end; empty = open). */
+function sliceHistory<T>(items: T[], start: string | undefined, end: string | undefined): T[] {
+  const at = (v: string | undefined, dflt: number) => {
+    if (v === undefined || v === '') return dflt;
+    const n = Number(v);
+    return n < 0 ? Math.max(0, items.length + n) : Math.min(n, items.length);
+  };
+  return items.slice(at(start, 0), at(end, items.length));
+}
+
+/**
+ * The value PyYAML read (what the reference framework sees), located with our YAML parser's line map when that
+ * parser also accepts the text (it is stricter about quoted scalars spanning lines); otherwise every field is
+ * located at the string's first line.
+ */
+function yamlOf(text: string, firstLine: number, parsed: ParsedYaml, file: string) {
+  if (parsed.error)
+    return {
+      value: undefined,
+      problems: [{ file, line: parsed.error.line, field: '', message: parsed.error.message }],
+      lineOf: () => firstLine,
+    };
+  const located = parseYamlText(text, file, firstLine);
+  return {
+    value: parsed.value,
+    problems: [] as TaskFileProblem[],
+    lineOf: located.problems.length ? () => firstLine : located.lineOf,
+  };
+}
+
+interface TaskImport {
+  uid: string;
+  file: string;
+  fn: ParsedTestFunction;
+  defaults: ParsedTestFile['defaults'];
+  meta: ReturnType<typeof readMeta>;
+  scenarios: Record<string, ImportedScenario>;
+  servers: Record<string, ServerSpec>;
+  evaluationOnly: Set<string>;
+  problems: TaskFileProblem[];
+  warnings: TaskFileProblem[];
+}
+
+function importTask(input: TaskImport): ImportedTask | undefined {
+  const { uid, file, fn, defaults, meta, scenarios, servers, evaluationOnly, problems, warnings } = input;
   const before = problems.length;
-  const own = parseYamlText(fn.yaml, file, fn.yaml_line);
-  const base = defaults ? parseYamlText(defaults.yaml, file, defaults.line) : undefined;
+  const own = yamlOf(fn.yaml, fn.yaml_line, fn, file);
+  const base = defaults ? yamlOf(defaults.yaml, defaults.line, defaults, file) : undefined;
   problems.push(...own.problems, ...(base?.problems ?? []));
   if (problems.length > before) return undefined;
   const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -276,7 +411,11 @@ function importTask(
     });
   // Task fields replace the module defaults; a field is located in whichever YAML it came from.
   const ownFields = own.value;
-  const merged = { ...(isObject(base?.value) ? base.value : {}), ...ownFields };
+  const baseFields = isObject(base?.value) ? base.value : {};
+  const merged: Record<string, unknown> = { ...baseFields, ...ownFields };
+  // Tags concatenate (module tags first); every other key of the function replaces the module's.
+  if (Array.isArray(baseFields.tags) && Array.isArray(ownFields.tags))
+    merged.tags = [...baseFields.tags, ...ownFields.tags];
   const locate = (p: PropertyKey[]) =>
     p.length && typeof p[0] === 'string' && !(p[0] in ownFields) && base ? base.lineOf(p) : own.lineOf(p);
   const checked = validateParsed(merged, testCaseYamlSchema, file, locate);
@@ -290,14 +429,6 @@ function importTask(
       field: key,
       message: `task ${uid}: unknown field kept out of the import`,
     });
-  if (t.format_query !== undefined)
-    warnings.push({
-      file,
-      line: locate(['format_query']),
-      field: 'format_query',
-      message: `task ${uid}: format_query is not applied (its semantics are not specified in REFERENCE.md); the query is used as written`,
-    });
-
   const scenario = scenarios[t.scenario];
   if (!scenario)
     return void problems.push({
@@ -306,8 +437,9 @@ function importTask(
       field: 'scenario',
       message: `task ${uid}: unknown scenario '${t.scenario}' (known: ${Object.keys(scenarios).join(', ') || 'none'})`,
     });
-  const world = mergeWorldState(scenario.world_state, t.init) as Record<string, Record<string, unknown>>;
-  const unknownServer = Object.keys(t.init).find((s) => !servers[s]);
+  const init = t.init ?? {};
+  const world = mergeWorldState(scenario.world_state, init) as Record<string, Record<string, unknown> | null>;
+  const unknownServer = Object.keys(init).find((s) => !servers[s]);
   if (unknownServer)
     return void problems.push({
       file,
@@ -326,20 +458,37 @@ function importTask(
     return void problems.push({
       file,
       line: locate(['init', hidden.server]),
-      field: `init.${hidden.server}.golden`,
+      field: `init.${hidden.server}.golden_test_case`,
       message: `task ${uid}: golden call to '${hidden.tool}', which scenario ${scenario.name} does not make visible`,
     });
+
+  let history: ImportedTask['history'] = [];
+  if (t.history) {
+    const [key, start, end] = t.history.split(':');
+    const conversation = meta.history[key!];
+    if (!conversation)
+      return void problems.push({
+        file,
+        line: locate(['history']),
+        field: 'history',
+        message:
+          `task ${uid}: no conversation '${key}' under $history in ` +
+          `${meta.file ?? `${file.replace(/\.py$/, '.meta.yaml')} (no such file)`}`,
+      });
+    history = sliceHistory(conversation, start, end).map((m) => ({ role: m.role, content: m.content }));
+  }
 
   return {
     uid,
     scenario: scenario.name,
     query: t.query,
-    ...(t.user_context !== undefined ? { user_context: t.user_context } : {}),
+    ...(t.user_context != null ? { user_context: t.user_context } : {}),
     limits: { max_user_turns: t.max_user_sim_turns ?? 10, max_agent_turns: t.max_agent_sim_turns ?? null },
-    ...(t.bot_instructions !== undefined ? { bot_instructions: t.bot_instructions } : {}),
+    ...(t.bot_instructions != null ? { bot_instructions: t.bot_instructions } : {}),
     world_state: world,
-    history: t.history,
-    tags: t.tags,
+    format_query: t.format_query ?? false,
+    history,
+    tags: [...(scenario.tags ?? []), ...(t.tags ?? [])],
     evaluation_only: evaluationOnly.has(uid),
     test: { file, function: fn.function, line: fn.line, params: fn.params, native: fn.native },
     golden: golden.calls,

@@ -1,6 +1,6 @@
 import type { ImportedTask } from '../../config/thinkingbox-schema.ts';
 import { errorMessage } from '../../core/errors.ts';
-import type { Judge } from '../judge-client.ts';
+import { judgeFrom, type Judge } from '../judge-client.ts';
 import type { ToolCallMade } from '../episode-environment.ts';
 import type { TaskValidation } from '../task-validation.ts';
 import type { ThinkingBoxSuite } from './imported-suite.ts';
@@ -15,11 +15,10 @@ import { thinkingboxEnvironment, type ThinkingBoxResources } from './thinkingbox
  * golden state, and a failing body is reported as a warning.
  */
 
-const ASSUME_YES: Judge = {
-  async ask(question) {
-    return { question, answer: 'yes (validation does not ask the judge)', yes: true, usage: { input: 0, output: 0 } };
-  },
-};
+const ASSUME_YES: Judge = judgeFrom(async () => ({
+  text: 'Yes (validation does not ask the judge)',
+  usage: { input: 0, output: 0 },
+}));
 
 export async function validateImportedTask(
   resources: ThinkingBoxResources,
@@ -34,8 +33,11 @@ export async function validateImportedTask(
     mutationFail: false,
     problems: [],
   };
+  v.backendStartMs = [];
   const run = async (calls: ImportedTask['golden']) => {
+    const started = Date.now();
     const opened = await thinkingboxEnvironment(resources, suite, task).open(`validate:${task.uid}`);
+    v.backendStartMs!.push(Date.now() - started);
     try {
       const made: ToolCallMade[] = [];
       for (const [i, call] of calls.entries()) {

@@ -1,23 +1,26 @@
 import { createHash } from 'node:crypto';
-import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import type { ServerSpec } from '../../config/thinkingbox-schema.ts';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { canonicalJson } from '../../core/canonical-json.ts';
 import { InfrastructureError, errorMessage } from '../../core/errors.ts';
+import { datasetSandbox, type DatasetSandbox, type SandboxMode } from './dataset-sandbox.ts';
+import type { LaunchSpec } from './server-launch.ts';
 
 /**
  * ThinkingBox tool servers: MCP servers the dataset ships, one fresh process per server per episode (that is
  * the isolation). Their start-up (an interpreter and the MCP SDK: about a second each) is hidden by a warm
  * pool of started, initialised processes per server; a process is used by one episode and then stopped,
- * never reused. A server that does not start, dies or does not answer within its timeout is an
+ * never reused. Each process runs in the dataset sandbox (dataset-sandbox.ts) with its own scratch folder,
+ * removed when it stops. A server that does not start, dies or does not answer within its timeout is an
  * infrastructure error, never an agent failure.
  */
 
 export interface StartedServer {
   name: string;
   client: Client;
+  /** The worker-side process (under the sandbox, `prlimit` running `bwrap`); killing it ends the whole tree. */
   pid: number | null;
+  sandbox: SandboxMode;
   /** Milliseconds from spawn to a completed MCP initialize. */
   startMs: number;
   /** Last lines the process wrote to stderr (for error messages). */
@@ -29,19 +32,31 @@ export interface StdioServerPoolOptions {
   /** Started processes kept ready per server (0 = start on demand). */
   warm: number;
   startTimeoutMs?: number;
-  /** Folders put first on PATH for server commands (the dataset Python environment). */
+  /** Folders put first on PATH for every server command, besides each spec's own `pathPrefix`. */
   pathPrefix?: string[];
+  /** Where the processes run (default: this process's sandbox, which refuses to run without isolation). */
+  sandbox?: DatasetSandbox;
 }
 
-async function startServer(name: string, spec: ServerSpec, options: StdioServerPoolOptions): Promise<StartedServer> {
+async function startServer(name: string, spec: LaunchSpec, options: StdioServerPoolOptions): Promise<StartedServer> {
   const started = Date.now();
-  const env = { ...getDefaultEnvironment(), ...spec.env };
-  if (options.pathPrefix?.length) env.PATH = [...options.pathPrefix, env.PATH ?? ''].join(path.delimiter);
-  const transport = new StdioClientTransport({
+  // The spec's environment is complete (server-launch.ts): nothing of this process's own is added; the
+  // sandbox adds only its fixed allow-list (HOME and TMPDIR in the scratch folder, a locale).
+  const sandboxed = (options.sandbox ?? datasetSandbox()).prepare({
     command: spec.command,
     args: spec.args,
-    env,
+    env: spec.env,
     cwd: spec.cwd,
+    readOnly: spec.readOnly,
+    pathPrefix: [...(spec.pathPrefix ?? []), ...(options.pathPrefix ?? [])],
+    label: name,
+    network: 'loopback',
+  });
+  const transport = new StdioClientTransport({
+    command: sandboxed.command,
+    args: sandboxed.args,
+    env: sandboxed.env,
+    cwd: sandboxed.cwd,
     stderr: 'pipe',
   });
   let stderr = '';
@@ -50,9 +65,11 @@ async function startServer(name: string, spec: ServerSpec, options: StdioServerP
   });
   const stderrTail = () => stderr.trim().split('\n').slice(-5).join(' | ');
   const client = new Client({ name: 'tbt-thinkingbox', version: '1.0.0' });
-  // The SDK's close ends stdin, then sends SIGTERM and SIGKILL to the process it spawned.
+  // The SDK's close ends stdin, then sends SIGTERM and SIGKILL to the process it spawned; under the sandbox
+  // that process's death takes the sandbox's pid namespace, and so every process the server started, with it.
   const stop = async () => {
     await client.close().catch(() => undefined);
+    sandboxed.dispose();
   };
   const timeoutMs = options.startTimeoutMs ?? 30_000;
   let timer: NodeJS.Timeout | undefined;
@@ -67,13 +84,14 @@ async function startServer(name: string, spec: ServerSpec, options: StdioServerP
     await stop();
     const tail = stderrTail();
     throw new InfrastructureError(
-      `tool server '${name}' (${[spec.command, ...spec.args].join(' ')}) did not start: ${errorMessage(err)}${tail ? `; stderr: ${tail}` : ''}`,
+      `tool server '${name}' (${[spec.command, ...spec.args].join(' ')}) did not start: ` +
+        `${errorMessage(err)}${tail ? `; stderr: ${tail}` : ''}`,
       { cause: err },
     );
   } finally {
     clearTimeout(timer);
   }
-  return { name, client, pid: transport.pid, startMs: Date.now() - started, stderrTail, stop };
+  return { name, client, pid: transport.pid, sandbox: sandboxed.mode, startMs: Date.now() - started, stderrTail, stop };
 }
 
 interface Idle {
@@ -88,12 +106,12 @@ export class StdioServerPool {
 
   constructor(private readonly options: StdioServerPoolOptions) {}
 
-  private key(name: string, spec: ServerSpec): string {
+  private key(name: string, spec: LaunchSpec): string {
     return `${name}:${createHash('sha256').update(canonicalJson(spec)).digest('hex').slice(0, 16)}`;
   }
 
   /** A started, initialised process for one episode: warm if one is ready, else started now. */
-  async acquire(name: string, spec: ServerSpec): Promise<StartedServer> {
+  async acquire(name: string, spec: LaunchSpec): Promise<StartedServer> {
     const key = this.key(name, spec);
     const ready = this.idle.get(key) ?? [];
     let server: StartedServer | undefined;
@@ -107,7 +125,7 @@ export class StdioServerPool {
   }
 
   /** Starts processes in the background until `warm` are ready or starting for this server. */
-  private refill(key: string, name: string, spec: ServerSpec): void {
+  private refill(key: string, name: string, spec: LaunchSpec): void {
     const ready = this.idle.get(key) ?? [];
     this.idle.set(key, ready);
     while (!this.closed && ready.length + (this.starting.get(key) ?? 0) < this.options.warm) {

@@ -1,27 +1,40 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import path from 'node:path';
 import readline from 'node:readline';
-import { repoRoot } from '../../config/environment.ts';
 import { BadInputError, errorMessage, InfrastructureError } from '../../core/errors.ts';
+import { judgeSaysYes } from '../../core/judge-verdict.ts';
 import type { Judge, JudgeVerdict } from '../judge-client.ts';
+import { SHIM_DIR } from './dataset-environment.ts';
+import { datasetSandbox, helperPackageDir, type DatasetSandbox } from './dataset-sandbox.ts';
 
 /**
- * Runs a ThinkingBox test function (REFERENCE.md section 6) in a Python subprocess: returning = pass,
- * AssertionError = fail, anything else = a system error (an infrastructure error here, never a failure).
- * The subprocess has no network: it runs in its own network namespace where `unshare` allows, and sockets
- * are disabled inside Python in any case. `judge(...)` calls in the test come back over stdout as requests
- * answered by our judge client. A test that does not finish within the timeout is killed.
+ * Runs a ThinkingBox test function in a Python subprocess: returning None or a number = pass (the number is
+ * the reward), AssertionError = fail, anything else = a system error (an infrastructure error here, never a
+ * failure). The subprocess runs in the dataset sandbox (dataset-sandbox.ts: no network, no secrets, read-only
+ * filesystem but a scratch folder, limits); our `thinkingbox.common` shim (thinkingbox/shim) is on its
+ * PYTHONPATH and mounted read-only. `judge(...)` calls in the test come back over stdout as requests answered
+ * by our judge client. A test that does not finish within the timeout is killed with every process it
+ * started (the sandbox's pid namespace goes with it).
  */
 
+/** The `x` of a ThinkingBox test (thinkingbox.common.TestContext). */
 export interface TestContext {
   effects: Record<string, unknown>;
+  /** The last visible assistant text. */
   response: string;
-  tool_calls: { name: string; arguments: Record<string, unknown>; result: string; is_error: boolean }[];
+  tool_calls: { tool_call: { name: string; arguments: Record<string, unknown> }; tool_response: string }[];
+  messages: unknown[];
+  init_result: Record<string, unknown>;
+  session_id: string;
+  metadata: Record<string, unknown>;
+  tool_direct_responses: string[];
 }
 
 export interface TestCaseResult {
   status: 'pass' | 'fail';
   message: string;
+  /** What the test returned when it returned a number (else the reward is 1 on a pass). */
+  reward?: number;
   verdicts: JudgeVerdict[];
 }
 
@@ -33,25 +46,28 @@ export interface TestCaseRequest {
   timeoutMs: number;
   /** Python to run the test with (the dataset environment if set up). */
   python: string;
-}
-
-const helperDir = path.join(repoRoot, 'thinkingbox');
-
-let isolation: string[] | undefined;
-/** `unshare -rn` gives the test its own empty network namespace (also without root, where user namespaces are on). */
-function networkIsolation(): string[] {
-  isolation ??=
-    spawnSync('unshare', ['-rn', 'true'], { stdio: 'ignore', timeout: 5000 }).status === 0 ? ['unshare', '-rn'] : [];
-  return isolation;
+  /** Folders the test may read besides its own file's folder (e.g. the dataset). */
+  readOnly?: string[];
+  /** Default: this process's sandbox (which refuses to run without isolation). */
+  sandbox?: DatasetSandbox;
 }
 
 export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
-  const argv = [...networkIsolation(), request.python, '-m', 'tbt_thinkingbox.run_test_case'];
-  const child = spawn(argv[0]!, argv.slice(1), {
-    cwd: helperDir,
-    stdio: ['pipe', 'pipe', 'pipe'],
-    env: { PATH: process.env.PATH ?? '', PYTHONPATH: helperDir, PYTHONDONTWRITEBYTECODE: '1', LANG: 'C.UTF-8' },
+  const sandboxed = (request.sandbox ?? datasetSandbox()).prepare({
+    command: request.python,
+    args: ['-m', 'tbt_thinkingbox.run_test_case'],
+    env: { PYTHONPATH: [helperPackageDir, SHIM_DIR].join(path.delimiter) },
+    cwd: helperPackageDir,
+    readOnly: [path.dirname(path.resolve(request.file)), SHIM_DIR, ...(request.readOnly ?? [])],
+    pathPrefix: path.isAbsolute(request.python) ? [path.dirname(request.python)] : [],
+    label: 'test',
   });
+  const child = spawn(sandboxed.command, sandboxed.args, {
+    cwd: sandboxed.cwd,
+    stdio: ['pipe', 'pipe', 'pipe'],
+    env: sandboxed.env,
+  });
+  child.on('close', () => sandboxed.dispose());
   const verdicts: JudgeVerdict[] = [];
   let stderr = '';
   child.stderr.on('data', (c: Buffer) => {
@@ -79,7 +95,8 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
     child.on('close', (code) =>
       finish(
         new InfrastructureError(
-          `test runner for ${where} exited (code ${code}) without a result${stderr ? `: ${stderr.trim().split('\n').slice(-3).join(' | ')}` : ''}`,
+          `test runner for ${where} exited (code ${code}) without a ` +
+            `result${stderr ? `: ${stderr.trim().split('\n').slice(-3).join(' | ')}` : ''}`,
         ),
       ),
     );
@@ -92,9 +109,10 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
         type?: string;
         status?: string;
         message?: string;
+        reward?: number | null;
         traceback?: string;
-        question?: string;
-        text?: string;
+        messages?: { role: string; content: string }[];
+        settings?: { temperature?: number; max_completion_tokens?: number; question?: string };
       };
       try {
         message = JSON.parse(line);
@@ -104,14 +122,21 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
         );
       }
       if (message.type === 'judge') {
-        const question = String(message.question ?? '');
+        const settings = message.settings ?? {};
+        const what = settings.question ?? 'a judge completion';
         if (!request.judge)
-          return finish(new BadInputError(`test ${where} asks the judge ('${question}') but no judge is configured`));
-        request.judge.ask(question, message.text ?? request.context.response).then(
-          (v) => {
+          return finish(new BadInputError(`test ${where} asks the judge (${what}) but no judge is configured`));
+        request.judge.complete(message.messages ?? [], settings).then(
+          (answer) => {
             if (settled) return;
-            verdicts.push(v);
-            child.stdin.write(`${JSON.stringify({ yes: v.yes, answer: v.answer })}\n`);
+            if (settings.question !== undefined)
+              verdicts.push({
+                question: settings.question,
+                answer: answer.text,
+                yes: judgeSaysYes(answer.text),
+                usage: answer.usage,
+              });
+            child.stdin.write(`${JSON.stringify({ text: answer.text })}\n`);
           },
           (err) => {
             if (!settled) child.stdin.write(`${JSON.stringify({ error: errorMessage(err) })}\n`);
@@ -121,10 +146,17 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
       }
       if (message.type === 'result') {
         if (message.status === 'pass' || message.status === 'fail')
-          return finish(undefined, { status: message.status, message: message.message ?? '', verdicts });
+          return finish(undefined, {
+            status: message.status,
+            message: message.message ?? '',
+            ...(typeof message.reward === 'number' ? { reward: message.reward } : {}),
+            verdicts,
+          });
         return finish(
           new InfrastructureError(
-            `test ${where} raised an error: ${message.message ?? ''}${message.traceback ? `\n${message.traceback.trim().split('\n').slice(-6).join('\n')}` : ''}`,
+            `test ${where} raised an error: ` +
+              `${message.message ?? ''}` +
+              `${message.traceback ? `\n${message.traceback.trim().split('\n').slice(-6).join('\n')}` : ''}`,
           ),
         );
       }

@@ -9,6 +9,8 @@ import type { Judge, JudgeVerdict } from '../judge-client.ts';
 import { toolResultText, type ToolResult, type ToolSession, type ToolSpec } from '../mcp-tool-session.ts';
 import type { GradeReport } from '../terminal-state-grader.ts';
 import type { ThinkingBoxSuite } from './imported-suite.ts';
+import { datasetEnvironment } from './dataset-environment.ts';
+import { serverLaunchSpec } from './server-launch.ts';
 import type { StartedServer, StdioServerPool } from './stdio-server-pool.ts';
 import { runTestCase, type TestContext } from './test-case-runner.ts';
 
@@ -22,8 +24,6 @@ import { runTestCase, type TestContext } from './test-case-runner.ts';
 
 export interface ThinkingBoxResources {
   servers: StdioServerPool;
-  /** Python that runs test code (the dataset environment when set up). */
-  python: string;
   testTimeoutMs: number;
   /** Grade the recognised common test body natively instead of in Python. */
   nativeGrading: boolean;
@@ -34,12 +34,30 @@ const RESERVED = '__reserved__';
 
 /** A server's effects, as `__reserved__geteffects` returns them (only the fields grading reads are typed). */
 export interface ServerEffects {
-  result_hash?: string;
-  golden_hash?: string;
-  initial_hash?: string;
+  result_db_hash?: string;
+  golden_db_hash?: string;
   diff?: StateDifference[];
-  rubrics?: string[];
+  rubrics_yesno?: string[];
   [key: string]: unknown;
+}
+
+/**
+ * `.format(init=...)` of Python for the `{init[key]}`/`{init.key}` fields a format_query task uses; `{{`/`}}`
+ * escape.
+ */
+export function formatWithInit(text: string, init: unknown): string {
+  return text.replace(/\{\{|\}\}|\{init((?:\[[^\]]*\]|\.[A-Za-z_]\w*)*)\}/g, (whole, access: string | undefined) => {
+    if (whole === '{{') return '{';
+    if (whole === '}}') return '}';
+    let value: unknown = init;
+    for (const [, bracket, dot] of (access ?? '').matchAll(/\[([^\]]*)\]|\.(\w+)/g)) {
+      const key = bracket ?? dot!;
+      value =
+        Array.isArray(value) && /^\d+$/.test(key) ? value[Number(key)] : (value as Record<string, unknown>)?.[key];
+      if (value === undefined) throw new BadInputError(`format_query: {init${access}} is not in the init result`);
+    }
+    return typeof value === 'string' ? value : JSON.stringify(value);
+  });
 }
 
 async function callReserved(
@@ -75,10 +93,13 @@ async function callReserved(
   }
 }
 
+/** The domain prompt: the scenario's bot_instructions followed by the test's own (the agent prompt is separate). */
+export function botInstructions(scenario: ImportedScenario, task: ImportedTask): string {
+  return [scenario.bot_instructions.trim(), task.bot_instructions?.trim() ?? ''].filter(Boolean).join('\n\n');
+}
+
 export function agentInstructions(scenario: ImportedScenario, task: ImportedTask): string {
-  return [scenario.agent_prompt.trim(), (task.bot_instructions ?? scenario.bot_instructions).trim()]
-    .filter(Boolean)
-    .join('\n\n');
+  return [scenario.agent_prompt.trim(), botInstructions(scenario, task)].filter(Boolean).join('\n\n');
 }
 
 /** The native fast path: exactly what the common Python body does, in the same order (so judge calls match). */
@@ -87,16 +108,16 @@ export async function gradeNatively(
   effects: Record<string, ServerEffects>,
   response: string,
   judge: Judge | undefined,
-): Promise<{ status: 'pass' | 'fail'; message: string; verdicts: JudgeVerdict[] }> {
+): Promise<{ status: 'pass' | 'fail'; message: string; reward?: number; verdicts: JudgeVerdict[] }> {
   const verdicts: JudgeVerdict[] = [];
   for (const server of pattern.servers) {
     const e = effects[server];
-    if (!e || typeof e.result_hash !== 'string' || typeof e.golden_hash !== 'string')
-      throw new InfrastructureError(`effects of server '${server}' lack result_hash/golden_hash`);
-    if (e.result_hash !== e.golden_hash)
+    if (!e || typeof e.result_db_hash !== 'string' || typeof e.golden_db_hash !== 'string')
+      throw new InfrastructureError(`effects of server '${server}' lack result_db_hash/golden_db_hash`);
+    if (e.result_db_hash !== e.golden_db_hash)
       return { status: 'fail', message: `terminal state of '${server}' differs from the golden state`, verdicts };
     if (!pattern.rubrics) continue;
-    for (const question of e.rubrics ?? []) {
+    for (const question of e.rubrics_yesno ?? []) {
       if (!judge) throw new BadInputError(`the test asks the judge (rubric '${question}') but no judge is configured`);
       const v = await judge.ask(question, response);
       verdicts.push(v);
@@ -106,11 +127,30 @@ export async function gradeNatively(
   return { status: 'pass', message: '', verdicts };
 }
 
-function combinedHash(effects: Record<string, ServerEffects>, field: 'result_hash' | 'golden_hash'): string {
+function combinedHash(effects: Record<string, ServerEffects>, field: 'result_db_hash' | 'golden_db_hash'): string {
   return createHash('sha256')
     .update(canonicalJson(Object.fromEntries(Object.entries(effects).map(([s, e]) => [s, e[field] ?? null]))))
     .digest('hex');
 }
+
+/** A tool as the agent sees it: the server's schema with the scenario's overrides applied. */
+function visibleSpec(offered: ToolSpec | undefined, visible: ImportedScenario['tools'][number]): ToolSpec {
+  const base = offered ?? { name: visible.name, description: '', inputSchema: { type: 'object', properties: {} } };
+  let inputSchema = base.inputSchema;
+  if (visible.arg_descriptions) {
+    const properties = { ...((inputSchema.properties as Record<string, Record<string, unknown>>) ?? {}) };
+    for (const [arg, description] of Object.entries(visible.arg_descriptions))
+      properties[arg] = { ...(properties[arg] ?? {}), description };
+    inputSchema = { ...inputSchema, properties };
+  }
+  return { name: visible.name, description: visible.description ?? base.description, inputSchema };
+}
+
+/** What a tool call of the episode routes to. */
+type Route =
+  | { kind: 'server'; server: StartedServer; spec: ToolSpec; endTurn: boolean }
+  | { kind: 'direct'; text: string; spec: ToolSpec; endTurn: boolean }
+  | { kind: 'builtin'; spec: ToolSpec; endTurn: boolean };
 
 export function thinkingboxEnvironment(
   resources: ThinkingBoxResources,
@@ -125,16 +165,23 @@ export function thinkingboxEnvironment(
     examples: [],
     // The test run has its own timeout; geteffects and judge calls on the native path get 5 minutes besides.
     gradeTimeoutMs: resources.testTimeoutMs + 5 * 60_000,
-    async open(_owner) {
+    async open(owner) {
+      const dataset = datasetEnvironment(suite.imported.server_packages, suite.dir);
       const names = Object.keys(task.world_state);
-      for (const name of names)
-        if (!suite.imported.servers[name])
+      const specs = names.map((name) => {
+        const spec = suite.imported.servers[name];
+        if (!spec)
           throw new BadInputError(
             `task ${task.uid}: world_state names server '${name}', which servers.yaml does not define`,
           );
-      const settled = await Promise.allSettled(
-        names.map((name) => resources.servers.acquire(name, suite.imported.servers[name]!)),
-      );
+        if (spec.transport !== 'stdio')
+          throw new BadInputError(
+            `task ${task.uid}: server '${name}' is mcp-remote (${spec.url}); the episode backend runs mcp-process ` +
+              `servers only (a shared remote server is not a fresh backend per episode)`,
+          );
+        return serverLaunchSpec(spec, dataset);
+      });
+      const settled = await Promise.allSettled(names.map((name, i) => resources.servers.acquire(name, specs[i]!)));
       const servers = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
       const stopAll = async () => {
         await Promise.all(servers.map((s) => callReserved(s, 'teardown', {}, 5_000).catch(() => undefined)));
@@ -145,10 +192,25 @@ export function thinkingboxEnvironment(
         await stopAll();
         throw failed.reason;
       }
-      const route = new Map<string, { server: StartedServer; spec: ToolSpec }>();
+      const route = new Map<string, Route>();
+      const initResult: Record<string, unknown> = {};
       try {
         await Promise.all(
-          servers.map((s) => callReserved(s, 'init', { config: task.world_state[s.name] ?? {} }, toolTimeoutMs)),
+          servers.map(async (s) => {
+            const answer = await callReserved(s, 'init', { config: task.world_state[s.name] ?? {} }, toolTimeoutMs);
+            const ok =
+              typeof answer === 'object' &&
+              answer !== null &&
+              !Array.isArray(answer) &&
+              (Object.keys(answer).length === 0 || (answer as { status?: unknown }).status === 'ok');
+            if (!ok)
+              throw new InfrastructureError(
+                `tool server '${s.name}': __reserved__init did not return {} or {"status": "ok"}: ` +
+                  `${JSON.stringify(answer).slice(0, 500)}`,
+              );
+            const { status: _status, ...rest } = answer as Record<string, unknown>;
+            initResult[s.name] = rest;
+          }),
         );
         const offered = new Map<string, { server: StartedServer; spec: ToolSpec }>();
         for (const server of servers) {
@@ -165,20 +227,26 @@ export function thinkingboxEnvironment(
             });
           }
         }
+        for (const b of scenario.builtin_tools)
+          route.set(b.name, {
+            kind: 'builtin',
+            spec: { name: b.name, description: b.description, inputSchema: b.input_schema },
+            endTurn: b.is_end_turn,
+          });
         for (const visible of scenario.tools) {
           const found = offered.get(visible.name);
+          const spec = visibleSpec(found?.spec, visible);
+          const endTurn = visible.is_end_turn === true;
+          if (visible.direct_response !== undefined) {
+            route.set(visible.name, { kind: 'direct', text: visible.direct_response, spec, endTurn });
+            continue;
+          }
           if (!found)
             throw new BadInputError(
-              `scenario ${scenario.name} (${scenario.file}): visible tool '${visible.name}' is not offered by its servers (${names.join(', ')})`,
+              `scenario ${scenario.name} (${scenario.file}): visible tool '${visible.name}' is not offered by its ` +
+                `servers (${names.join(', ')})`,
             );
-          route.set(visible.name, {
-            server: found.server,
-            spec: {
-              ...found.spec,
-              ...(visible.description ? { description: visible.description } : {}),
-              ...(visible.input_schema ? { inputSchema: visible.input_schema } : {}),
-            },
-          });
+          route.set(visible.name, { kind: 'server', server: found.server, spec, endTurn });
         }
       } catch (err) {
         await stopAll();
@@ -187,22 +255,24 @@ export function thinkingboxEnvironment(
           : new InfrastructureError(`tool servers of ${task.uid}: ${errorMessage(err)}`, { cause: err });
       }
 
+      const directResponses: string[] = [];
       const tools: ToolSession = {
         async listTools() {
           return [...route.values()].map((r) => r.spec);
         },
         async callTool(name, args): Promise<ToolResult> {
           const target = route.get(name);
-          if (!target)
-            return {
-              text: `Error: unknown tool '${name}'. Available tools: ${[...route.keys()].join(', ')}`,
-              isError: true,
-            };
+          if (!target) return { text: `Error: function '${name}' does not exist`, isError: true };
+          if (target.kind === 'builtin') return { text: '', isError: false, endTurn: target.endTurn };
+          if (target.kind === 'direct') {
+            directResponses.push(target.text);
+            return { text: target.text, isError: false, endTurn: target.endTurn };
+          }
           try {
             const result = await target.server.client.callTool({ name, arguments: args }, CallToolResultSchema, {
               timeout: toolTimeoutMs,
             });
-            return { text: toolResultText(result), isError: result.isError === true };
+            return { text: toolResultText(result), isError: result.isError === true, endTurn: target.endTurn };
           } catch (err) {
             throw new InfrastructureError(`tool server '${target.server.name}': ${name} failed: ${errorMessage(err)}`, {
               cause: err,
@@ -212,8 +282,19 @@ export function thinkingboxEnvironment(
         async close() {},
       };
 
+      const format = (text: string) => (task.format_query ? formatWithInit(text, initResult) : text);
       const opened: OpenedEnvironment = {
         tools,
+        ...(task.format_query
+          ? {
+              formatted: {
+                query: format(task.query),
+                instructions: [scenario.agent_prompt.trim(), format(botInstructions(scenario, task))]
+                  .filter(Boolean)
+                  .join('\n\n'),
+              },
+            }
+          : {}),
         async grade(request: GradeRequest): Promise<GradeReport> {
           const report: GradeReport = {
             outcome: 'agent_failure',
@@ -229,9 +310,9 @@ export function thinkingboxEnvironment(
             const effects: Record<string, ServerEffects> = {};
             for (const server of servers)
               effects[server.name] = (await callReserved(server, 'geteffects', {}, toolTimeoutMs)) as ServerEffects;
-            report.resultHash = combinedHash(effects, 'result_hash');
-            report.goldenHash = combinedHash(effects, 'golden_hash');
-            report.stateMatches = Object.values(effects).every((e) => e.result_hash === e.golden_hash);
+            report.resultHash = combinedHash(effects, 'result_db_hash');
+            report.goldenHash = combinedHash(effects, 'golden_db_hash');
+            report.stateMatches = Object.values(effects).every((e) => e.result_db_hash === e.golden_db_hash);
             report.diff = Object.entries(effects).flatMap(([s, e]) =>
               Array.isArray(e.diff) ? e.diff.map((d) => ({ ...d, path: `${s}:${d.path}` })) : [],
             );
@@ -239,11 +320,14 @@ export function thinkingboxEnvironment(
               effects,
               response: request.lastAssistantText,
               tool_calls: request.toolCalls.map((c) => ({
-                name: c.name,
-                arguments: c.arguments,
-                result: c.result,
-                is_error: c.isError,
+                tool_call: { name: c.name, arguments: c.arguments },
+                tool_response: c.result,
               })),
+              messages: request.messages ?? [],
+              init_result: initResult,
+              session_id: owner,
+              metadata: { scenario: scenario.name, test_case_file: task.test.file, test_case_name: task.test.function },
+              tool_direct_responses: directResponses,
             };
             const outcome =
               resources.nativeGrading && task.test.native
@@ -254,12 +338,12 @@ export function thinkingboxEnvironment(
                     context,
                     judge: request.judge,
                     timeoutMs: resources.testTimeoutMs,
-                    python: resources.python,
+                    python: dataset.python,
                   });
             report.rubrics = outcome.verdicts;
             report.assertions = [{ name: `test ${task.uid}`, passed: outcome.status === 'pass' }];
             return outcome.status === 'pass'
-              ? { ...report, outcome: 'success', reward: 1 }
+              ? { ...report, outcome: 'success', reward: outcome.reward ?? 1 }
               : { ...report, cause: outcome.message || `test ${task.uid} failed` };
           } catch (err) {
             if (err instanceof BadInputError) throw err;

@@ -44,9 +44,9 @@ interface Family {
 const sql = (s: string) => `'${s.replace(/'/g, "''")}'`;
 
 // prettier-ignore
-const TODO_TITLES = ['buy milk', 'call mom', 'pay rent', 'walk dog', 'wash car', 'read book', 'clean desk', 'buy stamps',
-  'fix sink', 'call bank', 'plan trip', 'sort mail', 'cook soup', 'iron shirt', 'water lawn', 'pack bag', 'paint fence',
-  'buy eggs'];
+const TODO_TITLES = ['buy milk', 'call mom', 'pay rent', 'walk dog', 'wash car', 'read book', 'clean desk',
+  'buy stamps', 'fix sink', 'call bank', 'plan trip', 'sort mail', 'cook soup', 'iron shirt', 'water lawn',
+  'pack bag', 'paint fence', 'buy eggs'];
 const todos = IDS.map((id, k) => ({ id, title: TODO_TITLES[k]!, done: k % 3 === 2 }));
 const NEW_TODO_TITLES = ['water plants', 'feed cat', 'fix bike', 'bake bread', 'mow lawn', 'send card', 'book flight'];
 

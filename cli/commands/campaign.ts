@@ -3,7 +3,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
+import type { Workflow, WorkflowResultType } from '@temporalio/common';
+import {
+  Client,
+  Connection,
+  WorkflowFailedError,
+  WorkflowNotFoundError,
+  type WorkflowHandle,
+} from '@temporalio/client';
 import {
   readEnvironment,
   repoRoot,
@@ -13,12 +20,17 @@ import {
   type Environment,
 } from '../../config/environment.ts';
 import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
+import { nodeHosts } from '../../config/learner-topology.ts';
+import { rdzvId } from '../../activities/learner-launch.ts';
+import { learnerFiles } from '../../activities/learner-process.ts';
 import { gpuHost } from '../../activities/gpu-activities.ts';
 import { BadInputError } from '../../core/errors.ts';
 import { learnerConfigJson, resolveLearnerSection } from '../../activities/learner-config.ts';
 import { withClient } from '../../infra/control-database.ts';
 import { databaseUrl } from '../../config/environment.ts';
 import { gpuLearnerDir, pythonBinary } from '../../infra/python-env.ts';
+import { optionalIntegerFlag } from '../flag-values.ts';
+import { readUidListInput, UsageError } from '../command-support.ts';
 import { scheduledEvaluationWorkflow } from '../../workflows/scheduled-evaluation-workflow.ts';
 import { campaignAttributes } from '../../workflows/search-attribute-keys.ts';
 import {
@@ -77,7 +89,18 @@ function campaignInput(
     suiteDir,
     excludeUidsFile,
     pricesFile,
-    queues: { rollout: taskQueues(env).rollout, gpu: taskQueues(env).gpu(gpuHost()) },
+    queues: learnerQueues(env, config.learner),
+  };
+}
+
+/** Node 0's GPU queue (this host's unless `learner.gpu_workers` names the workers) and, for several nodes, all. */
+function learnerQueues(env: Environment, learner: CampaignConfig['learner']): CampaignInput['queues'] {
+  const queues = taskQueues(env);
+  const hosts = nodeHosts(learner) ?? [gpuHost(env)];
+  return {
+    rollout: queues.rollout,
+    gpu: queues.gpu(hosts[0]!),
+    ...(hosts.length > 1 ? { gpuNodes: hosts.map((h) => queues.gpu(h)) } : {}),
   };
 }
 
@@ -90,22 +113,33 @@ function dryRun(input: CampaignInput, configFile: string): void {
   );
   console.log(
     c.probe.enabled
-      ? `  stages       ingest -> probe (${c.probe.repeats} episodes per candidate${c.probe.max_candidates ? `, first ${c.probe.max_candidates} candidates` : ''}) -> select (bands ${c.probe.retain_bands.join('/')}, min clean runs ${c.probe.min_clean_runs})`
+      ? `  stages       ingest -> probe (${c.probe.repeats} episodes per ` +
+          `candidate${c.probe.max_candidates ? `, first ${c.probe.max_candidates} candidates` : ''}) -> select ` +
+          `(bands ${c.probe.retain_bands.join('/')}, min clean runs ${c.probe.min_clean_runs})`
       : '  stages       ingest (no probe: every candidate is in the pool)',
   );
+  const baseEval = c.evaluation.before_training ? `evaluate base policy (${c.evaluation.repeats} repeats) -> ` : '';
   console.log(
-    `               -> ${c.evaluation.before_training ? `evaluate base policy (${c.evaluation.repeats} repeats) -> ` : ''}${t.steps} training steps x ${t.groups_per_step} groups x ${t.group_size} episodes = ${t.groups_per_step * t.group_size} per update -> evaluate (${c.evaluation.repeats} repeats) -> report`,
+    `               -> ${baseEval}${t.steps} ` +
+      `training steps x ${t.groups_per_step} groups x ${t.group_size} episodes = ${t.groups_per_step * t.group_size} ` +
+      `per update -> evaluate (${c.evaluation.repeats} repeats) -> report`,
   );
   console.log(
-    `  refill       up to ${t.infra_refill_cap} extra episodes per group for infrastructure errors, then the group is replaced`,
+    `  refill       up to ${t.infra_refill_cap} extra episodes per group for infrastructure errors, then the group ` +
+      `is replaced`,
   );
   console.log(
-    `  zero variance  up to ${t.max_replacements} replacement tasks per step, then fallback: ${t.zero_variance_fallback}`,
+    `  zero variance  up to ${t.max_replacements} replacement tasks per step, then fallback: ` +
+      `${t.zero_variance_fallback}`,
   );
   console.log(
-    `  policy       ${c.episode.policy.base_url} (${c.episode.policy.model}, ${c.episode.policy.mode} mode, temperature ${c.episode.sampling.temperature})`,
+    `  policy       ${c.episode.policy.base_url} (${c.episode.policy.model}, ${c.episode.policy.mode} mode, ` +
+      `temperature ${c.episode.sampling.temperature})`,
   );
-  console.log(`  queues       rollout ${input.queues.rollout}, gpu ${input.queues.gpu}`);
+  console.log(
+    `  queues       rollout ${input.queues.rollout}, gpu ${input.queues.gpu}` +
+      (input.queues.gpuNodes ? ` (learner nodes: ${input.queues.gpuNodes.join(', ')})` : ''),
+  );
   console.log('  hyperparameters (learner):');
   for (const [k, v] of Object.entries(c.learner)) console.log(`    ${k.padEnd(24)} ${JSON.stringify(v)}`);
   // The learner's own launch plan: exact torchrun command per node and its resolved hyperparameters.
@@ -122,6 +156,14 @@ function dryRun(input: CampaignInput, configFile: string): void {
       2,
     ),
   );
+  const workers = nodeHosts(c.learner) ?? [gpuHost(readEnvironment())];
+  if (c.learner.attach_url)
+    console.log(`  learner      attached at ${c.learner.attach_url}: started outside, with the commands below`);
+  else
+    for (const [rank, host] of workers.entries()) {
+      const queue = taskQueues(readEnvironment()).gpu(host);
+      console.log(`  learner node ${rank}: started by the GPU worker of host ${host} (queue ${queue})`);
+    }
   try {
     const plan = execFileSync(
       pythonBinary(),
@@ -132,10 +174,15 @@ function dryRun(input: CampaignInput, configFile: string): void {
         String(c.learner.nodes),
         '--gpus-per-node',
         String(c.learner.gpus_per_node),
-        '--master-addr',
-        c.learner.nodes > 1 ? 'NODE0_ADDRESS' : '127.0.0.1',
+        ...(c.learner.rdzv_endpoint ? ['--rdzv-endpoint', c.learner.rdzv_endpoint] : []),
+        '--rdzv-id',
+        rdzvId(input.campaignId),
         '--config',
         tmp,
+        // What the GPU workers run: the campaign's learner folder, always with --resume.
+        '--config-shown',
+        learnerFiles(readEnvironment().TBT_STATE_DIR, input.campaignId).config,
+        '--resume',
         '--dry-run',
       ],
       { cwd: gpuLearnerDir, encoding: 'utf8' },
@@ -182,7 +229,12 @@ export async function follow(client: Client, env: Environment, workflowId: strin
     if (s) {
       const width = 20;
       const filled = Math.round((s.step / Math.max(1, s.steps)) * width);
-      const line = `[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] step ${s.step}/${s.steps}  stage ${s.stage.padEnd(15)} episodes ${await episodeCount(s.campaignId, env)}${s.lastStep ? `  last reward ${s.lastStep.meanReward.toFixed(2)}` : ''}${s.paused ? `  (paused${s.pauseReason ? `: ${s.pauseReason}` : ''})` : ''}`;
+      const line =
+        `[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] step ${s.step}/${s.steps}  stage ` +
+        `${s.stage.padEnd(15)} episodes ` +
+        `${await episodeCount(s.campaignId, env)}` +
+        (s.lastStep ? `  last reward ${s.lastStep.meanReward.toFixed(2)}` : '') +
+        (s.paused ? `  (paused${s.pauseReason ? `: ${s.pauseReason}` : ''})` : '');
       if (line !== last) {
         process.stdout.write(tty ? `\r${line.padEnd(110)}` : `${line}\n`);
         last = line;
@@ -223,7 +275,8 @@ export async function startCampaign(
       }
     }
     if (!workflowId || options.id) {
-      workflowId ??= `${config.name}-${new Date().toISOString().replace(/[-:]/g, '').replace(/\..*/, '').replace('T', '-')}`;
+      const stamp = new Date().toISOString().replace(/[-:]/g, '').replace(/\..*/, '').replace('T', '-');
+      workflowId ??= `${config.name}-${stamp}`;
       const input = campaignInput(env, config, workflowId, configFile);
       await client.workflow
         .start(campaignWorkflow, {
@@ -274,6 +327,23 @@ export async function train(args: string[]): Promise<number> {
   return 0;
 }
 
+/** `--tasks all|FILE`: every task of the suite, or the file's uid list, each of which must be in the suite. */
+async function evaluationUids(tasks: string, suiteDir: string): Promise<string[]> {
+  const { loadSuites, formatProblem } = await import('../../activities/task-suite-loader.ts');
+  const { suites, problems } = loadSuites(suiteDir);
+  if (!suites[0] || problems.length)
+    throw new Error(
+      `suite ${suiteDir}: ${problems.slice(0, 5).map(formatProblem).join('; ') || 'no task suite there'}`,
+    );
+  const known = suites[0].tasks.map((t) => t.uid);
+  if (tasks === 'all') return known;
+  const { uids } = readUidListInput(tasks);
+  const unknown = uids.filter((u) => !known.includes(u));
+  if (uids.length === 0) throw new UsageError(`--tasks ${tasks}: the list is empty`);
+  if (unknown.length) throw new UsageError(`--tasks ${tasks}: not in ${suiteDir}: ${unknown.slice(0, 10).join(', ')}`);
+  return uids;
+}
+
 /** `tbt eval run`: evaluate a campaign's latest checkpoint (or the base policy) on tasks x repeats, coverage-gated. */
 export async function runEvaluation(args: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -287,25 +357,22 @@ export async function runEvaluation(args: string[]): Promise<number> {
   });
   if (!values.config) {
     console.error(
-      'usage: tbt eval run --config FILE [--campaign WORKFLOW_ID] [--repeats K] [--tasks all|FILE.yaml]   (default tasks: the campaign pool)',
+      'usage: tbt eval run --config FILE [--campaign WORKFLOW_ID] [--repeats K] [--tasks all|FILE.yaml]   (default ' +
+        'tasks: the campaign pool)',
     );
     return 2;
   }
+  const repeats = optionalIntegerFlag('--repeats', values.repeats, { min: 1, max: 10_000 });
   const env = readEnvironment();
   const config = loadCampaignConfig(values.config);
   const campaignId = values.campaign ?? `${config.name}-eval`;
   const input = campaignInput(env, config, campaignId, values.config);
-  let uids: string[] | undefined;
-  if (values.tasks === 'all')
-    uids = (await import('../../activities/task-suite-loader.ts'))
-      .loadSuites(input.suiteDir)
-      .suites[0]!.tasks.map((t) => t.uid);
-  else if (values.tasks) uids = (await import('yaml')).parse(fs.readFileSync(values.tasks, 'utf8')) as string[];
+  const uids = values.tasks ? await evaluationUids(values.tasks, input.suiteDir) : undefined;
   const { client, close } = await connect(env);
   try {
     const workflowId = `${campaignId}/eval-run-${Date.now()}`;
     console.log(`evaluation workflow: ${workflowId}\nTemporal UI: ${workflowUrl(env, workflowId)}`);
-    const result = await client.workflow.execute(scheduledEvaluationWorkflow, {
+    const handle = await client.workflow.start(scheduledEvaluationWorkflow, {
       workflowId,
       taskQueue: taskQueues(env).orchestrator,
       args: [
@@ -314,17 +381,34 @@ export async function runEvaluation(args: string[]): Promise<number> {
           config,
           suiteDir: input.suiteDir,
           queues: input.queues,
-          repeats: Number(values.repeats ?? config.evaluation.repeats),
+          repeats: repeats ?? config.evaluation.repeats,
           uids,
           labelPrefix: 'run',
         },
       ],
     });
+    const result = await waitForResult(handle);
     console.log(result.summary);
     console.log(`aggregate: ${result.aggregate}`);
     return 0;
   } finally {
     await close();
+  }
+}
+
+/**
+ * The workflow's result, riding out transient client errors: a long evaluation's result long-poll can time out
+ * on a loaded machine ("Failed to get Workflow execution history") while the workflow runs on unharmed.
+ */
+async function waitForResult<W extends Workflow>(handle: WorkflowHandle<W>): Promise<WorkflowResultType<W>> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await handle.result();
+    } catch (err) {
+      if (err instanceof WorkflowFailedError || err instanceof WorkflowNotFoundError || attempt >= 20) throw err;
+      console.error(`waiting for the result again (${(err as Error).message})`);
+      await new Promise((r) => setTimeout(r, Math.min(30_000, 1000 * 2 ** attempt)));
+    }
   }
 }
 
@@ -346,6 +430,7 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
     );
     return 2;
   }
+  const repeats = optionalIntegerFlag('--repeats', values.repeats, { min: 1, max: 10_000 });
   const env = readEnvironment();
   const config = loadCampaignConfig(values.config);
   const input = campaignInput(env, config, values.campaign, values.config);
@@ -368,7 +453,7 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
             config,
             suiteDir: input.suiteDir,
             queues: input.queues,
-            repeats: Number(values.repeats ?? config.evaluation.repeats),
+            repeats: repeats ?? config.evaluation.repeats,
           },
         ],
       },
@@ -380,7 +465,8 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
       `schedule ${scheduleId}: cron "${values.cron}" re-evaluates the latest checkpoint of ${values.campaign}`,
     );
     console.log(
-      `Temporal UI: ${temporalUiUrl(env)}/namespaces/${env.TBT_TEMPORAL_NAMESPACE}/schedules/${encodeURIComponent(scheduleId)}`,
+      `Temporal UI: ${temporalUiUrl(env)}/namespaces/${env.TBT_TEMPORAL_NAMESPACE}` +
+        `/schedules/${encodeURIComponent(scheduleId)}`,
     );
     return 0;
   } finally {

@@ -28,7 +28,8 @@ export async function demo(args: string[]): Promise<number> {
   }
   console.log(`Temporal UI: ${temporalUiUrl(env)} (search: TbtCampaign = "${workflowId}")`);
   console.log(
-    'workers keep running in the background; stop them with `./bin/tbt workers down`, the servers with `./bin/tbt down`.',
+    'workers keep running in the background; stop them with `./bin/tbt workers down`, the servers with `./bin/tbt ' +
+      'down`.',
   );
   return 0;
 }

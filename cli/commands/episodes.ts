@@ -16,9 +16,11 @@ import { resultLine } from '../../activities/episode-result-line.ts';
 import { runEpisode } from '../../activities/episode-runner.ts';
 import { SandboxPool } from '../../activities/sandbox-pool.ts';
 import { TerminalStateGrader } from '../../activities/terminal-state-grader.ts';
-import { loadSuites, taskDomain } from '../../activities/task-suite-loader.ts';
+import { formatProblem, loadSuites, taskDomain } from '../../activities/task-suite-loader.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
 import { startPolicyServer } from '../../infra/embedded-policy-server.ts';
+import { integerFlag, numberFlag } from '../flag-values.ts';
+import { UsageError } from '../command-support.ts';
 
 const USAGE = `usage: tbt episodes run --suite DIR [--uid UID ...] [--repeats K] [--concurrency N]
                          [--policy-url URL --model NAME | (embedded server)] [--mode chat|tokens]
@@ -37,6 +39,14 @@ async function mapLimit<T>(items: T[], limit: number, fn: (item: T, i: number) =
       }
     }),
   );
+}
+
+function isHttpUrl(text: string): boolean {
+  try {
+    return /^https?:$/.test(new URL(text).protocol);
+  } catch {
+    return false;
+  }
 }
 
 export async function episodes(args: string[]): Promise<number> {
@@ -67,10 +77,27 @@ export async function episodes(args: string[]): Promise<number> {
     console.error(USAGE);
     return 2;
   }
-  const suite = loadSuites(values.suite).suites[0];
-  if (!suite) throw new Error(`no suite in ${values.suite}`);
+  const repeats = integerFlag('--repeats', values.repeats, { min: 1, max: 10_000 });
+  const concurrency = integerFlag('--concurrency', values.concurrency, { min: 1, max: 64 });
+  const temperature = numberFlag('--temperature', values.temperature, { min: 0, max: 10 });
+  const maxTokensPerTurn = integerFlag('--max-tokens-per-turn', values['max-tokens-per-turn'], {
+    min: 1,
+    max: 1_000_000,
+  });
+  const maxAgentTurns = integerFlag('--max-agent-turns', values['max-agent-turns'], { min: 1, max: 10_000 });
+  if (values['policy-url'] !== undefined && !isHttpUrl(values['policy-url']))
+    throw new UsageError('--policy-url: expected an http(s) URL ending in /v1 (the value is not shown)');
+  if (values.mode !== 'chat' && values.mode !== 'tokens')
+    throw new UsageError(`--mode: expected chat or tokens, got '${values.mode}'`);
+  const { suites, problems } = loadSuites(values.suite);
+  const suite = suites[0];
+  if (!suite || problems.length)
+    throw new UsageError(
+      `--suite ${values.suite}: ${problems.slice(0, 5).map(formatProblem).join('; ') || 'no task suite there'}`,
+    );
   const uids = values.uid ?? suite.tasks.map((t) => t.uid);
-  const repeats = Number(values.repeats);
+  const unknown = uids.filter((uid) => !suite.tasks.some((t) => t.uid === uid));
+  if (unknown.length) throw new UsageError(`--uid: not in ${values.suite}: ${unknown.join(', ')}`);
   const env = readEnvironment();
   await ensureControlDatabase(env);
   const server = values['policy-url']
@@ -82,10 +109,10 @@ export async function episodes(args: string[]): Promise<number> {
       model: values.model ?? server!.model,
       mode: values.mode,
     },
-    sampling: { temperature: Number(values.temperature), stop: values.stop ?? [] },
+    sampling: { temperature, stop: values.stop ?? [] },
     limits: {
-      max_tokens_per_turn: Number(values['max-tokens-per-turn']),
-      max_agent_turns: Number(values['max-agent-turns']),
+      max_tokens_per_turn: maxTokensPerTurn,
+      max_agent_turns: maxAgentTurns,
       wall_clock_ms: 300_000,
     },
     prompt: { tools_in_prompt: true, example: values.example },
@@ -94,6 +121,7 @@ export async function episodes(args: string[]): Promise<number> {
     controlUrl: databaseUrl(env),
     agentPassword: env.TBT_AGENT_DB_PASSWORD,
     readerPassword: env.TBT_READER_DB_PASSWORD,
+    recycle: env.TBT_SANDBOX_RECYCLE,
     warm: 2,
   });
   const thinkingbox = thinkingboxResourcesFactory();
@@ -105,7 +133,7 @@ export async function episodes(args: string[]): Promise<number> {
   const failures: string[] = [];
   let done = 0;
   try {
-    await mapLimit(jobs, Number(values.concurrency), async ({ uid, repetition }) => {
+    await mapLimit(jobs, concurrency, async ({ uid, repetition }) => {
       const { task } = findTask(values.suite!, uid);
       const id = `adhoc:${uid}#${repetition}`;
       let record;
@@ -124,7 +152,7 @@ export async function episodes(args: string[]): Promise<number> {
       }
       fs.writeSync(
         out,
-        `${JSON.stringify(resultLine(id, uid, repetition, taskDomain(suite, task.scenario), record))}\n`,
+        `${JSON.stringify(resultLine(id, uid, repetition, taskDomain(suite, task.scenario), record, task.scenario))}\n`,
       );
       if (records !== undefined) fs.writeSync(records, `${JSON.stringify({ id, record })}\n`);
       perTask.set(uid, [
@@ -144,17 +172,18 @@ export async function episodes(args: string[]): Promise<number> {
     await thinkingbox.close();
     await server?.stop();
   }
-  const rates = [...perTask.entries()].sort(([a], [b]) => a.localeCompare(b));
-  for (const [uid, r] of rates)
-    console.log(
-      `${uid.padEnd(40)} ${r.filter((x) => x === 1).length}/${r.length}${r.some(Number.isNaN) ? ` (${r.filter(Number.isNaN).length} infra)` : ''}`,
-    );
+  const rates = [...perTask.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  for (const [uid, r] of rates) {
+    const infra = r.some(Number.isNaN) ? ` (${r.filter(Number.isNaN).length} infra)` : '';
+    console.log(`${uid.padEnd(40)} ${r.filter((x) => x === 1).length}/${r.length}${infra}`);
+  }
   const mixed = rates.filter(([, r]) => r.some((x) => x === 1) && r.some((x) => x === 0)).length;
   const all = rates.filter(([, r]) => r.every((x) => x === 1)).length;
   const none = rates.filter(([, r]) => r.every((x) => x === 0)).length;
   for (const f of failures) console.log(`not run: ${f}`);
   console.log(
-    `tasks=${rates.length} always=${all} never=${none} mixed=${mixed} mean_success=${(rates.flatMap(([, r]) => r).filter((x) => x === 1).length / jobs.length).toFixed(3)}`,
+    `tasks=${rates.length} always=${all} never=${none} mixed=${mixed} ` +
+      `mean_success=${(rates.flatMap(([, r]) => r).filter((x) => x === 1).length / jobs.length).toFixed(3)}`,
   );
   return failures.length ? 1 : 0;
 }

@@ -41,7 +41,8 @@ import {
   readUidListInput,
   type CommandIo,
   type JsonlRow,
-} from './prepare.ts';
+} from '../command-support.ts';
+import { dollars, percent } from '../../core/report/format.ts';
 
 /**
  * `tbt eval`: metrics from result files (our episode records or ThinkingBox result lines), behind a
@@ -56,7 +57,7 @@ const USAGE = `usage: tbt eval <subcommand> [options]
       intervals, and cost when --prices is given.
       --format episode|thinkingbox  default field paths (default episode):
                                   episode:     uid, repetition, success, infrastructure_error, domain, tokens
-                                  thinkingbox: uid, (line order), test_result.result,
+                                  thinkingbox: uid, metadata.repetition, test_result.result,
                                                is_system_error + test_result.is_system_error, (uid file), usage
       --uid-field PATH            dotted path of the task uid
       --repetition-field PATH     dotted path of the repetition index; '' = number rows per uid in file order
@@ -76,8 +77,13 @@ const USAGE = `usage: tbt eval <subcommand> [options]
       Paired per-task comparison of two 'aggregate' outputs over the same tasks (B minus A): pass@1 and
       the all-attempts-pass rate, with paired bootstrap intervals.
 
-  run
-      Not built yet (needs the episode runner).`;
+  run --config FILE [--campaign WORKFLOW_ID] [--repeats K] [--tasks all|FILE.yaml]
+      Coverage-gated evaluation through Temporal of a campaign's latest checkpoint (or, without --campaign,
+      the base policy): every (task, repetition) key runs exactly once without an infrastructure error
+      before a score is printed. Default tasks: the campaign's pool; --repeats defaults to the config's.
+
+  schedule --campaign WORKFLOW_ID --config FILE --cron "EXPR" [--repeats K] [--id SCHEDULE_ID]
+      A Temporal Schedule that re-evaluates the campaign's latest checkpoint (overlap: skip).`;
 
 const FORMAT_DEFAULTS = {
   episode: {
@@ -90,7 +96,8 @@ const FORMAT_DEFAULTS = {
   },
   thinkingbox: {
     uid: 'uid',
-    repetition: '',
+    // As the reference's validator: rows are keyed by uid and metadata.repetition.
+    repetition: 'metadata.repetition',
     success: 'test_result.result',
     systemError: ['is_system_error', 'test_result.is_system_error'],
     domain: '',
@@ -407,7 +414,8 @@ function aggregateCommand(args: string[], io: CommandIo): number {
     const shown = problems.slice(0, 50);
     throw new InputError(
       [
-        `coverage gate failed: ${problems.length} problem(s); no scores are reported until every (task, repetition) key is present exactly once without infrastructure errors`,
+        `coverage gate failed: ${problems.length} problem(s); no scores are reported until every (task, repetition) ` +
+          `key is present exactly once without infrastructure errors`,
         ...shown,
         ...(problems.length > shown.length ? [`... and ${problems.length - shown.length} more`] : []),
       ].join('\n'),
@@ -492,16 +500,6 @@ function aggregateCommand(args: string[], io: CommandIo): number {
 // ---------------------------------------------------------------------------------------------------
 // Readable output
 
-export function percent(x: number): string {
-  return `${(100 * x).toFixed(2)}%`;
-}
-
-/** Dollars: cents above $1, tenths of a cent below (the reference's $24.36 and $0.177). */
-export function dollars(x: number | null): string {
-  if (x === null) return 'n/a';
-  return Math.abs(x) >= 1 ? `$${x.toFixed(2)}` : `$${x.toFixed(3)}`;
-}
-
 function interval([lo, hi]: [number, number]): string {
   return `[${(100 * lo).toFixed(1)}, ${(100 * hi).toFixed(1)}]`;
 }
@@ -552,20 +550,27 @@ function renderAggregate(
   const rows = Object.entries(domains).map(([name, s]) => row(name, s, cost?.domains[name]));
   rows.push(row('all', overall, cost ?? undefined));
   const lines = [
-    `coverage: ${overall.tasks} tasks x ${repeats} repetitions = ${overall.attempts} attempts, every key present once, no infrastructure errors`,
+    `coverage: ${overall.tasks} tasks x ${repeats} repetitions = ${overall.attempts} attempts, every key present ` +
+      `once, no infrastructure errors`,
     '',
     table(header, rows),
     '',
     `pass^k is the unbiased C(c,k)/C(n,k), not (c/n)^k; observed ${k}/${k} counts tasks that passed all ${k} attempts.`,
-    `other k: ${overall.pass_at_k.map((x) => `pass@${x.k} ${percent(x.estimate)}`).join(', ')}; ${overall.pass_hat_k.map((x) => `pass^${x.k} ${percent(x.estimate)}`).join(', ')}`,
+    `other k: ${overall.pass_at_k.map((x) => `pass@${x.k} ${percent(x.estimate)}`).join(', ')}; ` +
+      `${overall.pass_hat_k.map((x) => `pass^${x.k} ${percent(x.estimate)}`).join(', ')}`,
   ];
   if (cost) {
     lines.push(
       '',
-      `cost: campaign ${dollars(cost.campaign)}; per successful attempt ${dollars(cost.per_successful_attempt)} (${cost.passing_attempts} passing attempts); per reliable task ${dollars(cost.per_reliable_task)} (tasks at ${k}/${k}: ${cost.reliable_tasks})`,
+      `cost: campaign ${dollars(cost.campaign)}; per successful attempt ${dollars(cost.per_successful_attempt)} ` +
+        `(${cost.passing_attempts} passing attempts); per reliable task ${dollars(cost.per_reliable_task)} (tasks at ` +
+        `${k}/${k}: ${cost.reliable_tasks})`,
       ...ROLES.map((r) => {
         const t = cost.by_role[r].tokens;
-        return `  ${r.padEnd(6)} ${dollars(cost.by_role[r].cost).padStart(10)}  input ${t.input}, cached input ${t.cached_input}, output ${t.output} tokens`;
+        return (
+          `  ${r.padEnd(6)} ${dollars(cost.by_role[r].cost).padStart(10)}  ` +
+          `input ${t.input}, cached input ${t.cached_input}, output ${t.output} tokens`
+        );
       }),
     );
   }
@@ -596,7 +601,8 @@ function readAggregateFile(file: string): TaskOutcome[] {
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     throw new InputError(
-      `${file}: field ${issue.path.join('.') || '(root)'}: ${issue.message} (expected the output of 'tbt eval aggregate --out')`,
+      `${file}: field ${issue.path.join('.') || '(root)'}: ${issue.message} (expected the output of 'tbt eval ` +
+        `aggregate --out')`,
     );
   }
   return parsed.data.tasks.map(({ uid, domain, n, c }) => ({ uid, domain, n, c }));
@@ -637,10 +643,8 @@ function compareCommand(args: string[], io: CommandIo): number {
   }
   if (parsed.values.out) {
     fs.mkdirSync(path.dirname(parsed.values.out), { recursive: true });
-    writeFileAtomic(
-      parsed.values.out,
-      `${JSON.stringify(JSON.parse(canonicalJson({ schema_version: 1, kind: 'tbt-eval-compare', a: fileA, b: fileB, ...comparison })), null, 2)}\n`,
-    );
+    const record = { schema_version: 1, kind: 'tbt-eval-compare', a: fileA, b: fileB, ...comparison };
+    writeFileAtomic(parsed.values.out, `${JSON.stringify(JSON.parse(canonicalJson(record)), null, 2)}\n`);
   }
   const points = (x: number) => `${x >= 0 ? '+' : ''}${(100 * x).toFixed(2)} pts`;
   const ci = ([lo, hi]: [number, number]) => `[${points(lo)}, ${points(hi)}]`;

@@ -70,7 +70,8 @@ export async function parity(
   }
   for (const d of diffs.slice(0, 50))
     console.log(
-      `DIFF episode ${d.episode} completion ${d.completion} ${d.field} (${d.between}): ${JSON.stringify(d.a)} != ${JSON.stringify(d.b)}`,
+      `DIFF episode ${d.episode} completion ${d.completion} ${d.field} (${d.between}): ${JSON.stringify(d.a)} != ` +
+        `${JSON.stringify(d.b)}`,
     );
   console.log(`episodes=${episodes.length} outputs=${outputs} differences=${diffs.length}`);
   return diffs.length === 0 ? 0 : 1;

@@ -20,7 +20,7 @@ import {
   UsageError,
   writeFileAtomic,
   type CommandIo,
-} from './prepare.ts';
+} from '../command-support.ts';
 
 /**
  * `tbt report`: one static HTML page (inline SVG plots, no scripts, no network) and a markdown summary

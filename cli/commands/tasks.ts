@@ -7,8 +7,11 @@ import { scenarioSchema, taskFileSchema } from '../../config/task-schema.ts';
 import { SandboxPool } from '../../activities/sandbox-pool.ts';
 import { formatProblem, loadSuites, taskDomain } from '../../activities/task-suite-loader.ts';
 import { thinkingboxResources } from '../../activities/episode-activities.ts';
+import { thinkingboxSettingsSchema } from '../../config/episode-config.ts';
 import { validateImportedTask } from '../../activities/thinkingbox/imported-task-validation.ts';
 import { importThinkingboxDataset } from '../../activities/thinkingbox/dataset-importer.ts';
+import { datasetEnvironment, prepareDatasetEnvironment } from '../../activities/thinkingbox/dataset-environment.ts';
+import { loadImportedSuite } from '../../activities/thinkingbox/imported-suite.ts';
 import { IMPORTED_SUITE_FILE } from '../../config/thinkingbox-schema.ts';
 import {
   commandErrorExit,
@@ -18,19 +21,26 @@ import {
   readUidListInput,
   UsageError,
   type CommandIo,
-} from './prepare.ts';
+} from '../command-support.ts';
 import { validateTask, type TaskValidation } from '../../activities/task-validation.ts';
 import { TerminalStateGrader } from '../../activities/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
+import { integerFlag } from '../flag-values.ts';
 
 const USAGE = `usage:
-  tbt tasks validate <dir> [--concurrency N]   check suites: schema, golden replay, null agent, one-row mutation
+  tbt tasks validate <dir> [--concurrency N] [--warm N] [--start-timeout-ms MS]
+                                               check suites: schema, golden replay, null agent, one-row mutation;
+                                               --warm: started tool servers kept ready per server (imported suites)
   tbt tasks schema --out <dir>                 write JSON Schema files for editors
   tbt tasks import-thinkingbox --data DATASET_DIR --list TESTLIST.yaml [--servers servers.yaml]
-        [--exclude-uids FILE] [--out DIR] [--name NAME]
+        [--agent NAME] [--exclude-uids FILE] [--out DIR] [--name NAME]
                                                import a ThinkingBox-format dataset as a suite (default out:
-                                               $TBT_STATE_DIR/imported/<name>); uids in --exclude-uids are
-                                               marked evaluation-only and never enter a training pool`;
+                                               $TBT_STATE_DIR/imported/<name>; default servers:
+                                               DATASET_DIR/../servers/servers.yaml); uids in --exclude-uids are
+                                               marked evaluation-only and never enter a training pool
+  tbt tasks prepare-env SUITE_DIR              build (once, cached) the imported dataset's Python environment:
+                                               its server packages' dependencies, pinned by
+                                               thinkingbox/dataset-env/constraints.txt`;
 
 async function mapLimit<T, R>(items: T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
   const results: R[] = new Array(items.length);
@@ -50,13 +60,18 @@ export async function validate(args: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
     args,
     allowPositionals: true,
-    options: { concurrency: { type: 'string', default: '4' } },
+    options: {
+      concurrency: { type: 'string', default: '4' },
+      warm: { type: 'string' },
+      'start-timeout-ms': { type: 'string' },
+    },
   });
   const dir = positionals[0];
   if (!dir) {
     console.error(USAGE);
     return 2;
   }
+  const concurrency = integerFlag('--concurrency', values.concurrency, { min: 1, max: 64 });
   const { suites, problems } = loadSuites(dir);
   for (const p of problems) console.error(formatProblem(p));
   const env = readEnvironment();
@@ -69,19 +84,25 @@ export async function validate(args: string[]): Promise<number> {
   });
   const grader = new TerminalStateGrader(pool, databaseUrl(env));
   const results: TaskValidation[] = [];
-  const thinkingbox = thinkingboxResources();
+  const thinkingbox = thinkingboxResources(
+    thinkingboxSettingsSchema.parse({
+      ...(values.warm !== undefined ? { warm_processes: Number(values.warm) } : {}),
+      ...(values['start-timeout-ms'] !== undefined
+        ? { server_start_timeout_ms: Number(values['start-timeout-ms']) }
+        : {}),
+    }),
+  );
+  const startedAt = Date.now();
   let imported = 0;
   try {
     for (const suite of suites) {
       const tasks: { file: string; line: number }[] = suite.tasks;
       const checked =
         suite.kind === 'native'
-          ? await mapLimit(suite.tasks, Number(values.concurrency), (task) =>
+          ? await mapLimit(suite.tasks, concurrency, (task) =>
               validateTask(pool, grader, suite.scenarios[task.scenario]!, task),
             )
-          : await mapLimit(suite.tasks, Number(values.concurrency), (task) =>
-              validateImportedTask(thinkingbox, suite, task),
-            );
+          : await mapLimit(suite.tasks, concurrency, (task) => validateImportedTask(thinkingbox, suite, task));
       if (suite.kind !== 'native') imported += checked.length;
       for (const [i, r] of checked.entries()) {
         const task = tasks[i]!;
@@ -100,15 +121,25 @@ export async function validate(args: string[]): Promise<number> {
   const count = (f: (r: TaskValidation) => boolean) => results.filter(f).length;
   const changeTasks = results.filter((r) => !r.noChange);
   console.log(
-    `no_change_tasks=${count((r) => r.noChange)} file_problems=${problems.length} task_problems=${count((r) => r.problems.length > 0)}`,
+    `no_change_tasks=${count((r) => r.noChange)} file_problems=${problems.length} ` +
+      `task_problems=${count((r) => r.problems.length > 0)}`,
   );
   if (imported)
     console.log(
       `imported_tasks=${imported} (no one-row mutation check: their state lives in the dataset's tool servers)`,
     );
   console.log(
-    `tasks=${results.length} domains=${domains.size} golden_pass=${count((r) => r.goldenPass)} null_fail=${changeTasks.filter((r) => r.nullOk).length} mutation_fail=${count((r) => r.mutationFail)}`,
+    `tasks=${results.length} domains=${domains.size} golden_pass=${count((r) => r.goldenPass)} ` +
+      `null_fail=${changeTasks.filter((r) => r.nullOk).length} mutation_fail=${count((r) => r.mutationFail)}`,
   );
+  const starts = results.flatMap((r) => r.backendStartMs ?? []).sort((a, b) => a - b);
+  if (starts.length) {
+    const q = (p: number) => starts[Math.min(starts.length - 1, Math.floor(p * starts.length))]!;
+    console.log(
+      `wall_s=${((Date.now() - startedAt) / 1000).toFixed(0)} episodes=${starts.length} backend_start_ms ` +
+        `p50=${q(0.5)} p95=${q(0.95)} (warm pool ${values.warm ?? 'default'}, concurrency ${values.concurrency})`,
+    );
+  }
   return problems.length === 0 && results.every((r) => r.problems.length === 0) && results.length > 0 ? 0 : 1;
 }
 
@@ -130,6 +161,22 @@ function writeSchemas(args: string[]): number {
   return 0;
 }
 
+/** Builds the Python environment of an imported suite's dataset (cached; a second run returns at once). */
+export function prepareEnv(args: string[], io: CommandIo = consoleIo): number {
+  try {
+    const dir = args[0];
+    if (!dir || args.length > 1) throw new UsageError('prepare-env takes one SUITE_DIR');
+    const { suite, problems } = loadImportedSuite(dir);
+    if (!suite) throw new InputError(problems.map(formatProblem).join('\n'));
+    const started = Date.now();
+    const env = prepareDatasetEnvironment(suite.imported.server_packages, (line) => io.out(line));
+    io.out(`dataset environment ready: ${env.venv} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+    return 0;
+  } catch (err) {
+    return commandErrorExit(err, 'tasks prepare-env', USAGE, io);
+  }
+}
+
 /** Writes the imported suite even when some files or tasks had problems (they are listed; exit 1). */
 export function importThinkingbox(args: string[], io: CommandIo = consoleIo): number {
   try {
@@ -137,6 +184,7 @@ export function importThinkingbox(args: string[], io: CommandIo = consoleIo): nu
       data: { type: 'string' },
       list: { type: 'string' },
       servers: { type: 'string' },
+      agent: { type: 'string' },
       'exclude-uids': { type: 'string' },
       out: { type: 'string' },
       name: { type: 'string' },
@@ -149,6 +197,7 @@ export function importThinkingbox(args: string[], io: CommandIo = consoleIo): nu
       dataDir: flags.data,
       listFile: flags.list,
       serversFile: flags.servers,
+      agent: flags.agent,
       evaluationOnly,
       name: flags.name,
     });
@@ -160,9 +209,18 @@ export function importThinkingbox(args: string[], io: CommandIo = consoleIo): nu
     const excluded = result.suite.tasks.filter((t) => t.evaluation_only).length;
     const unmatched = [...evaluationOnly].filter((u) => !result.suite.tasks.some((t) => t.uid === u)).length;
     io.out(
-      `imported ${result.suite.tasks.length} of ${result.listed} listed tasks (${Object.keys(result.suite.scenarios).length} scenarios, servers: ${Object.keys(result.suite.servers).join(', ') || 'none'}); evaluation-only ${excluded}${unmatched ? ` (${unmatched} excluded uids not in the list)` : ''}; problems ${result.problems.length}`,
+      `imported ${result.suite.tasks.length} of ${result.listed} listed tasks ` +
+        `(${Object.keys(result.suite.scenarios).length} scenarios, servers: ` +
+        `${Object.keys(result.suite.servers).join(', ') || 'none'}); evaluation-only ` +
+        `${excluded}${unmatched ? ` (${unmatched} excluded uids not in the list)` : ''}; problems ` +
+        `${result.problems.length}`,
     );
     io.out(`suite written to ${out}`);
+    try {
+      datasetEnvironment(result.suite.server_packages, out);
+    } catch {
+      io.out(`next: tbt tasks prepare-env ${out}   (builds the dataset's Python environment once)`);
+    }
     return result.problems.length ? 1 : 0;
   } catch (err) {
     return commandErrorExit(err, 'tasks import-thinkingbox', USAGE, io);
@@ -174,6 +232,7 @@ export async function tasks(args: string[]): Promise<number> {
   if (sub === 'validate') return validate(rest);
   if (sub === 'import-thinkingbox') return importThinkingbox(rest);
   if (sub === 'schema') return writeSchemas(rest);
+  if (sub === 'prepare-env') return prepareEnv(rest);
   console.error(USAGE);
   return 2;
 }

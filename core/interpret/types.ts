@@ -1,4 +1,7 @@
-/** A tool as the interpreter needs it: its name and the JSON Schema of its arguments (an object schema with `properties`). */
+/**
+ * A tool as the interpreter needs it: its name and the JSON Schema of its arguments (an object schema with
+ * `properties`).
+ */
 export interface ToolSpecForTyping {
   name: string;
   inputSchema: Record<string, unknown>;
@@ -11,7 +14,10 @@ export interface InterpretedToolCall {
   name: string;
   /** Arguments typed from the tool's schema; {} whenever `parseError` is set. */
   arguments: Record<string, unknown>;
-  /** set when the call's arguments could not be parsed at all (malformed JSON / XML); the agent gets this text as the tool response */
+  /**
+   * set when the call's arguments could not be parsed at all (malformed JSON / XML); the agent gets this text as the
+   * tool response
+   */
   parseError?: string;
   /** The call exactly as emitted: the whole `<tool_call>...</tool_call>` block, or the native call as JSON. */
   raw: string;

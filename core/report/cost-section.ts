@@ -124,7 +124,10 @@ export function costSection(input: ReportInput): SectionPart {
       headline.push({
         label: 'All-in cost per reliable task',
         value: dollars(totals.allInPerReliableTask),
-        detail: `${dollars(totals.total)} (probing, training, evaluation)${missingText} / ${count(totals.reliableTasks ?? 0)} tasks at ${k}/${k}; serving only: ${dollars(final.aggregate.cost?.per_reliable_task ?? null)}`,
+        detail:
+          `${dollars(totals.total)} (probing, training, evaluation)${missingText} / ` +
+          `${count(totals.reliableTasks ?? 0)} tasks at ${k}/${k}; serving only: ` +
+          `${dollars(final.aggregate.cost?.per_reliable_task ?? null)}`,
       });
     } else {
       headline.push({
@@ -168,12 +171,15 @@ export function costSection(input: ReportInput): SectionPart {
       headline.push({
         label: `Cost per reliable task (${final.label}, serving)`,
         value: dollars(c.per_reliable_task),
-        detail: `${dollars(c.campaign)} / ${count(c.reliable_tasks)} tasks at ${k}/${k}; per successful attempt ${dollars(c.per_successful_attempt)}; training and probing not given`,
+        detail:
+          `${dollars(c.campaign)} / ${count(c.reliable_tasks)} tasks at ${k}/${k}; per successful attempt ` +
+          `${dollars(c.per_successful_attempt)}; training and probing not given`,
       });
     }
   }
   notes.push(
-    'Cost per reliable task = cost / tasks passed in all k attempts; the serving figure counts evaluation tokens only (as the reference does), the all-in figure adds probing and training.',
+    'Cost per reliable task = cost / tasks passed in all k attempts; the serving figure counts evaluation tokens ' +
+      'only (as the reference does), the all-in figure adds probing and training.',
   );
 
   return {

@@ -123,7 +123,9 @@ function comparisonTable(before: EvalInput, after: EvalInput, paired: Comparison
       kLabel('observed k/k', kb, ka),
       allPass(b.overall),
       allPass(a.overall),
-      `${a.overall.observed_all_pass.count - b.overall.observed_all_pass.count >= 0 ? '+' : ''}${a.overall.observed_all_pass.count - b.overall.observed_all_pass.count} tasks`,
+      `${a.overall.observed_all_pass.count - b.overall.observed_all_pass.count >= 0 ? '+' : ''}` +
+        `${a.overall.observed_all_pass.count - b.overall.observed_all_pass.count} ` +
+        `tasks`,
       paired ? pointsInterval(paired.all_pass_rate.interval) : '',
     ],
     [
@@ -189,7 +191,9 @@ function pairedDomainTable(before: EvalInput, after: EvalInput, paired: Comparis
     allPass(after.aggregate.overall),
   ]);
   return {
-    caption: `Paired per-task comparison by domain (${count(paired.tasks)} tasks; ${after.label} better on ${paired.b_better}, worse on ${paired.b_worse}, equal on ${paired.equal})`,
+    caption:
+      `Paired per-task comparison by domain (${count(paired.tasks)} tasks; ${after.label} better on ` +
+      `${paired.b_better}, worse on ${paired.b_worse}, equal on ${paired.equal})`,
     header: [
       'domain',
       'tasks',
@@ -220,15 +224,18 @@ function headline(input: ReportInput, paired: Comparison | null): Headline[] {
       detail: before
         ? join(
             was(percent(before.overall.pass_at_1.estimate)),
-            `change ${points(pass1 - before.overall.pass_at_1.estimate)}${paired ? `, 95% paired bootstrap ${pointsInterval(paired.pass_at_1.interval)}` : ''}`,
+            `change ${points(pass1 - before.overall.pass_at_1.estimate)}` +
+              `${paired ? `, 95% paired bootstrap ${pointsInterval(paired.pass_at_1.interval)}` : ''}`,
           )
-        : `Wilson 95% ${percentInterval(f.overall.pass_at_1.wilson_attempts)}; ${count(f.overall.successes)} of ${count(f.overall.attempts)} attempts`,
+        : `Wilson 95% ${percentInterval(f.overall.pass_at_1.wilson_attempts)}; ${count(f.overall.successes)} of ` +
+          `${count(f.overall.attempts)} attempts`,
     },
     {
       label: `Observed ${k}/${k} (${final.label})`,
       value: `${count(f.overall.observed_all_pass.count)} of ${count(f.overall.tasks)}`,
       detail: join(
-        `${percent(f.overall.observed_all_pass.rate)}, Wilson 95% ${percentInterval(f.overall.observed_all_pass.wilson)}`,
+        `${percent(f.overall.observed_all_pass.rate)}, Wilson 95% ` +
+          `${percentInterval(f.overall.observed_all_pass.wilson)}`,
         before ? was(`${count(before.overall.observed_all_pass.count)} of ${count(before.overall.tasks)}`) : '',
       ),
     },
@@ -261,8 +268,11 @@ export function evalSection(input: ReportInput): SectionPart {
 
   let paired: Comparison | null = null;
   const notes: string[] = [
-    `pass^k is the unbiased C(c,k)/C(n,k) (all k attempts drawn from the n succeed), not the biased (c/n)^k that the reference's aggregator reports under that name; observed k/k counts the tasks that passed every one of their k attempts.`,
-    'Wilson intervals for pass@1 treat attempts as independent, so they are narrower than the truth when tasks differ; the paired bootstrap resamples tasks.',
+    `pass^k is the unbiased C(c,k)/C(n,k) (all k attempts drawn from the n succeed), not the biased (c/n)^k that the ` +
+      `reference's aggregator reports under that name; observed k/k counts the tasks that passed every one of their ` +
+      `k attempts.`,
+    'Wilson intervals for pass@1 treat attempts as independent, so they are narrower than the truth when tasks ' +
+      'differ; the paired bootstrap resamples tasks.',
   ];
   if (input.before && input.after) {
     try {
@@ -308,13 +318,16 @@ export function evalSection(input: ReportInput): SectionPart {
   const figures: SectionPart['section']['figures'] = [
     {
       id: 'eval-pass1',
-      caption: `pass@1 (mean success over attempts) per domain and overall for ${evals.map((e) => e.label).join(' and ')}; whiskers: Wilson 95% over attempts.`,
+      caption:
+        `pass@1 (mean success over attempts) per domain and overall for ` +
+        `${evals.map((e) => e.label).join(' and ')}; whiskers: Wilson 95% over attempts.`,
       svg: pass1,
     },
     {
       id: 'eval-all-pass',
       caption:
-        'Share of tasks that passed every one of their k attempts (observed k/k) per domain; whiskers: Wilson 95% over tasks.',
+        'Share of tasks that passed every one of their k attempts (observed k/k) per domain; whiskers: Wilson 95% ' +
+        'over tasks.',
       svg: allPassChart,
     },
   ];
@@ -334,7 +347,9 @@ export function evalSection(input: ReportInput): SectionPart {
     }));
     figures.push({
       id: 'eval-cost',
-      caption: `pass@1 against serving cost per attempt (campaign cost / attempts): one small point per domain, a large one per evaluation overall${withCost.length > 1 ? '; dotted lines join the same domain' : ''}.`,
+      caption:
+        `pass@1 against serving cost per attempt (campaign cost / attempts): one small point per domain, a ` +
+        `large one per evaluation overall${withCost.length > 1 ? '; dotted lines join the same domain' : ''}.`,
       svg: scatterChart({
         title: 'pass@1 against cost per attempt',
         series,
@@ -349,7 +364,8 @@ export function evalSection(input: ReportInput): SectionPart {
   const missingCost = evals.filter((e) => e.aggregate.cost === null).map((e) => e.label);
   if (missingCost.length)
     notes.push(
-      `No cost in ${missingCost.join(', ')} (run 'tbt eval aggregate' with --prices to get it), so ${missingCost.length === evals.length ? 'there is no cost plot' : 'it is left out of the cost plot'}.`,
+      `No cost in ${missingCost.join(', ')} (run 'tbt eval aggregate' with --prices to get it), so ` +
+        `${missingCost.length === evals.length ? 'there is no cost plot' : 'it is left out of the cost plot'}.`,
     );
 
   const tables: Table[] = [];
@@ -367,8 +383,11 @@ export function evalSection(input: ReportInput): SectionPart {
       title: 'Evaluation',
       caption:
         input.before && input.after
-          ? `${input.before.label} against ${input.after.label} on ${count(final.aggregate.overall.tasks)} tasks: pass@1, unbiased pass@k and pass^k, observed k/k, per domain, with intervals.`
-          : `${evals.map((e) => e.label).join(', ')} on ${count(final.aggregate.overall.tasks)} tasks × ${final.aggregate.repeats} attempts: pass@1, unbiased pass@k and pass^k, observed k/k, per domain, with intervals.`,
+          ? `${input.before.label} against ${input.after.label} on ${count(final.aggregate.overall.tasks)} tasks: ` +
+            `pass@1, unbiased pass@k and pass^k, observed k/k, per domain, with intervals.`
+          : `${evals.map((e) => e.label).join(', ')} on ${count(final.aggregate.overall.tasks)} tasks × ` +
+            `${final.aggregate.repeats} attempts: pass@1, unbiased pass@k and pass^k, observed k/k, per domain, with ` +
+            `intervals.`,
       figures,
       tables,
       notes,

@@ -108,7 +108,9 @@ export function parseProbeAggregates(file: string, text: string): ProbeInput {
     const known = bandLine.get(row.difficulty);
     if (known && known.retained !== retained) {
       throw new BadInputError(
-        `${file}:${line}: field rejection_reasons: band ${row.difficulty} is ${retained ? 'retained' : 'not retained'} here but ${known.retained ? 'retained' : 'not retained'} on line ${known.line}`,
+        `${file}:${line}: field rejection_reasons: band ${row.difficulty} is ` +
+          `${retained ? 'retained' : 'not retained'} here but ${known.retained ? 'retained' : 'not retained'} on ` +
+          `line ${known.line}`,
       );
     }
     if (!known) bandLine.set(row.difficulty, { retained, line });
@@ -246,7 +248,8 @@ export function parseCosts(file: string, text: string): CostsInput {
   const parsed = costsSchema.safeParse(json);
   if (!parsed.success)
     throw new BadInputError(
-      `${file}: ${describeIssue(parsed.error, json)} (expected {"probing": USD, "training": USD, "evaluation": USD}, each optional)`,
+      `${file}: ${describeIssue(parsed.error, json)} (expected {"probing": USD, "training": USD, "evaluation": USD}, ` +
+        `each optional)`,
     );
   const { probing = null, training = null, evaluation = null } = parsed.data;
   if (probing === null && training === null && evaluation === null) {

@@ -72,7 +72,9 @@ export function probeSection(probe: ProbeInput): SectionPart {
     section: {
       id: 'probe',
       title: 'Probe difficulty',
-      caption: `${count(total)} probed tasks (median ${medianRuns} clean runs each), assigned to the band holding the largest Jeffreys posterior mass; ${count(selected)} selected for training.`,
+      caption:
+        `${count(total)} probed tasks (median ${medianRuns} clean runs each), assigned to the band holding ` +
+        `the largest Jeffreys posterior mass; ${count(selected)} selected for training.`,
       figures: [
         {
           id: 'probe-bands',
@@ -82,7 +84,8 @@ export function probeSection(probe: ProbeInput): SectionPart {
         {
           id: 'probe-pass-rate',
           caption:
-            'Distribution of the observed probe pass rate, with the band edges marked (bands use the posterior, so a task can sit across an edge).',
+            'Distribution of the observed probe pass rate, with the band edges marked (bands use the posterior, so a ' +
+            'task can sit across an edge).',
           svg: histogram,
         },
       ],

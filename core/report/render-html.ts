@@ -9,7 +9,10 @@ import { escapeXml as escape } from './svg-charts.ts';
 const CSS = `
 :root { color-scheme: light; --text: #1f2937; --muted: #4b5563; --line: #e5e7eb; --accent: #2563eb; --bg: #f8fafc; }
 * { box-sizing: border-box; }
-body { margin: 0; background: var(--bg); color: var(--text); font: 15px/1.5 system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif; }
+body {
+  margin: 0; background: var(--bg); color: var(--text);
+  font: 15px/1.5 system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif;
+}
 header { background: #0f172a; color: #f8fafc; padding: 28px 40px 22px; }
 header h1 { margin: 0 0 4px; font-size: 26px; font-weight: 650; letter-spacing: -0.01em; }
 header .meta { margin: 0; color: #cbd5e1; font-size: 14px; }
@@ -29,7 +32,10 @@ p.caption { margin: 0 0 14px; color: var(--muted); }
 figure { margin: 0; background: #fff; border: 1px solid var(--line); border-radius: 10px; padding: 10px 10px 8px; }
 figure svg { display: block; width: 100%; height: auto; }
 figcaption { font-size: 13px; color: var(--muted); padding: 4px 6px 0; }
-.table-wrap { width: fit-content; max-width: 100%; overflow-x: auto; margin-top: 16px; background: #fff; border: 1px solid var(--line); border-radius: 10px; }
+.table-wrap {
+  width: fit-content; max-width: 100%; overflow-x: auto; margin-top: 16px;
+  background: #fff; border: 1px solid var(--line); border-radius: 10px;
+}
 table { border-collapse: collapse; font-size: 13.5px; font-variant-numeric: tabular-nums; }
 caption { caption-side: top; text-align: left; font-weight: 600; padding: 10px 12px 6px; }
 th, td { padding: 6px 12px; border-top: 1px solid var(--line); white-space: nowrap; }
@@ -47,10 +53,14 @@ function table(t: Table): string {
   const body = t.rows
     .map(
       (r) =>
-        `<tr${r[0] === 'all' || r[0] === 'total' ? ' class="total"' : ''}>${r.map((c, i) => `<td${cls(i)}>${escape(c)}</td>`).join('')}</tr>`,
+        `<tr${r[0] === 'all' || r[0] === 'total' ? ' class="total"' : ''}>` +
+        `${r.map((c, i) => `<td${cls(i)}>${escape(c)}</td>`).join('')}</tr>`,
     )
     .join('\n');
-  return `<div class="table-wrap"><table>\n<caption>${escape(t.caption)}</caption>\n<thead>${head}</thead>\n<tbody>\n${body}\n</tbody>\n</table></div>`;
+  return (
+    `<div class="table-wrap"><table>\n<caption>${escape(t.caption)}</caption>\n` +
+    `<thead>${head}</thead>\n<tbody>\n${body}\n</tbody>\n</table></div>`
+  );
 }
 
 function figure(f: Figure): string {
@@ -75,12 +85,16 @@ export function renderHtml(model: ReportModel): string {
   const cards = model.headline
     .map(
       (h) =>
-        `<div class="card"><div class="label">${escape(h.label)}</div><div class="value">${escape(h.value)}</div><div class="detail">${escape(h.detail)}</div></div>`,
+        `<div class="card"><div class="label">${escape(h.label)}</div><div ` +
+        `class="value">${escape(h.value)}</div><div class="detail">${escape(h.detail)}</div></div>`,
     )
     .join('\n');
   const nav = [{ id: 'summary', title: 'Summary' }, ...model.sections]
     .map((s) => `<a href="#${escape(s.id)}">${escape(s.title)}</a>`)
     .join('');
+  const campaign = model.campaign ? `campaign <code>${escape(model.campaign)}</code> · ` : '';
+  const sections = `${model.sections.length} section${model.sections.length === 1 ? '' : 's'}`;
+  const inputs = `${model.sources.length} input file${model.sources.length === 1 ? '' : 's'}`;
   return `<!doctype html>
 <html lang="en">
 <head>
@@ -93,7 +107,7 @@ export function renderHtml(model: ReportModel): string {
 <body>
 <header>
 <h1>${escape(model.title)}</h1>
-<p class="meta">${model.campaign ? `campaign <code>${escape(model.campaign)}</code> · ` : ''}${model.sections.length} section${model.sections.length === 1 ? '' : 's'} from ${model.sources.length} input file${model.sources.length === 1 ? '' : 's'}</p>
+<p class="meta">${campaign}${sections} from ${inputs}</p>
 <nav>${nav}</nav>
 </header>
 <main>

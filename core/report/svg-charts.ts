@@ -85,9 +85,18 @@ export function niceTicks(
   const step = niceStep((max - min) / target, integer);
   const start = Math.floor(min / step + 1e-9) * step;
   const end = Math.ceil(max / step - 1e-9) * step;
+  // Ticks are whole multiples of the step, rounded to the step's decimals: summing steps drifts (0.1 * 3), and a
+  // drifted zero prints as 4e-17.
+  const stepText = String(Number(step.toPrecision(12)));
+  const decimals = stepText.includes('e')
+    ? Math.max(0, 2 - Math.floor(Math.log10(step)))
+    : (stepText.split('.')[1] ?? '').length;
   const ticks: number[] = [];
-  for (let v = start; v <= end + step * 1e-6; v += step) ticks.push(Number(v.toPrecision(12)));
-  return { ticks, domain: [start, end] };
+  for (let k = Math.round(start / step); k <= Math.round(end / step); k++) {
+    const v = Number((k * step).toFixed(Math.min(20, decimals)));
+    ticks.push(Object.is(v, -0) ? 0 : v);
+  }
+  return { ticks, domain: [ticks[0]!, ticks[ticks.length - 1]!] };
 }
 
 interface Frame {
@@ -111,7 +120,9 @@ function scale(domain: readonly [number, number], range: readonly [number, numbe
 
 function openSvg(kind: string, title: string, frame: Frame, marks: number): string {
   return [
-    `<svg xmlns="http://www.w3.org/2000/svg" class="chart chart-${kind}" data-marks="${marks}" viewBox="0 0 ${frame.width} ${frame.height}" width="${frame.width}" height="${frame.height}" role="img" aria-label="${escapeXml(title)}" font-family="${escapeXml(FONT)}" font-size="12" fill="${TEXT}">`,
+    `<svg xmlns="http://www.w3.org/2000/svg" class="chart chart-${kind}" data-marks="${marks}" viewBox="0 0 ` +
+      `${frame.width} ${frame.height}" width="${frame.width}" height="${frame.height}" role="img" ` +
+      `aria-label="${escapeXml(title)}" font-family="${escapeXml(FONT)}" font-size="12" fill="${TEXT}">`,
     `<title>${escapeXml(title)}</title>`,
     `<rect x="0" y="0" width="${frame.width}" height="${frame.height}" fill="#ffffff"/>`,
     `<text x="${frame.left}" y="20" font-size="14" font-weight="600">${escapeXml(title)}</text>`,
@@ -138,7 +149,8 @@ function legend(entries: readonly LegendEntry[], frame: Frame): string {
         ? `<rect x="${num(x)}" y="${y - 9}" width="11" height="11" rx="2" fill="${e.color}"/>`
         : e.shape === 'circle'
           ? `<circle cx="${num(x + 5.5)}" cy="${y - 3.5}" r="4.5" fill="${e.color}"/>`
-          : `<line x1="${num(x)}" x2="${num(x + 13)}" y1="${y - 3.5}" y2="${y - 3.5}" stroke="${e.color}" stroke-width="2.5"${e.shape === 'dashed' ? ' stroke-dasharray="4 3"' : ''}/>`;
+          : `<line x1="${num(x)}" x2="${num(x + 13)}" y1="${y - 3.5}" y2="${y - 3.5}" stroke="${e.color}" ` +
+            `stroke-width="2.5"${e.shape === 'dashed' ? ' stroke-dasharray="4 3"' : ''}/>`;
     parts.push(`${swatch}<text x="${num(x + 17)}" y="${y}" fill="${MUTED_TEXT}">${escapeXml(e.name)}</text>`);
     x += widths[i]!;
   });
@@ -158,15 +170,18 @@ function yAxis(
     const py = num(y(t));
     parts.push(`<line x1="${frame.left}" x2="${frame.width - frame.right}" y1="${py}" y2="${py}" stroke="${GRID}"/>`);
     parts.push(
-      `<text x="${frame.left - 8}" y="${py}" dy="0.32em" text-anchor="end" fill="${MUTED_TEXT}" font-size="11">${escapeXml(format(t))}</text>`,
+      `<text x="${frame.left - 8}" y="${py}" dy="0.32em" text-anchor="end" fill="${MUTED_TEXT}" ` +
+        `font-size="11">${escapeXml(format(t))}</text>`,
     );
   }
   parts.push(
-    `<line x1="${frame.left}" x2="${frame.left}" y1="${frame.top}" y2="${frame.height - frame.bottom}" stroke="${AXIS}"/>`,
+    `<line x1="${frame.left}" x2="${frame.left}" y1="${frame.top}" y2="${frame.height - frame.bottom}" ` +
+      `stroke="${AXIS}"/>`,
   );
   const cy = frame.top + plotHeight(frame) / 2;
   parts.push(
-    `<text transform="translate(16 ${num(cy)}) rotate(-90)" text-anchor="middle" fill="${MUTED_TEXT}">${escapeXml(label)}</text>`,
+    `<text transform="translate(16 ${num(cy)}) rotate(-90)" text-anchor="middle" ` +
+      `fill="${MUTED_TEXT}">${escapeXml(label)}</text>`,
   );
   parts.push('</g>');
   return parts.join('');
@@ -177,7 +192,8 @@ function xAxisLine(frame: Frame, label: string): string {
   return [
     `<line x1="${frame.left}" x2="${frame.width - frame.right}" y1="${base}" y2="${base}" stroke="${AXIS}"/>`,
     label
-      ? `<text x="${num(frame.left + plotWidth(frame) / 2)}" y="${frame.height - 10}" text-anchor="middle" fill="${MUTED_TEXT}">${escapeXml(label)}</text>`
+      ? `<text x="${num(frame.left + plotWidth(frame) / 2)}" y="${frame.height - 10}" text-anchor="middle" ` +
+        `fill="${MUTED_TEXT}">${escapeXml(label)}</text>`
       : '',
   ].join('');
 }
@@ -195,7 +211,8 @@ function numericXAxis(
     const px = num(x(t));
     parts.push(`<line x1="${px}" x2="${px}" y1="${base}" y2="${base + 5}" stroke="${AXIS}"/>`);
     parts.push(
-      `<text x="${px}" y="${base + 18}" text-anchor="middle" fill="${MUTED_TEXT}" font-size="11">${escapeXml(format(t))}</text>`,
+      `<text x="${px}" y="${base + 18}" text-anchor="middle" fill="${MUTED_TEXT}" ` +
+        `font-size="11">${escapeXml(format(t))}</text>`,
     );
   }
   parts.push(xAxisLine(frame, label), '</g>');
@@ -203,7 +220,10 @@ function numericXAxis(
 }
 
 function emptyNote(frame: Frame, text: string): string {
-  return `<text x="${num(frame.left + plotWidth(frame) / 2)}" y="${num(frame.top + plotHeight(frame) / 2)}" text-anchor="middle" fill="${MUTED_TEXT}">${escapeXml(text)}</text>`;
+  return (
+    `<text x="${num(frame.left + plotWidth(frame) / 2)}" y="${num(frame.top + plotHeight(frame) / 2)}" ` +
+    `text-anchor="middle" fill="${MUTED_TEXT}">${escapeXml(text)}</text>`
+  );
 }
 
 function extent(values: readonly number[]): [number, number] {
@@ -340,7 +360,8 @@ export function barChart(options: BarChartOptions): string {
       const bx = gx + si * barWidth;
       if (value === null || value === undefined) {
         parts.push(
-          `<text x="${num(bx + barWidth / 2)}" y="${num(base - 4)}" text-anchor="middle" fill="${AXIS}" font-size="10">n/a</text>`,
+          `<text x="${num(bx + barWidth / 2)}" y="${num(base - 4)}" text-anchor="middle" fill="${AXIS}" ` +
+            `font-size="10">n/a</text>`,
         );
         return;
       }
@@ -349,7 +370,8 @@ export function barChart(options: BarChartOptions): string {
       const fill = hl ? (hl.categories[ci] ? hlColor : hlMuted) : colorOf(si);
       const tip = `${s.name === '' ? '' : `${s.name}, `}${category}: ${(valueFormat ?? yFormat)(value)}`;
       parts.push(
-        `<rect class="bar" x="${num(bx + 1)}" y="${num(top)}" width="${num(Math.max(1, barWidth - 2))}" height="${num(Math.abs(base - vy))}" rx="2" fill="${fill}"><title>${escapeXml(tip)}</title></rect>`,
+        `<rect class="bar" x="${num(bx + 1)}" y="${num(top)}" width="${num(Math.max(1, barWidth - 2))}" ` +
+          `height="${num(Math.abs(base - vy))}" rx="2" fill="${fill}"><title>${escapeXml(tip)}</title></rect>`,
       );
       let labelY = top;
       const interval = s.intervals?.[ci];
@@ -358,13 +380,17 @@ export function barChart(options: BarChartOptions): string {
         const y0 = y(Math.max(domain[0], interval[0]));
         const y1 = y(Math.min(domain[1], interval[1]));
         parts.push(
-          `<g class="whisker" stroke="${TEXT}" stroke-width="1.2"><line x1="${cx}" x2="${cx}" y1="${num(y0)}" y2="${num(y1)}"/><line x1="${num(bx + barWidth / 2 - 4)}" x2="${num(bx + barWidth / 2 + 4)}" y1="${num(y1)}" y2="${num(y1)}"/><line x1="${num(bx + barWidth / 2 - 4)}" x2="${num(bx + barWidth / 2 + 4)}" y1="${num(y0)}" y2="${num(y0)}"/></g>`,
+          `<g class="whisker" stroke="${TEXT}" stroke-width="1.2"><line x1="${cx}" x2="${cx}" y1="${num(y0)}" ` +
+            `y2="${num(y1)}"/><line x1="${num(bx + barWidth / 2 - 4)}" x2="${num(bx + barWidth / 2 + 4)}" ` +
+            `y1="${num(y1)}" y2="${num(y1)}"/><line x1="${num(bx + barWidth / 2 - 4)}" ` +
+            `x2="${num(bx + barWidth / 2 + 4)}" y1="${num(y0)}" y2="${num(y0)}"/></g>`,
         );
         labelY = Math.min(labelY, y1);
       }
       if (valueFormat) {
         parts.push(
-          `<text class="value" x="${num(bx + barWidth / 2)}" y="${num(labelY - 4)}" text-anchor="middle" font-size="${labelSize}" fill="${TEXT}">${escapeXml(valueFormat(value))}</text>`,
+          `<text class="value" x="${num(bx + barWidth / 2)}" y="${num(labelY - 4)}" text-anchor="middle" ` +
+            `font-size="${labelSize}" fill="${TEXT}">${escapeXml(valueFormat(value))}</text>`,
         );
       }
     });
@@ -382,13 +408,16 @@ export function barChart(options: BarChartOptions): string {
     const tip = label === full ? '' : `<title>${escapeXml(full)}</title>`;
     parts.push(
       rotate
-        ? `<text transform="translate(${num(cx + 4)} ${axisBase + 14}) rotate(-35)" text-anchor="end" fill="${MUTED_TEXT}" font-size="11">${tip}${escapeXml(label)}</text>`
-        : `<text x="${num(cx)}" y="${axisBase + 18}" text-anchor="middle" fill="${MUTED_TEXT}" font-size="11">${tip}${escapeXml(label)}</text>`,
+        ? `<text transform="translate(${num(cx + 4)} ${axisBase + 14}) rotate(-35)" text-anchor="end" ` +
+            `fill="${MUTED_TEXT}" font-size="11">${tip}${escapeXml(label)}</text>`
+        : `<text x="${num(cx)}" y="${axisBase + 18}" text-anchor="middle" fill="${MUTED_TEXT}" ` +
+            `font-size="11">${tip}${escapeXml(label)}</text>`,
     );
   });
   if (options.xLabel)
     parts.push(
-      `<text x="${num(frame.left + plotWidth(frame) / 2)}" y="${frame.height - 10}" text-anchor="middle" fill="${MUTED_TEXT}">${escapeXml(options.xLabel)}</text>`,
+      `<text x="${num(frame.left + plotWidth(frame) / 2)}" y="${frame.height - 10}" text-anchor="middle" ` +
+        `fill="${MUTED_TEXT}">${escapeXml(options.xLabel)}</text>`,
     );
   parts.push('</g>');
   if (marks === 0) parts.push(emptyNote(frame, 'no data'));
@@ -446,7 +475,8 @@ export function lineChart(options: LineChartOptions): string {
   const xs = series.flatMap((s) => s.points.map((p) => p.x));
   const ys = series.flatMap((s) => s.points.map((p) => p.y));
   const [x0, x1] = extent(xs);
-  const xt = niceTicks(x0, x1 === x0 ? x0 + 1 : x1, 6);
+  // An x axis of whole numbers (training steps) gets whole-number ticks, never 1, 1.2, 1.4 printed as "1 1 1".
+  const xt = niceTicks(x0, x1 === x0 ? x0 + 1 : x1, 6, xs.every(Number.isInteger));
   const [y0, y1] = options.yDomain ?? extent(ys);
   const yt = options.yDomain
     ? {
@@ -482,14 +512,16 @@ export function lineChart(options: LineChartOptions): string {
     const pts = s.points.map((p) => `${num(x(p.x))},${num(y(p.y))}`).join(' ');
     if (s.points.length > 1) {
       parts.push(
-        `<polyline class="line" points="${pts}" fill="none" stroke="${color}" stroke-width="${s.dashed ? 1.8 : 2}" stroke-linejoin="round"${s.dashed ? ' stroke-dasharray="5 4"' : ''}/>`,
+        `<polyline class="line" points="${pts}" fill="none" stroke="${color}" stroke-width="${s.dashed ? 1.8 : 2}" ` +
+          `stroke-linejoin="round"${s.dashed ? ' stroke-dasharray="5 4"' : ''}/>`,
       );
     }
     if (s.markers !== false) {
       const r = s.points.length <= 60 ? 3 : 1.6;
       for (const p of s.points) {
         parts.push(
-          `<circle class="point" cx="${num(x(p.x))}" cy="${num(y(p.y))}" r="${r}" fill="${color}"><title>${escapeXml(`${xFormat(p.x)}: ${yFormat(p.y)}`)}</title></circle>`,
+          `<circle class="point" cx="${num(x(p.x))}" cy="${num(y(p.y))}" r="${r}" ` +
+            `fill="${color}"><title>${escapeXml(`${xFormat(p.x)}: ${yFormat(p.y)}`)}</title></circle>`,
         );
       }
     }
@@ -621,8 +653,10 @@ export function scatterChart(options: ScatterChartOptions): string {
     const tip = `${series[si]!.name}${p.label ? ` ${p.label}` : ''}: ${xFormat(p.x)}, ${yFormat(p.y)}`;
     parts.push(
       p.emphasis
-        ? `<circle class="point" cx="${num(px)}" cy="${num(py)}" r="7" fill="${color}" stroke="#ffffff" stroke-width="2"><title>${escapeXml(tip)}</title></circle>`
-        : `<circle class="point" cx="${num(px)}" cy="${num(py)}" r="4.5" fill="${color}" fill-opacity="0.75"><title>${escapeXml(tip)}</title></circle>`,
+        ? `<circle class="point" cx="${num(px)}" cy="${num(py)}" r="7" fill="${color}" stroke="#ffffff" ` +
+            `stroke-width="2"><title>${escapeXml(tip)}</title></circle>`
+        : `<circle class="point" cx="${num(px)}" cy="${num(py)}" r="4.5" fill="${color}" ` +
+            `fill-opacity="0.75"><title>${escapeXml(tip)}</title></circle>`,
     );
   }
   parts.push('</g>');
@@ -685,7 +719,9 @@ export function scatterChart(options: ScatterChartOptions): string {
     const spot = free ?? candidates.find(inside) ?? candidates[0]!;
     occupied.push(spot);
     parts.push(
-      `<text x="${num(spot.tx)}" y="${num(spot.ty)}" dy="0.32em" text-anchor="${spot.anchor}" font-size="${size}"${q.p.emphasis ? ' font-weight="600"' : ''} fill="${q.p.emphasis ? TEXT : MUTED_TEXT}">${escapeXml(q.p.label)}</text>`,
+      `<text x="${num(spot.tx)}" y="${num(spot.ty)}" dy="0.32em" text-anchor="${spot.anchor}" ` +
+        `font-size="${size}"${q.p.emphasis ? ' font-weight="600"' : ''} ` +
+        `fill="${q.p.emphasis ? TEXT : MUTED_TEXT}">${escapeXml(q.p.label)}</text>`,
     );
   }
   parts.push('</g>');
@@ -778,7 +814,10 @@ export function histogramChart(options: HistogramOptions): string {
     const right = x(b.upper);
     const top = y(b.count);
     parts.push(
-      `<rect class="bar" x="${num(left + 1)}" y="${num(top)}" width="${num(Math.max(1, right - left - 2))}" height="${num(base - top)}" fill="${color}" fill-opacity="0.85"><title>${escapeXml(`${xFormat(b.lower)} to ${xFormat(b.upper)}: ${b.count}`)}</title></rect>`,
+      `<rect class="bar" x="${num(left + 1)}" y="${num(top)}" width="${num(Math.max(1, right - left - 2))}" ` +
+        `height="${num(base - top)}" fill="${color}" ` +
+        `fill-opacity="0.85">` +
+        `<title>${escapeXml(`${xFormat(b.lower)} to ${xFormat(b.upper)}: ${b.count}`)}</title></rect>`,
     );
   }
   parts.push('</g>');
@@ -787,7 +826,8 @@ export function histogramChart(options: HistogramOptions): string {
     for (const m of options.markers) {
       const px = num(x(m.x));
       parts.push(
-        `<line x1="${px}" x2="${px}" y1="${frame.top - 4}" y2="${frame.height - frame.bottom}" stroke="${TEXT}" stroke-opacity="0.55" stroke-dasharray="3 3"/>`,
+        `<line x1="${px}" x2="${px}" y1="${frame.top - 4}" y2="${frame.height - frame.bottom}" stroke="${TEXT}" ` +
+          `stroke-opacity="0.55" stroke-dasharray="3 3"/>`,
       );
       parts.push(`<text x="${px}" y="${frame.top - 8}" text-anchor="middle">${escapeXml(m.label)}</text>`);
     }

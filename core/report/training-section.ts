@@ -72,17 +72,23 @@ export function trainingSection(input: StepsInput): SectionPart {
       {
         label: 'Informative groups',
         value: percent(meanInformative),
-        detail: `mean over steps; ${count(replaced)} zero-variance groups replaced, ${count(refilled)} infrastructure errors refilled`,
+        detail:
+          `mean over steps; ${count(replaced)} zero-variance groups replaced, ${count(refilled)} ` +
+          `infrastructure errors refilled`,
       },
     ],
     section: {
       id: 'training',
       title: 'Training',
-      caption: `${count(n)} recorded steps (${first.step} to ${last.step}), ${count(groups)} groups in all, ${duration(wall)} of wall time.`,
+      caption:
+        `${count(n)} recorded steps (${first.step} to ${last.step}), ${count(groups)} groups in all, ` +
+        `${duration(wall)} of wall time.`,
       figures: [
         {
           id: 'training-reward',
-          caption: `Mean reward of the rollouts in each step${smooth ? `, with a trailing mean over ${window} steps` : ''}.`,
+          caption:
+            `Mean reward of the rollouts in each ` +
+            `step${smooth ? `, with a trailing mean over ${window} steps` : ''}.`,
           svg: lineChart({
             title: 'Mean reward per step',
             series: rewardSeries,

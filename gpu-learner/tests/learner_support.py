@@ -133,6 +133,7 @@ class Learner:
                 raise RuntimeError(f"learner exited with {self.proc.returncode}:\n{self.output()}")
             if port_file.exists():
                 info = json.loads(port_file.read_text())
+                self.token = (self.checkpoint_dir / "control.token").read_text().strip()
                 return f"http://{info['host']}:{info['port']}"
             time.sleep(0.1)
         raise TimeoutError(f"learner not ready after {timeout}s:\n{self.output()}")
@@ -141,10 +142,12 @@ class Learner:
         self.log.flush()
         return self.log_path.read_text(errors="replace")[-6000:]
 
-    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 60.0) -> tuple[int, dict]:
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 60.0,
+             token: str | None = None) -> tuple[int, dict]:  # fmt: skip
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        token = self.token if token is None else token
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.status, json.loads(response.read())

@@ -83,13 +83,19 @@ def test_components_are_keyword_only_slotted_dataclasses() -> None:
 
 
 def test_launch_commands_per_node() -> None:
-    commands = node_commands(Topology(nodes=3, gpus_per_node=8, master_addr="10.0.0.1"), "/etc/l.json", resume=True)
+    topology = Topology(nodes=3, gpus_per_node=8, rdzv_endpoint="10.0.0.1:29400", rdzv_id="c1")
+    commands = node_commands(topology, "/etc/l.json", resume=True)
     assert commands[2] == (
-        "torchrun --nnodes 3 --nproc-per-node 8 --node-rank 2 --master-addr 10.0.0.1 --master-port 29500 "
-        "-m tbt_gpu.learner --config /etc/l.json --resume"
+        "torchrun --nnodes 3 --nproc-per-node 8 --node-rank 2 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 "
+        "--rdzv-id c1 -m tbt_gpu.learner --config /etc/l.json --node-rank 2 --resume"
     )
+    assert node_commands(Topology(nodes=1, gpus_per_node=2), "/l.json", resume=False) == [
+        "torchrun --standalone --nproc-per-node=2 -m tbt_gpu.learner --config /l.json"
+    ]
     with pytest.raises(ValueError, match="gpus_per_node"):
-        Topology(nodes=1, gpus_per_node=0, master_addr="h")
+        Topology(nodes=1, gpus_per_node=0)
+    with pytest.raises(ValueError, match="rdzv_endpoint"):
+        Topology(nodes=2, gpus_per_node=1)
 
 
 def test_launch_dry_run_prints_the_plan_and_starts_nothing(tmp_path) -> None:
@@ -97,7 +103,7 @@ def test_launch_dry_run_prints_the_plan_and_starts_nothing(tmp_path) -> None:
     config.write_text(json.dumps(BASE))
     script = (
         "import sys; from tbt_gpu.learner import launch; "
-        "code = launch.main(['--nodes', '3', '--gpus-per-node', '8', '--master-addr', 'head', "
+        "code = launch.main(['--nodes', '3', '--gpus-per-node', '8', '--rdzv-endpoint', 'head:29400', "
         f"'--config', {str(config)!r}, '--dry-run']); "
         "assert 'torch' not in sys.modules, 'the dry run imported torch'; sys.exit(code)"
     )
@@ -107,12 +113,12 @@ def test_launch_dry_run_prints_the_plan_and_starts_nothing(tmp_path) -> None:
     out = done.stdout
     assert "world size 24" in out
     for node in range(3):
-        assert f"--node-rank {node} --master-addr head --master-port 29500 -m tbt_gpu.learner" in out
+        assert f"--node-rank {node} --rdzv-backend c10d --rdzv-endpoint head:29400 --rdzv-id tbt-learner" in out
     manifest = json.loads(out[out.index("{") :])
     assert manifest["distributed"]["world_size"] == 24
     assert manifest["distributed"]["backend"] == "nccl"
     assert manifest["optimizer"]["weight_decay"] == 0.0
     refused = subprocess.run([sys.executable, "-m", "tbt_gpu.learner.launch", "--nodes", "1", "--gpus-per-node", "1",
-                              "--master-addr", "h", "--config", str(config)], capture_output=True, text=True,
+                              "--config", str(config)], capture_output=True, text=True,
                              env=learner_env(), cwd=str(GPU_LEARNER), timeout=60)  # fmt: skip
     assert refused.returncode == 2 and "--dry-run" in refused.stderr

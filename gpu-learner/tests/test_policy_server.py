@@ -31,14 +31,17 @@ MESSAGES = [
 
 
 class Client:
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, token: str = "") -> None:
         self.base = base
+        self.token = token
 
-    def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
+    def request(
+        self, method: str, path: str, body: Any = None, raw: bytes | None = None, token: str | None = None
+    ) -> tuple[int, Any]:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        req = urllib.request.Request(
-            self.base + path, data=data, method=method, headers={"Content-Type": "application/json"}
-        )
+        token = self.token if token is None else token
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=120) as response:
                 return response.status, json.loads(response.read())
@@ -71,6 +74,11 @@ def model_dir() -> Path:
 def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     port = _free_port()
     log = tmp_path_factory.mktemp("policy_server") / "server.log"
+    token = "t-" + os.urandom(16).hex()
+    token_file = log.parent / "reload.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    weights_root = tmp_path_factory.mktemp("weights")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(GPU_LEARNER), os.environ.get("PYTHONPATH")]))}
     cmd = [
         sys.executable,
@@ -86,10 +94,17 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
         "200",
         "--threads",
         "2",
+        "--token-file",
+        str(token_file),
+        "--weights-root",
+        str(weights_root),
+        "--weights-root",
+        str(model_dir),
     ]
     with open(log, "w") as log_file:
         proc = subprocess.Popen(cmd, cwd=GPU_LEARNER, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    client = Client(f"http://127.0.0.1:{port}")
+    client = Client(f"http://127.0.0.1:{port}", token)
+    client.weights_root = weights_root  # type: ignore[attr-defined]
     deadline = time.monotonic() + 180
     while True:
         if proc.poll() is not None:
@@ -312,7 +327,7 @@ def test_reload_weights_swaps_after_in_flight_requests(server: Client, model_dir
     original = server.post("/v1/completions", greedy)
     tensors = load_file(str(model_dir / "model.safetensors"))
     tensors["model.norm.weight"] = -tensors["model.norm.weight"]  # negated logits: argmax becomes argmin
-    modified = tmp_path / "serving"
+    modified = server.weights_root / "serving"  # type: ignore[attr-defined]
     modified.mkdir()
     save_file(tensors, str(modified / "model.safetensors"))
     del tensors
@@ -334,7 +349,8 @@ def test_reload_weights_swaps_after_in_flight_requests(server: Client, model_dir
     assert changed["weight_version"] == 1
     assert changed["choices"][0]["token_ids"] != original["choices"][0]["token_ids"]
 
-    status, body = server.request("POST", "/reload_weights", {"path": str(tmp_path / "missing")})
+    missing = server.weights_root / "missing"  # type: ignore[attr-defined]
+    status, body = server.request("POST", "/reload_weights", {"path": str(missing)})
     assert status == 400 and body["error"]["param"] == "path"
     assert server.post("/reload_weights", {"path": str(model_dir)})["weight_version"] == 2
     restored = server.post("/v1/completions", greedy)
@@ -365,3 +381,35 @@ def test_vllm_dev_mode_weight_sync_routes(server: Client, model_dir: Path, tmp_p
     assert status == 400 and body["error"]["param"] == "method"
     status, body = server.request("POST", "/collective_rpc", {"method": "reload_weights", "kwargs": {}})
     assert status == 400 and body["error"]["param"] == "kwargs"
+
+
+def test_finding_15_reload_weights_needs_the_token_and_a_weights_folder(
+    server: Client, model_dir: Path, tmp_path: Path
+) -> None:
+    assert server.request("GET", "/health", token="")[0] == 200, "inference and health stay open on loopback"
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(model_dir)}}
+    mutating = [
+        ("/reload_weights", {"path": str(model_dir)}),
+        ("/pause?mode=wait", {}),
+        ("/resume", {}),
+        ("/collective_rpc", rpc),
+        ("/reset_prefix_cache", {}),
+        ("/update_weight_version", {"new_version": "evil@1"}),
+    ]
+    for route, payload in mutating:
+        for token in ("", "wrong"):
+            status, body = server.request("POST", route, payload, token=token)
+            assert status == 401 and body["error"]["type"] == "AuthenticationError", (route, body)
+    assert server.get("/is_paused") == {"is_paused": False}
+    assert server.get("/weight_info")["weight_version"] != "evil@1"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    link = server.weights_root / "link-outside"  # type: ignore[attr-defined]
+    link.symlink_to(outside)
+    for path in (outside, link, server.weights_root / ".." / outside.name):  # type: ignore[attr-defined]
+        status, body = server.request("POST", "/reload_weights", {"path": str(path)})
+        assert status == 403 and body["error"]["type"] == "PermissionDeniedError", (path, body)
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+        status, body = server.request("POST", "/collective_rpc", rpc)
+        assert status == 403 and body["error"]["type"] == "PermissionDeniedError", (path, body)
+    assert server.get("/health")["weight_version"] >= 0

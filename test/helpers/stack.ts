@@ -20,13 +20,17 @@ export async function controlReady(): Promise<string> {
   return controlUrl;
 }
 
-export function newPool(options: { warm?: number; leaseMs?: number } = {}): SandboxPool {
+export function newPool(
+  options: { warm?: number; leaseMs?: number; orphanMinAgeMs?: number; controlUrl?: string; recycle?: boolean } = {},
+): SandboxPool {
   return new SandboxPool({
-    controlUrl,
+    controlUrl: options.controlUrl ?? controlUrl,
     agentPassword: env.TBT_AGENT_DB_PASSWORD,
     readerPassword: env.TBT_READER_DB_PASSWORD,
     warm: options.warm ?? 0,
     leaseMs: options.leaseMs,
+    orphanMinAgeMs: options.orphanMinAgeMs,
+    recycle: options.recycle,
   });
 }
 

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { test } from 'node:test';
 import {
   canonicalizeState,
@@ -8,6 +9,7 @@ import {
   type StateSnapshot,
 } from '../../core/canonical-state.ts';
 import { canonicalJson } from '../../core/canonical-json.ts';
+import { repoRoot } from '../../config/environment.ts';
 
 const snapshot = (rows: Record<string, unknown>[]): StateSnapshot => ({
   orders: { primaryKey: ['id'], rows },
@@ -83,4 +85,24 @@ test('lists of primitives compare as sets; a volatile column that differs is ign
     { t: ['note'] },
   );
   assert.notEqual(stateHash(a), stateHash(c));
+});
+
+test('finding 12: the state hash is the same under every process locale (sv_SE, en_US, C)', () => {
+  // Swedish collation puts ä after z and ignores case first; code-unit order is locale-free.
+  const script = `
+    import { canonicalizeState, stateHash } from './core/canonical-state.ts';
+    const state = canonicalizeState({ t: { primaryKey: ['id'], rows: [{ id: 1, tags: ['z', 'ä', 'a', 'B'] }] } });
+    const locale = Intl.Collator().resolvedOptions().locale;
+    console.log(JSON.stringify({ locale, hash: stateHash(state), tags: state.t['id=1'].tags }));`;
+  const runs = ['sv_SE.UTF-8', 'en_US.UTF-8', 'C.UTF-8'].map((locale) => {
+    const out = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: repoRoot,
+      env: { ...process.env, LANG: locale, LC_ALL: locale },
+      encoding: 'utf8',
+    });
+    return JSON.parse(out) as { locale: string; hash: string; tags: string[] };
+  });
+  assert.equal(runs[0]!.locale, 'sv-SE', 'the child really runs under the Swedish collation');
+  assert.deepEqual(runs[0]!.tags, ['B', 'a', 'z', 'ä']);
+  for (const run of runs) assert.equal(run.hash, runs[0]!.hash, `hash under ${run.locale}`);
 });

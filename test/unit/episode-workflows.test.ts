@@ -87,9 +87,10 @@ const activities = {
   async exportWeights(input: { campaignId: string; stepId: number }) {
     return { path: `/weights/${input.campaignId}/${input.stepId}` };
   },
-  async syncWeights() {
-    return { weightVersion: 1 };
+  async syncWeights(input: { weightVersion: number }) {
+    return { weightVersion: input.weightVersion, servers: [] };
   },
+  async ensurePolicyWeights() {},
   async ingestCandidates(input: { campaignId: string }) {
     record(input.campaignId, 'ingestCandidates', input);
     if (input.campaignId.startsWith('bad-'))
@@ -103,7 +104,7 @@ const activities = {
   async writeManifest(input: { campaignId: string }) {
     return `/manifest/${input.campaignId}.json`;
   },
-  async ensurePolicyServer(input: { campaignId: string }) {
+  async ensurePolicyServer() {
     return { baseUrl: 'http://policy/v1', model: 'm' };
   },
   async stopLearner(input: { campaignId: string }) {
@@ -111,22 +112,38 @@ const activities = {
   },
 };
 
+/** The GPU worker of learner node 1 (its own task queue): it only starts that node's share of the learner. */
+const node1Queue = `${queue}-node1`;
+const node1Activities = {
+  async startLearnerNode(input: { campaignId: string; nodeRank: number }) {
+    record(input.campaignId, 'startLearnerNode', input);
+    return { nodeRank: input.nodeRank, pid: 1, started: true };
+  },
+};
+
 let env: TestWorkflowEnvironment;
 let worker: Worker;
-let running: Promise<void>;
+let node1Worker: Worker;
+let running: Promise<unknown>;
 before(async () => {
   env = await startWorkflowTestEnv();
   worker = await mockedWorker(env, queue, activities);
-  running = worker.run();
+  node1Worker = await mockedWorker(env, node1Queue, node1Activities);
+  running = Promise.all([worker.run(), node1Worker.run()]);
 });
 after(async () => {
   worker?.shutdown();
+  node1Worker?.shutdown();
   await running;
   await env?.teardown();
 });
 
 const fastBackoff = { initialMs: 50, maxMs: 400 };
-const episode = { limits: { wall_clock_ms: 60_000 } } as never;
+const episode = {
+  limits: { wall_clock_ms: 60_000 },
+  policy: { sync_deadline_ms: 10_000 },
+  sampling: { temperature: 1 },
+} as never;
 
 function keyedInput(campaignId: string, uids: string[], repeats: number, concurrency: number, shardSize: number) {
   return {
@@ -265,7 +282,13 @@ function stepPool(campaignId: string, kinds: Kind[]): { pool: string[]; byUid: R
   const order = stepTaskOrder(pool, 7, 1);
   return { pool, byUid: Object.fromEntries(order.map((uid, i) => [uid, kinds[i]!])) };
 }
-async function runStep(campaignId: string, kinds: Kind[], training: Partial<CampaignConfig['training']>, delayMs = 10) {
+async function runStep(
+  campaignId: string,
+  kinds: Kind[],
+  training: Partial<CampaignConfig['training']>,
+  delayMs = 10,
+  extra: Partial<TrainingStepInput> = {},
+) {
   const { pool, byUid } = stepPool(campaignId, kinds);
   const order = stepTaskOrder(pool, 7, 1);
   const s = scenario(campaignId, stepOutcome(byUid), delayMs);
@@ -283,6 +306,7 @@ async function runStep(campaignId: string, kinds: Kind[], training: Partial<Camp
     rolloutQueue: queue,
     gpuQueue: queue,
     infraBackoff: fastBackoff,
+    ...extra,
   };
   const run = env.client.workflow.execute(trainingStepWorkflow, {
     taskQueue: queue,
@@ -312,6 +336,22 @@ test('training step: most episodes in flight == training.concurrency across grou
   assert.equal(rec.informativeGroups, 3);
   assert.equal(s.maxInFlight, 3, 'the bound holds: never more, and reached');
 });
+
+test(
+  "training step: a multi-node learner's other nodes are started on their own GPU queue before the " + 'update',
+  async () => {
+    const { run, s } = await runStep('step-nodes', ['informative'], { groups_per_step: 1 }, 10, {
+      learner: { nodes: 2, gpus_per_node: 1 } as never,
+      gpuNodeQueues: [queue, node1Queue],
+    });
+    await run;
+    const names = s.calls.map((c) => c.name);
+    assert.ok(names.includes('startLearnerNode'), names.join(','));
+    assert.ok(names.indexOf('startLearnerNode') < names.indexOf('trainStep'), 'node 1 runs before node 0 trains');
+    assert.equal((s.calls.find((c) => c.name === 'startLearnerNode')!.input as { nodeRank: number }).nodeRank, 1);
+    assert.equal(names.filter((n) => n === 'startLearnerNode').length, 1, 'node 0 is not started as another node');
+  },
+);
 
 test('training step: refill replaces lost episodes, never past infra_refill_cap', async () => {
   const { run, s, order } = await runStep('step-refill', ['flaky-2'], { infra_refill_cap: 2 });
@@ -379,18 +419,21 @@ test('training step: replacements exhausted -> keep_zero_variance fills up with 
   );
 });
 
-test('training step: every group lost -> retries with backoff and fresh ids, then StepLostToInfrastructure', async () => {
-  const { run, s } = await runStep('step-all-lost', ['lost', 'lost'], { infra_refill_cap: 0, max_replacements: 0 });
-  await assert.rejects(run, (err: unknown) => {
-    assert.ok(err instanceof WorkflowFailedError);
-    assert.equal((err.cause as ApplicationFailure).type, 'StepLostToInfrastructure');
-    return true;
-  });
-  // 1 group x 4 episodes, then 3 retries of the step with ids ~retry-1..3.
-  assert.equal(s.runs.length, 16);
-  assert.equal(s.runs.filter((r) => r.id.endsWith('~retry-3')).length, 4);
-  assert.equal(s.calls.filter((c) => c.name === 'trainStep').length, 0, 'no update on an empty batch');
-});
+test(
+  'training step: every group lost -> retries with backoff and fresh ids, then ' + 'StepLostToInfrastructure',
+  async () => {
+    const { run, s } = await runStep('step-all-lost', ['lost', 'lost'], { infra_refill_cap: 0, max_replacements: 0 });
+    await assert.rejects(run, (err: unknown) => {
+      assert.ok(err instanceof WorkflowFailedError);
+      assert.equal((err.cause as ApplicationFailure).type, 'StepLostToInfrastructure');
+      return true;
+    });
+    // 1 group x 4 episodes, then 3 retries of the step with ids ~retry-1..3.
+    assert.equal(s.runs.length, 16);
+    assert.equal(s.runs.filter((r) => r.id.endsWith('~retry-3')).length, 4);
+    assert.equal(s.calls.filter((c) => c.name === 'trainStep').length, 0, 'no update on an empty batch');
+  },
+);
 
 // ---------------------------------------------------------------------------------------------------
 // campaign cleanup

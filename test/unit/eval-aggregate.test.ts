@@ -5,7 +5,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import { evaluate } from '../../cli/commands/eval.ts';
-import type { CommandIo } from '../../cli/commands/prepare.ts';
+import type { CommandIo } from '../../cli/command-support.ts';
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'eval');
 const fixture = (name: string) => path.join(fixtures, name);
@@ -61,8 +61,8 @@ test('aggregate our episode records: hand-computed scores and cost', async () =>
   close(report.tasks[1].pass_hat_k['4'], 0);
   close(report.domains.retail.pass_at_1.estimate, 0.75);
   close(report.domains.travel.pass_at_1.estimate, 0);
-  // Per attempt: policy (1000 x $1 + 200 x $4 + 500 x $0.25) / 1e6 = 0.001925, user (300 x 0.5 + 50 x 1.5) / 1e6 = 0.000225,
-  // judge (100 x 2 + 5 x 8) / 1e6 = 0.00024; 12 attempts.
+  // Per attempt: policy (1000 x $1 + 200 x $4 + 500 x $0.25) / 1e6 = 0.001925,
+  // user (300 x 0.5 + 50 x 1.5) / 1e6 = 0.000225, judge (100 x 2 + 5 x 8) / 1e6 = 0.00024; 12 attempts.
   close(report.cost.by_role.policy.cost, 12 * 0.001925);
   close(report.cost.by_role.user.cost, 12 * 0.000225);
   close(report.cost.by_role.judge.cost, 12 * 0.00024);
@@ -74,31 +74,35 @@ test('aggregate our episode records: hand-computed scores and cost', async () =>
   assert.match(r.stdout, /^all +3 +12 +50\.00% /m);
 });
 
-test("aggregate ThinkingBox result lines: no repetition index, domain from the uid's file, usage lists", async () => {
-  const out = path.join(tempDir(), 'tb.json');
-  const r = await run([
-    'aggregate',
-    '--format',
-    'thinkingbox',
-    '--results',
-    fixture('thinkingbox.jsonl'),
-    '--repeats',
-    '3',
-    '--prices',
-    fixture('prices.yaml'),
-    '--out',
-    out,
-  ]);
-  assert.equal(r.code, 0, r.stderr);
-  const report = JSON.parse(fs.readFileSync(out, 'utf8'));
-  assert.deepEqual(Object.keys(report.domains), ['sandbox_retail.py', 'sandbox_travel.py']);
-  close(report.overall.pass_at_1.estimate, (1 + 1 / 3) / 2);
-  close(report.overall.pass_hat_k.find((x: { k: number }) => x.k === 3).estimate, 0.5);
-  close(report.overall.pass_at_k.find((x: { k: number }) => x.k === 3).estimate, 1);
-  // 6 lines x usage {input 1200 of which 200 cached, output 300}
-  assert.deepEqual(report.cost.by_role.policy.tokens, { input: 6000, cached_input: 1200, output: 1800 });
-  close(report.cost.campaign, (6000 * 1 + 1200 * 0.25 + 1800 * 4) / 1e6);
-});
+test(
+  "aggregate ThinkingBox result lines: repetition from metadata.repetition, domain from the uid's file, usage " +
+    'lists',
+  async () => {
+    const out = path.join(tempDir(), 'tb.json');
+    const r = await run([
+      'aggregate',
+      '--format',
+      'thinkingbox',
+      '--results',
+      fixture('thinkingbox.jsonl'),
+      '--repeats',
+      '3',
+      '--prices',
+      fixture('prices.yaml'),
+      '--out',
+      out,
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+    const report = JSON.parse(fs.readFileSync(out, 'utf8'));
+    assert.deepEqual(Object.keys(report.domains), ['sandbox_retail.py', 'sandbox_travel.py']);
+    close(report.overall.pass_at_1.estimate, (1 + 1 / 3) / 2);
+    close(report.overall.pass_hat_k.find((x: { k: number }) => x.k === 3).estimate, 0.5);
+    close(report.overall.pass_at_k.find((x: { k: number }) => x.k === 3).estimate, 1);
+    // 6 lines x usage {input 1200 of which 200 cached, output 300}
+    assert.deepEqual(report.cost.by_role.policy.tokens, { input: 6000, cached_input: 1200, output: 1800 });
+    close(report.cost.campaign, (6000 * 1 + 1200 * 0.25 + 1800 * 4) / 1e6);
+  },
+);
 
 async function gateFails(args: string[]): Promise<string> {
   const out = path.join(tempDir(), 'never.json');
@@ -114,7 +118,8 @@ test('an infrastructure-error row fails the coverage gate, naming file and line'
   assert.match(stderr, /^coverage gate failed: 1 problem/);
   assert.ok(
     stderr.includes(
-      `${fixture('episodes-infra.jsonl')}:5: uid retail/t2 repetition 1: infrastructure error (field infrastructure_error is true)`,
+      `${fixture('episodes-infra.jsonl')}:5: uid retail/t2 repetition 1: infrastructure error (field ` +
+        `infrastructure_error is true)`,
     ),
     stderr,
   );
@@ -133,13 +138,14 @@ test('an infrastructure-error row fails the coverage gate, naming file and line'
   const tb = await gateFails(['aggregate', '--format', 'thinkingbox', '--results', file, '--repeats', '3']);
   assert.ok(
     tb.includes(
-      `${file}:3: uid sandbox_retail.py:test_a attempt 2: infrastructure error (field test_result.is_system_error is true)`,
+      `${file}:3: uid sandbox_retail.py:test_a repetition 1: infrastructure error (field test_result.is_system_error ` +
+        `is true)`,
     ),
     tb,
   );
   assert.ok(
     tb.includes(
-      `${file}:4: uid sandbox_travel.py:test_b attempt 2: infrastructure error (field is_system_error is true)`,
+      `${file}:4: uid sandbox_travel.py:test_b repetition 1: infrastructure error (field is_system_error is true)`,
     ),
     tb,
   );
@@ -149,7 +155,8 @@ test('a duplicate (uid, repetition) key fails the coverage gate, naming both lin
   const stderr = await gateFails(['aggregate', '--results', fixture('episodes-duplicate.jsonl'), '--repeats', '4']);
   assert.ok(
     stderr.includes(
-      `${fixture('episodes-duplicate.jsonl')}:7: uid retail/t1 repetition 1: duplicate key, first seen at ${fixture('episodes-duplicate.jsonl')}:4`,
+      `${fixture('episodes-duplicate.jsonl')}:7: uid retail/t1 repetition 1: duplicate key, first seen at ` +
+        `${fixture('episodes-duplicate.jsonl')}:4`,
     ),
     stderr,
   );

@@ -12,13 +12,16 @@ test('GRPO advantages: c successes in 8 give (1-c/8)/std and -(c/8)/std with the
   assert.ok(Math.abs(a.reduce((x, y) => x + y, 0)) < 1e-12);
 });
 
-test('Dr. GRPO switch centres without dividing by std; a group of one has mean 0 and std 1; equal rewards give zeros', () => {
-  assert.deepEqual(groupAdvantages([1, 0, 0, 0], false), [0.75, -0.25, -0.25, -0.25]);
-  assert.deepEqual(groupAdvantages([1]), [1 / (1 + 1e-6)]);
-  assert.deepEqual(groupAdvantages([1, 1, 1]), [0, 0, 0]);
-  assert.equal(isZeroVariance([0, 0, 0]), true);
-  assert.equal(isZeroVariance([0, 1, 0]), false);
-});
+test(
+  'Dr. GRPO switch centres without dividing by std; a group of one has mean 0 and std 1; equal rewards give ' + 'zeros',
+  () => {
+    assert.deepEqual(groupAdvantages([1, 0, 0, 0], false), [0.75, -0.25, -0.25, -0.25]);
+    assert.deepEqual(groupAdvantages([1]), [1 / (1 + 1e-6)]);
+    assert.deepEqual(groupAdvantages([1, 1, 1]), [0, 0, 0]);
+    assert.equal(isZeroVariance([0, 0, 0]), true);
+    assert.equal(isZeroVariance([0, 1, 0]), false);
+  },
+);
 
 test('step task order depends on seed and step only, never on the pool input order', () => {
   const pool = Array.from({ length: 20 }, (_, i) => `t${i}`);

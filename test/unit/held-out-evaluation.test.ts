@@ -78,6 +78,9 @@ test('the learning line has the fixed shape and signs', () => {
   const line = learningLine(pairedComparison(a, b, { resamples: 200, seed: 1 }), 2, 12.34);
   assert.match(
     line,
-    /^learning: pass@1 before=0\.250 after=1\.000 delta=\+0\.750 ci95=\[\+0\.\d{3},\+1\.000\] tasks=4 attempts=2 minutes=12\.3$/,
+    new RegExp(
+      String.raw`^learning: pass@1 before=0\.250 after=1\.000 delta=\+0\.750 ci95=\[\+0\.\d{3},\+1\.000\] ` +
+        String.raw`tasks=4 attempts=2 minutes=12\.3$`,
+    ),
   );
 });

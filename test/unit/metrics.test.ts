@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { dollars, percent } from '../../cli/commands/eval.ts';
+import { dollars, percent } from '../../core/report/format.ts';
 import {
   bootstrapMeanIntervals,
   campaignCost,
@@ -113,28 +113,31 @@ test("the reference's published arithmetic: 38 of 507 tasks = 7.50%, $925.80 / 3
   close(summary.pass_hat_k.find((x) => x.k === 20)!.estimate, 38 / 507);
 });
 
-test('Wilson and Clopper-Pearson intervals match values computed in Python (Wilson formula, scipy binomtest exact)', () => {
-  const w = wilsonInterval(38, 507);
-  close(w[0], 0.0550907279284147);
-  close(w[1], 0.10120327961947022);
-  const w0 = wilsonInterval(0, 10);
-  close(w0[0], 0);
-  close(w0[1], 0.2775327998628892);
-  const cases: [number, number, number, number][] = [
-    [38, 507, 0.05358269795984307, 0.10142638208398548],
-    [0, 10, 0, 0.30849710781876294],
-    [10, 10, 0.6915028921812371, 1],
-    [3, 8, 0.08523341413759308, 0.7551367836335001],
-  ];
-  for (const [x, n, lo, hi] of cases) {
-    const [l, h] = clopperPearsonInterval(x, n);
-    close(l, lo, 1e-10, `CP lower ${x}/${n}`);
-    close(h, hi, 1e-10, `CP upper ${x}/${n}`);
-  }
-  close(normalQuantile(0.975), 1.959963984540054, 1e-8);
-  const w90 = wilsonInterval(38, 507, 0.9);
-  assert.ok(w90[1] - w90[0] < w[1] - w[0], 'a 90% interval is narrower than a 95% one');
-});
+test(
+  'Wilson and Clopper-Pearson intervals match values computed in Python (Wilson formula, scipy binomtest ' + 'exact)',
+  () => {
+    const w = wilsonInterval(38, 507);
+    close(w[0], 0.0550907279284147);
+    close(w[1], 0.10120327961947022);
+    const w0 = wilsonInterval(0, 10);
+    close(w0[0], 0);
+    close(w0[1], 0.2775327998628892);
+    const cases: [number, number, number, number][] = [
+      [38, 507, 0.05358269795984307, 0.10142638208398548],
+      [0, 10, 0, 0.30849710781876294],
+      [10, 10, 0.6915028921812371, 1],
+      [3, 8, 0.08523341413759308, 0.7551367836335001],
+    ];
+    for (const [x, n, lo, hi] of cases) {
+      const [l, h] = clopperPearsonInterval(x, n);
+      close(l, lo, 1e-10, `CP lower ${x}/${n}`);
+      close(h, hi, 1e-10, `CP upper ${x}/${n}`);
+    }
+    close(normalQuantile(0.975), 1.959963984540054, 1e-8);
+    const w90 = wilsonInterval(38, 507, 0.9);
+    assert.ok(w90[1] - w90[0] < w[1] - w[0], 'a 90% interval is narrower than a 95% one');
+  },
+);
 
 test('cost: tokens x price per million, per role and for the campaign', () => {
   const price = { input_per_million: 1, output_per_million: 4, cached_input_per_million: 0.25 };

@@ -18,12 +18,27 @@ test('casts, string literals, quoted identifiers, comments and dollar quotes are
   });
 });
 
-test('judge verdict: yes only when the first or last word is yes', () => {
+test('judge verdict: yes only when the first or last word is yes (the reference parser)', () => {
   assert.equal(judgeSaysYes('Yes.'), true);
+  assert.equal(judgeSaysYes('Yes:\nthe message is polite'), true);
+  assert.equal(judgeSaysYes('It is; yes'), true);
   assert.equal(judgeSaysYes('The answer is yes'), true);
   assert.equal(judgeSaysYes('No, although one could say yes to part of it.'), false);
-  assert.equal(judgeSaysYes('no ... YES!'), true);
+  assert.equal(judgeSaysYes('no ... YES'), true);
+  // Only `. , ; :` and newlines are separators: "YES!" is not the word "yes".
+  assert.equal(judgeSaysYes('no ... YES!'), false);
   assert.equal(judgeSaysYes('No, not yes-ish at all'), false);
   assert.equal(judgeSaysYes('Eyes open: no'), false);
   assert.equal(judgeSaysYes(''), false);
+});
+
+test("finding 11: doubled quotes keep later parameters bound ('won''t', \"a\"\"b\", E'\\'')", () => {
+  assert.deepEqual(compileNamedSql(`UPDATE t SET note = 'won''t' WHERE id = :id AND owner = :owner`), {
+    text: `UPDATE t SET note = 'won''t' WHERE id = $1 AND owner = $2`,
+    names: ['id', 'owner'],
+  });
+  assert.deepEqual(compileNamedSql(`SELECT "a""b:c", '', E'it\\'s :no', :x, $fn$ :y $fn$, :z`), {
+    text: `SELECT "a""b:c", '', E'it\\'s :no', $1, $fn$ :y $fn$, $2`,
+    names: ['x', 'z'],
+  });
 });

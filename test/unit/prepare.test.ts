@@ -5,7 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
-import { prepare, type CommandIo } from '../../cli/commands/prepare.ts';
+import type { CommandIo } from '../../cli/command-support.ts';
+import { prepare } from '../../cli/commands/prepare.ts';
 import { canonicalJson } from '../../core/canonical-json.ts';
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'prepare');
@@ -98,17 +99,20 @@ test('selection from two probe files with an exclusion list: outputs, counts and
   assert.equal(manifest.inputs.exclude_uids.sha256, sha(fs.readFileSync(fixture('exclude.yaml'))));
 });
 
-test('an exclusion list as plain lines works like the YAML list; without it the benchmark task is selected', async () => {
-  const withText = tempDir();
-  assert.equal(
-    await prepare([...probeArgs, '--exclude-uids', fixture('exclude.txt'), '--output-dir', withText], capture()),
-    0,
-  );
-  assert.equal(read(withText, 'selected.yaml'), '- retail.py:t1\n- retail.py:t4\n- travel.py:t1\n');
-  const without = tempDir();
-  assert.equal(await prepare([...probeArgs, '--output-dir', without], capture()), 0);
-  assert.match(read(without, 'selected.yaml'), /^- bench\.py:t1$/m);
-});
+test(
+  'an exclusion list as plain lines works like the YAML list; without it the benchmark task is ' + 'selected',
+  async () => {
+    const withText = tempDir();
+    assert.equal(
+      await prepare([...probeArgs, '--exclude-uids', fixture('exclude.txt'), '--output-dir', withText], capture()),
+      0,
+    );
+    assert.equal(read(withText, 'selected.yaml'), '- retail.py:t1\n- retail.py:t4\n- travel.py:t1\n');
+    const without = tempDir();
+    assert.equal(await prepare([...probeArgs, '--output-dir', without], capture()), 0);
+    assert.match(read(without, 'selected.yaml'), /^- bench\.py:t1$/m);
+  },
+);
 
 test('--min-clean-runs and --retain-band change the selection', async () => {
   const out = tempDir();

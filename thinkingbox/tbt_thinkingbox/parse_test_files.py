@@ -3,8 +3,8 @@
 stdin:  a JSON array of absolute file paths.
 stdout: one JSON object
   {"files": [{"file": PATH,
-              "defaults": null | {"yaml": TEXT, "line": N},
-              "tasks": [{"function", "line", "yaml", "yaml_line", "params", "native"}],
+              "defaults": null | {"yaml": TEXT, "line": N, "value": V | "error": E},
+              "tasks": [{"function", "line", "yaml", "yaml_line", "value" | "error", "params", "native"}],
               "problems": [{"file", "line", "message"}]}]}
 
 TEXT is the string literal's value with its leading "!" removed. Line L (1-based) of TEXT is file line
@@ -24,7 +24,37 @@ import json
 import sys
 from typing import Any
 
+import yaml
+
 TEST_PARAMS = ("x", "judge")
+
+# libyaml when present: the bench has 4 MB of YAML.
+_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_SafeLoader):
+    """PyYAML's safe loader, as the reference framework reads this YAML, except that timestamps stay strings
+    (the text as written; JSON has no dates and the tool servers parse their own)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _load(text: str, first_line: int) -> dict[str, Any]:
+    """{"value": V} or {"error": {"line": N, "message": M}} (N is a file line)."""
+    try:
+        value = yaml.load(text, Loader=_Loader)
+        json.dumps(value)
+        return {"value": value}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        line = first_line + (mark.line if mark else 0)
+        return {"error": {"line": line, "message": f"YAML: {str(e).splitlines()[0]}"}}
+    except (TypeError, ValueError) as e:
+        return {"error": {"line": first_line, "message": f"YAML value is not JSON data: {e}"}}
 
 
 def _bang_string(stmt: ast.stmt) -> str | None:
@@ -47,10 +77,10 @@ def _text_line(stmt: ast.stmt) -> int:
 
 # ---------------------------------------------------------------------------------------------------
 # The native pattern: per server S,
-#   assert x.effects["S"]["result_hash"] == x.effects["S"]["golden_hash"]   (either order, optional msg)
+#   assert x.effects["S"]["result_db_hash"] == x.effects["S"]["golden_db_hash"]   (either order, optional msg)
 # optionally followed by
-#   for r in x.effects["S"].get("rubrics", []):
-#       assert judge(r)                                                        (optional msg)
+#   for r in x.effects["S"].get("rubrics_yesno", []):
+#       assert judge.text_yesno(x.response, r)                                 (optional msg)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -105,7 +135,7 @@ def _hash_assert(stmt: ast.stmt) -> str | None:
     left, right = _hash_ref(test.left), _hash_ref(test.comparators[0])
     if left is None or right is None or left[0] != right[0]:
         return None
-    if {left[1], right[1]} != {"result_hash", "golden_hash"}:
+    if {left[1], right[1]} != {"result_db_hash", "golden_db_hash"}:
         return None
     return left[0]
 
@@ -116,14 +146,14 @@ def _rubric_loop(stmt: ast.stmt) -> str | None:
     if not isinstance(stmt.target, ast.Name):
         return None
     it = stmt.iter
-    # x.effects["S"].get("rubrics", [])
+    # x.effects["S"].get("rubrics_yesno", [])
     if not (
         isinstance(it, ast.Call)
         and isinstance(it.func, ast.Attribute)
         and it.func.attr == "get"
         and not it.keywords
         and len(it.args) == 2
-        and _str_const(it.args[0]) == "rubrics"
+        and _str_const(it.args[0]) == "rubrics_yesno"
         and isinstance(it.args[1], ast.List)
         and not it.args[1].elts
     ):
@@ -135,14 +165,21 @@ def _rubric_loop(stmt: ast.stmt) -> str | None:
     if not isinstance(inner, ast.Assert) or not _simple_msg(inner.msg):
         return None
     call = inner.test
+    # judge.text_yesno(x.response, r)
     if not (
         isinstance(call, ast.Call)
-        and isinstance(call.func, ast.Name)
-        and call.func.id == "judge"
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "text_yesno"
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "judge"
         and not call.keywords
-        and len(call.args) == 1
-        and isinstance(call.args[0], ast.Name)
-        and call.args[0].id == stmt.target.id
+        and len(call.args) == 2
+        and isinstance(call.args[0], ast.Attribute)
+        and call.args[0].attr == "response"
+        and isinstance(call.args[0].value, ast.Name)
+        and call.args[0].value.id == "x"
+        and isinstance(call.args[1], ast.Name)
+        and call.args[1].id == stmt.target.id
     ):
         return None
     return server
@@ -241,7 +278,7 @@ def parse_source(path: str, source: bytes) -> dict[str, Any]:
         text = _bang_string(stmt)
         if text is not None:
             if out["defaults"] is None:
-                out["defaults"] = {"yaml": text[1:], "line": _text_line(stmt)}
+                out["defaults"] = {"yaml": text[1:], "line": _text_line(stmt), **_load(text[1:], _text_line(stmt))}
             else:
                 problem(stmt.lineno, "more than one module-level \"!\" defaults string (only the first is used)")
             continue
@@ -283,6 +320,7 @@ def parse_source(path: str, source: bytes) -> dict[str, Any]:
             "line": stmt.lineno,
             "yaml": text[1:],
             "yaml_line": _text_line(first),  # type: ignore[arg-type]
+            **_load(text[1:], _text_line(first)),  # type: ignore[arg-type]
             "params": _param_names(stmt),
             "native": detect_native(stmt, stmt.body[1:], module_names),
         }

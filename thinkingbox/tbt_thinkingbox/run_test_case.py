@@ -3,20 +3,27 @@
 Protocol (one JSON object per line):
   stdin, first line:  {"file": PATH, "function": NAME,
                        "context": {"effects": {server: object}, "response": str,
-                                   "tool_calls": [{"name", "arguments", "result", "is_error"}]}}
-  stdout, per judge() call:  {"type": "judge", "question": Q, "text": T}
-  stdin, the answer:         {"yes": bool, "answer": str}  or  {"error": str}
-  stdout, last line:         {"type": "result", "status": "pass"|"fail"|"error", "message": str,
+                                   "tool_calls": [{"tool_call", "tool_response"}], "messages", "init_result",
+                                   "session_id", "metadata", "tool_direct_responses"}}
+  stdout, per judge model call:  {"type": "judge", "messages": [{"role", "content"}], "settings": {...}}
+                                 (settings.question is set for a yes/no judgement)
+  stdin, the answer:             {"text": str}  or  {"error": str}
+  stdout, last line:         {"type": "result", "status": "pass"|"fail"|"error", "message": str, "reward": float|null,
                               "traceback": str, "error_type": str}
 
-pass = the function returned; fail = AssertionError (message = str(error), or the failing assert's source
+The test sees ``x`` (thinkingbox.common.TestContext) and ``judge`` (thinkingbox.common.Judge, our own shim in
+thinkingbox/shim). pass = the function returned (reward = its number, or null for None); fail = AssertionError
+(message = str(error), or the failing assert's source
 line when that is empty); error = anything else (import errors, judge outage, sys.exit, bad input).
 ``error_type`` is the exception's class name ("" on pass) so the caller can tell a judge outage
 ("JudgeUnavailable") from a broken test. Exit code 0 whenever the result line was written.
 
 The protocol uses private duplicates of file descriptors 0 and 1; during the test fd 1 (and sys.stdout)
 point at stderr and fd 0 at /dev/null, so test code that prints or reads cannot corrupt the protocol.
-Network access is blocked (best effort, not a sandbox) before the test module is loaded.
+The isolation is the sandbox this runs in (activities/thinkingbox/dataset-sandbox.ts: own user, pid, network
+and mount namespaces, an allow-listed environment, a read-only filesystem but a scratch folder, rlimits); the
+socket functions patched below before the test module loads are only a clearer error message for the common
+case, not a defence (``_socket`` and subprocesses get past them, the network namespace does not).
 """
 
 from __future__ import annotations
@@ -32,29 +39,34 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TextIO
 
+# Our own `thinkingbox.common` (thinkingbox/shim), which test files import, whatever PYTHONPATH says.
+SHIM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shim")
+if SHIM_DIR not in sys.path:
+    sys.path.insert(0, SHIM_DIR)
+
 
 class JudgeUnavailable(Exception):
     """The judge could not answer (outage, refusal, bad reply): an infrastructure error, never a fail."""
 
 
-class Context:
-    """The ``x`` a test function sees."""
-
-    def __init__(self, effects: dict[str, Any], response: str, tool_calls: list[dict[str, Any]]):
-        self.effects = effects
-        self.response = response
-        self.tool_calls = tool_calls
-
-    def __repr__(self) -> str:
-        return (
-            f"Context(effects={list(self.effects)}, response={self.response!r:.80}, tool_calls={len(self.tool_calls)})"
-        )
+CONTEXT_FIELDS = (
+    "effects",
+    "response",
+    "tool_calls",
+    "messages",
+    "init_result",
+    "session_id",
+    "metadata",
+    "tool_direct_responses",
+)
 
 
 NETWORK_DISABLED = "network access is disabled in test code"
 
 
 def block_network() -> None:
+    """Clear errors for the plain socket API; the sandbox's empty network namespace is what blocks the rest."""
+
     def refuse(*_args: Any, **_kwargs: Any) -> Any:
         raise PermissionError(NETWORK_DISABLED)
 
@@ -65,15 +77,13 @@ def block_network() -> None:
     socket.getaddrinfo = refuse  # type: ignore[assignment]
 
 
-def make_judge(proto_in: TextIO, proto_out: TextIO, default_text: Callable[[], str]) -> Callable[..., bool]:
-    def judge(question: str, text: str | None = None) -> bool:
-        if not isinstance(question, str):
-            raise TypeError(f"judge() question must be a string, got {type(question).__name__}")
-        if text is None:
-            text = default_text()
-        elif not isinstance(text, str):
-            text = str(text)
-        proto_out.write(json.dumps({"type": "judge", "question": question, "text": text}, ensure_ascii=False) + "\n")
+def make_judge(proto_in: TextIO, proto_out: TextIO) -> Any:
+    """The test's ``judge``: each model call goes to the episode runner over the protocol and waits for its answer."""
+    from thinkingbox.common import Judge
+
+    def backend(messages: list[dict[str, str]], settings: dict[str, Any]) -> str:
+        proto_out.write(json.dumps({"type": "judge", "messages": messages, "settings": settings}, ensure_ascii=False))
+        proto_out.write("\n")
         proto_out.flush()
         line = proto_in.readline()
         if not line:
@@ -86,11 +96,23 @@ def make_judge(proto_in: TextIO, proto_out: TextIO, default_text: Callable[[], s
             raise JudgeUnavailable("judge answer is not an object")
         if "error" in reply:
             raise JudgeUnavailable(str(reply["error"]))
-        if not isinstance(reply.get("yes"), bool):
-            raise JudgeUnavailable("judge answer has no boolean 'yes'")
-        return reply["yes"]
+        if not isinstance(reply.get("text"), str):
+            raise JudgeUnavailable("judge answer has no 'text'")
+        return reply["text"]
 
-    return judge
+    class ProtocolJudge(Judge):
+        def text_yesno(self, text: str, question: str) -> bool:
+            # The question travels with the call so the runner can record the verdict.
+            from thinkingbox.common import JUDGE_SYSTEM_PROMPT, judge_user_message, yes_no_answer
+
+            messages = [
+                {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
+                {"role": "user", "content": judge_user_message(str(text), question)},
+            ]
+            settings = {"temperature": 0.0, "max_completion_tokens": 128, "question": question}
+            return yes_no_answer(backend(messages, settings))
+
+    return ProtocolJudge(backend)
 
 
 def _module_name(path: str) -> str:
@@ -128,7 +150,7 @@ def load_function(path: str, function: str) -> Callable[..., Any]:
     return func
 
 
-def call_test(func: Callable[..., Any], x: Context, judge: Callable[..., bool]) -> None:
+def call_test(func: Callable[..., Any], x: Any, judge: Any) -> Any:
     provided = {"x": x, "judge": judge}
     kwargs: dict[str, Any] = {}
     params = inspect.signature(func).parameters
@@ -145,7 +167,7 @@ def call_test(func: Callable[..., Any], x: Context, judge: Callable[..., bool]) 
         for key, value in provided.items():
             if key not in kwargs and key not in g:
                 g[key] = value
-    func(**kwargs)
+    return func(**kwargs)
 
 
 def _assert_message(e: AssertionError) -> str:
@@ -173,20 +195,23 @@ def run(proto_in: TextIO, proto_out: TextIO) -> dict[str, Any]:
         path, function, context = request["file"], request["function"], request.get("context") or {}
         if not isinstance(path, str) or not isinstance(function, str) or not isinstance(context, dict):
             raise TypeError("file and function must be strings, context an object")
-        effects = context.get("effects") or {}
-        response = context.get("response") or ""
-        tool_calls = context.get("tool_calls") or []
-        if not isinstance(effects, dict) or not isinstance(response, str) or not isinstance(tool_calls, list):
-            raise TypeError("context.effects must be an object, response a string, tool_calls a list")
+        if not isinstance(context.get("effects") or {}, dict) or not isinstance(context.get("response") or "", str):
+            raise TypeError("context.effects must be an object, response a string")
+        from thinkingbox.common import TestContext
+
+        x = TestContext(**{k: context[k] for k in CONTEXT_FIELDS if context.get(k) is not None})
+        judge = make_judge(proto_in, proto_out)
     except Exception as e:  # noqa: BLE001 - any malformed request is reported as an error result
         return {"status": "error", "message": f"bad request: {e}", "traceback": "", "error_type": "BadRequest"}
 
-    x = Context(effects, response, tool_calls)
-    judge = make_judge(proto_in, proto_out, lambda: x.response)
     try:
         block_network()
         func = load_function(path, function)
-        call_test(func, x, judge)
+        returned = call_test(func, x, judge)
+        if returned is not None and (isinstance(returned, bool) or not isinstance(returned, (int, float))):
+            raise TypeError(
+                f"the test returned {type(returned).__name__}; a test returns None or a number (its reward)"
+            )
     except AssertionError as e:
         return {
             "status": "fail",
@@ -208,7 +233,8 @@ def run(proto_in: TextIO, proto_out: TextIO) -> dict[str, Any]:
             "traceback": _trimmed_traceback(e),
             "error_type": type(e).__name__,
         }
-    return {"status": "pass", "message": "", "traceback": "", "error_type": ""}
+    reward = None if returned is None else float(returned)
+    return {"status": "pass", "message": "", "reward": reward, "traceback": "", "error_type": ""}
 
 
 def main() -> int:

@@ -1,7 +1,8 @@
 """Drives a dataset tool server over real MCP stdio with the official `mcp` client SDK.
 
 Run with the thinkingbox tool-server venv's python (the learner venv used by pytest has no `mcp`).
-stdin: {"cwd": DIR, "command": CMD, "args": [...], "sessions": [[{"tool": NAME, "arguments": {...}}, ...], ...]}
+stdin: {"cwd": DIR, "command": CMD, "args": [...], "env": {...},
+        "sessions": [[{"tool": NAME, "arguments": {...}}, ...], ...]}
   Each session is a fresh server process; "list_tools" lists the tools first.
 stdout: {"sessions": [{"tools": [{"name", "description", "input_schema"}], "protocol_version": V,
                        "results": [{"is_error": bool, "text": str}]}]}
@@ -30,8 +31,10 @@ def _env() -> dict[str, str]:
     return {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
 
 
-async def run_session(cwd: str, command: str, args: list[str], steps: list[dict[str, Any]]) -> dict[str, Any]:
-    params = StdioServerParameters(command=command, args=args, cwd=cwd, env=_env())
+async def run_session(
+    cwd: str, command: str, args: list[str], steps: list[dict[str, Any]], env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    params = StdioServerParameters(command=command, args=args, cwd=cwd, env={**_env(), **(env or {})})
     out: dict[str, Any] = {"results": []}
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         init = await session.initialize()
@@ -122,7 +125,8 @@ def main() -> int:
         return 0
     plan = json.load(sys.stdin)
     sessions = [
-        anyio.run(run_session, plan["cwd"], plan["command"], plan.get("args", []), steps) for steps in plan["sessions"]
+        anyio.run(run_session, plan["cwd"], plan["command"], plan.get("args", []), steps, plan.get("env"))
+        for steps in plan["sessions"]
     ]
     print(json.dumps({"sessions": sessions}))
     return 0

@@ -71,7 +71,7 @@ def test_one(x, judge):
     init:
       s: {golden: []}
     """
-    assert x.effects["s"]["result_hash"] == x.effects["s"]["golden_hash"]
+    assert x.effects["s"]["result_db_hash"] == x.effects["s"]["golden_db_hash"]
 
 
 def test_two():
@@ -81,7 +81,7 @@ def test_two():
     out = parse_text(src)
     file_lines = src.split("\n")
     assert out["problems"] == []
-    assert out["defaults"] == {"yaml": "\nscenario: a\n", "line": 1}
+    assert out["defaults"] == {"yaml": "\nscenario: a\n", "line": 1, "value": {"scenario": "a"}}
     # Line L of the YAML text is file line (line + L - 1).
     d = out["defaults"]
     for i, yaml_line in enumerate(d["yaml"].split("\n")):
@@ -192,17 +192,17 @@ def test_b(x):
 
 def test_second_defaults_string_is_a_problem():
     out = parse_text('"!scenario: a"\n"!scenario: b"\n')
-    assert out["defaults"] == {"yaml": "scenario: a", "line": 1}
+    assert out["defaults"] == {"yaml": "scenario: a", "line": 1, "value": {"scenario": "a"}}
     assert out["problems"][0]["line"] == 2
 
 
 def test_example_dataset_parses_cleanly():
-    files = sorted(str(p) for p in (DATASET / "test_case").rglob("*.py"))
+    files = sorted(str(p) for p in (DATASET / "dataset" / "test_case").rglob("*.py"))
     out = run_parser(files)
     tasks = {}
     for f in out["files"]:
         assert f["problems"] == [], f["problems"]
-        rel = str(__import__("pathlib").Path(f["file"]).relative_to(DATASET / "test_case"))
+        rel = str(__import__("pathlib").Path(f["file"]).relative_to(DATASET / "dataset" / "test_case"))
         for t in f["tasks"]:
             tasks[f"{rel}:{t['function']}"] = t
     assert len(tasks) == 11
@@ -210,4 +210,4 @@ def test_example_dataset_parses_cleanly():
     assert native == set(tasks) - {"circulation.py:test_checkout_confirms_due_date"}
     assert tasks["circulation.py:test_renew_limit_reached"]["native"]["rubrics"] is True
     assert tasks["circulation.py:test_swap_kuhn_for_le_guin"]["native"]["servers"] == ["loans", "catalog"]
-    assert tasks["stacks/shelving.py:test_move_silent_spring"]["params"] == []
+    assert tasks["stacks/stacks_shelving.py:test_move_silent_spring"]["params"] == []

@@ -12,9 +12,14 @@ from tb_testpaths import FIXTURES, THINKINGBOX
 CASES = str(FIXTURES / "helpers_dir" / "runner_cases.py")
 EFFECTS = {"a": {"result_hash": "h1", "golden_hash": "h1", "rubrics": ["Is it polite?"]}}
 TOOL_CALLS = [
-    {"name": "get_member", "arguments": {"member_id": "M01"}, "result": "{}", "is_error": False},
-    {"name": "checkout_book", "arguments": {"member_id": "M01"}, "result": "{}", "is_error": False},
+    {"tool_call": {"name": "get_member", "arguments": {"member_id": "M01"}}, "tool_response": "{}"},
+    {"tool_call": {"name": "checkout_book", "arguments": {"member_id": "M01"}}, "tool_response": "{}"},
 ]
+YES, NO = {"text": "Yes."}, {"text": "No, it is rude."}
+
+
+def question(request: dict[str, Any]) -> str:
+    return request["settings"]["question"]
 
 
 def run_case(
@@ -72,7 +77,7 @@ def run_case(
     stderr = proc.stderr.read()
     assert proc.wait(timeout=60) == 0, stderr
     assert result is not None, stderr
-    assert set(result) == {"type", "status", "message", "traceback", "error_type"}
+    assert set(result) - {"reward"} == {"type", "status", "message", "traceback", "error_type"}
     return result, requests, stderr
 
 
@@ -138,16 +143,18 @@ def test_tool_calls_are_visible():
 
 
 def test_judge_yes():
-    result, requests, _ = run_case("test_judge", judge_replies=[{"yes": True, "answer": "Yes."}] * 2)
+    result, requests, _ = run_case("test_judge", judge_replies=[YES] * 2)
     assert result["status"] == "pass", result
-    assert requests == [
-        {"type": "judge", "question": "Is it polite?", "text": "all done"},  # text defaults to x.response
-        {"type": "judge", "question": "Is this about custom text?", "text": "custom text"},
-    ]
+    assert [question(r) for r in requests] == ["Is it polite?", "Is this about custom text?"]
+    # The reference's judge prompt: the message between tags (< and > escaped), then the question.
+    assert requests[0]["messages"][0]["content"].startswith("You are a judge, your task is to read")
+    assert requests[0]["messages"][1]["content"] == "<message>\nall done\n</message>\nIs it polite?"
+    assert requests[1]["messages"][1]["content"].startswith("<message>\ncustom text\n</message>")
+    assert requests[0]["settings"] == {"temperature": 0.0, "max_completion_tokens": 128, "question": "Is it polite?"}
 
 
 def test_judge_no_is_a_fail():
-    result, requests, _ = run_case("test_judge", judge_replies=[{"yes": False, "answer": "No, it is rude."}])
+    result, requests, _ = run_case("test_judge", judge_replies=[NO])
     assert result["status"] == "fail" and result["message"] == "rubric failed: Is it polite?"
     assert len(requests) == 1
 
@@ -164,9 +171,9 @@ def test_judge_malformed_reply_is_an_error():
 
 
 def test_prints_do_not_corrupt_the_protocol():
-    result, requests, stderr = run_case("test_noisy", judge_replies=[{"yes": True, "answer": "yes"}])
+    result, requests, stderr = run_case("test_noisy", judge_replies=[YES])
     assert result["status"] == "pass", result
-    assert [r["question"] for r in requests] == ["noisy question?"]
+    assert [question(r) for r in requests] == ["noisy question?"]
     for text in ("printed by the test", '"message": "fake"', "raw write", "fd 1 write", "after judge"):
         assert text in stderr
 
@@ -197,9 +204,9 @@ def test_fixture_dataset_custom_task():
     """The example dataset's custom-body task, against a hand-made terminal context."""
     from tb_testpaths import DATASET
 
-    file = str(DATASET / "test_case" / "circulation.py")
-    effects = {"loans": {"result_hash": "h", "golden_hash": "h", "diff": []}}
-    calls = [{"name": "checkout_book", "arguments": {}, "result": "{}", "is_error": False}]
+    file = str(DATASET / "dataset" / "test_case" / "circulation.py")
+    effects = {"loans": {"result_db_hash": "h", "golden_db_hash": "h", "diff": []}}
+    calls = [{"tool_call": {"name": "checkout_book", "arguments": {}}, "tool_response": "{}"}]
     for response, status in (("It is due back on 2025-04-01.", "pass"), ("Enjoy the book!", "fail")):
         request = json.dumps(
             {

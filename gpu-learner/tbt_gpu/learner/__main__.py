@@ -1,4 +1,4 @@
-"""Entry point: `torchrun --nproc-per-node N -m tbt_gpu.learner --config FILE.json [--resume]`.
+"""Entry point: `torchrun --nproc-per-node N -m tbt_gpu.learner --config FILE.json [--resume] [--node-rank R]`.
 
 init -> config -> build trainer -> resume -> serve commands until shutdown -> close.
 """
@@ -20,6 +20,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tbt_gpu.learner", description=__doc__)
     parser.add_argument("--config", required=True, help="learner config JSON file")
     parser.add_argument("--resume", action="store_true", help="load the latest valid checkpoint in checkpoint.dir")
+    parser.add_argument(
+        "--node-rank",
+        type=int,
+        default=None,
+        help="this node's rank in a multi-node launch (global ranks are renumbered node-major from it)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser.parse_args(argv)
 
@@ -27,6 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rank = os.environ.get("RANK", "0")
+    if args.node_rank is not None and "LOCAL_RANK" in os.environ:  # renumbered node-major (distributed.py)
+        rank = str(args.node_rank * int(os.environ["LOCAL_WORLD_SIZE"]) + int(os.environ["LOCAL_RANK"]))
     logging.basicConfig(
         level=args.log_level,
         format=f"%(asctime)s rank{rank} %(levelname)s %(name)s: %(message)s",
@@ -44,12 +52,13 @@ def main(argv: list[str] | None = None) -> int:
         start_control_server,
         stop_control_server,
         write_port_file,
+        write_token_file,
     )
     from .distributed import broadcast_object, destroy_distributed, init_distributed
     from .trainer import Trainer
 
     transformers.utils.logging.disable_progress_bar()
-    info = init_distributed(cfg)
+    info = init_distributed(cfg, node_rank=args.node_rank)
     checkpoint_dir = pathlib.Path(info.config.checkpoint.dir)
     server = None
     try:
@@ -71,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
         service = LearnerService(trainer, checkpointer)
         if info.is_main:
+            write_token_file(checkpoint_dir, service)  # before the port file: a client that sees one finds both
             server = start_control_server(service)
         service.ready.set()
         if server is not None:

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import pathlib
+import pickle
 import random
 import shutil
 import time
@@ -80,9 +81,13 @@ def _step_of(name: str) -> int | None:
 
 
 def _rng_state() -> dict[str, Any]:
+    # Plain types and tensors only, so the file loads with torch.load(weights_only=True): unpickling
+    # arbitrary objects from a checkpoint folder would run whatever code a crafted file names.
+    # The legacy (tuple) form of numpy's state: name, key array, position, gauss flag, cached gaussian.
+    kind, keys, pos, has_gauss, cached_gaussian = cast(tuple[str, Any, int, int, float], np.random.get_state())
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached_gaussian)],
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -91,11 +96,24 @@ def _rng_state() -> dict[str, Any]:
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    kind, keys, pos, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached_gaussian))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def load_rng_file(rng_file: pathlib.Path) -> bool:
+    """Restores RNG state saved by `_rng_state`; a file that needs more than plain types is refused, unrun."""
+    try:
+        _set_rng_state(torch.load(rng_file, weights_only=True))
+        return True
+    except pickle.UnpicklingError:
+        # An older format (numpy arrays pickled as objects) or a crafted file: never unpickled unchecked.
+        logger.warning("%s: RNG state not loadable with weights_only=True; the RNG starts fresh", rng_file)
+        return False
 
 
 def verify(folder: pathlib.Path, *, checksums: bool) -> dict[str, Any]:
@@ -224,7 +242,7 @@ class Checkpointer:
         )
         rng_file = folder / f"rng-rank{self.info.rank}.pt"
         if rng_file.exists():
-            _set_rng_state(torch.load(rng_file, weights_only=False))
+            load_rng_file(rng_file)
         self.trainer.state = TrainerState.from_json(json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8")))
         barrier()
         logger.info("resumed from %s (last applied step %s)", folder, self.trainer.state.last_step)

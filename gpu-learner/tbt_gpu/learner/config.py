@@ -207,6 +207,8 @@ class ControlConfig:
     """TCP port; 0 = an ephemeral port, written to <checkpoint.dir>/control.json when ready."""
     idle_tick_s: float = 30.0
     """While idle, rank 0 broadcasts a no-op this often so waiting ranks never hit the collective timeout."""
+    batch_dir: str = ""
+    """Folder every /train_step batch_ref must resolve inside; "" = the campaign folder (checkpoint.dir's parent)."""
 
     def __post_init__(self) -> None:
         _require(isinstance(self.host, str) and self.host != "", "control.host", "must be a non-empty address")
@@ -216,6 +218,7 @@ class ControlConfig:
             f"must be in [0, 65535], got {self.port!r}",
         )
         _require(_require_number(self.idle_tick_s, "control.idle_tick_s") > 0, "control.idle_tick_s", "must be > 0")
+        _require(isinstance(self.batch_dir, str), "control.batch_dir", "must be a path string")
 
 
 @dataclass(kw_only=True, slots=True)

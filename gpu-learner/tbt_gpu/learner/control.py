@@ -5,6 +5,11 @@ step, an out-of-order step, a bad batch, an existing export); only work that eve
 broadcast. While idle, rank 0 broadcasts a no-op every `control.idle_tick_s` so the other ranks, blocked
 in that broadcast, never reach the collective timeout.
 
+Every request carries `Authorization: Bearer <token>`: rank 0 makes a fresh token per run and writes it,
+mode 0600, to `<checkpoint dir>/control.token` before it announces its port in `control.json`; whoever can
+read that folder may drive the learner, nobody else on the machine. A batch_ref must resolve inside the
+campaign's batch folder (`control.batch_dir`), so the endpoint cannot be used to read arbitrary files.
+
     GET  /health                      {"ready", "step", "world_size", "busy", ...}
     GET  /manifest                    every resolved hyperparameter
     POST /train_step {step_id, batch_ref}
@@ -15,11 +20,13 @@ in that broadcast, never reach the collective timeout.
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import os
 import pathlib
 import queue
+import secrets
 import threading
 import time
 from concurrent.futures import Future
@@ -37,6 +44,17 @@ from .trainer import Trainer
 logger = logging.getLogger(__name__)
 
 PORT_FILE = "control.json"
+TOKEN_FILE = "control.token"
+
+
+class Unauthorized(LearnerError):
+    code = "unauthorized"
+    http_status = 401
+
+
+class PathRefused(LearnerError):
+    code = "path_refused"
+    http_status = 403
 
 
 class RequestError(LearnerError):
@@ -64,10 +82,13 @@ class Command:
 
 
 class LearnerService:
-    def __init__(self, trainer: Trainer, checkpointer: Checkpointer) -> None:
+    def __init__(self, trainer: Trainer, checkpointer: Checkpointer, token: str = "") -> None:
         self.trainer = trainer
         self.checkpointer = checkpointer
         self.info: DistInfo = trainer.info
+        self.token = token or secrets.token_hex(32)
+        cfg = self.info.config
+        self.batch_dir = pathlib.Path(cfg.control.batch_dir or pathlib.Path(cfg.checkpoint.dir).parent).resolve()
         self.tick_s = self.info.config.control.idle_tick_s
         self.inbox: queue.Queue[Command] = queue.Queue()
         self.ready = threading.Event()
@@ -90,6 +111,17 @@ class LearnerService:
             "model": self.info.config.model.path,
             "pid": os.getpid(),
         }
+
+    def authorized(self, header: str | None) -> bool:
+        presented = (header or "").removeprefix("Bearer ").strip()
+        return hmac.compare_digest(presented.encode(), self.token.encode())
+
+    def checked_batch_path(self, batch_ref: str) -> str:
+        """The batch file, resolved (symlinks too), if it lies inside the batch folder; refused otherwise."""
+        resolved = pathlib.Path(batch_ref).resolve()
+        if not resolved.is_relative_to(self.batch_dir):
+            raise PathRefused(f"field 'batch_ref': {batch_ref!r} is outside the campaign's batch folder")
+        return str(resolved)
 
     def submit(self, op: str, args: dict[str, Any]) -> Future:
         if self.stopping.is_set():
@@ -282,6 +314,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _guard(self, work: Any) -> None:
         try:
+            if not self.service.authorized(self.headers.get("Authorization")):
+                # The body is never read for an unauthorised request.
+                raise Unauthorized(f"missing or wrong bearer token (it is in <checkpoint dir>/{TOKEN_FILE})")
             self._send(HTTPStatus.OK, work())
         except LearnerError as err:
             self._send(err.http_status, {"error": str(err), "code": err.code})
@@ -320,6 +355,7 @@ class _Handler(BaseHTTPRequestHandler):
         batch_ref = body.get("batch_ref")
         if not isinstance(batch_ref, str) or not batch_ref:
             raise RequestError(f"field 'batch_ref': must be a batch file path, got {batch_ref!r}")
+        batch_ref = self.service.checked_batch_path(batch_ref)
         return self.service.submit("train_step", {"step_id": step_id, "batch_ref": batch_ref}).result()
 
     def _export(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -342,6 +378,17 @@ def stop_control_server(server: ThreadingHTTPServer, service: LearnerService) ->
     service.drain()
     server.shutdown()
     server.server_close()
+
+
+def write_token_file(checkpoint_dir: pathlib.Path, service: LearnerService) -> pathlib.Path:
+    """The run's token, readable by this user only (created 0600, never widened), swapped in atomically."""
+    path = checkpoint_dir / TOKEN_FILE
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(service.token)
+    os.replace(tmp, path)
+    return path
 
 
 def write_port_file(checkpoint_dir: pathlib.Path, server: ThreadingHTTPServer, service: LearnerService) -> pathlib.Path:

@@ -47,11 +47,30 @@ def _env_int(name: str) -> int:
         raise ValueError(f"environment {name}={value!r} is not an integer") from err
 
 
-def init_distributed(cfg: LearnerConfig) -> DistInfo:
+def node_major_rank(node_rank: int) -> int:
+    """This process's global rank when node `node_rank` holds ranks node_rank * G .. node_rank * G + G - 1.
+
+    torchrun's c10d rendezvous numbers the nodes in an order of its own (sorted by host name and agent pid), not
+    by `--node-rank`. The learner renumbers node-major from the node rank its GPU worker gave it, so that global
+    rank 0, and with it the control endpoint on 127.0.0.1, is on node 0, whose GPU worker sends the steps. Every
+    process keeps a distinct rank in 0..world_size-1, so the process group forms as before.
+    """
+    local_rank, local_world = _env_int("LOCAL_RANK"), _env_int("LOCAL_WORLD_SIZE")
+    world_size = _env_int("WORLD_SIZE")
+    if world_size % local_world != 0 or not 0 <= node_rank < world_size // local_world:
+        raise ValueError(
+            f"node rank {node_rank}: outside 0..{world_size // local_world - 1} "
+            f"(world size {world_size}, {local_world} per node)"
+        )
+    return node_rank * local_world + local_rank
+
+
+def init_distributed(cfg: LearnerConfig, *, node_rank: int | None = None) -> DistInfo:
     """Join (or create) the process group once; later calls reuse it (with their own resolved config).
 
     Under torchrun the rank layout comes from RANK/WORLD_SIZE/LOCAL_RANK. A plain `python` process
-    (one GPU, tests, benchmarks) becomes a one-rank world.
+    (one GPU, tests, benchmarks) becomes a one-rank world. `node_rank` (multi-node launches) renumbers the
+    global ranks node-major (`node_major_rank`).
     """
     global _STATE
     if _STATE is not None and dist.is_initialized():
@@ -62,6 +81,9 @@ def init_distributed(cfg: LearnerConfig) -> DistInfo:
         return dataclasses.replace(_STATE, config=resolved)
     under_torchrun = "RANK" in os.environ
     if under_torchrun:
+        if node_rank is not None:
+            # env:// initialisation reads RANK: the renumbered rank must be what the process group sees.
+            os.environ["RANK"] = str(node_major_rank(node_rank))
         rank, world_size, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
     else:
         rank, world_size, local_rank = 0, 1, 0

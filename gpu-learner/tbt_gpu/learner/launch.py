@@ -1,8 +1,13 @@
 """Multi-node launch plan: the exact torchrun command per node and the resolved hyperparameters.
 
-    python -m tbt_gpu.learner.launch --nodes 3 --gpus-per-node 8 --master-addr HOST --config F --dry-run
+    python -m tbt_gpu.learner.launch --nodes 3 --gpus-per-node 8 --rdzv-endpoint HOST:29400 --rdzv-id ID \
+        --config F --dry-run
 
-A dry run: it prints and starts nothing (it does not even import torch).
+A dry run: it prints and starts nothing (it does not even import torch). One node: `torchrun --standalone`.
+Several: a c10d rendezvous at node 0's `--rdzv-endpoint`, every node's command passing its `--node-rank` to the
+learner too (torchrun's c10d rendezvous does not number nodes by it; the learner renumbers ranks node-major, so
+rank 0 and its control endpoint are on node 0). The GPU worker builds the same commands
+(activities/learner-launch.ts; a test keeps the two equal).
 """
 
 from __future__ import annotations
@@ -22,51 +27,58 @@ class Topology:
     """Machines taking part."""
     gpus_per_node: int
     """Ranks (one per GPU) on each machine."""
-    master_addr: str
-    """Address of node 0, reachable from every node (torchrun static rendezvous)."""
-    master_port: int = 29500
-    """TCP port on node 0 for the rendezvous store."""
+    rdzv_endpoint: str | None = None
+    """host:port of the c10d rendezvous on node 0, reachable from every node; None only for one node."""
+    rdzv_id: str = "tbt-learner"
+    """Rendezvous (job) id: the campaign's, so two campaigns never join each other's rendezvous."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
             raise ValueError(f"nodes: must be >= 1, got {self.nodes}")
         if self.gpus_per_node < 1:
             raise ValueError(f"gpus_per_node: must be >= 1, got {self.gpus_per_node}")
-        if not self.master_addr:
-            raise ValueError("master_addr: must be set")
-        if not 1 <= self.master_port <= 65535:
-            raise ValueError(f"master_port: must be in [1, 65535], got {self.master_port}")
+        if self.nodes > 1 and not self.rdzv_endpoint:
+            raise ValueError(f"rdzv_endpoint: required when nodes > 1 ({self.nodes})")
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
 
-def node_commands(topology: Topology, config_path: str, *, resume: bool, python: str = "torchrun") -> list[str]:
-    commands = []
-    for node_rank in range(topology.nodes):
+def node_argv(topology: Topology, node_rank: int, config_path: str, *, resume: bool) -> list[str]:
+    """torchrun's arguments for one node (without the torchrun executable itself)."""
+    if topology.nodes == 1:
+        argv = ["--standalone", f"--nproc-per-node={topology.gpus_per_node}", "-m", "tbt_gpu.learner"]
+        argv += ["--config", config_path]
+    else:
         argv = [
-            python,
             "--nnodes", str(topology.nodes),
             "--nproc-per-node", str(topology.gpus_per_node),
             "--node-rank", str(node_rank),
-            "--master-addr", topology.master_addr,
-            "--master-port", str(topology.master_port),
+            "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", str(topology.rdzv_endpoint),
+            "--rdzv-id", topology.rdzv_id,
             "-m", "tbt_gpu.learner",
             "--config", config_path,
+            "--node-rank", str(node_rank),
         ]  # fmt: skip
-        if resume:
-            argv.append("--resume")
-        commands.append(shlex.join(argv))
-    return commands
+    if resume:
+        argv.append("--resume")
+    return argv
 
 
-def plan(topology: Topology, config_path: str, *, resume: bool) -> str:
+def node_commands(topology: Topology, config_path: str, *, resume: bool, torchrun: str = "torchrun") -> list[str]:
+    return [shlex.join([torchrun, *node_argv(topology, r, config_path, resume=resume)]) for r in range(topology.nodes)]
+
+
+def plan(topology: Topology, config_path: str, *, resume: bool, shown_path: str | None = None) -> str:
     cfg = LearnerConfig.load(config_path)
+    config_path = shown_path or config_path
     resolved = cfg.resolve(cuda_available=True, world_size=topology.world_size)
     lines = [
         f"# learner launch plan: {topology.nodes} node(s) x {topology.gpus_per_node} GPU(s) = world size "
-        f"{topology.world_size}, rendezvous at {topology.master_addr}:{topology.master_port}",
+        f"{topology.world_size}, "
+        + (f"c10d rendezvous at {topology.rdzv_endpoint}" if topology.nodes > 1 else "standalone (one node)"),
         f"# every node needs the repo's gpu-learner/ on PYTHONPATH, {config_path} at the same path, the model at "
         f"{resolved.model.path}, and checkpoint.dir {resolved.checkpoint.dir} on a shared filesystem",
         f"# the control endpoint runs on node 0 (rank 0) at "
@@ -90,10 +102,11 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--nodes", type=int, required=True)
     parser.add_argument("--gpus-per-node", type=int, required=True)
-    parser.add_argument("--master-addr", required=True)
-    parser.add_argument("--master-port", type=int, default=29500)
+    parser.add_argument("--rdzv-endpoint", default=None, help="host:port of node 0's c10d rendezvous (nodes > 1)")
+    parser.add_argument("--rdzv-id", default="tbt-learner")
     parser.add_argument("--config", required=True)
     parser.add_argument("--resume", action="store_true", help="add --resume to every command")
+    parser.add_argument("--config-shown", default=None, help="the config's path in the printed commands")
     parser.add_argument("--dry-run", action="store_true", help="print the plan (the only mode: nothing is started)")
     args = parser.parse_args(argv)
     if not args.dry_run:
@@ -102,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         topology = Topology(
             nodes=args.nodes,
             gpus_per_node=args.gpus_per_node,
-            master_addr=args.master_addr,
-            master_port=args.master_port,
+            rdzv_endpoint=args.rdzv_endpoint,
+            rdzv_id=args.rdzv_id,
         )
-        print(plan(topology, args.config, resume=args.resume))
+        print(plan(topology, args.config, resume=args.resume, shown_path=args.config_shown))
     except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -41,6 +41,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-model-len", type=int, default=None, help="context length (prompt + max_tokens)")
     parser.add_argument("--served-model-name", default=None, help="model id; default: the folder name")
     parser.add_argument("--chat-template", type=Path, default=None, help="Jinja file replacing the chat template")
+    parser.add_argument(
+        "--token-file", type=Path, default=None, help="0600 file with the bearer token the weight-sync routes require"
+    )
+    parser.add_argument(
+        "--weights-root", type=Path, action="append", default=[], help="folder weights may be reloaded from"
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser.parse_args(argv)
 
@@ -58,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     config = ServerConfig(
         model=model, host=args.host, port=args.port, max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
         threads=args.threads, max_model_len=args.max_model_len, served_model_name=args.served_model_name,
-        chat_template=args.chat_template,
+        chat_template=args.chat_template, token_file=args.token_file, weights_roots=tuple(args.weights_root),
     )  # fmt: skip
     from .app import PolicyServer
 

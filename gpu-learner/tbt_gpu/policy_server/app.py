@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import threading
@@ -16,13 +17,18 @@ from . import protocol
 from .batcher import Batcher
 from .config import ServerConfig
 from .engine import Engine, read_chat_template
-from .errors import ApiError, BadRequest, MethodNotAllowed, NotFound
+from .errors import ApiError, BadRequest, Forbidden, MethodNotAllowed, NotFound, Unauthorized
 
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 << 20
 
 Handler = Callable[[Any], dict[str, Any]]
+
+# Routes that change what the server serves: bearer token required (inference stays open, on loopback).
+PROTECTED_ROUTES = frozenset(
+    {"/reload_weights", "/collective_rpc", "/pause", "/resume", "/reset_prefix_cache", "/update_weight_version"}
+)
 
 
 class PolicyServer:
@@ -31,6 +37,9 @@ class PolicyServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.started_at = time.time()
+        # Read once at start: the file is the run's secret, the process keeps it in memory only.
+        self.token = config.token_file.read_text(encoding="utf-8").strip() if config.token_file else None
+        self.weights_roots = tuple(r.resolve() for r in config.weights_roots)
         template = read_chat_template(config.chat_template) if config.chat_template else None
         self.engine = Engine(
             config.model, threads=config.threads, max_model_len=config.max_model_len, chat_template=template
@@ -77,6 +86,21 @@ class PolicyServer:
     def shutdown(self) -> None:
         """Stop serving; call from a thread other than the one in ``serve_forever``."""
         self.httpd.shutdown()
+
+    def authorize(self, path: str, header: str | None) -> None:
+        if (path.rstrip("/") or "/") not in PROTECTED_ROUTES:
+            return
+        if self.token is None:
+            raise Forbidden(f"{path} is disabled: start the server with --token-file and --weights-root")
+        presented = (header or "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(presented.encode(), self.token.encode()):
+            raise Unauthorized(f"{path}: missing or wrong bearer token")
+
+    def checked_weights_path(self, path: str) -> Path:
+        resolved = Path(path).resolve()
+        if not any(resolved.is_relative_to(root) for root in self.weights_roots):
+            raise Forbidden(f"path {path!r} is outside the folders this server may load weights from")
+        return resolved
 
     def route(self, method: str, path: str) -> Handler:
         methods = self.routes.get(path.rstrip("/") or "/")
@@ -130,8 +154,9 @@ class PolicyServer:
 
     def _reload_weights(self, data: Any) -> dict[str, Any]:
         path, version = protocol.reload_request(protocol.Body(data))
+        folder = self.checked_weights_path(path)
         started = time.monotonic()
-        new_version = self.batcher.reload(Path(path), version).result()
+        new_version = self.batcher.reload(folder, version).result()
         return {"weight_version": new_version, "path": path, "seconds": round(time.monotonic() - started, 2)}
 
     def _pause(self, _: Any) -> dict[str, Any]:
@@ -152,7 +177,7 @@ class PolicyServer:
         path = kwargs.get("weights_path") if isinstance(kwargs, dict) else None
         if not isinstance(path, str) or not path:
             raise BadRequest("collective_rpc reload_weights needs kwargs.weights_path", param="kwargs")
-        self.batcher.reload(Path(path), None).result()
+        self.batcher.reload(self.checked_weights_path(path), None).result()
         return {"results": [None]}
 
     def _update_weight_version(self, data: Any) -> dict[str, Any]:
@@ -175,6 +200,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         app: PolicyServer = self.server.app  # type: ignore[attr-defined]
         path = urlsplit(self.path).path
         try:
+            app.authorize(path, self.headers.get("Authorization"))  # before the body is read
             data = self._read_json() if method == "POST" else None
             handler = app.route(method, path)
             status, payload = 200, handler(data)

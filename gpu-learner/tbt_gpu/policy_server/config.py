@@ -11,7 +11,7 @@ class ServerConfig:
     model: Path
     """Folder with config.json, *.safetensors and tokenizer files (e.g. ``ensure_model()``)."""
     host: str = "127.0.0.1"
-    """Interface to bind; keep it on loopback, there is no authentication."""
+    """Interface to bind; keep it on loopback: only /reload_weights is authenticated, inference is open."""
     port: int = 8000
     """TCP port; 0 picks a free one (the chosen port is logged)."""
     max_batch: int = 8
@@ -26,6 +26,10 @@ class ServerConfig:
     """Model id in /v1/models and responses; defaults to the model folder's name."""
     chat_template: Path | None = None
     """Jinja file (or tokenizer_config-style JSON) replacing the tokenizer's chat template."""
+    token_file: Path | None = None
+    """File (mode 0600) with the bearer token of the weight-sync routes; unset = they are disabled."""
+    weights_roots: tuple[Path, ...] = ()
+    """Folders weights may be reloaded from (exports, the base model); a path outside them is refused."""
 
     def __post_init__(self) -> None:
         if not (self.model / "config.json").is_file():
@@ -42,6 +46,13 @@ class ServerConfig:
             raise ValueError(f"max_model_len: must be >= 2, got {self.max_model_len}")
         if self.chat_template is not None and not self.chat_template.is_file():
             raise ValueError(f"chat_template: {self.chat_template} is not a file")
+        if self.token_file is not None:
+            if not self.token_file.is_file():
+                raise ValueError(f"token_file: {self.token_file} is not a file")
+            if self.token_file.stat().st_mode & 0o077:
+                raise ValueError(f"token_file: {self.token_file} is readable by others; chmod 600 it")
+            if not self.token_file.read_text(encoding="utf-8").strip():
+                raise ValueError(f"token_file: {self.token_file} is empty")
 
     @property
     def model_name(self) -> str:

@@ -35,6 +35,16 @@ class MethodNotAllowed(ApiError):
     error_type = "MethodNotAllowedError"
 
 
+class Unauthorized(ApiError):
+    status = 401
+    error_type = "AuthenticationError"
+
+
+class Forbidden(ApiError):
+    status = 403
+    error_type = "PermissionDeniedError"
+
+
 class Unavailable(ApiError):
     status = 503
     error_type = "ServiceUnavailableError"

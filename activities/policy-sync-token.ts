@@ -1,0 +1,58 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { readEnvironment } from '../config/environment.ts';
+import { BadInputError, errorMessage } from '../core/errors.ts';
+
+/**
+ * Bearer tokens for the built-in policy server's weight-sync routes, read from their files at call time so
+ * that they never enter a Temporal payload, an activity result or a log. The campaign's embedded server gets
+ * the token the GPU worker wrote at its start, and no other server does. Every other (external) server gets
+ * the token in the file TBT_POLICY_SYNC_TOKEN_FILE names, when that is set: the operator starts those servers
+ * with the same file. vLLM's dev-mode routes take no token (vLLM checks its API key on inference routes only).
+ */
+
+/** The embedded policy server's token file in a campaign folder (written 0600 at each server start). */
+export function policyTokenFile(campaignDir: string): string {
+  return path.join(campaignDir, 'policy-server.token');
+}
+
+/** The embedded server's address, recorded next to its pid file when the GPU worker starts it. */
+export function policyServerUrlFile(campaignDir: string): string {
+  return path.join(campaignDir, 'policy-server.json');
+}
+
+/** The token to send with a weight sync to `baseUrl`, or undefined when none is configured for it. */
+export function policySyncToken(
+  campaignDir: string,
+  baseUrl: string,
+  env: NodeJS.ProcessEnv = process.env,
+): string | undefined {
+  const urlFile = policyServerUrlFile(campaignDir);
+  const known = fs.existsSync(urlFile)
+    ? (JSON.parse(fs.readFileSync(urlFile, 'utf8')) as { baseUrl?: string }).baseUrl
+    : undefined;
+  if (known === baseUrl) {
+    const tokenFile = policyTokenFile(campaignDir);
+    return fs.existsSync(tokenFile) ? fs.readFileSync(tokenFile, 'utf8').trim() : undefined;
+  }
+  const external = readEnvironment(env).TBT_POLICY_SYNC_TOKEN_FILE;
+  return external ? readTokenFile(external) : undefined;
+}
+
+/** A 0600 token file's content; a missing, group- or world-readable or empty file is bad input (named, not shown). */
+function readTokenFile(file: string): string {
+  const variable = 'TBT_POLICY_SYNC_TOKEN_FILE';
+  let stat: fs.Stats;
+  try {
+    stat = fs.statSync(file);
+  } catch (err) {
+    throw new BadInputError(
+      `${variable}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? errorMessage(err)})`,
+    );
+  }
+  if (!stat.isFile()) throw new BadInputError(`${variable}: ${file} is not a file`);
+  if (stat.mode & 0o077) throw new BadInputError(`${variable}: ${file} is readable by others; chmod 600 it`);
+  const token = fs.readFileSync(file, 'utf8').trim();
+  if (!token) throw new BadInputError(`${variable}: ${file} is empty`);
+  return token;
+}

@@ -1,0 +1,438 @@
+import { spawnSync } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { readEnvironment, repoRoot } from '../../config/environment.ts';
+import { BadInputError, InfrastructureError } from '../../core/errors.ts';
+
+/**
+ * The sandbox every piece of dataset code runs in (ThinkingBox tool servers and test functions): third-party
+ * code that must not read the worker's secrets, reach its databases, write outside its own scratch folder or
+ * outlive its episode. See docs/dataset-sandbox.md for the threat, the defence and the tests.
+ *
+ * Defence, under bubblewrap (`bwrap`): new pid, network, mount, ipc and uts namespaces and a user namespace;
+ * a root filesystem built from read-only binds of the system folders, the Python environment and the
+ * dataset's folders, with one writable scratch folder; an environment holding only an allow-list; rlimits
+ * on CPU, memory, processes, file size and open files; and the whole process tree killed with the sandbox
+ * (its pid namespace dies with its init, which dies with the worker-side `bwrap` process).
+ * When this host's worker runs as root, the code also runs as a fresh unprivileged uid per sandbox (so the
+ * process limit counts this sandbox alone and no root-owned file is readable through uid 0).
+ *
+ * Without a working bubblewrap, dataset code is refused unless the operator asked for `--unsandboxed`
+ * (TBT_UNSANDBOXED=1); the mode is logged once per process either way.
+ */
+
+export type SandboxMode = 'bubblewrap' | 'unsandboxed';
+
+export interface SandboxLimits {
+  /** CPU seconds per process (RLIMIT_CPU). */
+  cpuSeconds: number;
+  /** Address space per process in MiB (RLIMIT_AS). */
+  memoryMb: number;
+  /** Processes and threads of the sandbox together (RLIMIT_NPROC of its own uid). */
+  processes: number;
+  /** Largest file it may write, MiB (RLIMIT_FSIZE). */
+  fileSizeMb: number;
+  /** Open file descriptors per process (RLIMIT_NOFILE). */
+  openFiles: number;
+}
+
+export const defaultSandboxLimits: Readonly<SandboxLimits> = Object.freeze({
+  cpuSeconds: 900,
+  memoryMb: 4096,
+  processes: 256,
+  fileSizeMb: 512,
+  openFiles: 1024,
+});
+
+/** One piece of dataset code to run. */
+export interface DatasetCommand {
+  command: string;
+  args: string[];
+  /** The dataset's own environment (servers.yaml `env`) and what our runner adds; nothing else is passed. */
+  env?: Record<string, string>;
+  /** Working directory (made visible read-only). */
+  cwd?: string;
+  /** Folders or files the code may read (the dataset, our helper package); system folders are always there. */
+  readOnly?: string[];
+  /** Folders put first on PATH (made visible read-only): the dataset's Python environment. */
+  pathPrefix?: string[];
+  /** Short name for the scratch folder and messages. */
+  label: string;
+  /** 'loopback': the sandbox's configured loopback ports reach their host services (tool servers); default none. */
+  network?: 'none' | 'loopback';
+}
+
+/** A loopback port inside the sandbox that reaches one host address. */
+export interface LoopbackForward {
+  port: number;
+  host: string;
+  hostPort: number;
+}
+
+/** `8108=127.0.0.1:8108,...` (TBT_SANDBOX_LOOPBACK) as forwards; an empty string is none. */
+export function parseLoopbackForwards(text: string): LoopbackForward[] {
+  return text
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((spec) => {
+      const m = /^(\d{1,5})=([\w.-]+):(\d{1,5})$/.exec(spec);
+      if (!m) throw new BadInputError(`TBT_SANDBOX_LOOPBACK: '${spec}' is not PORT=HOST:PORT`);
+      return { port: Number(m[1]), host: m[2]!, hostPort: Number(m[3]) };
+    });
+}
+
+/** What to spawn: a command line, its environment and working directory; `dispose` removes the scratch folder. */
+export interface SandboxedCommand {
+  command: string;
+  args: string[];
+  env: Record<string, string>;
+  cwd: string;
+  /** The writable folder (also HOME and TMPDIR of the code). */
+  scratch: string;
+  mode: SandboxMode;
+  dispose(): void;
+}
+
+export interface DatasetSandboxOptions {
+  /** Run dataset code without isolation when bubblewrap does not work (the operator's `--unsandboxed`). */
+  unsandboxed?: boolean;
+  limits?: Partial<SandboxLimits>;
+  /** Where scratch folders are made (default $TBT_STATE_DIR/dataset-scratch). */
+  scratchRoot?: string;
+  /** The bubblewrap binary (default `bwrap` from PATH). */
+  bwrap?: string;
+  /** Where the mode line goes (default stderr). */
+  log?: (line: string) => void;
+  /** Loopback ports that code asking for `network: 'loopback'` may reach, each relayed to one host address. */
+  loopback?: LoopbackForward[];
+}
+
+const SYSTEM_FOLDERS = ['/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
+// Only the /etc entries programs need to start and resolve names; never the whole of /etc.
+const ETC_FILES = [
+  'ld.so.cache',
+  'ld.so.conf',
+  'ld.so.conf.d',
+  'localtime',
+  'passwd',
+  'group',
+  'nsswitch.conf',
+  'hosts',
+  'ssl',
+  'ca-certificates',
+  'alternatives',
+  'mime.types',
+  'os-release',
+];
+const SAFE_PATH = '/usr/local/bin:/usr/bin:/bin';
+
+/** Our helper package (the test runner, the loopback relay), which the sandbox needs to see. */
+export const helperPackageDir = path.join(repoRoot, 'thinkingbox');
+
+/** Folders a Python interpreter needs: its venv and the base installation the venv points at. */
+export function pythonRoots(python: string): string[] {
+  const roots = new Set<string>();
+  const bin = path.dirname(path.resolve(python));
+  const venv = path.dirname(bin);
+  const cfg = path.join(venv, 'pyvenv.cfg');
+  if (fs.existsSync(cfg)) {
+    roots.add(venv);
+    const home = /^home\s*=\s*(.+)$/m.exec(fs.readFileSync(cfg, 'utf8'))?.[1]?.trim();
+    if (home) roots.add(path.dirname(home));
+  }
+  try {
+    roots.add(path.dirname(path.dirname(fs.realpathSync(python))));
+  } catch {
+    // `python3` from PATH: found under /usr, which is always there.
+  }
+  return [...roots].filter((r) => r !== '/' && fs.existsSync(r));
+}
+
+function isInside(child: string, parent: string): boolean {
+  const rel = path.relative(parent, child);
+  return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
+}
+
+/** bwrap arguments that build the root filesystem: system folders, read-only binds and the scratch folder. */
+function filesystemArgs(readOnly: string[], scratch: string): string[] {
+  const args: string[] = [];
+  for (const folder of SYSTEM_FOLDERS) {
+    const stat = fs.lstatSync(folder, { throwIfNoEntry: false });
+    if (!stat) continue;
+    if (stat.isSymbolicLink()) args.push('--symlink', fs.readlinkSync(folder), folder);
+    else args.push('--ro-bind', folder, folder);
+  }
+  for (const name of ETC_FILES) args.push('--ro-bind-try', `/etc/${name}`, `/etc/${name}`);
+  // Parents are mounted before what lies inside them (a dataset under /tmp stays visible over the scratch /tmp).
+  const mounts = [
+    { source: scratch, dest: scratch, writable: true },
+    { source: path.join(scratch, 'tmp'), dest: '/tmp', writable: true },
+    ...[...new Set(readOnly.map((p) => path.resolve(p)))]
+      .filter((p) => fs.existsSync(p) && !SYSTEM_FOLDERS.some((s) => isInside(p, s)))
+      .map((p) => ({ source: p, dest: p, writable: false })),
+  ].sort((a, b) => a.dest.split('/').length - b.dest.split('/').length || a.dest.localeCompare(b.dest));
+  const mounted: { dest: string; writable: boolean }[] = [];
+  const made = new Set<string>(['/']);
+  for (const m of mounts) {
+    const parent = mounted.filter((k) => isInside(m.dest, k.dest)).at(-1);
+    // A read-only bind already inside a read-only one adds nothing.
+    if (parent && !parent.writable && !m.writable) continue;
+    if (!parent) {
+      // bwrap would copy each parent's mode (and /root is 0700): make them world-traversable instead.
+      const chain: string[] = [];
+      for (let d = path.dirname(m.dest); !made.has(d); d = path.dirname(d)) chain.unshift(d);
+      for (const d of chain) {
+        made.add(d);
+        args.push('--perms', '0755', '--dir', d);
+      }
+    }
+    args.push(m.writable ? '--bind' : '--ro-bind', m.source, m.dest);
+    mounted.push({ dest: m.dest, writable: m.writable });
+    made.add(m.dest);
+  }
+  args.push('--proc', '/proc', '--dev', '/dev', '--remount-ro', '/');
+  return args;
+}
+
+/** As root the code runs as a uid of its own, so what it must read has to be readable by others. */
+function readableByOthers(p: string, label: string): void {
+  const stat = fs.statSync(p, { throwIfNoEntry: false });
+  if (!stat) return;
+  const need = stat.isDirectory() ? 0o005 : 0o004;
+  if ((stat.mode & need) !== need)
+    throw new BadInputError(
+      `${label}: ${p} (mode ${(stat.mode & 0o777).toString(8)}) is not readable by others, and dataset code runs ` +
+        `as an unprivileged uid of its own: make it readable (chmod o+r${stat.isDirectory() ? 'x' : ''})`,
+    );
+}
+
+function limitArgs(limits: SandboxLimits): string[] {
+  const both = (v: number) => `${v}:${v}`;
+  return [
+    `--cpu=${both(limits.cpuSeconds)}`,
+    `--as=${both(limits.memoryMb * 1024 * 1024)}`,
+    `--nproc=${both(limits.processes)}`,
+    `--fsize=${both(limits.fileSizeMb * 1024 * 1024)}`,
+    `--nofile=${both(limits.openFiles)}`,
+    '--core=0:0',
+  ];
+}
+
+export class DatasetSandbox {
+  readonly mode: SandboxMode;
+  readonly limits: Readonly<SandboxLimits>;
+  private readonly scratchRoot: string;
+  private readonly bwrap: string;
+  private readonly loopback: LoopbackForward[];
+  private readonly asRoot = process.getuid?.() === 0;
+
+  /** Checks that bubblewrap works here; refuses (throws) when it does not, unless `unsandboxed` is set. */
+  constructor(options: DatasetSandboxOptions = {}) {
+    this.limits = Object.freeze({ ...defaultSandboxLimits, ...options.limits });
+    this.scratchRoot = path.resolve(
+      options.scratchRoot ?? path.join(readEnvironment().TBT_STATE_DIR, 'dataset-scratch'),
+    );
+    this.bwrap = options.bwrap ?? 'bwrap';
+    this.loopback = options.loopback ?? [];
+    const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+    const problem = this.probe();
+    if (!problem) {
+      this.mode = 'bubblewrap';
+      log(`[dataset-sandbox] mode=bubblewrap: ${this.describe()}`);
+      return;
+    }
+    if (!options.unsandboxed)
+      throw new InfrastructureError(
+        `dataset code is refused: no working sandbox on this host (${problem}). Install bubblewrap ` +
+          `(bash scripts/install-bubblewrap.sh) or, knowing that dataset code then sees this host's secrets and ` +
+          `network, pass --unsandboxed (TBT_UNSANDBOXED=1)`,
+      );
+    this.mode = 'unsandboxed';
+    log(
+      `[dataset-sandbox] mode=UNSANDBOXED (--unsandboxed; ${problem}): dataset code runs with no namespaces and ` +
+        'no filesystem isolation; only the environment allow-list and the rlimits apply',
+    );
+  }
+
+  describe(): string {
+    const l = this.limits;
+    return (
+      `user, pid, network, mount, ipc and uts namespaces${this.asRoot ? ', a fresh unprivileged uid' : ''}; ` +
+      `read-only filesystem but a scratch folder; limits cpu=${l.cpuSeconds}s memory=${l.memoryMb}MiB ` +
+      `processes=${l.processes} file=${l.fileSizeMb}MiB files=${l.openFiles}; tool servers reach ` +
+      (this.loopback.length
+        ? this.loopback.map((f) => `127.0.0.1:${f.port} -> ${f.host}:${f.hostPort}`).join(', ')
+        : 'no network')
+    );
+  }
+
+  /** Why bubblewrap cannot run a trivial command here, or undefined when it can. */
+  private probe(): string | undefined {
+    const scratch = this.makeScratch('probe');
+    try {
+      const run = this.wrap({ command: 'true', args: [], label: 'probe' }, scratch, 'bubblewrap');
+      const result = spawnSync(run.command, run.args, { env: run.env, cwd: '/', encoding: 'utf8', timeout: 10_000 });
+      if (result.error) return `${this.bwrap}: ${result.error.message}`;
+      if (result.status !== 0) return `${this.bwrap} exited ${result.status}: ${(result.stderr ?? '').trim()}`;
+      return undefined;
+    } finally {
+      fs.rmSync(scratch.dir, { recursive: true, force: true });
+    }
+  }
+
+  private makeScratch(label: string): { dir: string; uid: number } {
+    fs.mkdirSync(this.scratchRoot, { recursive: true, mode: 0o755 });
+    const dir = fs.mkdtempSync(path.join(this.scratchRoot, `${label.replace(/[^\w.-]/g, '_').slice(0, 40)}-`));
+    fs.mkdirSync(path.join(dir, 'tmp'));
+    // A uid no other sandbox and no host account uses (the range is far above any system's accounts).
+    const uid = this.asRoot ? crypto.randomInt(1_000_000, 2_000_000_000) : (process.getuid?.() ?? 0);
+    if (this.asRoot) {
+      fs.chownSync(dir, uid, uid);
+      fs.chownSync(path.join(dir, 'tmp'), uid, uid);
+    }
+    fs.chmodSync(dir, 0o700);
+    return { dir, uid };
+  }
+
+  private wrap(code: DatasetCommand, scratch: { dir: string; uid: number }, mode: SandboxMode, relayDir?: string) {
+    const pathPrefix = code.pathPrefix ?? [];
+    const env: Record<string, string> = {
+      PATH: [...pathPrefix, SAFE_PATH].join(path.delimiter),
+      HOME: scratch.dir,
+      TMPDIR: path.join(scratch.dir, 'tmp'),
+      LANG: 'C.UTF-8',
+      PYTHONDONTWRITEBYTECODE: '1',
+      // Fixed values for the names the MCP SDK would otherwise copy from the worker's own environment.
+      SHELL: '/bin/sh',
+      TERM: 'dumb',
+      USER: 'sandbox',
+      LOGNAME: 'sandbox',
+      ...code.env,
+    };
+    const cwd = code.cwd ? path.resolve(code.cwd) : scratch.dir;
+    if (mode === 'unsandboxed')
+      return { command: 'prlimit', args: [...limitArgs(this.limits), '--', code.command, ...code.args], env, cwd };
+    const readOnly = [...(code.readOnly ?? []), ...pathPrefix, ...(code.cwd ? [cwd] : [])];
+    // The relay runs first inside the sandbox: it binds the loopback ports, forks, and execs the code.
+    const relay = relayDir
+      ? [
+          'python3',
+          '-I',
+          path.join(helperPackageDir, 'tbt_thinkingbox', 'loopback_forward.py'),
+          ...this.loopback.map((f) => `${f.port}=${path.join(relayDir, `${f.port}.sock`)}`),
+          '--',
+        ]
+      : [];
+    if (relayDir) readOnly.push(relayDir, path.join(helperPackageDir, 'tbt_thinkingbox', 'loopback_forward.py'));
+    for (const p of pathPrefix) readOnly.push(...pythonRoots(path.join(p, 'python')));
+    if (this.asRoot) for (const p of readOnly) readableByOthers(p, code.label);
+    const inner = this.asRoot
+      ? [
+          // Drop to the sandbox's own uid with no capabilities, then enter a user namespace as that uid.
+          'setpriv',
+          `--reuid=${scratch.uid}`,
+          `--regid=${scratch.uid}`,
+          '--clear-groups',
+          '--bounding-set=-all',
+          '--inh-caps=-all',
+          '--no-new-privs',
+          '--',
+          'unshare',
+          '--user',
+          '--map-current-user',
+          '--',
+        ]
+      : [];
+    const args = [
+      ...limitArgs(this.limits),
+      '--',
+      this.bwrap,
+      '--die-with-parent',
+      '--new-session',
+      ...(this.asRoot ? [] : ['--unshare-user', '--cap-drop', 'ALL']),
+      '--unshare-pid',
+      '--unshare-net',
+      '--unshare-ipc',
+      '--unshare-uts',
+      '--unshare-cgroup-try',
+      '--hostname',
+      'sandbox',
+      ...filesystemArgs(readOnly, scratch.dir),
+      '--chdir',
+      cwd,
+      '--',
+      ...inner,
+      ...relay,
+      code.command,
+      ...code.args,
+    ];
+    // bwrap itself gets only the allow-list too: its init (pid 1 inside) is what /proc/1/environ shows.
+    return { command: 'prlimit', args, env, cwd: '/' };
+  }
+
+  /** The command line that runs `code` in this sandbox, with a fresh scratch folder. */
+  prepare(code: DatasetCommand): SandboxedCommand {
+    const scratch = this.makeScratch(code.label);
+    // Unsandboxed code shares the host's network anyway; under the sandbox each forward is a unix socket the
+    // worker relays to its one host address (outside the scratch folder, so the code cannot replace it).
+    const relays =
+      code.network === 'loopback' && this.mode === 'bubblewrap' && this.loopback.length
+        ? this.startRelays(`${scratch.dir}.net`)
+        : undefined;
+    const run = this.wrap(code, scratch, this.mode, relays?.dir);
+    let disposed = false;
+    return {
+      ...run,
+      scratch: scratch.dir,
+      mode: this.mode,
+      dispose: () => {
+        if (disposed) return;
+        disposed = true;
+        relays?.close();
+        fs.rmSync(scratch.dir, { recursive: true, force: true });
+      },
+    };
+  }
+
+  private startRelays(dir: string): { dir: string; close(): void } {
+    fs.mkdirSync(dir, { mode: 0o755 });
+    const servers = this.loopback.map((f) => {
+      const socketPath = path.join(dir, `${f.port}.sock`);
+      const server = net.createServer((inside) => {
+        const host = net.connect(f.hostPort, f.host);
+        inside.pipe(host).pipe(inside);
+        const end = () => {
+          inside.destroy();
+          host.destroy();
+        };
+        inside.on('error', end).on('close', end);
+        host.on('error', end).on('close', end);
+      });
+      server.listen(socketPath, () => fs.chmodSync(socketPath, 0o777));
+      server.unref();
+      return server;
+    });
+    return {
+      dir,
+      close: () => {
+        for (const s of servers) s.close();
+        fs.rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  }
+}
+
+let shared: DatasetSandbox | undefined;
+
+/** The process's sandbox, made (and its mode logged) on first use; `--unsandboxed` is TBT_UNSANDBOXED=1. */
+export function datasetSandbox(): DatasetSandbox {
+  const env = readEnvironment();
+  shared ??= new DatasetSandbox({
+    unsandboxed: env.TBT_UNSANDBOXED === '1',
+    loopback: parseLoopbackForwards(env.TBT_SANDBOX_LOOPBACK),
+  });
+  return shared;
+}

@@ -1,0 +1,42 @@
+import path from 'node:path';
+import { PYTHON_PLACEHOLDER, type StdioServerSpec } from '../../config/thinkingbox-schema.ts';
+import type { DatasetEnvironment } from './dataset-environment.ts';
+
+/**
+ * What starts one dataset tool server: the argv and the environment, before any sandbox wraps it. The
+ * environment is an allow-list: the dataset's own `env` from servers.yaml, PATH with the dataset venv first,
+ * PYTHONPATH with the server packages, the bytecode cache in the venv, and a UTF-8 locale; nothing of the
+ * worker's own environment (its database URL, API keys) is passed on. The dataset sandbox (dataset-sandbox.ts)
+ * runs it contained, with `readOnly` and `pathPrefix` (and the working directory) visible read-only.
+ */
+
+export interface LaunchSpec {
+  command: string;
+  args: string[];
+  env: Record<string, string>;
+  cwd: string;
+  /** Folders the server reads besides its working directory: the server packages on PYTHONPATH. */
+  readOnly?: string[];
+  /** Folders first on PATH (the dataset venv's bin); the sandbox mounts them and the interpreter behind them. */
+  pathPrefix?: string[];
+}
+
+export function serverLaunchSpec(spec: StdioServerSpec, dataset: DatasetEnvironment): LaunchSpec {
+  const resolve = (arg: string) => arg.replaceAll(PYTHON_PLACEHOLDER, dataset.python);
+  return {
+    command: resolve(spec.command),
+    args: spec.args.map(resolve),
+    env: {
+      PATH: [path.dirname(dataset.python), '/usr/local/bin', '/usr/bin', '/bin'].join(path.delimiter),
+      PYTHONPATH: dataset.packages.join(path.delimiter),
+      // Bytecode is cached in the venv, never beside the dataset's sources (read in place, never written).
+      PYTHONPYCACHEPREFIX: path.join(dataset.venv, 'pycache'),
+      PYTHONUNBUFFERED: '1',
+      LANG: 'C.UTF-8',
+      ...spec.env,
+    },
+    cwd: spec.cwd,
+    readOnly: dataset.packages,
+    pathPrefix: [path.dirname(dataset.python)],
+  };
+}

@@ -1,0 +1,1 @@
+"""MCP tool servers of the thinkingbox-fixture example dataset (original code)."""

@@ -1,0 +1,108 @@
+import fs from 'node:fs';
+import path from 'node:path';
+
+/**
+ * What the state folder may forget, with defaults that lose nothing a resume needs: per campaign learner
+ * folder (`learners/<campaign>/`), weight exports beyond the last `keepExports`, and batch files of steps
+ * that a committed checkpoint already contains (a retried step rewrites its batch). Checkpoints themselves
+ * are pruned by the learner (`learner.keep_checkpoints`). Logs over `maxLogBytes` are rotated (copy, then
+ * truncate in place, so a daemon appending to it keeps writing), one previous generation kept as `.1`.
+ */
+
+export interface RetentionPolicy {
+  keepExports: number;
+  maxLogBytes: number;
+}
+
+export const defaultRetention: RetentionPolicy = { keepExports: 2, maxLogBytes: 64 * 1024 * 1024 };
+
+export interface GcReport {
+  removed: string[];
+  rotated: string[];
+  freedBytes: number;
+}
+
+function stepOf(name: string, suffix = ''): number | undefined {
+  const m = new RegExp(`^step-(\\d+)${suffix.replace('.', '\\.')}$`).exec(name);
+  return m ? Number(m[1]) : undefined;
+}
+
+function list(dir: string): string[] {
+  try {
+    return fs.readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
+export function diskUsage(target: string): number {
+  let stat: fs.Stats;
+  try {
+    stat = fs.lstatSync(target);
+  } catch {
+    return 0;
+  }
+  if (!stat.isDirectory()) return stat.size;
+  return list(target).reduce((sum, name) => sum + diskUsage(path.join(target, name)), 0);
+}
+
+function remove(target: string, report: GcReport, dryRun: boolean): void {
+  report.freedBytes += diskUsage(target);
+  report.removed.push(target);
+  if (!dryRun) fs.rmSync(target, { recursive: true, force: true });
+}
+
+/** Retention for one campaign's learner folder (`dir` holds `checkpoints/` and `batches/`). */
+export function pruneLearnerFolder(dir: string, policy: RetentionPolicy, dryRun = false, report?: GcReport): GcReport {
+  const out = report ?? { removed: [], rotated: [], freedBytes: 0 };
+  const checkpoints = path.join(dir, 'checkpoints');
+  const committed = list(checkpoints)
+    .map((n) => stepOf(n))
+    .filter((s): s is number => s !== undefined);
+  const lastCommitted = committed.length ? Math.max(...committed) : undefined;
+  const batches = path.join(dir, 'batches');
+  for (const name of list(batches)) {
+    const step = stepOf(name, '.jsonl');
+    if (step !== undefined && lastCommitted !== undefined && step <= lastCommitted)
+      remove(path.join(batches, name), out, dryRun);
+  }
+  const exports = path.join(checkpoints, 'exports');
+  const exported = list(exports)
+    .map((n) => stepOf(n))
+    .filter((s): s is number => s !== undefined)
+    .sort((a, b) => a - b);
+  for (const step of exported.slice(0, Math.max(0, exported.length - policy.keepExports)))
+    remove(path.join(exports, `step-${step}`), out, dryRun);
+  return out;
+}
+
+export function rotateLogs(dir: string, policy: RetentionPolicy, dryRun: boolean, report: GcReport): void {
+  for (const name of list(dir)) {
+    const file = path.join(dir, name);
+    let stat: fs.Stats;
+    try {
+      stat = fs.lstatSync(file);
+    } catch {
+      continue; // removed meanwhile
+    }
+    // A database server's data folder and checkpoints hold no logs of ours and are large.
+    if (stat.isDirectory() && (name === 'data' || name === 'checkpoints')) continue;
+    if (stat.isDirectory()) rotateLogs(file, policy, dryRun, report);
+    else if (stat.isFile() && name.endsWith('.log') && stat.size > policy.maxLogBytes) {
+      report.rotated.push(file);
+      report.freedBytes += Math.max(0, diskUsage(`${file}.1`));
+      if (dryRun) continue;
+      fs.copyFileSync(file, `${file}.1`);
+      fs.truncateSync(file, 0);
+    }
+  }
+}
+
+/** Retention over a whole state folder: every campaign's learner folder, then every log file. */
+export function collectGarbage(stateDir: string, policy: RetentionPolicy, dryRun = false): GcReport {
+  const report: GcReport = { removed: [], rotated: [], freedBytes: 0 };
+  const learners = path.join(stateDir, 'learners');
+  for (const name of list(learners)) pruneLearnerFolder(path.join(learners, name), policy, dryRun, report);
+  rotateLogs(stateDir, policy, dryRun, report);
+  return report;
+}

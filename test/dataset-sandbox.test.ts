@@ -1,0 +1,400 @@
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { repoRoot } from '../config/environment.ts';
+import { datasetPathPrefix, datasetPython } from '../activities/thinkingbox/dataset-python.ts';
+import { DatasetSandbox } from '../activities/thinkingbox/dataset-sandbox.ts';
+import { StdioServerPool } from '../activities/thinkingbox/stdio-server-pool.ts';
+import { runTestCase, type TestContext } from '../activities/thinkingbox/test-case-runner.ts';
+
+/**
+ * One test per way out of the dataset sandbox (docs/dataset-sandbox.md), each tried by hostile dataset code
+ * of our own (test/fixtures/dataset-sandbox) and each blocked: the worker's secrets via the environment and
+ * /proc/$PPID/environ, a direct `_socket` connect, the network from a subprocess, writes outside the scratch
+ * folder, a grandchild outliving the timeout, a fork bomb, a memory hog (and a CPU spin). The escapes the
+ * hostile server tries are first shown to succeed without the sandbox, so the checks can fail.
+ */
+
+const fixtures = path.join(repoRoot, 'test', 'fixtures', 'dataset-sandbox');
+const hostileTests = path.join(fixtures, 'hostile_tests.py');
+// Values a worker holds that dataset code must never see.
+const secrets = {
+  DATABASE_URL: `postgres://tbt_admin:pw-${crypto.randomUUID()}@127.0.0.1:5432/tbt`,
+  OPENAI_API_KEY: `sk-${crypto.randomUUID()}`,
+  TBT_AGENT_DB_PASSWORD: `agent-${crypto.randomUUID()}`,
+};
+const saved: Record<string, string | undefined> = {};
+const logged: string[] = [];
+let sandbox: DatasetSandbox;
+let listener: net.Server;
+let port = 0;
+let connections = 0;
+let outside: string;
+// A stand-in for the worker: a host process started with the secrets in its environment (/proc/PID/environ
+// shows what a process was started with; setting process.env here would not show there).
+let decoy: ChildProcess;
+
+before(async () => {
+  for (const [k, v] of Object.entries(secrets)) {
+    saved[k] = process.env[k];
+    process.env[k] = v;
+  }
+  sandbox = new DatasetSandbox({
+    limits: { processes: 40, memoryMb: 1024, cpuSeconds: 30 },
+    log: (l) => logged.push(l),
+  });
+  listener = net.createServer((socket) => {
+    connections += 1;
+    socket.end();
+  });
+  await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
+  port = (listener.address() as net.AddressInfo).port;
+  decoy = spawn('sleep', ['600'], { env: { ...secrets, PATH: '/usr/bin:/bin' }, stdio: 'ignore' });
+  outside = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-sandbox-outside-'));
+  fs.chmodSync(outside, 0o777); // writable by anyone: only the sandbox can stop a write here
+});
+
+after(async () => {
+  for (const [k, v] of Object.entries(saved))
+    if (v === undefined) delete process.env[k];
+    else process.env[k] = v;
+  decoy.kill('SIGKILL');
+  await new Promise<void>((resolve) => listener.close(() => resolve()));
+  fs.rmSync(outside, { recursive: true, force: true });
+});
+
+/** Host processes whose command line holds `token` (the host's view, outside every namespace). */
+function processesWith(token: string): number[] {
+  const pids: number[] = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8').includes(token)) pids.push(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
+
+async function waitFor(check: () => boolean, ms: number): Promise<boolean> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (check()) return true;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return check();
+}
+
+interface Escape {
+  own_environ: Record<string, string>;
+  parent_environ: string;
+  proc_environ: Record<string, string>;
+  proc_cmdline: Record<string, string>;
+  socket_connect: string;
+  subprocess_connect: string;
+  bash_connect: string;
+  writes: Record<string, string>;
+  scratch_write: string;
+}
+
+/** Starts the hostile tool server through the real pool and calls its `escape` tool. */
+async function escapeFromToolServer(on: DatasetSandbox, targets: string[], token = ''): Promise<Escape> {
+  const pool = new StdioServerPool({ warm: 0, sandbox: on, pathPrefix: datasetPathPrefix() });
+  const server = await pool.acquire('hostile', {
+    command: 'python',
+    args: [path.join(fixtures, 'hostile_server.py'), String(port)],
+    env: { HOSTILE_OWN_SETTING: 'kept' },
+    cwd: fixtures,
+  } as Parameters<StdioServerPool['acquire']>[1]);
+  try {
+    const result = await server.client.callTool(
+      { name: 'escape', arguments: { targets, token } },
+      CallToolResultSchema,
+      {
+        timeout: 60_000,
+      },
+    );
+    return JSON.parse((result.content as { text: string }[])[0]!.text) as Escape;
+  } finally {
+    await server.stop();
+    await pool.close();
+  }
+}
+
+const ctx = (effects: Record<string, unknown>): TestContext => ({
+  effects,
+  response: '',
+  tool_calls: [],
+  messages: [],
+  init_result: {},
+  session_id: 'sandbox-test',
+  metadata: {},
+  tool_direct_responses: [],
+});
+
+function assertNoSecret(where: string, text: string): void {
+  for (const [name, value] of Object.entries(secrets))
+    assert.ok(!text.includes(value), `${where} shows the worker's ${name}`);
+}
+
+test('without bubblewrap dataset code is refused unless --unsandboxed is given; the mode is always logged', () => {
+  assert.match(logged.join('\n'), /\[dataset-sandbox\] mode=bubblewrap: user, pid, network, mount/);
+  assert.throws(
+    () => new DatasetSandbox({ bwrap: '/nonexistent/bwrap', log: () => undefined }),
+    (err: Error) => {
+      assert.equal(err.name, 'InfrastructureError');
+      assert.match(err.message, /dataset code is refused: no working sandbox.*--unsandboxed/s);
+      return true;
+    },
+  );
+  const lines: string[] = [];
+  const unsafe = new DatasetSandbox({ bwrap: '/nonexistent/bwrap', unsandboxed: true, log: (l) => lines.push(l) });
+  assert.equal(unsafe.mode, 'unsandboxed');
+  assert.match(lines.join('\n'), /mode=UNSANDBOXED/);
+});
+
+test('control: without the sandbox the hostile server does get out (so the checks below can fail)', async () => {
+  const unsafe = new DatasetSandbox({ bwrap: '/nonexistent/bwrap', unsandboxed: true, log: () => undefined });
+  const target = path.join(outside, 'unsandboxed.txt');
+  const before = connections;
+  const found = await escapeFromToolServer(unsafe, [target]);
+  assert.ok(
+    Object.values(found.proc_environ).some((e) => e.includes(secrets.DATABASE_URL)),
+    "the worker stand-in's secrets were not visible",
+  );
+  assert.equal(found.socket_connect, 'connected');
+  assert.equal(found.subprocess_connect, 'connected');
+  assert.equal(found.writes[target], 'written');
+  assert.ok(connections > before);
+});
+
+test(
+  'environ: a tool server sees only its allow-list, never the worker secrets, not even via ' + '/proc/$PPID/environ',
+  async () => {
+    const found = await escapeFromToolServer(sandbox, []);
+    assert.deepEqual(Object.keys(found.own_environ).sort(), [
+      'HOME',
+      'HOSTILE_OWN_SETTING',
+      'LANG',
+      'LOGNAME',
+      'PATH',
+      'PWD',
+      'PYTHONDONTWRITEBYTECODE',
+      'SHELL',
+      'TERM',
+      'TMPDIR',
+      'USER',
+    ]);
+    assert.equal(found.own_environ.HOSTILE_OWN_SETTING, 'kept');
+    assertNoSecret('/proc/$PPID/environ', found.parent_environ);
+    // Its own pid namespace: the only processes it sees are its sandbox's.
+    assert.ok(Object.keys(found.proc_cmdline).length <= 4, `sees ${Object.keys(found.proc_cmdline).length} processes`);
+    for (const [pid, text] of [...Object.entries(found.proc_environ), ...Object.entries(found.proc_cmdline)])
+      assertNoSecret(`/proc/${pid}`, text);
+  },
+);
+
+test('environ: test code cannot read the worker secrets via /proc/$PPID/environ either', async () => {
+  const outcome = await runTestCase({
+    file: hostileTests,
+    function: 'test_parent_environ',
+    context: ctx({}),
+    timeoutMs: 30_000,
+    python: datasetPython(),
+    sandbox,
+  });
+  assert.equal(outcome.status, 'fail');
+  const found = JSON.parse(outcome.message) as { parent_environ: string; own_environ: Record<string, string> };
+  assertNoSecret('/proc/$PPID/environ of test code', found.parent_environ);
+  assertNoSecret('the environment of test code', JSON.stringify(found.own_environ));
+});
+
+test('_socket direct connect and network from a subprocess (python, bash /dev/tcp) are blocked', async () => {
+  const before = connections;
+  const found = await escapeFromToolServer(sandbox, []);
+  assert.notEqual(found.socket_connect, 'connected');
+  assert.match(found.socket_connect, /ConnectionRefused|Network is unreachable|OSError/);
+  assert.notEqual(found.subprocess_connect, 'connected');
+  assert.notEqual(found.bash_connect, 'connected');
+  assert.equal(connections, before, 'the host listener saw a connection');
+});
+
+test('writes outside the scratch folder fail; the scratch folder is writable and removed afterwards', async () => {
+  const targets = [
+    path.join(outside, 'escaped.txt'),
+    path.join(fixtures, 'escaped.txt'),
+    path.join(repoRoot, 'escaped.txt'),
+    '/etc/escaped',
+    '/usr/escaped',
+    '/dev/shm/escaped',
+    '/escaped',
+  ];
+  const scratchRoot = path.join(process.env.TBT_STATE_DIR ?? path.join(repoRoot, '.state'), 'dataset-scratch');
+  const found = await escapeFromToolServer(sandbox, targets);
+  for (const t of targets) {
+    assert.notEqual(found.writes[t], 'written', `wrote ${t}`);
+    assert.ok(!fs.existsSync(t), `${t} exists on the host`);
+  }
+  assert.equal(found.scratch_write, 'written');
+  const home = found.own_environ.HOME!;
+  assert.ok(home.startsWith(scratchRoot), home);
+  assert.ok(!fs.existsSync(home), 'the scratch folder outlived the server');
+});
+
+test('a grandchild in its own session does not survive the test timeout', { timeout: 60_000 }, async () => {
+  const token = `tbt-grandchild-${crypto.randomUUID()}`;
+  const run = runTestCase({
+    file: hostileTests,
+    function: 'test_leaves_a_grandchild',
+    context: ctx({ token }),
+    timeoutMs: 4_000,
+    python: datasetPython(),
+    sandbox,
+  });
+  const seen = waitFor(() => processesWith(token).length > 0, 4_000);
+  await assert.rejects(run, /did not finish within 4000 ms/);
+  assert.ok(await seen, 'the grandchild never started (the test would prove nothing)');
+  assert.ok(await waitFor(() => processesWith(token).length === 0, 3_000), `left: ${processesWith(token)}`);
+});
+
+test("a tool server's grandchild in its own session dies at the server's teardown", async () => {
+  const token = `tbt-server-grandchild-${crypto.randomUUID()}`;
+  let alive = 0;
+  const sampler = setInterval(() => (alive = Math.max(alive, processesWith(token).length)), 50);
+  try {
+    await escapeFromToolServer(sandbox, [], token);
+  } finally {
+    clearInterval(sampler);
+  }
+  assert.ok(alive > 0 || processesWith(token).length > 0, 'the grandchild never started');
+  assert.ok(await waitFor(() => processesWith(token).length === 0, 5_000), `left: ${processesWith(token)}`);
+});
+
+test('a fork bomb stops at the process limit and dies with the test', { timeout: 60_000 }, async (t) => {
+  const token = `tbt-forkbomb-${crypto.randomUUID()}`;
+  let most = 0;
+  const sampler = setInterval(() => {
+    most = Math.max(most, processesWith(token).length);
+  }, 50);
+  try {
+    await assert.rejects(
+      runTestCase({
+        file: hostileTests,
+        function: 'test_fork_bomb',
+        context: ctx({ token }),
+        timeoutMs: 5_000,
+        python: datasetPython(),
+        sandbox,
+      }),
+      /did not finish within 5000 ms/,
+    );
+  } finally {
+    clearInterval(sampler);
+  }
+  t.diagnostic(`most processes seen at once: ${most} (limit ${sandbox.limits.processes})`);
+  assert.ok(most >= 20, `the bomb reached only ${most} processes (it did not run)`);
+  assert.ok(most <= sandbox.limits.processes, `${most} processes > limit ${sandbox.limits.processes}`);
+  assert.ok(await waitFor(() => processesWith(token).length === 0, 3_000), `left: ${processesWith(token).length}`);
+});
+
+test('a memory hog cannot allocate past the memory limit', { timeout: 60_000 }, async () => {
+  await assert.rejects(
+    runTestCase({
+      file: hostileTests,
+      function: 'test_memory_hog',
+      context: ctx({ bytes: 2 * sandbox.limits.memoryMb * 1024 * 1024 }),
+      timeoutMs: 30_000,
+      python: datasetPython(),
+      sandbox,
+    }),
+    /raised an error: MemoryError/,
+  );
+  // The same code under the limit does allocate (so the limit, not the code, stopped it above).
+  const small = await runTestCase({
+    file: hostileTests,
+    function: 'test_memory_hog',
+    context: ctx({ bytes: 64 * 1024 * 1024 }),
+    timeoutMs: 30_000,
+    python: datasetPython(),
+    sandbox,
+  });
+  assert.equal(small.status, 'fail');
+  assert.match(small.message, /allocated 67108864 bytes/);
+});
+
+test('a CPU spin is stopped by the CPU limit before the wall-clock timeout', { timeout: 60_000 }, async () => {
+  const tight = new DatasetSandbox({ limits: { cpuSeconds: 2 }, log: () => undefined });
+  const started = Date.now();
+  await assert.rejects(
+    runTestCase({
+      file: hostileTests,
+      function: 'test_cpu_spin',
+      context: ctx({}),
+      timeoutMs: 40_000,
+      python: datasetPython(),
+      sandbox: tight,
+    }),
+    /exited .* without a result/,
+  );
+  assert.ok(Date.now() - started < 30_000);
+});
+
+/** Runs `python3 -c code` in `on` and returns its stdout (async: the loopback relay lives in this process). */
+function runPython(on: DatasetSandbox, code: string, network: 'none' | 'loopback'): Promise<string> {
+  const run = on.prepare({
+    command: 'python3',
+    args: ['-c', code],
+    pathPrefix: datasetPathPrefix(),
+    label: 'net',
+    network,
+  });
+  return new Promise((resolve, reject) => {
+    const child = spawn(run.command, run.args, { env: run.env, cwd: run.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (out += c.toString()));
+    child.on('error', reject);
+    child.on('close', () => {
+      run.dispose();
+      resolve(out.trim());
+    });
+  });
+}
+
+test(
+  'tool servers reach only their configured loopback ports; test code reaches none',
+  { timeout: 60_000 },
+  async () => {
+    const service = net.createServer((socket) => socket.end('hello from the search service\n'));
+    await new Promise<void>((resolve) => service.listen(0, '127.0.0.1', resolve));
+    const servicePort = (service.address() as net.AddressInfo).port;
+    const forwarding = new DatasetSandbox({
+      loopback: [{ port: 8108, host: '127.0.0.1', hostPort: servicePort }],
+      log: () => undefined,
+    });
+    const dial = (p: number) =>
+      [
+        'import socket',
+        'try:',
+        `    s = socket.create_connection(("127.0.0.1", ${p}), timeout=5); print(s.recv(100).decode().strip())`,
+        'except OSError as e:',
+        '    print(type(e).__name__)',
+      ].join('\n');
+    try {
+      assert.equal(await runPython(forwarding, dial(8108), 'loopback'), 'hello from the search service');
+      const before = connections;
+      assert.match(await runPython(forwarding, dial(port), 'loopback'), /ConnectionRefused/);
+      assert.match(await runPython(forwarding, dial(8108), 'none'), /ConnectionRefused/);
+      assert.equal(connections, before);
+    } finally {
+      await new Promise<void>((resolve) => service.close(() => resolve()));
+    }
+  },
+);

@@ -1,0 +1,63 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { EpisodeRecord } from '../activities/episode-runner.ts';
+import { findFinishedEpisode, markEpisodeRunning, saveEpisode } from '../activities/episode-store.ts';
+import { withClient } from '../infra/control-database.ts';
+import { controlReady } from './helpers/stack.ts';
+
+const lone = '\uD83D'; // the first half of an emoji, cut off (a token boundary in a streamed output)
+
+function recordWithOddText(): EpisodeRecord {
+  const usage = { calls: 1, input: 1, output: 1, cached: 0 };
+  return {
+    outcome: 'agent_failure',
+    reward: 0,
+    finishReason: 'agent_turn_limit',
+    cause: 'model said \u0000',
+    messages: [
+      { role: 'user', content: 'hi' },
+      { role: 'assistant', content: `calls\u0000 a tool ${lone}` },
+      { role: 'tool', content: 'low half alone: \uDE00', tool_call_id: 'c1' },
+    ],
+    completions: [],
+    toolCalls: [{ turn: 1, name: 'sql', arguments: { ['key\u0000']: `v${lone}` }, result: 'r\u0000', isError: false }],
+    usage: { policy: usage, user: usage, judge: usage },
+    timings: { totalMs: 1, policyMs: 1, toolMs: 0, userMs: 0, gradeMs: 0, sandboxMs: 0 },
+  } as EpisodeRecord;
+}
+
+test('finding 8: an episode with NUL and lone surrogates is saved (as U+FFFD), not lost', async () => {
+  const url = await controlReady();
+  const id = `test:finding-8:${Date.now()}`;
+  await withClient(url, async (c) => {
+    await markEpisodeRunning(
+      c,
+      { id, taskUid: 't', suite: 's', scenario: 'sc', domain: 'd', purpose: 'adhoc' },
+      'attempt-1',
+    );
+    assert.equal(await saveEpisode(c, id, recordWithOddText(), 'attempt-1'), true);
+    const stored = (
+      await c.query<{ record: EpisodeRecord; cause: string }>('SELECT record, cause FROM episodes WHERE id = $1', [id])
+    ).rows[0]!;
+    assert.equal(stored.record.messages[1]!.content, 'calls\uFFFD a tool \uFFFD');
+    assert.equal(stored.record.messages[2]!.content, 'low half alone: \uFFFD');
+    assert.deepEqual(stored.record.toolCalls[0]!.arguments, { 'key\uFFFD': 'v\uFFFD' });
+    assert.equal(stored.cause, 'model said \uFFFD');
+    assert.equal(stored.record.unstorableCharacters, 7);
+    assert.equal((await findFinishedEpisode(c, id))?.outcome, 'agent_failure');
+    // An intact emoji (a valid surrogate pair) is kept as it is.
+    const emoji = { ...recordWithOddText(), messages: [{ role: 'assistant', content: 'ok \uD83D\uDE00' }] };
+    await markEpisodeRunning(
+      c,
+      { id: `${id}:emoji`, taskUid: 't', suite: 's', scenario: 'sc', domain: 'd', purpose: 'adhoc' },
+      'a',
+    );
+    assert.equal(await saveEpisode(c, `${id}:emoji`, emoji as EpisodeRecord, 'a'), true);
+    const kept = await c.query<{ content: string }>(
+      `SELECT record->'messages'->0->>'content' AS content FROM episodes WHERE id = $1`,
+      [`${id}:emoji`],
+    );
+    assert.equal(kept.rows[0]!.content, 'ok \uD83D\uDE00');
+    await c.query(`DELETE FROM episodes WHERE id LIKE $1`, [`${id}%`]);
+  });
+});

@@ -1,0 +1,41 @@
+import { NativeConnection, Worker } from '@temporalio/worker';
+import pino from 'pino';
+import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../config/environment.ts';
+import { createCampaignActivities } from '../activities/campaign-activities.ts';
+import { ensureControlDatabase } from '../infra/control-database.ts';
+
+/**
+ * Bookkeeping worker: the campaign's bookkeeping activities (ingest, select, record, aggregate, report), in a
+ * process of their own, so that their Postgres reads and files never share memory or an event loop with the
+ * workflow worker. It polls the activity side of the workflows' queue (`taskQueues(env).bookkeeping`: in
+ * Temporal a queue's workflow tasks and activity tasks are dispatched separately, and the orchestrator worker
+ * registers no bookkeeping activity), so workflow code and recorded histories are unchanged. Stateless: run
+ * as many as the load needs.
+ */
+
+async function run(): Promise<void> {
+  const env = readEnvironment();
+  const log = pino({ name: 'bookkeeping-worker', base: { pid: process.pid } });
+  await ensureControlDatabase(env);
+  const connection = await NativeConnection.connect({ address: temporalAddress(env) });
+  const taskQueue = taskQueues(env).bookkeeping;
+  try {
+    const worker = await Worker.create({
+      connection,
+      namespace: env.TBT_TEMPORAL_NAMESPACE,
+      taskQueue,
+      activities: createCampaignActivities({ controlUrl: databaseUrl(env), stateDir: env.TBT_STATE_DIR }),
+      maxConcurrentActivityTaskExecutions: 8,
+      shutdownGraceTime: '10s',
+    });
+    log.info({ taskQueue }, 'bookkeeping worker started');
+    await worker.run();
+  } finally {
+    await connection.close();
+  }
+}
+
+run().catch((err: unknown) => {
+  console.error('bookkeeping worker failed:', err);
+  process.exit(1);
+});
