@@ -180,14 +180,13 @@ function filesystemArgs(readOnly: string[], scratch: string): string[] {
     const parent = mounted.filter((k) => isInside(m.dest, k.dest)).at(-1);
     // A read-only bind already inside a read-only one adds nothing.
     if (parent && !parent.writable && !m.writable) continue;
-    if (!parent) {
-      // bwrap would copy each parent's mode (and /root is 0700): make them world-traversable instead.
-      const chain: string[] = [];
-      for (let d = path.dirname(m.dest); !made.has(d); d = path.dirname(d)) chain.unshift(d);
-      for (const d of chain) {
-        made.add(d);
-        args.push('--perms', '0755', '--dir', d);
-      }
+    // bwrap would copy each parent's mode (and /root is 0700), or create missing ones inside a writable mount
+    // (a dataset under /tmp, over the scratch /tmp) as 0700 root: make every one world-traversable instead.
+    const chain: string[] = [];
+    for (let d = path.dirname(m.dest); !made.has(d); d = path.dirname(d)) chain.unshift(d);
+    for (const d of chain) {
+      made.add(d);
+      args.push('--perms', '0755', '--dir', d);
     }
     args.push(m.writable ? '--bind' : '--ro-bind', m.source, m.dest);
     mounted.push({ dest: m.dest, writable: m.writable });
