@@ -41,6 +41,20 @@ export interface GradeReport {
   cause?: string;
 }
 
+/** The report a grader starts from and fills in: a failure until every check has passed. */
+export function ungradedReport(): GradeReport {
+  return {
+    outcome: 'agent_failure',
+    reward: 0,
+    stateMatches: false,
+    resultHash: '',
+    goldenHash: '',
+    diff: [],
+    assertions: [],
+    rubrics: [],
+  };
+}
+
 export interface GradeInput {
   scenario: Scenario;
   task: Task;
@@ -160,16 +174,7 @@ export class TerminalStateGrader {
 
   async grade(input: GradeInput): Promise<GradeReport> {
     const { scenario, task, sandbox } = input;
-    const report: GradeReport = {
-      outcome: 'agent_failure',
-      reward: 0,
-      stateMatches: false,
-      resultHash: '',
-      goldenHash: '',
-      diff: [],
-      assertions: [],
-      rubrics: [],
-    };
+    const report = ungradedReport();
     try {
       const golden = await this.goldenState(scenario, task);
       const result = await readCanonicalState(sandbox, scenario);

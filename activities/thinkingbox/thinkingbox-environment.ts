@@ -7,7 +7,7 @@ import { BadInputError, InfrastructureError, errorMessage } from '../../core/err
 import type { EpisodeEnvironment, GradeRequest, OpenedEnvironment } from '../episode-environment.ts';
 import type { Judge, JudgeVerdict } from '../judge-client.ts';
 import { toolResultText, type ToolResult, type ToolSession, type ToolSpec } from '../mcp-tool-session.ts';
-import type { GradeReport } from '../terminal-state-grader.ts';
+import { ungradedReport, type GradeReport } from '../terminal-state-grader.ts';
 import type { ThinkingBoxSuite } from './imported-suite.ts';
 import { datasetEnvironment } from './dataset-environment.ts';
 import { serverLaunchSpec } from './server-launch.ts';
@@ -296,16 +296,7 @@ export function thinkingboxEnvironment(
             }
           : {}),
         async grade(request: GradeRequest): Promise<GradeReport> {
-          const report: GradeReport = {
-            outcome: 'agent_failure',
-            reward: 0,
-            stateMatches: false,
-            resultHash: '',
-            goldenHash: '',
-            diff: [],
-            assertions: [],
-            rubrics: [],
-          };
+          const report = ungradedReport();
           try {
             const effects: Record<string, ServerEffects> = {};
             for (const server of servers)
