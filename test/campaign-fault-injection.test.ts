@@ -110,6 +110,7 @@ test(
       }),
     ]);
     const { client, connection: clientConnection } = await temporalClient();
+    let runs: Promise<unknown>[] = [];
     try {
       const run = client.workflow.execute(campaignWorkflow, {
         workflowId: campaignId,
@@ -123,7 +124,8 @@ test(
           },
         ],
       });
-      const status = await Promise.all(workers.map((w) => w.runUntil(run))).then((r) => r[0] as CampaignStatus);
+      runs = workers.map((w) => w.runUntil(run));
+      const status = await Promise.all(runs).then((r) => r[0] as CampaignStatus);
       assert.equal(status.stage, 'done');
       assert.equal(status.step, 1);
       assert.ok(
@@ -176,6 +178,8 @@ test(
       assert.ok(status.evalAfter && fs.existsSync(status.evalAfter.aggregate));
       assert.ok(status.report && fs.existsSync(status.report.html));
     } finally {
+      // Workers still shutting down (the campaign failed) keep the connection: wait, so the real error shows.
+      await Promise.allSettled(runs);
       await clientConnection.close();
       await connection.close();
       await pool.close();
