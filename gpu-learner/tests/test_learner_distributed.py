@@ -22,8 +22,10 @@ from tbt_gpu.learner.trainer import Trainer
 def test_two_ranks_match_one_rank(tmp_path: pathlib.Path) -> None:
     model = make_tiny_model(tmp_path / "model")
     batch_path = random_batch(tmp_path / "batch.jsonl", seed=7, count=9, with_old=True)
+    # loss.old_logprobs "sampler": the sampled log-probabilities are the ratio's denominator, so ratios leave 1
     config = write_config(tmp_path / "learner.json", model=model, checkpoint_dir=tmp_path / "ckpt",
-                          train={"micro_batch_tokens": 64})  # fmt: skip
+                          train={"micro_batch_tokens": 64},
+                          loss={"old_logprobs": "sampler"})  # fmt: skip
 
     learner = Learner(config, tmp_path / "ckpt", nproc=2)
     try:
