@@ -1,21 +1,26 @@
 import { NativeConnection, Worker } from '@temporalio/worker';
-import pino from 'pino';
 import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../config/environment.ts';
 import { createCampaignActivities } from '../activities/campaign-activities.ts';
+import { createSmokeActivities } from '../activities/smoke-activities.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
+import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
+import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
+
+const log = createServiceLogger('bookkeeping-worker');
+// Activity and worker logs (Temporal's `log`) go through this logger and its redaction.
+installTemporalLogger(log);
 
 /**
- * Bookkeeping worker: the campaign's bookkeeping activities (ingest, select, record, aggregate, report), in a
- * process of their own, so that their Postgres reads and files never share memory or an event loop with the
- * workflow worker. It polls the activity side of the workflows' queue (`taskQueues(env).bookkeeping`: in
- * Temporal a queue's workflow tasks and activity tasks are dispatched separately, and the orchestrator worker
- * registers no bookkeeping activity), so workflow code and recorded histories are unchanged. Stateless: run
- * as many as the load needs.
+ * Bookkeeping worker: the campaign's bookkeeping activities (ingest, select, record, aggregate, report) and the
+ * stack's smoke check, in a process of their own, so that their Postgres reads and files never share memory or an
+ * event loop with the workflow worker. It polls the activity side of the workflows' queue
+ * (`taskQueues(env).bookkeeping`: in Temporal a queue's workflow tasks and activity tasks are dispatched
+ * separately, and the orchestrator worker registers no activity, so it never polls them), so workflow code and
+ * recorded histories are unchanged. Stateless: run as many as the load needs.
  */
 
 async function run(): Promise<void> {
   const env = readEnvironment();
-  const log = pino({ name: 'bookkeeping-worker', base: { pid: process.pid } });
   await ensureControlDatabase(env);
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });
   const taskQueue = taskQueues(env).bookkeeping;
@@ -24,7 +29,10 @@ async function run(): Promise<void> {
       connection,
       namespace: env.TBT_TEMPORAL_NAMESPACE,
       taskQueue,
-      activities: createCampaignActivities({ controlUrl: databaseUrl(env), stateDir: env.TBT_STATE_DIR }),
+      activities: {
+        ...createCampaignActivities({ controlUrl: databaseUrl(env), stateDir: env.TBT_STATE_DIR }),
+        ...createSmokeActivities(databaseUrl(env)),
+      },
       maxConcurrentActivityTaskExecutions: 8,
       shutdownGraceTime: '10s',
     });
@@ -35,7 +43,4 @@ async function run(): Promise<void> {
   }
 }
 
-run().catch((err: unknown) => {
-  console.error('bookkeeping worker failed:', err);
-  process.exit(1);
-});
+run().catch((err: unknown) => exitWithCrash(log, 'bookkeeping worker', err));

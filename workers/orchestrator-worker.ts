@@ -1,14 +1,15 @@
 import path from 'node:path';
 import { NativeConnection, Worker } from '@temporalio/worker';
-import { databaseUrl, readEnvironment, repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
-import { createSmokeActivities } from '../activities/smoke-activities.ts';
+import { readEnvironment, repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
 
 /**
- * Orchestrator worker: runs the (deterministic) workflows, and the stack's smoke check. The campaign's bookkeeping
- * activities run in the bookkeeping worker (workers/bookkeeping-worker.ts), a process of its own.
+ * Orchestrator worker: runs the (deterministic) workflows and nothing else. It registers no activity on purpose:
+ * a worker with activities also polls its queue's activity tasks, and would take bookkeeping activities it cannot
+ * run ("not registered"), failing attempts at random. Every activity of this queue runs in the bookkeeping worker
+ * (workers/bookkeeping-worker.ts), a process of its own.
  */
 
 const log = createServiceLogger('orchestrator-worker');
@@ -17,7 +18,6 @@ installTemporalLogger(log);
 
 async function run(): Promise<void> {
   const env = readEnvironment();
-  const controlUrl = databaseUrl(env);
   await ensureControlDatabase(env);
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });
   try {
@@ -26,7 +26,6 @@ async function run(): Promise<void> {
       namespace: env.TBT_TEMPORAL_NAMESPACE,
       taskQueue: taskQueues(env).orchestrator,
       workflowsPath: path.join(repoRoot, 'workflows', 'index.ts'),
-      activities: createSmokeActivities(controlUrl),
       shutdownGraceTime: '10s',
     });
     log.info({ taskQueue: taskQueues(env).orchestrator }, 'orchestrator worker started');
