@@ -5,13 +5,13 @@ import {
   exampleTurns,
   type PromptTool,
 } from '../core/agent-prompt.ts';
-import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
+import { BadInputError, ContextOverflowError, InfrastructureError, errorMessage } from '../core/errors.ts';
 import { interpretCompletion, interpretNativeMessage, type Interpretation } from '../core/interpret/index.ts';
 import type { VisibleTurn } from '../core/user-simulator-prompt.ts';
 import type { Judge } from './judge-client.ts';
 import type { EpisodeEnvironment, EpisodeTask, OpenedEnvironment } from './episode-environment.ts';
 import type { ChatMessage, SamplingParams } from './policy-client.ts';
-import type { PolicyDriver, Trajectory } from './policy-driver.ts';
+import type { Generation, PolicyDriver, Trajectory } from './policy-driver.ts';
 import type { SimulatedUser } from './simulated-user.ts';
 import type { GradeReport } from './terminal-state-grader.ts';
 
@@ -31,6 +31,7 @@ export type FinishReason =
   | 'agent_turn_limit'
   | 'token_budget'
   | 'turn_token_cap'
+  | 'context_overflow'
   | 'wall_clock_timeout'
   | 'infrastructure_error';
 
@@ -48,6 +49,7 @@ const GRADED: ReadonlySet<FinishReason> = new Set([
   'agent_turn_limit',
   'token_budget',
   'turn_token_cap',
+  'context_overflow',
 ]);
 
 export interface EpisodeLimits {
@@ -105,6 +107,8 @@ export interface EpisodeRecord {
   worker?: string;
   /** Weight version of the policy server(s) it sampled from (set in campaigns; 0 = the base weights). */
   weightVersion?: number;
+  /** The policy server's refusal, when the episode ended with `context_overflow`. */
+  contextOverflow?: string;
   /** NUL characters and lone surrogates replaced by U+FFFD so that Postgres could store the record. */
   unstorableCharacters?: number;
 }
@@ -242,9 +246,18 @@ export async function runEpisode(
         break;
       }
       const maxTokens = Math.min(options.limits.maxTokensPerTurn, room);
-      const generation = await timed('policyMs', () =>
-        deps.policy.generate({ ...options.sampling, maxTokens, timeoutMs: callTimeoutMs() }),
-      );
+      let generation: Generation;
+      try {
+        generation = await timed('policyMs', () =>
+          deps.policy.generate({ ...options.sampling, maxTokens, timeoutMs: callTimeoutMs() }),
+        );
+      } catch (err) {
+        if (!(err instanceof ContextOverflowError)) throw err;
+        // The conversation outgrew the model's context: the agent's doing, graded like a token limit.
+        finish = 'context_overflow';
+        record.contextOverflow = err.message;
+        break;
+      }
       Object.assign(record.usage.policy, {
         calls: record.usage.policy.calls + 1,
         input: record.usage.policy.input + generation.usage.input,

@@ -1,5 +1,5 @@
 import OpenAI from 'openai';
-import { InfrastructureError, errorMessage } from '../core/errors.ts';
+import { ContextOverflowError, InfrastructureError, errorMessage, isContextOverflowText } from '../core/errors.ts';
 import { NO_API_KEY, resolveApiKey } from './api-key.ts';
 
 /**
@@ -82,8 +82,11 @@ async function postJson<T>(
     throw new InfrastructureError(`policy server ${what}: ${errorMessage(err)}`, { cause: err });
   }
   const text = await response.text();
-  if (!response.ok)
-    throw new InfrastructureError(`policy server ${what}: HTTP ${response.status}: ${text.slice(0, 500)}`);
+  if (!response.ok) {
+    const message = `policy server ${what}: HTTP ${response.status}: ${text.slice(0, 500)}`;
+    if (response.status === 400 && isContextOverflowText(text)) throw new ContextOverflowError(message);
+    throw new InfrastructureError(message);
+  }
   return JSON.parse(text) as T;
 }
 
@@ -137,7 +140,10 @@ export async function chatComplete(
       },
     };
   } catch (err) {
-    throw new InfrastructureError(`policy chat completion failed: ${errorMessage(err)}`, { cause: err });
+    const message = `policy chat completion failed: ${errorMessage(err)}`;
+    if (err instanceof OpenAI.APIError && err.status === 400 && isContextOverflowText(err.message))
+      throw new ContextOverflowError(message, { cause: err });
+    throw new InfrastructureError(message, { cause: err });
   }
 }
 

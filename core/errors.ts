@@ -20,6 +20,22 @@ export class BadInputError extends Error {
   }
 }
 
+/**
+ * The policy server refused a request because the conversation no longer fits the model's context (HTTP 400,
+ * "maximum context length"). The agent's conversation did that, not the infrastructure: the episode runner ends
+ * the episode there and grades its terminal state (finish `context_overflow`, the reference's `agent_error`).
+ * Anywhere else (a simulated user, a judge) it stays what its parent class says: an infrastructure error.
+ */
+export class ContextOverflowError extends InfrastructureError {}
+
+/**
+ * Whether an HTTP 400 body is a context-length refusal: vLLM's OpenAI server ("This model's maximum context
+ * length is N tokens", "... is longer than the maximum model length of N") and our built-in server (same text).
+ */
+export function isContextOverflowText(text: string): boolean {
+  return /maximum context length|longer than the maximum model length/i.test(text);
+}
+
 /** Our error classes and whether Temporal may retry an activity that failed with one. */
 export const errorClasses = [
   { type: 'InfrastructureError', retryable: true },

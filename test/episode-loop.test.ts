@@ -212,3 +212,25 @@ test('a simulated user that hangs past the episode deadline is an infrastructure
   assert.equal(record.outcome, 'infrastructure_error');
   assert.match(record.cause!, /no answer from user before the episode deadline/);
 });
+
+test('a context-length refusal (HTTP 400) ends the episode, graded; any other 400 stays an infrastructure error', async () => {
+  // vLLM's OpenAI server's body for a prompt over --max-model-len.
+  const overflow: DoubleReply = {
+    status: 400,
+    body: {
+      error: {
+        message: "This model's maximum context length is 8192 tokens. However, you requested 9100 tokens.",
+        type: 'BadRequestError',
+        code: 400,
+      },
+    },
+  };
+  const { record } = await episode(task, [call('approve', { order_id: 1 }), overflow]);
+  assert.equal(record.finishReason, 'context_overflow');
+  assert.ok(record.grade, 'graded');
+  assert.equal(record.outcome, 'success', 'order 1 was approved before the context ran out');
+  assert.match(record.contextOverflow ?? '', /maximum context length is 8192/);
+
+  const other = await episode(task, [{ status: 400, body: { error: { message: 'unknown field "foo"' } } }]);
+  assert.equal(other.record.outcome, 'infrastructure_error');
+});
