@@ -29,8 +29,8 @@ export interface GradeRequest {
 
 export interface OpenedEnvironment {
   tools: ToolSession;
-  /** Query and instructions known only once the backend is open (a ThinkingBox `format_query` task). */
-  formatted?: { query: string; instructions: string };
+  /** Query and system messages known only once the backend is open (a ThinkingBox `format_query` task). */
+  formatted?: { query: string; systemMessages: string[] };
   grade(request: GradeRequest): Promise<GradeReport>;
   /** Releases the backend; never throws. */
   close(): Promise<void>;
@@ -43,8 +43,14 @@ export type EpisodeTask = Pick<Task, 'uid' | 'query' | 'user_context' | 'user_re
 };
 
 export interface EpisodeEnvironment {
-  /** Domain policy appended to the agent system prompt. */
-  instructions: string;
+  /** Domain policy appended to our agent system prompt (native suites). */
+  instructions?: string;
+  /**
+   * Imported suites: the reference's system messages, sent as they are and in order (agent prompt, then the
+   * domain's instructions), instead of our system prompt; the dataset's own tools end the turn, so the loop
+   * offers no `end_turn` tool of its own. Set either this or `instructions`.
+   */
+  systemMessages?: string[];
   examples: ExampleExchange[];
   /**
    * Bound on grading (after the agent is done; not part of the episode's wall clock).

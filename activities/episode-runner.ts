@@ -3,6 +3,7 @@ import {
   DONE_MARKER,
   END_TURN_TOOL,
   exampleTurns,
+  toolsSection,
   type PromptTool,
 } from '../core/agent-prompt.ts';
 import { BadInputError, ContextOverflowError, InfrastructureError, errorMessage } from '../core/errors.ts';
@@ -201,20 +202,31 @@ export async function runEpisode(
       (late) => void late.close(),
     );
     const session = opened.tools;
-    const tools: PromptTool[] = [...(await timed('toolMs', () => session.listTools())), END_TURN_TOOL];
+    const verbatim = opened.formatted?.systemMessages ?? deps.environment.systemMessages;
+    const listed = await timed('toolMs', () => session.listTools());
+    const tools: PromptTool[] = verbatim ? listed : [...listed, END_TURN_TOOL];
     const typingSpecs = tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema }));
     record.tools = typingSpecs;
     const examples = options.prompt.example ? deps.environment.examples : [];
     const query = opened.formatted?.query ?? task.query;
-    const system = buildAgentSystemPrompt(opened.formatted?.instructions ?? deps.environment.instructions, tools, {
-      ...options.prompt,
-      hasScenarioExamples: examples.length > 0,
-    });
+    const system = verbatim
+      ? [...verbatim, ...(options.prompt.toolsInPrompt ? [toolsSection(tools)] : [])]
+      : [
+          buildAgentSystemPrompt(deps.environment.instructions ?? '', tools, {
+            ...options.prompt,
+            hasScenarioExamples: examples.length > 0,
+          }),
+        ];
     const history = task.history ?? [];
-    record.messages.push({ role: 'system', content: system }, ...exampleTurns(examples), ...history, {
-      role: 'user',
-      content: query,
-    });
+    record.messages.push(
+      ...system.map((content) => ({ role: 'system' as const, content })),
+      ...exampleTurns(examples),
+      ...history,
+      {
+        role: 'user',
+        content: query,
+      },
+    );
     // Tools not described in the system prompt go to the server, whose chat template renders them.
     const serverTools = options.prompt.toolsInPrompt
       ? undefined

@@ -3,12 +3,15 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+import { NativeConnection, Worker } from '@temporalio/worker';
 import {
+  createEpisodeActivities,
   episodeDependencies,
   episodeEnvironment,
   episodeOptions,
   findTask,
   thinkingboxResources,
+  thinkingboxResourcesFactory,
   type EpisodeBackends,
 } from '../activities/episode-activities.ts';
 import { runEpisode } from '../activities/episode-runner.ts';
@@ -18,11 +21,14 @@ import { loadImportedSuite, type ThinkingBoxSuite } from '../activities/thinking
 import { validateImportedTask } from '../activities/thinkingbox/imported-task-validation.ts';
 import { importThinkingbox } from '../cli/commands/tasks.ts';
 import { episodeConfigSchema } from '../config/episode-config.ts';
-import { repoRoot } from '../config/environment.ts';
+import { repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
 import type { ImportedTask } from '../config/thinkingbox-schema.ts';
+import { withClient } from '../infra/control-database.ts';
+import { startPolicyServer } from '../infra/embedded-policy-server.ts';
 import { startTypesense } from '../infra/typesense-standin.ts';
+import { episodeBatchWorkflow } from '../workflows/episode-batch-workflow.ts';
 import { OpenAIWireProtocolDouble, type DoubleReply } from './helpers/openai-wire-double.ts';
-import { controlReady, env, newPool } from './helpers/stack.ts';
+import { controlReady, env, newPool, temporalClient, workflowBundle } from './helpers/stack.ts';
 
 /**
  * The real ThinkingBox-Bench on a small subset (one task per domain, a rubric task, the one read-only task):
@@ -230,5 +236,79 @@ test(
     assert.match(text, /broken_tasks\.py:7: max_user_sim_turns: .*task broken_tasks\.py:test_bad_field/);
     const serversLine = servers.split('\n').findIndex((l) => l === '  online_banking:') + 2;
     assert.match(text, new RegExp(`servers\\.yaml:${serversLine}: servers\\.online_banking\\.type: `));
+  },
+);
+
+test(
+  'a bench episode through Temporal with the embedded model: its prompt overflows the context, a graded failure',
+  { skip, timeout: 900_000 },
+  async () => {
+    // The built-in engine starts in seconds; vLLM refuses an over-long prompt with the same text
+    // (test/episode-loop.test.ts) and serves the tiny suite in test/episode-real-model.test.ts.
+    const server = await startPolicyServer({
+      engine: 'builtin',
+      logFile: path.join(work, 'policy-server.log'),
+    });
+    const controlUrl = await controlReady();
+    const prefix = `test-bench-${process.pid}`;
+    const queues = taskQueues({ TBT_TASK_QUEUE_PREFIX: prefix });
+    const pool = newPool();
+    const thinkingbox = thinkingboxResourcesFactory();
+    const connection = await NativeConnection.connect({ address: temporalAddress(env) });
+    const { client, connection: clientConnection } = await temporalClient();
+    try {
+      const rollout = await Worker.create({
+        connection,
+        taskQueue: queues.rollout,
+        activities: createEpisodeActivities({
+          pool,
+          grader: new TerminalStateGrader(pool, controlUrl),
+          controlUrl,
+          thinkingbox,
+        }),
+      });
+      const orchestrator = await Worker.create({
+        connection,
+        taskQueue: queues.orchestrator,
+        workflowBundle: await workflowBundle(),
+      });
+      const config = episodeConfigSchema.parse({
+        policy: { base_url: server.baseUrl, model: server.model, timeout_ms: 120_000 },
+        limits: { max_agent_turns: 4, wall_clock_ms: 600_000 },
+      });
+      const uid = SUBSET[0]!;
+      const run = client.workflow.execute(episodeBatchWorkflow, {
+        taskQueue: queues.orchestrator,
+        workflowId: `${prefix}/batch`,
+        args: [
+          {
+            rolloutQueue: queues.rollout,
+            episodes: [{ episodeId: `${prefix}/episode`, suiteDir: imported, taskUid: uid, purpose: 'adhoc', config }],
+            concurrency: 1,
+          },
+        ],
+      });
+      const [summaries] = await Promise.all([rollout.runUntil(run), orchestrator.runUntil(run)]);
+      assert.deepEqual(
+        summaries.map((s) => s.outcome),
+        ['agent_failure'],
+        JSON.stringify(summaries),
+      );
+      const stored = await withClient(controlUrl, (c) =>
+        c.query<{ status: string; finish_reason: string; refusal: string | null }>(
+          `SELECT status, finish_reason, record->>'contextOverflow' AS refusal FROM episodes WHERE id = $1`,
+          [`${prefix}/episode`],
+        ),
+      );
+      assert.equal(stored.rows[0]?.status, 'agent_failure');
+      assert.equal(stored.rows[0]?.finish_reason, 'context_overflow');
+      assert.match(stored.rows[0]?.refusal ?? '', /maximum context length is 8192 tokens/);
+    } finally {
+      await clientConnection.close();
+      await connection.close();
+      await pool.close();
+      await thinkingbox.close();
+      await server.stop();
+    }
   },
 );

@@ -292,10 +292,15 @@ test(
     const good = await episode(t, [...t.golden.map((c) => toolCall(c.tool, c.arguments)), 'All done. <DONE>']);
     assert.equal(good.outcome, 'success', good.cause);
     assert.equal(good.toolCalls.length, t.golden.length);
-    const offered = good
-      .tools!.map((x) => x.name)
-      .filter((n) => n !== 'end_turn' && n !== 'ReportPolicyViolation')
-      .sort();
+    const names = good.tools!.map((x) => x.name);
+    assert.ok(!names.includes('end_turn'), "no end_turn tool of ours beside the dataset's own end-turn tool");
+    const offered = names.filter((n) => n !== 'ReportPolicyViolation').sort();
+    // The reference's system messages, verbatim and apart (agent prompt, domain instructions), then our tools list.
+    const system = good.messages.filter((m) => m.role === 'system').map((m) => m.content);
+    const scenario = suite.scenarios[t.scenario]!;
+    assert.deepEqual(system.slice(0, 2), [scenario.agent_prompt.trim(), scenario.bot_instructions.trim()]);
+    assert.equal(system.length, 3);
+    assert.match(system[2]!, /^# Tools/);
     assert.deepEqual(
       offered,
       suite.scenarios[t.scenario]!.tools.map((x) => x.name).sort(),

@@ -98,8 +98,9 @@ export function botInstructions(scenario: ImportedScenario, task: ImportedTask):
   return [scenario.bot_instructions.trim(), task.bot_instructions?.trim() ?? ''].filter(Boolean).join('\n\n');
 }
 
-export function agentInstructions(scenario: ImportedScenario, task: ImportedTask): string {
-  return [scenario.agent_prompt.trim(), botInstructions(scenario, task)].filter(Boolean).join('\n\n');
+/** The reference's system messages: the agent's system instructions, then the domain's (each only when set). */
+export function agentSystemMessages(agentPrompt: string, domain: string): string[] {
+  return [agentPrompt.trim(), domain].filter(Boolean);
 }
 
 /** The native fast path: exactly what the common Python body does, in the same order (so judge calls match). */
@@ -161,7 +162,7 @@ export function thinkingboxEnvironment(
   if (!scenario) throw new BadInputError(`task ${task.uid}: unknown scenario '${task.scenario}'`);
   const toolTimeoutMs = resources.toolTimeoutMs ?? 30_000;
   return {
-    instructions: agentInstructions(scenario, task),
+    systemMessages: agentSystemMessages(scenario.agent_prompt, botInstructions(scenario, task)),
     examples: [],
     // The test run has its own timeout; geteffects and judge calls on the native path get 5 minutes besides.
     gradeTimeoutMs: resources.testTimeoutMs + 5 * 60_000,
@@ -289,9 +290,7 @@ export function thinkingboxEnvironment(
           ? {
               formatted: {
                 query: format(task.query),
-                instructions: [scenario.agent_prompt.trim(), format(botInstructions(scenario, task))]
-                  .filter(Boolean)
-                  .join('\n\n'),
+                systemMessages: agentSystemMessages(scenario.agent_prompt, format(botInstructions(scenario, task))),
               },
             }
           : {}),
