@@ -93,16 +93,30 @@ export async function validate(args: string[]): Promise<number> {
     }),
   );
   const startedAt = Date.now();
+  const total = suites.reduce((n, s) => n + s.tasks.length, 0);
+  let done = 0;
+  let lastProgress = startedAt;
+  // A full bench takes most of an hour: say how far it is, at most every 30 s (stderr, so stdout stays the summary).
+  const progress = <T extends TaskValidation>(r: T): T => {
+    done += 1;
+    if (Date.now() - lastProgress >= 30_000 || done === total) {
+      lastProgress = Date.now();
+      console.error(`validated ${done}/${total} tasks in ${((lastProgress - startedAt) / 1000).toFixed(0)} s`);
+    }
+    return r;
+  };
   let imported = 0;
   try {
     for (const suite of suites) {
       const tasks: { file: string; line: number }[] = suite.tasks;
       const checked =
         suite.kind === 'native'
-          ? await mapLimit(suite.tasks, concurrency, (task) =>
-              validateTask(pool, grader, suite.scenarios[task.scenario]!, task),
+          ? await mapLimit(suite.tasks, concurrency, async (task) =>
+              progress(await validateTask(pool, grader, suite.scenarios[task.scenario]!, task)),
             )
-          : await mapLimit(suite.tasks, concurrency, (task) => validateImportedTask(thinkingbox, suite, task));
+          : await mapLimit(suite.tasks, concurrency, async (task) =>
+              progress(await validateImportedTask(thinkingbox, suite, task)),
+            );
       if (suite.kind !== 'native') imported += checked.length;
       for (const [i, r] of checked.entries()) {
         const task = tasks[i]!;
