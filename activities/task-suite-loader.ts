@@ -110,7 +110,8 @@ export function loadSuite(dir: string): { suite: Suite; problems: TaskFileProble
   return { suite, problems };
 }
 
-const isSuiteDir = (dir: string) => fs.existsSync(path.join(dir, 'scenarios')) || isImportedSuiteDir(dir);
+/** A native suite (scenarios/) or an imported one (its suite file). */
+export const isSuiteDir = (dir: string) => fs.existsSync(path.join(dir, 'scenarios')) || isImportedSuiteDir(dir);
 
 /** Loads every suite under `root`: `root` itself if it is a suite, else each sub-folder that is. */
 export function loadSuites(root: string): LoadResult {

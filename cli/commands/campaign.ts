@@ -26,6 +26,7 @@ import { learnerFiles } from '../../activities/learner-process.ts';
 import { gpuHost } from '../../activities/gpu-activities.ts';
 import { BadInputError } from '../../core/errors.ts';
 import { learnerConfigJson, resolveLearnerSection } from '../../activities/learner-config.ts';
+import { isSuiteDir } from '../../activities/task-suite-loader.ts';
 import { withClient } from '../../infra/control-database.ts';
 import { databaseUrl } from '../../config/environment.ts';
 import { gpuLearnerDir, pythonBinary } from '../../infra/python-env.ts';
@@ -68,8 +69,11 @@ function campaignInput(
   const resolve = (p: string) =>
     [path.resolve(base, p), path.resolve(repoRoot, p)].find((x) => fs.existsSync(x)) ?? path.resolve(repoRoot, p);
   const suiteDir = resolve(config.suite);
-  if (!fs.existsSync(path.join(suiteDir, 'scenarios')))
-    throw new Error(`${configFile}: field suite: ${config.suite} is not a task suite folder`);
+  if (!isSuiteDir(suiteDir))
+    throw new Error(
+      `${configFile}: field suite: ${config.suite} is not a task suite folder (scenarios/ and tasks/, or an ` +
+        'imported suite written by `tbt tasks import-thinkingbox`)',
+    );
   const excludeUidsFile = config.exclude_uids ? resolve(config.exclude_uids) : undefined;
   if (excludeUidsFile && !fs.existsSync(excludeUidsFile))
     throw new Error(`${configFile}: field exclude_uids: ${config.exclude_uids} does not exist`);
