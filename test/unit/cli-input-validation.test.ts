@@ -77,3 +77,21 @@ test('finding 10: a YAML alias bomb is reported with the file name, not thrown',
   assert.equal(r.status, 1, r.stderr);
   assert.ok(r.stderr.includes(`${bomb}:1`), r.stderr);
 });
+
+test('the suite field takes a native or an imported suite, and names the field for anything else', () => {
+  const local = fs.readFileSync(path.join(repoRoot, 'config', 'local.yaml'), 'utf8');
+  const withSuite = (name: string, suite: string) => {
+    const file = path.join(dir, `${name}.yaml`);
+    fs.writeFileSync(file, local.replace(/^suite: .*$/m, `suite: ${suite}`).replace(/^prices: .*$/m, ''));
+    return file;
+  };
+  const empty = fs.mkdtempSync(path.join(dir, 'not-a-suite-'));
+  const refused = tbt('train', '--config', withSuite('none', empty), '--dry-run');
+  assert.notEqual(refused.status, 0);
+  assert.match(refused.stderr, /field suite: .* is not a task suite folder/);
+  // An imported suite is its suite file (written by `tbt tasks import-thinkingbox`), with no scenarios/ folder.
+  const imported = fs.mkdtempSync(path.join(dir, 'imported-'));
+  fs.writeFileSync(path.join(imported, 'thinkingbox-suite.json'), '{}\n');
+  const accepted = tbt('train', '--config', withSuite('imported', imported), '--dry-run');
+  assert.doesNotMatch(accepted.stderr, /is not a task suite folder/);
+});
