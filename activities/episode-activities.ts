@@ -8,7 +8,7 @@ import { BadInputError, errorMessage } from '../core/errors.ts';
 import { toTemporalFailure } from './temporal-failure.ts';
 import { cyrb53 } from '../core/seeded-choice.ts';
 import type { Scenario } from '../config/task-schema.ts';
-import { withClient } from '../infra/control-database.ts';
+import { withPooledClient } from '../infra/control-database.ts';
 import { sandboxEnvironment, type EpisodeEnvironment, type EpisodeTask } from './episode-environment.ts';
 import { checkEpisodeKeys } from './api-key.ts';
 import { createJudge } from './judge-client.ts';
@@ -197,7 +197,7 @@ export function createEpisodeActivities(deps: {
       try {
         const { suite, task } = findTask(input.suiteDir, input.taskUid);
         checkEpisodeKeys(input.config);
-        const finished = await withClient(deps.controlUrl, (c) => findFinishedEpisode(c, input.episodeId));
+        const finished = await withPooledClient(deps.controlUrl, (c) => findFinishedEpisode(c, input.episodeId));
         if (finished) return finished;
         const meta: EpisodeMeta = {
           ...input,
@@ -209,14 +209,20 @@ export function createEpisodeActivities(deps: {
         };
         const ctx = Context.current();
         const attempt = `${os.hostname()}:${process.pid}:${ctx.info.attempt}:${randomUUID()}`;
-        await withClient(deps.controlUrl, (c) => markEpisodeRunning(c, meta, attempt));
+        await withPooledClient(deps.controlUrl, (c) => markEpisodeRunning(c, meta, attempt));
         const episodeDeps = episodeDependencies(
           input.config,
           episodeEnvironment(backends, input.config, suite, task),
           task,
         );
         let progress: unknown = { phase: 'starting' };
-        episodeDeps.onTurn = (p) => ctx.heartbeat((progress = p));
+        // Each heartbeat is a write on the Temporal server. An episode of a few seconds sends none (the 90 s
+        // heartbeat timeout is far off); a longer one reports its turns, and the timer covers a long turn.
+        const startedAt = Date.now();
+        episodeDeps.onTurn = (p) => {
+          progress = p;
+          if (Date.now() - startedAt >= 5_000) ctx.heartbeat(p);
+        };
         // Heartbeat on a timer too: set-up, a long generation or grading must not look like a dead worker.
         const beat = setInterval(() => ctx.heartbeat(progress), 20_000);
         let record;
@@ -233,11 +239,11 @@ export function createEpisodeActivities(deps: {
         record.worker = `${os.hostname()}:${process.pid}`;
         if (input.config.policy.weight_version !== undefined) record.weightVersion = input.config.policy.weight_version;
         const saved = await retryingSave(
-          () => withClient(deps.controlUrl, (c) => saveEpisode(c, input.episodeId, record, attempt)),
+          () => withPooledClient(deps.controlUrl, (c) => saveEpisode(c, input.episodeId, record, attempt)),
           { onWait: (n) => ctx.heartbeat({ phase: 'saving', retry: n }) },
         );
         if (!saved) {
-          const stored = await withClient(deps.controlUrl, (c) => findFinishedEpisode(c, input.episodeId));
+          const stored = await withPooledClient(deps.controlUrl, (c) => findFinishedEpisode(c, input.episodeId));
           if (stored) return stored;
           throw new Error(`episode ${input.episodeId}: another attempt owns it; retrying`);
         }

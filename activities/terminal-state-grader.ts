@@ -10,6 +10,7 @@ import {
   type StateDifference,
 } from '../core/canonical-state.ts';
 import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
+import { withPooledClient } from '../infra/control-database.ts';
 import type { Judge, JudgeVerdict } from './judge-client.ts';
 import { openToolSession } from './mcp-tool-session.ts';
 import { templateFingerprint, type Sandbox, type SandboxPool } from './sandbox-pool.ts';
@@ -159,16 +160,12 @@ export class TerminalStateGrader {
     }
   }
 
-  private async control<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
-    const c = new pg.Client({ connectionString: this.controlUrl, connectionTimeoutMillis: 10_000 });
+  private async control<T>(fn: (c: pg.ClientBase) => Promise<T>): Promise<T> {
     try {
-      await c.connect();
-      return await fn(c);
+      return await withPooledClient(this.controlUrl, fn);
     } catch (err) {
       if (err instanceof BadInputError) throw err;
       throw new InfrastructureError(`control database: ${errorMessage(err)}`, { cause: err });
-    } finally {
-      await c.end().catch(() => undefined);
     }
   }
 

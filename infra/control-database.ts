@@ -61,6 +61,41 @@ export async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T
   }
 }
 
+const pools = new Map<string, pg.Pool>();
+
+/**
+ * Like `withClient`, on a connection kept open per URL and process. For the per-episode reads and writes of
+ * the control database: a new connection costs a server process and a SCRAM handshake on both sides, which
+ * was most of what storing an episode cost (bench/scale). Idle connections close after 30 s and never keep
+ * the process alive; after a failed call the connection is closed and the next call connects anew. The callback must leave no
+ * session state behind (no SET, temporary tables or session locks).
+ */
+export async function withPooledClient<T>(url: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+  let pool = pools.get(url);
+  if (!pool) {
+    pool = new pg.Pool({
+      connectionString: url,
+      max: 8,
+      idleTimeoutMillis: 30_000,
+      connectionTimeoutMillis: 10_000,
+      allowExitOnIdle: true,
+    });
+    // An idle connection the server closed (a restart): the pool drops it; the error must not crash the process.
+    pool.on('error', () => undefined);
+    pools.set(url, pool);
+  }
+  const client = await pool.connect();
+  try {
+    const result = await fn(client);
+    client.release();
+    return result;
+  } catch (err) {
+    // After any failure the connection is closed, not reused: errors are rare and its state is unknown.
+    client.release(true);
+    throw err;
+  }
+}
+
 /** Creates the control database (if missing), the restricted roles and the control tables. Idempotent. */
 export async function ensureControlDatabase(env: Environment): Promise<void> {
   const url = databaseUrl(env);
