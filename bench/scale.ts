@@ -8,6 +8,7 @@ import { stringify } from 'yaml';
 import { loadCampaignConfig } from '../config/campaign-config.ts';
 import { databaseUrl, readEnvironment, repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
 import { ensureControlDatabase, withClient } from '../infra/control-database.ts';
+import { nodeWorkerEnv } from '../infra/local-workers.ts';
 import { OpenAIWireProtocolDouble } from '../test/helpers/openai-wire-double.ts';
 import { campaignAttributes } from '../workflows/search-attribute-keys.ts';
 import type { probeWorkflow } from '../workflows/probe-workflow.ts';
@@ -84,7 +85,7 @@ fs.writeFileSync(evalTasksFile, stringify(uids.slice(0, evalTasks)));
 
 // --- workers as separate processes, RSS sampled ---------------------------------------------------------------
 const workerEnv = {
-  ...process.env,
+  ...nodeWorkerEnv(process.env),
   TBT_TASK_QUEUE_PREFIX: prefix,
   // More slots than the bound, so the workflows' bound (not the worker) limits what is in flight.
   TBT_ROLLOUT_CONCURRENCY: String(bound * 2),
@@ -111,11 +112,17 @@ function rssKb(pid: number): number | undefined {
 async function startWorker(kind: string): Promise<void> {
   const log = path.join(logDir, `${kind}.log`);
   const out = fs.openSync(log, 'a');
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'workers', `${kind}-worker.ts`)], {
-    env: workerEnv,
-    cwd: repoRoot,
-    stdio: ['ignore', out, out],
-  });
+  // TBT_BENCH_WORKER_NODE_FLAGS (e.g. --trace-gc, which NODE_OPTIONS refuses): node flags for the workers only.
+  const flags = (process.env.TBT_BENCH_WORKER_NODE_FLAGS ?? '').split(' ').filter(Boolean);
+  const child = spawn(
+    process.execPath,
+    [...flags, '--import', 'tsx', path.join(repoRoot, 'workers', `${kind}-worker.ts`)],
+    {
+      env: workerEnv,
+      cwd: repoRoot,
+      stdio: ['ignore', out, out],
+    },
+  );
   fs.closeSync(out);
   const deadline = Date.now() + 120_000;
   while (!fs.readFileSync(log, 'utf8').includes('worker started')) {

@@ -17,6 +17,16 @@ export function workerPid(env: Environment, kind: WorkerKind): number | undefine
   return readPid(files(env, kind).pid);
 }
 
+/**
+ * Environment of the Node workers (not the GPU worker, whose children are vLLM and torch). Two malloc arenas
+ * instead of glibc's 8 per core: the rollout worker's native allocations (sockets of its per-episode database
+ * and tool connections, Temporal's core threads) otherwise spread over many arenas that never shrink, and its
+ * RSS doubled over a 10,000-episode evaluation (bench/scale; docs/scale.md). An operator's value wins.
+ */
+export function nodeWorkerEnv(base: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return { ...base, MALLOC_ARENA_MAX: base.MALLOC_ARENA_MAX ?? '2' };
+}
+
 /** Starts any of the workers not already running; returns the ones it started. */
 export function startWorkers(env: Environment, kinds: readonly WorkerKind[] = workerKinds): WorkerKind[] {
   const started: WorkerKind[] = [];
@@ -30,7 +40,9 @@ export function startWorkers(env: Environment, kinds: readonly WorkerKind[] = wo
       ['--import', 'tsx', path.join(repoRoot, 'workers', `${kind}-worker.ts`)],
       f.log,
       f.pid,
-      { ...process.env, OMP_WAIT_POLICY: 'PASSIVE' },
+      kind === 'gpu'
+        ? { ...process.env, OMP_WAIT_POLICY: 'PASSIVE' }
+        : nodeWorkerEnv({ ...process.env, OMP_WAIT_POLICY: 'PASSIVE' }),
       repoRoot,
     );
     started.push(kind);
