@@ -112,8 +112,7 @@ function rssKb(pid: number): number | undefined {
 async function startWorker(kind: string): Promise<void> {
   const log = path.join(logDir, `${kind}.log`);
   const out = fs.openSync(log, 'a');
-  // TBT_BENCH_WORKER_NODE_FLAGS (e.g. --trace-gc, which NODE_OPTIONS refuses): node flags for the workers only.
-  const flags = (process.env.TBT_BENCH_WORKER_NODE_FLAGS ?? '').split(' ').filter(Boolean);
+  const flags = env.TBT_BENCH_WORKER_NODE_FLAGS.split(' ').filter(Boolean);
   const child = spawn(
     process.execPath,
     [...flags, '--import', 'tsx', path.join(repoRoot, 'workers', `${kind}-worker.ts`)],

@@ -148,6 +148,10 @@ export const environmentSchema = z.object({
     .regex(/^(builtin|vllm)(,(builtin|vllm))*$/, 'expected builtin, vllm or builtin,vllm')
     .default('builtin,vllm')
     .describe('bench:serving only: the policy servers to measure (the ratio needs both)'),
+  TBT_BENCH_WORKER_NODE_FLAGS: z
+    .string()
+    .default('')
+    .describe('bench:scale only: node flags for its workers (e.g. --trace-gc, which NODE_OPTIONS refuses)'),
   TBT_TEST_FILTER: z.string().optional().describe('Tests only: regex over test file paths (scripts/test.sh)'),
   TBT_KEEP_UP: z.string().optional().describe('Tests only: leave the servers scripts/test.sh started running'),
   TBT_UNSANDBOXED: z
