@@ -3,9 +3,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { NativeConnection, Worker } from '@temporalio/worker';
+import { NativeConnection } from '@temporalio/worker';
 import {
-  createEpisodeActivities,
   episodeDependencies,
   episodeEnvironment,
   episodeOptions,
@@ -21,14 +20,15 @@ import { loadImportedSuite, type ThinkingBoxSuite } from '../activities/thinking
 import { validateImportedTask } from '../activities/thinkingbox/imported-task-validation.ts';
 import { importThinkingbox } from '../cli/commands/tasks.ts';
 import { episodeConfigSchema } from '../config/episode-config.ts';
-import { repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
+import { repoRoot, temporalAddress } from '../config/environment.ts';
 import type { ImportedTask } from '../config/thinkingbox-schema.ts';
 import { withClient } from '../infra/control-database.ts';
 import { startPolicyServer } from '../infra/embedded-policy-server.ts';
 import { startTypesense } from '../infra/typesense-standin.ts';
 import { episodeBatchWorkflow } from '../workflows/episode-batch-workflow.ts';
 import { OpenAIWireProtocolDouble, type DoubleReply } from './helpers/openai-wire-double.ts';
-import { controlReady, env, newPool, temporalClient, workflowBundle } from './helpers/stack.ts';
+import { episodeWorkers } from './helpers/episode-workers.ts';
+import { controlReady, env, newPool, temporalClient } from './helpers/stack.ts';
 
 /**
  * The real ThinkingBox-Bench on a small subset (one task per domain, a rubric task, the one read-only task):
@@ -251,26 +251,15 @@ test(
     });
     const controlUrl = await controlReady();
     const prefix = `test-bench-${process.pid}`;
-    const queues = taskQueues({ TBT_TASK_QUEUE_PREFIX: prefix });
     const pool = newPool();
     const thinkingbox = thinkingboxResourcesFactory();
     const connection = await NativeConnection.connect({ address: temporalAddress(env) });
     const { client, connection: clientConnection } = await temporalClient();
     try {
-      const rollout = await Worker.create({
-        connection,
-        taskQueue: queues.rollout,
-        activities: createEpisodeActivities({
-          pool,
-          grader: new TerminalStateGrader(pool, controlUrl),
-          controlUrl,
-          thinkingbox,
-        }),
-      });
-      const orchestrator = await Worker.create({
-        connection,
-        taskQueue: queues.orchestrator,
-        workflowBundle: await workflowBundle(),
+      const { queues, rollout, orchestrator } = await episodeWorkers(connection, prefix, {
+        pool,
+        controlUrl,
+        thinkingbox,
       });
       const config = episodeConfigSchema.parse({
         policy: { base_url: server.baseUrl, model: server.model, timeout_ms: 120_000 },

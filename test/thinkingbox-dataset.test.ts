@@ -3,10 +3,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { NativeConnection, Worker } from '@temporalio/worker';
+import { NativeConnection } from '@temporalio/worker';
 import { createCampaignActivities } from '../activities/campaign-activities.ts';
 import {
-  createEpisodeActivities,
   episodeDependencies,
   episodeEnvironment,
   episodeOptions,
@@ -27,12 +26,13 @@ import { judgeFrom } from '../activities/judge-client.ts';
 import type { TestContext } from '../activities/thinkingbox/test-case-runner.ts';
 import { importThinkingbox } from '../cli/commands/tasks.ts';
 import { episodeConfigSchema } from '../config/episode-config.ts';
-import { repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
+import { repoRoot, temporalAddress } from '../config/environment.ts';
 import { withClient } from '../infra/control-database.ts';
 import { episodeBatchWorkflow } from '../workflows/episode-batch-workflow.ts';
 import { IMPORTED_SUITE_FILE, type ImportedTask } from '../config/thinkingbox-schema.ts';
 import { OpenAIWireProtocolDouble, type DoubleReply } from './helpers/openai-wire-double.ts';
-import { controlReady, env, newPool, temporalClient, workflowBundle } from './helpers/stack.ts';
+import { episodeWorkers } from './helpers/episode-workers.ts';
+import { controlReady, env, newPool, temporalClient } from './helpers/stack.ts';
 
 /**
  * ThinkingBox-format datasets end to end on our own fixture (examples/thinkingbox-fixture): import, parse
@@ -472,25 +472,14 @@ test(
     });
     const controlUrl = await controlReady();
     const prefix = `test-tb-${process.pid}`;
-    const queues = taskQueues({ TBT_TASK_QUEUE_PREFIX: prefix });
     const pool = newPool();
     const connection = await NativeConnection.connect({ address: temporalAddress(env) });
     const { client, connection: clientConnection } = await temporalClient();
     const thinkingbox = thinkingboxResourcesFactory();
-    const rollout = await Worker.create({
-      connection,
-      taskQueue: queues.rollout,
-      activities: createEpisodeActivities({
-        pool,
-        grader: new TerminalStateGrader(pool, controlUrl),
-        controlUrl,
-        thinkingbox,
-      }),
-    });
-    const orchestrator = await Worker.create({
-      connection,
-      taskQueue: queues.orchestrator,
-      workflowBundle: await workflowBundle(),
+    const { queues, rollout, orchestrator } = await episodeWorkers(connection, prefix, {
+      pool,
+      controlUrl,
+      thinkingbox,
     });
     try {
       const episodes = picks.map((t, i) => ({
