@@ -67,8 +67,8 @@ const pools = new Map<string, pg.Pool>();
  * Like `withClient`, on a connection kept open per URL and process. For the per-episode reads and writes of
  * the control database: a new connection costs a server process and a SCRAM handshake on both sides, which
  * was most of what storing an episode cost (bench/scale). Idle connections close after 30 s and never keep
- * the process alive; after a failed call the connection is closed and the next call connects anew. The callback must leave no
- * session state behind (no SET, temporary tables or session locks).
+ * the process alive; after a failed call the connection is closed and the next call connects anew. The callback
+ * must leave no session state behind (no SET, temporary tables or session locks).
  */
 export async function withPooledClient<T>(url: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
   let pool = pools.get(url);

@@ -213,7 +213,7 @@ test('a simulated user that hangs past the episode deadline is an infrastructure
   assert.match(record.cause!, /no answer from user before the episode deadline/);
 });
 
-test('a context-length refusal (HTTP 400) ends the episode, graded; any other 400 stays an infrastructure error', async () => {
+test('a context-length refusal (HTTP 400) ends the episode, graded; other 400s are infrastructure errors', async () => {
   // vLLM's OpenAI server's body for a prompt over --max-model-len.
   const overflow: DoubleReply = {
     status: 400,
