@@ -4,17 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { NativeConnection } from '@temporalio/worker';
-import {
-  episodeDependencies,
-  episodeEnvironment,
-  episodeOptions,
-  findTask,
-  thinkingboxResources,
-  thinkingboxResourcesFactory,
-  type EpisodeBackends,
-} from '../activities/episode-activities.ts';
-import { runEpisode } from '../activities/episode-runner.ts';
-import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
+import { thinkingboxResources, thinkingboxResourcesFactory } from '../activities/episode-activities.ts';
 import { prepareDatasetEnvironment } from '../activities/thinkingbox/dataset-environment.ts';
 import { loadImportedSuite, type ThinkingBoxSuite } from '../activities/thinkingbox/imported-suite.ts';
 import { validateImportedTask } from '../activities/thinkingbox/imported-task-validation.ts';
@@ -27,7 +17,7 @@ import { startPolicyServer } from '../infra/embedded-policy-server.ts';
 import { startTypesense } from '../infra/typesense-standin.ts';
 import { episodeBatchWorkflow } from '../workflows/episode-batch-workflow.ts';
 import { OpenAIWireProtocolDouble, type DoubleReply } from './helpers/openai-wire-double.ts';
-import { episodeWorkers } from './helpers/episode-workers.ts';
+import { episodeWorkers, runImportedEpisode } from './helpers/episode-workers.ts';
 import { controlReady, env, newPool, temporalClient } from './helpers/stack.ts';
 
 /**
@@ -142,23 +132,7 @@ async function episode(t: ImportedTask, script: string[], judge: (body: unknown)
     limits: { max_agent_turns: 40, wall_clock_ms: 600_000 },
     judge: { base_url: judgeUrl, model: 'judge-double', timeout_ms: 30_000 },
   });
-  const found = findTask(imported, t.uid);
-  const pool = newPool();
-  const backends: EpisodeBackends = {
-    pool,
-    grader: new TerminalStateGrader(pool, await controlReady()),
-    thinkingbox: () => resources,
-  };
-  try {
-    return await runEpisode(
-      episodeDependencies(config, episodeEnvironment(backends, config, found.suite, found.task), t),
-      t,
-      `test:bench:${t.uid}`,
-      episodeOptions(config),
-    );
-  } finally {
-    await pool.close();
-  }
+  return runImportedEpisode(config, imported, t, resources, `test:bench:${t.uid}`);
 }
 
 test(

@@ -5,17 +5,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { NativeConnection } from '@temporalio/worker';
 import { createCampaignActivities } from '../activities/campaign-activities.ts';
-import {
-  episodeDependencies,
-  episodeEnvironment,
-  episodeOptions,
-  findTask,
-  thinkingboxResources,
-  thinkingboxResourcesFactory,
-  type EpisodeBackends,
-} from '../activities/episode-activities.ts';
-import { runEpisode } from '../activities/episode-runner.ts';
-import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
+import { thinkingboxResources, thinkingboxResourcesFactory } from '../activities/episode-activities.ts';
 import { importThinkingboxDataset } from '../activities/thinkingbox/dataset-importer.ts';
 import { loadImportedSuite, type ThinkingBoxSuite } from '../activities/thinkingbox/imported-suite.ts';
 import { validateImportedTask } from '../activities/thinkingbox/imported-task-validation.ts';
@@ -31,7 +21,7 @@ import { withClient } from '../infra/control-database.ts';
 import { episodeBatchWorkflow } from '../workflows/episode-batch-workflow.ts';
 import { IMPORTED_SUITE_FILE, type ImportedTask } from '../config/thinkingbox-schema.ts';
 import { OpenAIWireProtocolDouble, type DoubleReply } from './helpers/openai-wire-double.ts';
-import { episodeWorkers } from './helpers/episode-workers.ts';
+import { episodeWorkers, runImportedEpisode } from './helpers/episode-workers.ts';
 import { controlReady, env, newPool, temporalClient } from './helpers/stack.ts';
 
 /**
@@ -265,23 +255,7 @@ async function episode(t: ImportedTask, script: string[], options: { judgeSays?:
     limits: { max_agent_turns: 6, wall_clock_ms: 120_000 },
     ...(judgeUrl ? { judge: { base_url: judgeUrl, model: 'judge-double', timeout_ms: 10_000 } } : {}),
   });
-  const found = findTask(options.dir ?? imported, t.uid);
-  const pool = newPool();
-  const backends: EpisodeBackends = {
-    pool,
-    grader: new TerminalStateGrader(pool, await controlReady()),
-    thinkingbox: () => resources,
-  };
-  try {
-    return await runEpisode(
-      episodeDependencies(config, episodeEnvironment(backends, config, found.suite, found.task), t),
-      t,
-      `test:tb:${t.uid}`,
-      episodeOptions(config),
-    );
-  } finally {
-    await pool.close();
-  }
+  return runImportedEpisode(config, options.dir ?? imported, t, resources, `test:tb:${t.uid}`);
 }
 
 test(

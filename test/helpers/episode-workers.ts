@@ -1,10 +1,22 @@
 import type { NativeConnection } from '@temporalio/worker';
 import { Worker } from '@temporalio/worker';
-import { createEpisodeActivities, type LazyThinkingboxResources } from '../../activities/episode-activities.ts';
+import {
+  createEpisodeActivities,
+  episodeDependencies,
+  episodeEnvironment,
+  episodeOptions,
+  findTask,
+  type EpisodeBackends,
+  type LazyThinkingboxResources,
+} from '../../activities/episode-activities.ts';
+import { runEpisode, type EpisodeRecord } from '../../activities/episode-runner.ts';
+import type { ThinkingBoxResources } from '../../activities/thinkingbox/thinkingbox-environment.ts';
+import type { EpisodeConfig } from '../../config/episode-config.ts';
+import type { ImportedTask } from '../../config/thinkingbox-schema.ts';
 import type { SandboxPool } from '../../activities/sandbox-pool.ts';
 import { TerminalStateGrader } from '../../activities/terminal-state-grader.ts';
 import { taskQueues } from '../../config/environment.ts';
-import { workflowBundle } from './stack.ts';
+import { controlReady, newPool, workflowBundle } from './stack.ts';
 
 /**
  * The two workers an episode batch needs, as in production: a rollout worker running the real episode activities
@@ -32,4 +44,34 @@ export async function episodeWorkers(
     workflowBundle: await workflowBundle(),
   });
   return { queues, rollout, orchestrator };
+}
+
+/**
+ * One episode of an imported task in this process (no Temporal): a fresh sandbox pool for the grader, the
+ * given ThinkingBox resources for the servers, closed afterwards.
+ */
+export async function runImportedEpisode(
+  config: EpisodeConfig,
+  suiteDir: string,
+  task: ImportedTask,
+  resources: ThinkingBoxResources,
+  label: string,
+): Promise<EpisodeRecord> {
+  const found = findTask(suiteDir, task.uid);
+  const pool = newPool();
+  const backends: EpisodeBackends = {
+    pool,
+    grader: new TerminalStateGrader(pool, await controlReady()),
+    thinkingbox: () => resources,
+  };
+  try {
+    return await runEpisode(
+      episodeDependencies(config, episodeEnvironment(backends, config, found.suite, found.task), task),
+      task,
+      label,
+      episodeOptions(config),
+    );
+  } finally {
+    await pool.close();
+  }
 }
