@@ -9,6 +9,9 @@ export PATH="$PWD/node_modules/.bin:$PATH"
 tier="${1:-all}"
 case "$tier" in unit|integration|all) ;; *) echo "usage: scripts/test.sh [unit|integration|all]" >&2; exit 2;; esac
 mkdir -p .state
+# A campaign test writes 2-4 GB of learner checkpoints (removed when its file ends); say so before a full disk does.
+free_gb=$(df -Pk "${TMPDIR:-/tmp}" | awk 'NR == 2 { print int($4 / 1048576) }')
+[ "${free_gb:-0}" -lt 10 ] && echo "warning: ${free_gb} GB free under ${TMPDIR:-/tmp}; the tests need about 10 GB" >&2
 pass=0; fail=0
 
 run_node() { # $1: label, $2: per-test timeout (ms), rest: files. A hung test fails instead of stalling CI.
@@ -44,7 +47,8 @@ if [ "$tier" != unit ]; then
   run_node integration 1800000 $(select_files test -path test/unit -prune -o)
   venv=$(cat .tools/python-venv)
   if [ -z "${TBT_TEST_FILTER:-}" ]; then
-    "$venv/bin/python" -m pytest gpu-learner/tests thinkingbox/tests -q -p no:cacheprovider 2>&1 |
+    "$venv/bin/python" -m pytest gpu-learner/tests thinkingbox/tests -q -p no:cacheprovider \
+      -o tmp_path_retention_policy=failed 2>&1 |
       tee .state/python-tests.log
     p=$(grep -oE '[0-9]+ passed' .state/python-tests.log | tail -1 | awk '{print $1}')
     f=$(grep -oE '[0-9]+ (failed|error)' .state/python-tests.log | awk '{s+=$1} END {print s+0}')

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { NativeConnection, Worker } from '@temporalio/worker';
@@ -16,6 +15,7 @@ import { withClient } from '../infra/control-database.ts';
 import { startPolicyServer, type PolicyServerHandle } from '../infra/embedded-policy-server.ts';
 import { campaignWorkflow, type CampaignStatus } from '../workflows/campaign-workflow.ts';
 import { controlReady, env, newPool, temporalClient, workflowBundle } from './helpers/stack.ts';
+import { testTempDir } from './helpers/temp-dir.ts';
 
 /**
  * A short campaign against a vLLM (CPU build) server started outside the campaign, as an operator would run
@@ -23,7 +23,7 @@ import { controlReady, env, newPool, temporalClient, workflowBundle } from './he
  * of step n was sampled from version n-1, and the after-evaluation's server reports the final version.
  */
 
-const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-external-vllm-'));
+const stateDir = testTempDir('tbt-external-vllm-');
 const prefix = `test-extvllm-${process.pid}`;
 const queues = taskQueues({ TBT_TASK_QUEUE_PREFIX: prefix });
 const campaignId = `extvllm-${process.pid}`;

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { NativeConnection, Worker } from '@temporalio/worker';
@@ -18,6 +17,7 @@ import { smallModelDir } from '../infra/python-env.ts';
 import { campaignWorkflow, type CampaignStatus } from '../workflows/campaign-workflow.ts';
 import { FaultInjectingProxy } from './helpers/fault-injecting-proxy.ts';
 import { controlReady, env, newPool, temporalClient, workflowBundle } from './helpers/stack.ts';
+import { testTempDir } from './helpers/temp-dir.ts';
 
 /**
  * A whole campaign on the real stack (Temporal, Postgres, the real small model, the real torchrun learner)
@@ -25,7 +25,7 @@ import { controlReady, env, newPool, temporalClient, workflowBundle } from './he
  * an advantage, and the step still trains on the configured number of groups.
  */
 
-const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-campaign-'));
+const stateDir = testTempDir('tbt-campaign-');
 const prefix = `test-fault-${process.pid}`;
 const queues = taskQueues({ TBT_TASK_QUEUE_PREFIX: prefix });
 const campaignId = `fault-${process.pid}`;

@@ -3,7 +3,6 @@ import crypto from 'node:crypto';
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
@@ -12,6 +11,7 @@ import { datasetPathPrefix, datasetPython } from '../activities/thinkingbox/data
 import { DatasetSandbox } from '../activities/thinkingbox/dataset-sandbox.ts';
 import { StdioServerPool } from '../activities/thinkingbox/stdio-server-pool.ts';
 import { runTestCase, type TestContext } from '../activities/thinkingbox/test-case-runner.ts';
+import { testTempDir } from './helpers/temp-dir.ts';
 
 /**
  * One test per way out of the dataset sandbox (docs/dataset-sandbox.md), each tried by hostile dataset code
@@ -56,7 +56,7 @@ before(async () => {
   await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
   port = (listener.address() as net.AddressInfo).port;
   decoy = spawn('sleep', ['600'], { env: { ...secrets, PATH: '/usr/bin:/bin' }, stdio: 'ignore' });
-  outside = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-sandbox-outside-'));
+  outside = testTempDir('tbt-sandbox-outside-');
   fs.chmodSync(outside, 0o777); // writable by anyone: only the sandbox can stop a write here
 });
 

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
@@ -16,6 +15,7 @@ import { renderToolCall } from '../core/agent-prompt.ts';
 import { withClient } from '../infra/control-database.ts';
 import { OpenAIWireProtocolDouble } from './helpers/openai-wire-double.ts';
 import { controlReady, env, newPool, workflowBundle } from './helpers/stack.ts';
+import { testTempDir } from './helpers/temp-dir.ts';
 
 /**
  * `tbt eval run` end to end on Temporal (orchestrator + rollout workers, real sandboxes and grading) with a
@@ -23,7 +23,7 @@ import { controlReady, env, newPool, workflowBundle } from './helpers/stack.ts';
  * re-runs of infrastructure errors, the coverage gate, the aggregate. And the campaign cost arithmetic.
  */
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-evalrun-'));
+const dir = testTempDir('tbt-evalrun-');
 const suiteDir = path.join(repoRoot, 'tasks', 'tiny');
 const uids = ['tiny/todo/complete-2', 'tiny/todo/delete-3', 'tiny/parking/free-3'];
 let controlUrl: string;

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
@@ -12,13 +11,14 @@ import { withClient } from '../infra/control-database.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
 import { diskUsage } from '../infra/retention.ts';
 import { controlReady } from './helpers/stack.ts';
+import { testTempDir } from './helpers/temp-dir.ts';
 
 /**
  * The GPU worker's activities against a real torchrun learner (gloo, CPU) training the real small model:
  * steps by reference to episode rows, heartbeats, exactly-once after kill -9, cancellation, export.
  */
 
-const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-gpu-'));
+const stateDir = testTempDir('tbt-gpu-');
 const campaignId = `test-gpu-${process.pid}`;
 const learner = learnerSchema.parse({ lr: 1e-4, micro_batch_tokens: 1024 });
 let controlUrlDb: string;

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
@@ -11,6 +10,7 @@ import { controlEndpoint, learnerFiles, learnerRequest, stopLearner } from '../a
 import { withClient } from '../infra/control-database.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
 import { controlReady } from './helpers/stack.ts';
+import { testTempDir } from './helpers/temp-dir.ts';
 
 /**
  * A learner over two nodes of one rank each (gloo, CPU, the real small model), started through two GPU workers'
@@ -19,7 +19,7 @@ import { controlReady } from './helpers/stack.ts';
  * step, an export and the shutdown of both nodes.
  */
 
-const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-multinode-'));
+const stateDir = testTempDir('tbt-multinode-');
 const campaignId = `test-multinode-${process.pid}`;
 let controlUrlDb: string;
 

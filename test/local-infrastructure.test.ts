@@ -2,11 +2,11 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
 import { repoRoot } from '../config/environment.ts';
+import { testTempDir } from './helpers/temp-dir.ts';
 
 const run = promisify(execFile);
 const tbt = (args: string[], env: NodeJS.ProcessEnv = {}) =>
@@ -35,7 +35,7 @@ test('tbt up is idempotent: a second call reports the servers already running', 
 
 test('a taken port gives a clear error naming the port and the variable to set', async () => {
   const blocker = await occupiedPort();
-  const state = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-state-'));
+  const state = testTempDir('tbt-state-');
   try {
     await assert.rejects(
       tbt(['up'], { TBT_STATE_DIR: state, TBT_PG_PORT: String(blocker.port), TBT_TEMPORAL_PORT: String(blocker.port) }),
@@ -56,7 +56,7 @@ test('a taken port gives a clear error naming the port and the variable to set',
 });
 
 test('missing Postgres binaries give a clear error', async () => {
-  const state = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-state-'));
+  const state = testTempDir('tbt-state-');
   const free = await occupiedPort();
   free.close();
   try {

@@ -15,6 +15,7 @@ import { sandboxPrefix, type SandboxPool } from '../activities/sandbox-pool.ts';
 import { ensureControlDatabase, withClient, withDatabase, withRole } from '../infra/control-database.ts';
 import { postgresFiles, postgresReachable, startPostgres, stopPostgres } from '../infra/local-postgres.ts';
 import { controlReady, newPool } from './helpers/stack.ts';
+import { testTempDir } from './helpers/temp-dir.ts';
 
 /**
  * Security review findings 1-7 (sandboxes, the control database, the local server): each test is named after
@@ -244,7 +245,7 @@ test('finding 6: a statement timeout (57014) is a tool error the agent sees, not
 
 test('finding 7: tbt up as root works from a mode-700 folder (mktemp -d)', async (t) => {
   if (os.userInfo().uid !== 0) return t.skip('only root runs the server as another user');
-  const home = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-private-'));
+  const home = testTempDir('tbt-private-');
   assert.equal(fs.statSync(home).mode & 0o777, 0o700);
   const e = {
     ...readEnvironment({ ...process.env, TBT_STATE_DIR: path.join(home, '.state') }),

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { NativeConnection } from '@temporalio/worker';
@@ -19,6 +18,7 @@ import { episodeBatchWorkflow } from '../workflows/episode-batch-workflow.ts';
 import { OpenAIWireProtocolDouble, type DoubleReply } from './helpers/openai-wire-double.ts';
 import { episodeWorkers, runImportedEpisode } from './helpers/episode-workers.ts';
 import { controlReady, env, newPool, temporalClient } from './helpers/stack.ts';
+import { testTempDir } from './helpers/temp-dir.ts';
 
 /**
  * The real ThinkingBox-Bench on a small subset (one task per domain, a rubric task, the one read-only task):
@@ -50,7 +50,7 @@ const SUBSET = [
 const READ_ONLY = 'sandbox_neobank_support_v1_group1.py:test_he_017';
 const RUBRIC = 'external_booking_v1_group1_rubrics_yesno.py:test_bmd_004';
 
-const work = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-bench-subset-'));
+const work = testTempDir('tbt-bench-subset-');
 const imported = path.join(work, 'imported');
 const resources = thinkingboxResources({
   warm_processes: 0,

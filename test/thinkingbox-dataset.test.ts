@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { NativeConnection } from '@temporalio/worker';
@@ -23,6 +22,7 @@ import { IMPORTED_SUITE_FILE, type ImportedTask } from '../config/thinkingbox-sc
 import { OpenAIWireProtocolDouble, type DoubleReply } from './helpers/openai-wire-double.ts';
 import { episodeWorkers, runImportedEpisode } from './helpers/episode-workers.ts';
 import { controlReady, env, newPool, temporalClient } from './helpers/stack.ts';
+import { testTempDir } from './helpers/temp-dir.ts';
 
 /**
  * ThinkingBox-format datasets end to end on our own fixture (examples/thinkingbox-fixture): import, parse
@@ -34,7 +34,7 @@ import { controlReady, env, newPool, temporalClient } from './helpers/stack.ts';
 const fixture = path.join(repoRoot, 'examples', 'thinkingbox-fixture');
 const fixtureData = path.join(fixture, 'dataset');
 const fixtureList = path.join(fixture, 'releases', 'fixture_v1', 'testlist_fixture_v1.yaml');
-const work = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-thinkingbox-'));
+const work = testTempDir('tbt-thinkingbox-');
 fs.chmodSync(work, 0o755); // dataset code runs as an unprivileged uid: its files must be readable by others
 const imported = path.join(work, 'imported');
 const resources = thinkingboxResources({
@@ -364,7 +364,7 @@ test(
 );
 
 test('evaluation-only uids never enter a training pool, even when the campaign lists no exclusions', async () => {
-  const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-tb-ingest-'));
+  const stateDir = testTempDir('tbt-tb-ingest-');
   const activities = createCampaignActivities({ controlUrl: await controlReady(), stateDir });
   const campaignId = `tb-ingest-${process.pid}`;
   const { uids, excluded, evaluationUids } = await activities.ingestCandidates({ campaignId, suiteDir: imported });

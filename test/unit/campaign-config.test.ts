@@ -1,17 +1,17 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { parse, stringify } from 'yaml';
 import { loadCampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
+import { testTempDir } from '../helpers/temp-dir.ts';
 
 /** A bound or shard size below 1 is a config error naming the field (and its line). */
 function withField(section: string, field: string, value: unknown): string {
   const doc = parse(fs.readFileSync(path.join(repoRoot, 'config', 'local.yaml'), 'utf8')) as Record<string, any>;
   doc[section] = { ...doc[section], [field]: value };
-  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-config-')), 'campaign.yaml');
+  const file = path.join(testTempDir('tbt-config-'), 'campaign.yaml');
   fs.writeFileSync(file, stringify(doc));
   return file;
 }

@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { repoRoot } from '../../config/environment.ts';
 import { parseYamlFile } from '../../config/yaml-file.ts';
 import { campaignConfigSchema } from '../../config/campaign-config.ts';
+import { testTempDir } from '../helpers/temp-dir.ts';
 
 /** `tbt` as a user runs it, with no servers reachable (a flag must be refused before anything connects). */
 function tbt(...args: string[]): { status: number | null; stderr: string } {
@@ -19,7 +19,7 @@ function tbt(...args: string[]): { status: number | null; stderr: string } {
   return { status: r.status, stderr: r.stderr };
 }
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-flags-'));
+const dir = testTempDir('tbt-flags-');
 const bomb = path.join(dir, 'bomb.yaml');
 // Seven levels of nine aliases: 9^7 (~4.8 million) nodes once expanded.
 fs.writeFileSync(

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import { evaluate } from '../../cli/commands/eval.ts';
 import type { CommandIo } from '../../cli/command-support.ts';
+import { testTempDir } from '../helpers/temp-dir.ts';
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'eval');
 const fixture = (name: string) => path.join(fixtures, name);
@@ -16,7 +16,7 @@ function capture(): CommandIo & { stdout: string[]; stderr: string[] } {
   return { stdout, stderr, out: (t) => stdout.push(t), err: (t) => stderr.push(t) };
 }
 
-const tempDir = () => fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-eval-'));
+const tempDir = () => testTempDir('tbt-eval-');
 const close = (actual: number, expected: number, tolerance = 1e-12) =>
   assert.ok(Math.abs(actual - expected) <= tolerance, `expected ${expected}, got ${actual}`);
 

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { parse } from 'yaml';
@@ -9,13 +8,14 @@ import { loadCampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
 import { pairedComparison } from '../../core/metrics.ts';
 import { learningLine } from '../../core/report/learning-line.ts';
+import { testTempDir } from '../helpers/temp-dir.ts';
 
 /** The learning benchmark's held-out split: training candidates and evaluated tasks never overlap. */
 
 const suiteDir = path.join(repoRoot, 'tasks', 'tiny-learning');
 const heldOutFile = path.join(repoRoot, 'bench', 'learning', 'held-out.yaml');
 // ingestCandidates reads only the suite and writes candidates.yaml; it never connects to the database.
-const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-held-out-'));
+const stateDir = testTempDir('tbt-held-out-');
 const activities = createCampaignActivities({ controlUrl: 'postgres://unused', stateDir });
 const writeList = (uids: string[]) => {
   const file = path.join(stateDir, `list-${Math.random().toString(36).slice(2)}.yaml`);

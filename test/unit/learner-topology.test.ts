@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { parse, stringify } from 'yaml';
@@ -9,6 +8,7 @@ import { loadCampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
 import { learnerFiles } from '../../activities/learner-process.ts';
 import { learnerLaunch, torchrunArgs } from '../../activities/learner-launch.ts';
+import { testTempDir } from '../helpers/temp-dir.ts';
 
 /**
  * The learner's topology is checked when `tbt train` reads the campaign (bad input naming the field and its line),
@@ -20,7 +20,7 @@ function campaignWith(learner: Record<string, unknown>): string {
   doc.learner = { ...doc.learner, ...learner };
   doc.suite = path.join(repoRoot, 'tasks', 'tiny');
   doc.prices = path.join(repoRoot, 'config', 'prices-local.yaml');
-  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-topology-')), 'campaign.yaml');
+  const file = path.join(testTempDir('tbt-topology-'), 'campaign.yaml');
   fs.writeFileSync(file, stringify(doc));
   return file;
 }
@@ -82,7 +82,7 @@ test('topology: a learner started outside needs no GPU workers or rendezvous', (
 
 test('dry run: one launch command per node, the one its GPU worker runs', () => {
   const file = campaignWith(twoNodes);
-  const env = { ...process.env, TBT_STATE_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-topology-state-')) };
+  const env = { ...process.env, TBT_STATE_DIR: testTempDir('tbt-topology-state-') };
   const out = execFileSync(
     process.execPath,
     ['--import', 'tsx', path.join(repoRoot, 'cli', 'tbt.ts'), 'train', '--config', file, '--id', 'c1', '--dry-run'],

@@ -1,16 +1,16 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { policyServerUrlFile, policySyncToken, policyTokenFile } from '../../activities/policy-sync-token.ts';
 import { writeRunToken } from '../../infra/embedded-policy-server.ts';
+import { testTempDir } from '../helpers/temp-dir.ts';
 
 const embeddedUrl = 'http://127.0.0.1:40001/v1';
 const externalUrl = 'http://127.0.0.1:40002/v1';
 
 function campaignDir(): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-sync-token-'));
+  const dir = testTempDir('tbt-sync-token-');
   fs.writeFileSync(policyServerUrlFile(dir), JSON.stringify({ baseUrl: embeddedUrl, model: 'm' }));
   writeRunToken(policyTokenFile(dir));
   return dir;

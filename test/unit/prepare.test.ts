@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import type { CommandIo } from '../../cli/command-support.ts';
 import { prepare } from '../../cli/commands/prepare.ts';
 import { canonicalJson } from '../../core/canonical-json.ts';
+import { testTempDir } from '../helpers/temp-dir.ts';
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'prepare');
 const fixture = (name: string) => path.join(fixtures, name);
@@ -19,7 +19,7 @@ function capture(): CommandIo & { stdout: string[]; stderr: string[] } {
 }
 
 function tempDir(): string {
-  return fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-prepare-'));
+  return testTempDir('tbt-prepare-');
 }
 
 const read = (dir: string, name: string) => fs.readFileSync(path.join(dir, name), 'utf8');

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -10,10 +9,11 @@ import { renderHtml } from '../../core/report/render-html.ts';
 import { buildReportModel } from '../../core/report/build-report-model.ts';
 import { barChart, binValues, niceTicks, scatterChart } from '../../core/report/svg-charts.ts';
 import { rollingMean } from '../../core/report/training-section.ts';
+import { testTempDir } from '../helpers/temp-dir.ts';
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'report');
 const fixture = (name: string) => path.join(fixtures, name);
-const tempDir = () => fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-report-'));
+const tempDir = () => testTempDir('tbt-report-');
 
 async function run(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   const stdout: string[] = [];

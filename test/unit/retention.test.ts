@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { collectGarbage } from '../../infra/retention.ts';
+import { testTempDir } from '../helpers/temp-dir.ts';
 
 function touch(file: string, bytes = 10): void {
   fs.mkdirSync(path.dirname(file), { recursive: true });
@@ -11,7 +11,7 @@ function touch(file: string, bytes = 10): void {
 }
 
 test('finding 16: retention keeps the last K exports, drops batches of committed steps, rotates big logs', () => {
-  const state = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-gc-'));
+  const state = testTempDir('tbt-gc-');
   try {
     const run = path.join(state, 'learners', 'c1');
     for (const s of [2, 3]) touch(path.join(run, 'checkpoints', `step-${s}`, '.metadata'));

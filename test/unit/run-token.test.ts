@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { writeRunToken } from '../../infra/embedded-policy-server.ts';
 import { controlEndpoint, learnerFiles } from '../../activities/learner-process.ts';
+import { testTempDir } from '../helpers/temp-dir.ts';
 
 test('finding 15: run tokens live in 0600 files, fresh per run, and travel only inside the process', () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-token-'));
+  const dir = testTempDir('tbt-token-');
   const file = path.join(dir, 'policy-server.token');
   writeRunToken(file);
   const first = fs.readFileSync(file, 'utf8');

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { stringify } from 'yaml';
 import { formatProblem, loadSuites } from '../../activities/task-suite-loader.ts';
+import { testTempDir } from '../helpers/temp-dir.ts';
 
 /** Each case breaks one thing of a valid suite; the loader must name the file and the field (and a line). */
 
@@ -180,7 +180,7 @@ const cases: Case[] = [
 
 test(`the loader rejects ${cases.length} malformed files, each with file, line and field, without crashing`, () => {
   assert.ok(cases.length >= 30);
-  const root = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-fuzz-'));
+  const root = testTempDir('tbt-fuzz-');
   for (const [i, c] of cases.entries()) {
     const dir = path.join(root, `case${i}`);
     fs.mkdirSync(path.join(dir, 'scenarios'), { recursive: true });
@@ -208,7 +208,7 @@ test(`the loader rejects ${cases.length} malformed files, each with file, line a
 });
 
 test('the valid base suite loads without problems, and a line number points at the broken field', () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-ok-'));
+  const dir = testTempDir('tbt-ok-');
   fs.mkdirSync(path.join(dir, 'scenarios'));
   fs.mkdirSync(path.join(dir, 'tasks'));
   fs.writeFileSync(path.join(dir, 'scenarios', 'shop.yaml'), stringify(scenario()));
