@@ -6,13 +6,13 @@ import { pairedComparison } from '../core/metrics.ts';
 import { PAIRED_RESAMPLES, PAIRED_SEED } from '../core/report/eval-section.ts';
 import { learningLine } from '../core/report/learning-line.ts';
 import { parseEvalAggregate } from '../core/report/parse-inputs.ts';
-import { startWorkers } from '../infra/local-workers.ts';
+import { startWorkers, stopWorkers } from '../infra/local-workers.ts';
 import { startCampaign } from '../cli/commands/campaign.ts';
 import { up } from '../cli/commands/infra.ts';
 
 /**
  * bench:learning: does training work? Runs the campaign of bench/learning/config.yaml on the embedded default
- * (SmolLM2-135M on CPU, builtin policy server): probe and train on the training half of tasks/tiny-learning,
+ * (SmolLM2-135M on CPU, the vLLM CPU engine, the CPU learner): train on the training half of tasks/tiny-learning,
  * evaluate the base and the trained policy on the held-out half only, and end with one line, the paired
  * comparison over the held-out tasks (same bootstrap as the report).
  *   npm run bench:learning [-- --seed N] [-- --config FILE]
@@ -33,8 +33,11 @@ await up();
 // vLLM's CPU build pins its compute to one core and keeps the other for its HTTP server by default; on a 2-core
 // machine that halves the compute for rollouts. Unpinned, the OS shares both cores (workers this starts only).
 process.env.VLLM_CPU_OMP_THREADS_BIND ??= 'nobind';
-startWorkers(env);
-const { workflowId, status } = await startCampaign(values.config, { wait: true, seed });
+// Workers this run started are stopped at the end (a finished benchmark should not keep four processes running).
+const spawned = startWorkers(env);
+const { workflowId, status } = await startCampaign(values.config, { wait: true, seed }).finally(() =>
+  stopWorkers(env, spawned),
+);
 const minutes = (Date.now() - started) / 60_000;
 if (status?.stage !== 'done' || !status.evalBefore || !status.evalAfter)
   throw new Error(`campaign ${workflowId} ended at stage ${status?.stage} without both evaluations`);
