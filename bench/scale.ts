@@ -8,7 +8,7 @@ import { stringify } from 'yaml';
 import { loadCampaignConfig } from '../config/campaign-config.ts';
 import { databaseUrl, readEnvironment, repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
 import { ensureControlDatabase, withClient } from '../infra/control-database.ts';
-import { nodeWorkerEnv } from '../infra/local-workers.ts';
+import { nodeWorkerEnv, nodeWorkerFlags, type WorkerKind } from '../infra/local-workers.ts';
 import { OpenAIWireProtocolDouble } from '../test/helpers/openai-wire-double.ts';
 import { campaignAttributes } from '../workflows/search-attribute-keys.ts';
 import type { probeWorkflow } from '../workflows/probe-workflow.ts';
@@ -90,7 +90,7 @@ const workerEnv = {
   // More slots than the bound, so the workflows' bound (not the worker) limits what is in flight.
   TBT_ROLLOUT_CONCURRENCY: String(bound * 2),
 };
-const workerKinds = ['orchestrator', 'bookkeeping', 'rollout'].filter((k) =>
+const workerKinds = (['orchestrator', 'bookkeeping', 'rollout'] as const).filter((k: WorkerKind) =>
   fs.existsSync(path.join(repoRoot, 'workers', `${k}-worker.ts`)),
 );
 interface RssTrack {
@@ -109,13 +109,13 @@ function rssKb(pid: number): number | undefined {
   }
 }
 
-async function startWorker(kind: string): Promise<void> {
+async function startWorker(kind: WorkerKind): Promise<void> {
   const log = path.join(logDir, `${kind}.log`);
   const out = fs.openSync(log, 'a');
   const flags = env.TBT_BENCH_WORKER_NODE_FLAGS.split(' ').filter(Boolean);
   const child = spawn(
     process.execPath,
-    [...flags, '--import', 'tsx', path.join(repoRoot, 'workers', `${kind}-worker.ts`)],
+    [...nodeWorkerFlags(kind), ...flags, '--import', 'tsx', path.join(repoRoot, 'workers', `${kind}-worker.ts`)],
     {
       env: workerEnv,
       cwd: repoRoot,

@@ -19,4 +19,5 @@ USER node
 # One process per container (`node --import tsx`, not the tsx launcher, which runs the script in a child):
 # signals reach the Temporal worker directly and its host:pid identity is the worker's own.
 # Compose picks the entry point per service with `command:`.
-CMD ["node", "--import", "tsx", "workers/rollout-worker.ts"]
+# The rollout worker's heap limit: nodeWorkerFlags in infra/local-workers.ts.
+CMD ["node", "--max-old-space-size=1024", "--import", "tsx", "workers/rollout-worker.ts"]

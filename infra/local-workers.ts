@@ -19,12 +19,23 @@ export function workerPid(env: Environment, kind: WorkerKind): number | undefine
 
 /**
  * Environment of the Node workers (not the GPU worker, whose children are vLLM and torch). Two malloc arenas
- * instead of glibc's 8 per core: the rollout worker's native allocations (sockets of its per-episode database
- * and tool connections, Temporal's core threads) otherwise spread over many arenas that never shrink, and its
- * RSS doubled over a 10,000-episode evaluation (bench/scale; docs/scale.md). An operator's value wins.
+ * instead of glibc's 8 per core: native allocations (sockets of per-episode database and tool connections,
+ * Temporal's core threads) otherwise spread over arenas that never shrink (bench/scale: rollout worker peak RSS
+ * 2.20x -> 2.00x its start over 26,000 episodes; docs/scale.md). An operator's value wins.
  */
 export function nodeWorkerEnv(base: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   return { ...base, MALLOC_ARENA_MAX: base.MALLOC_ARENA_MAX ?? '2' };
+}
+
+/**
+ * Node flags of a worker (docker/compose.yaml and worker.Dockerfile repeat the rollout worker's). The rollout
+ * worker allocates fast (JSON, tool and database traffic of every episode) while its live heap stays near 55 MB;
+ * under V8's default limit (a quarter of RAM) the old generation grows to 4x its live size before a major GC, and
+ * that slack was most of the worker's RSS growth (--trace-gc: 215 MB used before, 55 MB after). A 1 GB limit, far
+ * above what it holds, makes V8 collect at about 1.6x: peak RSS 2.05x -> 1.29x at 0.2 scale, same episodes/s.
+ */
+export function nodeWorkerFlags(kind: WorkerKind): string[] {
+  return kind === 'rollout' ? ['--max-old-space-size=1024'] : [];
 }
 
 /** Starts any of the workers not already running; returns the ones it started. */
@@ -37,7 +48,7 @@ export function startWorkers(env: Environment, kinds: readonly WorkerKind[] = wo
     // `node --import tsx` keeps the worker in this pid (the tsx launcher would add a relay process).
     spawnDetached(
       process.execPath,
-      ['--import', 'tsx', path.join(repoRoot, 'workers', `${kind}-worker.ts`)],
+      [...nodeWorkerFlags(kind), '--import', 'tsx', path.join(repoRoot, 'workers', `${kind}-worker.ts`)],
       f.log,
       f.pid,
       kind === 'gpu'
