@@ -9,6 +9,7 @@ import { loadCampaignConfig } from '../config/campaign-config.ts';
 import { databaseUrl, readEnvironment, repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
 import { ensureControlDatabase, withClient } from '../infra/control-database.ts';
 import { nodeWorkerEnv, nodeWorkerFlags, type WorkerKind } from '../infra/local-workers.ts';
+import { up } from '../cli/commands/infra.ts';
 import { OpenAIWireProtocolDouble } from '../test/helpers/openai-wire-double.ts';
 import { campaignAttributes } from '../workflows/search-attribute-keys.ts';
 import type { probeWorkflow } from '../workflows/probe-workflow.ts';
@@ -23,7 +24,8 @@ import { scriptedAnswer, writeScaleSuite } from './scale-suite.ts';
  * episodes in flight (episode start/end times in Postgres), and each worker's RSS (/proc/<pid>/status).
  *
  * Usage: npm run bench:scale [-- --scale 0.05] [--concurrency 8] [--skip-probe] [--skip-bare] [--keep]
- * Needs the local stack (`tbt up`); starts its own workers under a task-queue prefix of its own.
+ * Starts the local stack if it is down (`tbt up`, idempotent); starts its own workers under a task-queue prefix
+ * of its own.
  */
 
 const { values: args } = parseArgs({
@@ -48,6 +50,7 @@ const goals = { maxHistoryEvents: 5_000, maxRssGrowth: 1.5, maxOverhead: 1.5 };
 
 const env = readEnvironment();
 const controlUrl = databaseUrl(env);
+await up(); // it failed with a bare ECONNREFUSED when the servers were down
 await ensureControlDatabase(env);
 const runId = `bench-scale-${Date.now()}`;
 const prefix = runId;
