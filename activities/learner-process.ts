@@ -242,6 +242,9 @@ export async function stopLearner(files: LearnerFiles): Promise<void> {
     if (pid !== undefined) await stopPid(-pid, 30_000);
   }
   await stopOrphanedRankZero(files);
+  // A learner killed before its own clean-up (its /shutdown timed out) leaves its endpoint file behind; nothing
+  // listens there any more, and a later start must not find it (seen in CI under load).
+  fs.rmSync(path.join(files.checkpoints, 'control.json'), { force: true });
 }
 
 /** Stops every learner and embedded policy server started under this state folder; returns how many. */
