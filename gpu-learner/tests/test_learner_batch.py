@@ -10,6 +10,7 @@ from learner_support import trajectory
 
 from tbt_gpu.learner.batch import (
     BatchError,
+    filler_micro_batch,
     load_batch,
     pack_micro_batches,
     plan_rank_micro_batches,
@@ -132,3 +133,13 @@ def test_collated_shapes_and_shifted_masks(tmp_path) -> None:
     assert mb.old_logprobs.flatten().tolist() == pytest.approx([0.0, -0.5, -0.7, 0.0, 0.0, 0.0])
     assert mb.has_old_logprobs.tolist() == [True, False]
     assert mb.tokens == 3
+    assert mb.first_scored == 0  # row b trains on its second token, predicted at position 0
+
+
+def test_first_scored_is_the_earliest_trained_position_of_any_row(tmp_path) -> None:
+    records = [trajectory("a", [3, 4, 5, 6, 7, 8], 4, 1.0), trajectory("b", [3, 4, 5, 6, 7], 3, -1.0)]
+    batch = load_batch(write_lines(tmp_path, *records), vocab_size=50, max_seq_len=64)
+    (mb,) = plan_rank_micro_batches(batch, rank=0, world_size=1, token_budget=64, pad_id=0)
+    assert mb.loss_mask.tolist() == [[0, 0, 0, 1, 1], [0, 0, 1, 1, 0]]
+    assert mb.first_scored == 2
+    assert filler_micro_batch(0).first_scored == 0  # nothing trained: still one logit position, never none

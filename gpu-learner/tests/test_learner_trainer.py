@@ -9,10 +9,12 @@ import pytest
 import torch
 from learner_support import make_tiny_model, max_abs_diff, random_batch, read_export, trajectory, write_config
 
+from tbt_gpu.learner.batch import plan_rank_micro_batches
 from tbt_gpu.learner.checkpoint import Checkpointer, verify
 from tbt_gpu.learner.config import LearnerConfig
 from tbt_gpu.learner.distributed import init_distributed
 from tbt_gpu.learner.errors import NonFiniteError, StepCancelled, StepRefused
+from tbt_gpu.learner.loss import token_logprobs
 from tbt_gpu.learner.trainer import Trainer
 
 
@@ -67,6 +69,23 @@ def test_update_moves_logprobs_with_the_advantage_sign(tmp_path, tiny_model) -> 
     for traj in batch.trajectories:
         moved = after[traj.trajectory_id] - before[traj.trajectory_id]
         assert moved * traj.advantage > 0, (traj.trajectory_id, traj.advantage, moved)
+
+
+def test_logits_from_the_first_scored_position_match_the_full_logits(tmp_path, tiny_model) -> None:
+    trainer, _ = build(tmp_path, tiny_model)
+    batch = trainer.load_batch(str(random_batch(tmp_path / "b.jsonl", seed=5, count=8)))
+    micro_batches = plan_rank_micro_batches(batch, rank=0, world_size=1, token_budget=64, pad_id=0)
+    assert any(mb.first_scored > 0 for mb in micro_batches)  # else nothing is narrowed and this checks nothing
+    temperature = trainer.cfg.loss.temperature
+    with torch.no_grad():
+        for mb in micro_batches:
+            full = trainer.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+            full_logp, full_entropy = token_logprobs(full / temperature, mb.input_ids)
+            logp, entropy = trainer._scored_logprobs(mb)
+            assert logp.shape == full_logp[:, mb.first_scored :].shape
+            torch.testing.assert_close(logp, full_logp[:, mb.first_scored :])
+            torch.testing.assert_close(entropy, full_entropy[:, mb.first_scored :])
+            assert float(mb.loss_mask[:, : mb.first_scored].sum()) == 0.0
 
 
 def test_non_finite_loss_is_refused_without_a_step(tmp_path, tiny_model) -> None:

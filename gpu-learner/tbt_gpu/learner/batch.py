@@ -208,6 +208,9 @@ class MicroBatch:
     """[B] float32."""
     tokens: int
     """Mask-1 tokens in this micro-batch."""
+    first_scored: int
+    """First position of `loss_mask` that any row trains on (at most T-2): the logits before it are never used,
+    so the trainer computes the vocabulary projection only from there (the prompt is most of every sequence)."""
 
     def to(self, device: torch.device) -> MicroBatch:
         return MicroBatch(
@@ -218,6 +221,7 @@ class MicroBatch:
             has_old_logprobs=self.has_old_logprobs.to(device),
             advantages=self.advantages.to(device),
             tokens=self.tokens,
+            first_scored=self.first_scored,
         )
 
 
@@ -237,6 +241,8 @@ def collate(group: list[Trajectory], pad_id: int) -> MicroBatch:
         if traj.old_logprobs is not None:
             old[i, :n] = torch.tensor(traj.old_logprobs, dtype=torch.float32)
             has_old[i] = True
+    scored = loss_mask[:, 1:].any(dim=0).nonzero()
+    first_scored = min(int(scored[0]) if len(scored) else width - 2, width - 2)
     return MicroBatch(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -245,6 +251,7 @@ def collate(group: list[Trajectory], pad_id: int) -> MicroBatch:
         has_old_logprobs=has_old,
         advantages=torch.tensor([t.advantage for t in group], dtype=torch.float32),
         tokens=sum(t.tokens for t in group),
+        first_scored=first_scored,
     )
 
 

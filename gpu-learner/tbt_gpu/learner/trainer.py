@@ -14,7 +14,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from . import faults
-from .batch import Batch, collate, load_batch, pack_micro_batches, plan_rank_micro_batches
+from .batch import Batch, MicroBatch, collate, load_batch, pack_micro_batches, plan_rank_micro_batches
 from .distributed import DistInfo, any_rank, sum_across_ranks
 from .errors import NonFiniteError, StepCancelled, StepRefused
 from .loss import LossSums, policy_loss, token_logprobs
@@ -135,17 +135,16 @@ class Trainer:
             for index, mb in enumerate(micro_batches):
                 faults.micro_batch_delay()
                 mb = mb.to(info.device)
-                logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
-                logp, entropy = token_logprobs(logits / self.cfg.loss.temperature, mb.input_ids)
-                del logits
+                logp, entropy = self._scored_logprobs(mb)
+                first = mb.first_scored
                 # Rows without old log-probabilities use the detached current ones: that is the recompute.
                 use_sampler = self.cfg.loss.old_logprobs == "sampler"
                 loss, sums = policy_loss(
                     logp=logp,
-                    old_logp=mb.old_logprobs,
+                    old_logp=mb.old_logprobs[:, first:],
                     has_old_logp=mb.has_old_logprobs if use_sampler else torch.zeros_like(mb.has_old_logprobs),
                     advantages=mb.advantages,
-                    mask=mb.loss_mask,
+                    mask=mb.loss_mask[:, first:],
                     cfg=self.cfg.loss,
                     global_tokens=global_tokens,
                     entropy=entropy,
@@ -192,6 +191,18 @@ class Trainer:
             "lr": self.cfg.optimizer.lr,
         }
 
+    def _scored_logprobs(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """token_logprobs from position `mb.first_scored` on, both [B, T-1-first_scored].
+
+        Only those logits are projected onto the vocabulary (`logits_to_keep`): the prompt is most of each
+        sequence and its logits are never trained on, and the projection plus log-softmax over ~50k tokens per
+        position was a large share of a CPU step. The values are the same as from the full logits.
+        """
+        first = mb.first_scored
+        keep = mb.input_ids.shape[1] - first
+        logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, logits_to_keep=keep).logits
+        return token_logprobs(logits / self.cfg.loss.temperature, mb.input_ids[:, first:])
+
     def _abandon_pass(self) -> None:
         """After an aborted step, drop gathered parameters so the next step starts from a clean state."""
         for module in fsdp_modules(self.model):
@@ -213,10 +224,9 @@ class Trainer:
         out: dict[str, float] = {}
         for group in pack_micro_batches(list(batch.trajectories), self.cfg.train.micro_batch_tokens):
             mb = collate(group, self.model_info.pad_id).to(self.info.device)
-            logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
-            logp, _ = token_logprobs(logits / self.cfg.loss.temperature, mb.input_ids)
+            logp, _ = self._scored_logprobs(mb)
             for row, traj in enumerate(group):
-                out[traj.trajectory_id] = float((logp[row] * mb.loss_mask[row]).sum())
+                out[traj.trajectory_id] = float((logp[row] * mb.loss_mask[row, mb.first_scored :]).sum())
         return out
 
 
