@@ -8,7 +8,8 @@ Both sides run in this process, on the same device, from the same weights, with 
 (same token budget and padding) and AdamW with the same hyperparameters. The bare loop is a plain
 Hugging Face model with an advantage-weighted log-likelihood loss, gradient clipping and optimizer.step().
 The learner side is Trainer.train_step (FSDP2 in a one-rank world, batch planning, clipped surrogate,
-metrics, finiteness guards); checkpointing is not included. Steps alternate between the two sides, so
+metrics, finiteness guards); checkpointing is not included. The learner projects only the positions it trains
+on onto the vocabulary, the bare loop every position (the plain way). Steps alternate between the two sides, so
 load from other processes hits both alike; the ratio is printed from the best and the median step of each.
 """
 
@@ -29,7 +30,7 @@ sys.path.insert(0, str(ROOT / "gpu-learner"))
 import torch  # noqa: E402 - after the path set-up
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from tbt_gpu.learner.batch import Batch, collate, pack_micro_batches  # noqa: E402
+from tbt_gpu.learner.batch import Batch, Trajectory, pack_micro_batches, prompt_rows  # noqa: E402
 from tbt_gpu.learner.config import (  # noqa: E402
     CheckpointConfig,
     DistributedConfig,
@@ -67,6 +68,19 @@ def synthetic_batch(path: pathlib.Path, *, count: int, seq_len: int, vocab: int,
     return path
 
 
+def padded(group: list[Trajectory]) -> tuple[torch.Tensor, ...]:
+    """Right-padded input ids, attention mask, loss mask and advantages: the plain way to batch."""
+    width = max(t.length for t in group)
+    ids = torch.zeros((len(group), width), dtype=torch.long)
+    attention = torch.zeros((len(group), width), dtype=torch.long)
+    mask = torch.zeros((len(group), width), dtype=torch.float32)
+    for i, traj in enumerate(group):
+        ids[i, : traj.length] = torch.tensor(traj.input_ids)
+        attention[i, : traj.length] = 1
+        mask[i, : traj.length] = torch.tensor(traj.loss_mask, dtype=torch.float32)
+    return ids, attention, mask, torch.tensor([t.advantage for t in group])
+
+
 class BareLoop:
     """What a plain torch training step on this batch looks like."""
 
@@ -80,13 +94,13 @@ class BareLoop:
         self.grad_clip = cfg.train.grad_clip
         self.device = device
 
-    def step(self, micro_batches: list, global_tokens: int) -> None:
+    def step(self, micro_batches: list[list[Trajectory]], global_tokens: int) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        for mb in micro_batches:
-            mb = mb.to(self.device)
-            logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits[:, :-1].float()
-            logp = logits.log_softmax(-1).gather(-1, mb.input_ids[:, 1:, None]).squeeze(-1)
-            loss = -(logp * mb.advantages[:, None] * mb.loss_mask).sum() / global_tokens
+        for group in micro_batches:
+            ids, attention, mask, advantages = (t.to(self.device) for t in padded(group))
+            logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+            logp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+            loss = -(logp * advantages[:, None] * mask[:, 1:]).sum() / global_tokens
             loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.optimizer.step()
@@ -125,8 +139,9 @@ def main() -> int:
     batch_path = synthetic_batch(work / "batch.jsonl", count=args.trajectories, seq_len=args.seq_len,
                                  vocab=trainer.model_info.vocab_size, seed=0)  # fmt: skip
     batch: Batch = trainer.load_batch(str(batch_path))
-    groups = pack_micro_batches(list(batch.trajectories), args.micro_batch_tokens)
-    micro_batches = [collate(g, trainer.model_info.pad_id) for g in groups]
+    # the learner's own grouping (every synthetic prompt differs, so one trajectory per row)
+    rows = prompt_rows(batch.trajectories, args.micro_batch_tokens, share=False)
+    micro_batches = [[r.members[0] for r in g] for g in pack_micro_batches(rows, args.micro_batch_tokens)]
     tokens = sum(t.length for t in batch.trajectories)
 
     def sync() -> None:

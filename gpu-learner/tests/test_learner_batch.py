@@ -14,6 +14,7 @@ from tbt_gpu.learner.batch import (
     load_batch,
     pack_micro_batches,
     plan_rank_micro_batches,
+    prompt_rows,
     shard_for_ranks,
 )
 
@@ -95,23 +96,26 @@ def make_batch(tmp_path: pathlib.Path, lengths: list[int]):
 
 def test_shards_are_disjoint_complete_balanced_and_deterministic(tmp_path) -> None:
     batch = make_batch(tmp_path, [30, 5, 17, 17, 9, 2, 40, 11])
-    shares = shard_for_ranks(batch.trajectories, 3)
-    ids = [t.trajectory_id for share in shares for t in share]
+    rows = prompt_rows(batch.trajectories, 64, share=False)
+    shares = shard_for_ranks(rows, 3)
+    ids = [t.trajectory_id for share in shares for r in share for t in r.members]
     assert sorted(ids) == sorted(t.trajectory_id for t in batch.trajectories)
     assert len(ids) == len(set(ids))
-    loads = [sum(t.length for t in share) for share in shares]
+    loads = [sum(r.length for r in share) for share in shares]
     assert max(loads) - min(loads) <= 40
-    assert shard_for_ranks(batch.trajectories, 3) == shares
+    assert shard_for_ranks(rows, 3) == shares
 
 
 def test_micro_batches_respect_the_padded_token_budget(tmp_path) -> None:
     batch = make_batch(tmp_path, [30, 5, 17, 17, 9, 2, 40, 11])
-    groups = pack_micro_batches(list(batch.trajectories), 48)
-    assert sorted(t.trajectory_id for g in groups for t in g) == sorted(t.trajectory_id for t in batch.trajectories)
+    rows = prompt_rows(batch.trajectories, 48, share=False)
+    groups = pack_micro_batches(rows, 48)
+    ids = sorted(t.trajectory_id for g in groups for r in g for t in r.members)
+    assert ids == sorted(t.trajectory_id for t in batch.trajectories)
     for group in groups:
-        assert len(group) * max(t.length for t in group) <= 48 or len(group) == 1
+        assert len(group) * max(r.length for r in group) <= 48 or len(group) == 1
     # a sequence longer than the budget still trains, alone
-    assert [len(g) for g in pack_micro_batches(list(batch.trajectories), 10)][:2] == [1, 1]
+    assert [len(g) for g in pack_micro_batches(rows, 10)][:2] == [1, 1]
 
 
 def test_every_rank_runs_the_same_number_of_micro_batches(tmp_path) -> None:
@@ -123,23 +127,54 @@ def test_every_rank_runs_the_same_number_of_micro_batches(tmp_path) -> None:
     assert filler.tokens == 0 and float(filler.loss_mask.sum()) == 0.0
 
 
-def test_collated_shapes_and_shifted_masks(tmp_path) -> None:
+def test_collated_shapes_and_scored_tokens(tmp_path) -> None:
     records = [trajectory("a", [3, 4, 5, 6], 2, 1.0, old=[0.0, 0.0, -0.5, -0.7]), trajectory("b", [3, 4], 1, -1.0)]
     batch = load_batch(write_lines(tmp_path, *records), vocab_size=50, max_seq_len=64)
     (mb,) = plan_rank_micro_batches(batch, rank=0, world_size=1, token_budget=64, pad_id=0)
     assert mb.input_ids.tolist() == [[3, 4, 5, 6], [3, 4, 0, 0]]
-    assert mb.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
-    assert mb.loss_mask.tolist() == [[0, 1, 1], [1, 0, 0]]
-    assert mb.old_logprobs.flatten().tolist() == pytest.approx([0.0, -0.5, -0.7, 0.0, 0.0, 0.0])
+    assert mb.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]  # no shared prompt: a padding mask
+    assert mb.position_ids.tolist() == [[0, 1, 2, 3], [0, 1, 0, 0]]
+    assert mb.trajectory_ids == ("a", "b")
+    # each trajectory's tokens after its prompt, left-aligned, and the flat scored positions predicting them
+    assert mb.targets.tolist() == [[5, 6], [4, 0]]
+    assert mb.loss_mask.tolist() == [[1, 1], [1, 0]]
+    assert mb.old_logprobs.flatten().tolist() == pytest.approx([-0.5, -0.7, 0.0, 0.0])
     assert mb.has_old_logprobs.tolist() == [True, False]
+    assert mb.scored.tolist() == [[False, True, True, False], [True, False, False, False]]
+    assert mb.gather.tolist() == [[0, 1], [2, 0]]
     assert mb.tokens == 3
-    assert mb.first_scored == 0  # row b trains on its second token, predicted at position 0
 
 
-def test_first_scored_is_the_earliest_trained_position_of_any_row(tmp_path) -> None:
-    records = [trajectory("a", [3, 4, 5, 6, 7, 8], 4, 1.0), trajectory("b", [3, 4, 5, 6, 7], 3, -1.0)]
+def test_trajectories_with_one_prompt_share_a_row(tmp_path) -> None:
+    records = [
+        trajectory("x", [1, 2, 3, 7, 8], 3, 1.0),
+        trajectory("y", [1, 2, 3, 9], 3, -1.0),
+        trajectory("z", [1, 2, 5, 6], 2, 0.5),
+    ]
     batch = load_batch(write_lines(tmp_path, *records), vocab_size=50, max_seq_len=64)
+    rows = prompt_rows(batch.trajectories, 64, share=True)
+    assert [(r.prompt_len, [t.trajectory_id for t in r.members], r.length) for r in rows] == [
+        (3, ["x", "y"], 6),
+        (2, ["z"], 4),
+    ]
+    assert [len(r.members) for r in prompt_rows(batch.trajectories, 64, share=False)] == [1, 1, 1]
+    assert [len(r.members) for r in prompt_rows(batch.trajectories, 5, share=True)] == [1, 1, 1]  # x alone fills 5
     (mb,) = plan_rank_micro_batches(batch, rank=0, world_size=1, token_budget=64, pad_id=0)
-    assert mb.loss_mask.tolist() == [[0, 0, 0, 1, 1], [0, 0, 1, 1, 0]]
-    assert mb.first_scored == 2
-    assert filler_micro_batch(0).first_scored == 0  # nothing trained: still one logit position, never none
+    assert mb.input_ids.tolist() == [[1, 2, 3, 7, 8, 9], [1, 2, 5, 6, 0, 0]]
+    assert mb.position_ids[0].tolist() == [0, 1, 2, 3, 4, 3]  # y's token continues its own sequence
+    attend = mb.attention_mask[:, 0].int().tolist()  # [row][query][key]
+    assert attend[0][4] == [1, 1, 1, 1, 1, 0]  # x's 8 sees the prompt and x's 7
+    assert attend[0][5] == [1, 1, 1, 0, 0, 1]  # y's 9 sees the prompt and itself, never x
+    assert attend[1][3] == [1, 1, 1, 1, 0, 0]  # a row of one trajectory is plain causal
+    assert mb.trajectory_ids == ("x", "y", "z")
+    assert mb.targets.tolist() == [[7, 8], [9, 0], [5, 6]]
+    flat = mb.scored.flatten().nonzero().flatten().tolist()
+    # x's 7 and y's 9 are both predicted by the prompt's last position (2); x's 8 by x's 7 (3); z's 5, 6 by 1, 2
+    assert [flat[i] for i in mb.gather[0].tolist()] == [2, 3]
+    assert [flat[i] for i in mb.gather[1].tolist()][:1] == [2]
+    assert [flat[i] for i in mb.gather[2].tolist()] == [6 + 1, 6 + 2]
+
+
+def test_a_filler_scores_one_token_and_trains_none() -> None:
+    filler = filler_micro_batch(0)
+    assert filler.targets.shape == (1, 1) and filler.tokens == 0 and float(filler.loss_mask.sum()) == 0.0

@@ -13,7 +13,7 @@ import pytest
 from learner_support import Learner, make_tiny_model, max_abs_diff, random_batch, read_export, write_config
 from safetensors.torch import load_file
 
-from tbt_gpu.learner.batch import shard_for_ranks
+from tbt_gpu.learner.batch import prompt_rows, shard_for_ranks
 from tbt_gpu.learner.config import LearnerConfig
 from tbt_gpu.learner.distributed import init_distributed
 from tbt_gpu.learner.trainer import Trainer
@@ -42,8 +42,9 @@ def test_two_ranks_match_one_rank(tmp_path: pathlib.Path) -> None:
 
     reference = Trainer(init_distributed(LearnerConfig.load(config)))
     batch = reference.load_batch(str(batch_path))
-    shares = shard_for_ranks(batch.trajectories, 2)
-    assert sum(t.tokens for t in shares[0]) != sum(t.tokens for t in shares[1])  # the case a per-rank mean gets wrong
+    shares = shard_for_ranks(prompt_rows(batch.trajectories, 64, share=True), 2)
+    tokens = [sum(t.tokens for r in share for t in r.members) for share in shares]
+    assert tokens[0] != tokens[1]  # the case a per-rank mean gets wrong
     one = reference.train_step(1, batch)
     w1 = {k: v.full_tensor() for k, v in reference.model.state_dict().items() if k in w2}
 

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import json
 import pathlib
+import random
 
 import pytest
 import torch
-from learner_support import make_tiny_model, max_abs_diff, random_batch, read_export, trajectory, write_config
+from learner_support import (
+    VOCAB,
+    make_tiny_model,
+    max_abs_diff,
+    random_batch,
+    read_export,
+    trajectory,
+    write_config,
+)
 
 from tbt_gpu.learner.batch import plan_rank_micro_batches
 from tbt_gpu.learner.checkpoint import Checkpointer, verify
@@ -71,21 +80,49 @@ def test_update_moves_logprobs_with_the_advantage_sign(tmp_path, tiny_model) -> 
         assert moved * traj.advantage > 0, (traj.trajectory_id, traj.advantage, moved)
 
 
-def test_logits_from_the_first_scored_position_match_the_full_logits(tmp_path, tiny_model) -> None:
-    trainer, _ = build(tmp_path, tiny_model)
-    batch = trainer.load_batch(str(random_batch(tmp_path / "b.jsonl", seed=5, count=8)))
-    micro_batches = plan_rank_micro_batches(batch, rank=0, world_size=1, token_budget=64, pad_id=0)
-    assert any(mb.first_scored > 0 for mb in micro_batches)  # else nothing is narrowed and this checks nothing
-    temperature = trainer.cfg.loss.temperature
+def grouped_batch(path: pathlib.Path, *, seed: int) -> pathlib.Path:
+    """GRPO-style: 3 prompts x 4 episodes, uneven suffixes, a tool result (mask 0) inside some, both advantage signs."""
+    rng = random.Random(seed)
+    lines = []
+    for g in range(3):
+        prompt = [rng.randrange(3, VOCAB) for _ in range(rng.randint(8, 20))]
+        for i in range(4):
+            turn = [rng.randrange(3, VOCAB) for _ in range(rng.randint(2, 9))]
+            tool = [rng.randrange(3, VOCAB) for _ in range(rng.randint(0, 4))]
+            second = [rng.randrange(3, VOCAB) for _ in range(rng.randint(1, 5))] if tool else []
+            ids = prompt + turn + tool + second
+            mask = [0] * len(prompt) + [1] * len(turn) + [0] * len(tool) + [1] * len(second)
+            record = {"trajectory_id": f"g{g}-{i}", "input_ids": ids, "loss_mask": mask, "advantage": (-1) ** i * 0.8}
+            lines.append(json.dumps(record))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_shared_prompts_give_the_separate_sequences_logprobs_and_update(tmp_path, tiny_model) -> None:
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "separate").mkdir()
+    shared, _ = build(tmp_path / "shared", tiny_model)
+    separate, _ = build(tmp_path / "separate", tiny_model, train={"share_prompts": False})
+    batch = shared.load_batch(str(grouped_batch(tmp_path / "b.jsonl", seed=7)))
+    plan = plan_rank_micro_batches(batch, rank=0, world_size=1, token_budget=64, pad_id=0)
+    assert any(mb.attention_mask.dim() == 4 for mb in plan)  # prompts were shared, else this checks nothing
+    # reference: each trajectory alone, all logits, no mask of ours
+    temperature = shared.cfg.loss.temperature
     with torch.no_grad():
-        for mb in micro_batches:
-            full = trainer.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
-            full_logp, full_entropy = token_logprobs(full / temperature, mb.input_ids)
-            logp, entropy = trainer._scored_logprobs(mb)
-            assert logp.shape == full_logp[:, mb.first_scored :].shape
-            torch.testing.assert_close(logp, full_logp[:, mb.first_scored :])
-            torch.testing.assert_close(entropy, full_entropy[:, mb.first_scored :])
-            assert float(mb.loss_mask[:, : mb.first_scored].sum()) == 0.0
+        expected = {}
+        for traj in batch.trajectories:
+            ids = torch.tensor([traj.input_ids])
+            logp, _ = token_logprobs(shared.model(input_ids=ids).logits / temperature, ids)
+            expected[traj.trajectory_id] = float((logp[0] * torch.tensor(traj.loss_mask[1:])).sum())
+    got = shared.sequence_logprobs(batch)
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, abs=1e-4), key
+    one, two = shared.train_step(1, batch), separate.train_step(1, batch)
+    for key in ("loss", "grad_norm", "entropy", "tokens"):
+        assert one[key] == pytest.approx(two[key], rel=1e-4, abs=1e-6), key
+    a, b = weights(shared), weights(separate)
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
 
 
 def test_non_finite_loss_is_refused_without_a_step(tmp_path, tiny_model) -> None:

@@ -166,93 +166,183 @@ def load_batch(path: str | pathlib.Path, *, vocab_size: int, max_seq_len: int) -
     return batch
 
 
-def shard_for_ranks(trajectories: tuple[Trajectory, ...], world_size: int) -> list[list[Trajectory]]:
+@dataclass(frozen=True, slots=True)
+class PromptRow:
+    """Trajectories that share their prompt, laid out as one sequence: the prompt once, then each suffix.
+
+    The prompt of a trajectory is everything before its first trained token (at most all but the last token).
+    A group's episodes start from the same prompt, so its forward pass runs once instead of once per episode;
+    each suffix attends to the prompt and to itself only, with its own positions, so every log-probability and
+    gradient is the one the separate sequences would give.
+    """
+
+    prompt_len: int
+    members: tuple[Trajectory, ...]
+
+    @property
+    def length(self) -> int:
+        return self.prompt_len + sum(t.length - self.prompt_len for t in self.members)
+
+    @property
+    def line(self) -> int:
+        return min(t.line for t in self.members)
+
+
+def prompt_length(traj: Trajectory) -> int:
+    """Tokens before the first trained one; at least one token is always scored (a filler trains nothing)."""
+    first = next((i for i, m in enumerate(traj.loss_mask) if m), traj.length)
+    return max(1, min(first, traj.length - 1))
+
+
+def prompt_rows(trajectories: tuple[Trajectory, ...], token_budget: int, share: bool) -> list[PromptRow]:
+    """One row per trajectory, or (share) trajectories with identical prompts in rows of at most token_budget."""
+    if not share:
+        return [PromptRow(prompt_length(t), (t,)) for t in trajectories]
+    by_prompt: dict[tuple[int, ...], list[Trajectory]] = {}
+    for traj in trajectories:
+        by_prompt.setdefault(traj.input_ids[: prompt_length(traj)], []).append(traj)
+    rows: list[PromptRow] = []
+    for prompt, members in by_prompt.items():
+        current: list[Trajectory] = []
+        length = len(prompt)
+        for traj in members:
+            extra = traj.length - len(prompt)
+            if current and length + extra > token_budget:
+                rows.append(PromptRow(len(prompt), tuple(current)))
+                current, length = [], len(prompt)
+            current.append(traj)
+            length += extra
+        rows.append(PromptRow(len(prompt), tuple(current)))
+    return rows
+
+
+def shard_for_ranks(rows: list[PromptRow], world_size: int) -> list[list[PromptRow]]:
     """Disjoint, deterministic shares: longest first, each to the rank with the fewest tokens so far."""
-    order = sorted(trajectories, key=lambda t: (-t.length, t.line))
-    shares: list[list[Trajectory]] = [[] for _ in range(world_size)]
+    order = sorted(rows, key=lambda r: (-r.length, r.line))
+    shares: list[list[PromptRow]] = [[] for _ in range(world_size)]
     loads = [0] * world_size
-    for traj in order:
+    for row in order:
         rank = min(range(world_size), key=lambda r: (loads[r], r))
-        shares[rank].append(traj)
-        loads[rank] += traj.length
+        shares[rank].append(row)
+        loads[rank] += row.length
     return shares
 
 
-def pack_micro_batches(trajectories: list[Trajectory], token_budget: int) -> list[list[Trajectory]]:
+def pack_micro_batches(rows: list[PromptRow], token_budget: int) -> list[list[PromptRow]]:
     """Greedy packing by length: rows x longest row <= budget (a single longer row goes alone)."""
-    order = sorted(trajectories, key=lambda t: (-t.length, t.line))
-    groups: list[list[Trajectory]] = []
-    for traj in order:
+    order = sorted(rows, key=lambda r: (-r.length, r.line))
+    groups: list[list[PromptRow]] = []
+    for row in order:
         if groups:
             group = groups[-1]
             if (len(group) + 1) * group[0].length <= token_budget:
-                group.append(traj)
+                group.append(row)
                 continue
-        groups.append([traj])
+        groups.append([row])
     return groups
 
 
 @dataclass(frozen=True, slots=True)
 class MicroBatch:
+    """Rows of prompt-sharing sequences (R x S) and, per trajectory (B x W), the tokens it is scored on: its
+    tokens after its prompt, left-aligned (trajectory b's column i is its token prompt_len + i)."""
+
     input_ids: torch.Tensor
-    """[B, T] token ids, right-padded."""
+    """[R, S] token ids, right-padded."""
     attention_mask: torch.Tensor
-    """[B, T] 1 for real tokens."""
+    """[R, S] 1 for real tokens; or, when a row holds several trajectories, [R, 1, S, S] bool (True: attend)."""
+    position_ids: torch.Tensor
+    """[R, S] each token's position in its own trajectory."""
+    scored: torch.Tensor
+    """[R, S] bool: the positions whose logits are used; only those are projected onto the vocabulary."""
+    gather: torch.Tensor
+    """[B, W] index into the scored positions (in row-major order) of the logits predicting each token."""
+    targets: torch.Tensor
+    """[B, W] the tokens predicted."""
     loss_mask: torch.Tensor
-    """[B, T-1] float, mask of the predicted tokens input_ids[:, 1:]."""
+    """[B, W] float, 1 where the token is trained."""
     old_logprobs: torch.Tensor
-    """[B, T-1] float32 sampled log-probabilities of input_ids[:, 1:] (0 where absent)."""
+    """[B, W] float32 sampled log-probabilities (0 where absent)."""
     has_old_logprobs: torch.Tensor
     """[B] bool: whether the row carried old_logprobs (else the current detached ones are used)."""
     advantages: torch.Tensor
     """[B] float32."""
+    trajectory_ids: tuple[str, ...]
+    """[B] in the order of the per-trajectory tensors."""
     tokens: int
     """Mask-1 tokens in this micro-batch."""
-    first_scored: int
-    """First position of `loss_mask` that any row trains on (at most T-2): the logits before it are never used,
-    so the trainer computes the vocabulary projection only from there (the prompt is most of every sequence)."""
 
     def to(self, device: torch.device) -> MicroBatch:
-        return MicroBatch(
-            input_ids=self.input_ids.to(device),
-            attention_mask=self.attention_mask.to(device),
-            loss_mask=self.loss_mask.to(device),
-            old_logprobs=self.old_logprobs.to(device),
-            has_old_logprobs=self.has_old_logprobs.to(device),
-            advantages=self.advantages.to(device),
-            tokens=self.tokens,
-            first_scored=self.first_scored,
-        )
+        moved = {k: getattr(self, k).to(device) for k in self.__slots__ if isinstance(getattr(self, k), torch.Tensor)}
+        return MicroBatch(**moved, trajectory_ids=self.trajectory_ids, tokens=self.tokens)
 
 
-def collate(group: list[Trajectory], pad_id: int) -> MicroBatch:
-    width = max(t.length for t in group)
-    rows = len(group)
-    input_ids = torch.full((rows, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((rows, width), dtype=torch.long)
-    loss_mask = torch.zeros((rows, width), dtype=torch.float32)
-    old = torch.zeros((rows, width), dtype=torch.float32)
-    has_old = torch.zeros(rows, dtype=torch.bool)
-    for i, traj in enumerate(group):
-        n = traj.length
-        input_ids[i, :n] = torch.tensor(traj.input_ids, dtype=torch.long)
-        attention_mask[i, :n] = 1
-        loss_mask[i, :n] = torch.tensor(traj.loss_mask, dtype=torch.float32)
-        if traj.old_logprobs is not None:
-            old[i, :n] = torch.tensor(traj.old_logprobs, dtype=torch.float32)
-            has_old[i] = True
-    scored = loss_mask[:, 1:].any(dim=0).nonzero()
-    first_scored = min(int(scored[0]) if len(scored) else width - 2, width - 2)
+def collate(rows: list[PromptRow], pad_id: int) -> MicroBatch:
+    width = max(r.length for r in rows)
+    members = [t for r in rows for t in r.members]
+    scored_width = max(t.length - r.prompt_len for r in rows for t in r.members)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    padding = torch.zeros((len(rows), width), dtype=torch.long)
+    position_ids = torch.zeros((len(rows), width), dtype=torch.long)
+    segment = torch.full((len(rows), width), -1, dtype=torch.long)  # 0: prompt, j: member j, -1: padding
+    source = torch.zeros((len(members), scored_width), dtype=torch.long)  # flat position of each predicting logit
+    targets = torch.full((len(members), scored_width), pad_id, dtype=torch.long)
+    loss_mask = torch.zeros((len(members), scored_width), dtype=torch.float32)
+    old = torch.zeros((len(members), scored_width), dtype=torch.float32)
+    has_old = torch.zeros(len(members), dtype=torch.bool)
+    b = 0
+    for r, row in enumerate(rows):
+        p = row.prompt_len
+        input_ids[r, :p] = torch.tensor(row.members[0].input_ids[:p], dtype=torch.long)
+        position_ids[r, :p] = torch.arange(p)
+        segment[r, :p] = 0
+        offset = p
+        for j, traj in enumerate(row.members, start=1):
+            n = traj.length - p
+            input_ids[r, offset : offset + n] = torch.tensor(traj.input_ids[p:], dtype=torch.long)
+            position_ids[r, offset : offset + n] = torch.arange(p, traj.length)
+            segment[r, offset : offset + n] = j
+            # token p + i is predicted by the prompt's last position (i = 0), else by the suffix token before it
+            source[b, :n] = r * width + torch.cat([torch.tensor([p - 1]), torch.arange(offset, offset + n - 1)])
+            targets[b, :n] = input_ids[r, offset : offset + n]
+            loss_mask[b, :n] = torch.tensor(traj.loss_mask[p:], dtype=torch.float32)
+            if traj.old_logprobs is not None:
+                old[b, :n] = torch.tensor(traj.old_logprobs[p:], dtype=torch.float32)
+                has_old[b] = True
+            offset += n
+            b += 1
+        padding[r, :offset] = 1
+    scored = torch.zeros(len(rows) * width, dtype=torch.bool)
+    scored[source[_valid(rows, scored_width)]] = True
+    # columns past a trajectory's end point at the first scored logit; their mask is 0
+    gather = (torch.cumsum(scored.long(), 0) - 1)[source].clamp(min=0)
+    if any(len(row.members) > 1 for row in rows):
+        q = torch.arange(width)
+        causal = q.unsqueeze(0) <= q.unsqueeze(1)  # [query, key]: key at or before the query
+        same = (segment.unsqueeze(1) == 0) | (segment.unsqueeze(1) == segment.unsqueeze(2))  # key in prompt or own
+        attention_mask = (causal & same).unsqueeze(1)
+    else:
+        attention_mask = padding
     return MicroBatch(
         input_ids=input_ids,
         attention_mask=attention_mask,
-        loss_mask=loss_mask[:, 1:].contiguous(),
-        old_logprobs=old[:, 1:].contiguous(),
+        position_ids=position_ids,
+        scored=scored.view(len(rows), width),
+        gather=gather,
+        targets=targets,
+        loss_mask=loss_mask,
+        old_logprobs=old,
         has_old_logprobs=has_old,
-        advantages=torch.tensor([t.advantage for t in group], dtype=torch.float32),
-        tokens=sum(t.tokens for t in group),
-        first_scored=first_scored,
+        advantages=torch.tensor([t.advantage for t in members], dtype=torch.float32),
+        trajectory_ids=tuple(t.trajectory_id for t in members),
+        tokens=sum(t.tokens for t in members),
     )
+
+
+def _valid(rows: list[PromptRow], scored_width: int) -> torch.Tensor:
+    """[B, W] True for the columns a trajectory has (the rest is padding of the per-trajectory tensors)."""
+    lengths = torch.tensor([t.length - r.prompt_len for r in rows for t in r.members])
+    return torch.arange(scored_width).unsqueeze(0) < lengths.unsqueeze(1)
 
 
 def filler_micro_batch(pad_id: int) -> MicroBatch:
@@ -260,15 +350,15 @@ def filler_micro_batch(pad_id: int) -> MicroBatch:
     filler = Trajectory(
         trajectory_id="<filler>", input_ids=(pad_id, pad_id), loss_mask=(0, 0), advantage=0.0, old_logprobs=None, line=0
     )
-    return collate([filler], pad_id)
+    return collate([PromptRow(1, (filler,))], pad_id)
 
 
 def plan_rank_micro_batches(
-    batch: Batch, *, rank: int, world_size: int, token_budget: int, pad_id: int
+    batch: Batch, *, rank: int, world_size: int, token_budget: int, pad_id: int, share_prompts: bool = True
 ) -> list[MicroBatch]:
     """This rank's micro-batches, padded with fillers to the count of the busiest rank."""
-    shares = shard_for_ranks(batch.trajectories, world_size)
-    packed = [pack_micro_batches(share, token_budget) for share in shares]
+    rows = prompt_rows(batch.trajectories, token_budget, share_prompts)
+    packed = [pack_micro_batches(share, token_budget) for share in shard_for_ranks(rows, world_size)]
     count = max(len(groups) for groups in packed)
     mine = [collate(group, pad_id) for group in packed[rank]]
     mine.extend(filler_micro_batch(pad_id) for _ in range(count - len(mine)))

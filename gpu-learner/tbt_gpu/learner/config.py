@@ -168,11 +168,17 @@ class TrainConfig:
     """Padded tokens (rows x longest row) per micro-batch; one longer sequence still forms its own micro-batch."""
     seed: int = 0
     """Base RNG seed; rank r uses seed + r."""
+    share_prompts: bool = True
+    """Trajectories with the same prompt (a group's episodes) run it through the model once per micro-batch row
+    (batch.PromptRow): same values and gradients, ~6x fewer tokens for 8 episodes of a 1,300-token prompt. Such
+    rows carry an [S, S] attention mask, which also rules out flash attention: turn it off for very long rows."""
 
     def __post_init__(self) -> None:
         _require(_require_number(self.grad_clip, "train.grad_clip") > 0, "train.grad_clip", "must be > 0")
         _require_int(self.micro_batch_tokens, "train.micro_batch_tokens", 2)
         _require_int(self.seed, "train.seed", 0)
+        shared = self.share_prompts
+        _require(isinstance(shared, bool), "train.share_prompts", f"must be true or false, got {shared!r}")
 
 
 @dataclass(kw_only=True, slots=True)

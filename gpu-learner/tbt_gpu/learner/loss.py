@@ -38,14 +38,18 @@ class LossSums:
 
 
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log p(input_ids[:, t+1] | <= t), entropy of that distribution), both [B, T-1] in float32.
+    """(log p(input_ids[:, t+1] | <= t), entropy of that distribution), both [B, T-1] in float32."""
+    return predicted_logprobs(logits[:, :-1, :], input_ids[:, 1:])
+
+
+def predicted_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p(targets) under logits, entropy of that distribution): logits [..., V] predict targets [...].
 
     The entropy is a metric only and carries no gradient (no entropy bonus).
     """
-    logits = logits[:, :-1, :].float()
-    targets = input_ids[:, 1:].unsqueeze(-1)
+    logits = logits.float()
     log_norm = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, targets).squeeze(-1) - log_norm
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_norm
     with torch.no_grad():
         probs = torch.softmax(logits, dim=-1)
         entropy = log_norm - (probs * logits).sum(dim=-1)

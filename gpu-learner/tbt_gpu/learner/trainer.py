@@ -14,10 +14,10 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from . import faults
-from .batch import Batch, MicroBatch, collate, load_batch, pack_micro_batches, plan_rank_micro_batches
+from .batch import Batch, MicroBatch, collate, load_batch, pack_micro_batches, plan_rank_micro_batches, prompt_rows
 from .distributed import DistInfo, any_rank, sum_across_ranks
 from .errors import NonFiniteError, StepCancelled, StepRefused
-from .loss import LossSums, policy_loss, token_logprobs
+from .loss import LossSums, policy_loss, predicted_logprobs
 from .model import fsdp_modules, load_model
 
 logger = logging.getLogger(__name__)
@@ -125,6 +125,7 @@ class Trainer:
             world_size=info.world_size,
             token_budget=self.cfg.train.micro_batch_tokens,
             pad_id=self.model_info.pad_id,
+            share_prompts=self.cfg.train.share_prompts,
         )
         # FSDP averages gradients over ranks; the loss is already a share of the global token-mean,
         # so scaling by the world size turns that average into the sum the token-mean needs.
@@ -136,15 +137,14 @@ class Trainer:
                 faults.micro_batch_delay()
                 mb = mb.to(info.device)
                 logp, entropy = self._scored_logprobs(mb)
-                first = mb.first_scored
                 # Rows without old log-probabilities use the detached current ones: that is the recompute.
                 use_sampler = self.cfg.loss.old_logprobs == "sampler"
                 loss, sums = policy_loss(
                     logp=logp,
-                    old_logp=mb.old_logprobs[:, first:],
+                    old_logp=mb.old_logprobs,
                     has_old_logp=mb.has_old_logprobs if use_sampler else torch.zeros_like(mb.has_old_logprobs),
                     advantages=mb.advantages,
-                    mask=mb.loss_mask[:, first:],
+                    mask=mb.loss_mask,
                     cfg=self.cfg.loss,
                     global_tokens=global_tokens,
                     entropy=entropy,
@@ -192,16 +192,19 @@ class Trainer:
         }
 
     def _scored_logprobs(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """token_logprobs from position `mb.first_scored` on, both [B, T-1-first_scored].
+        """Log-probabilities and entropies of every trajectory's scored tokens, both [B, W] (see MicroBatch).
 
-        Only those logits are projected onto the vocabulary (`logits_to_keep`): the prompt is most of each
+        Only the scored positions are projected onto the vocabulary (`logits_to_keep`): a prompt is most of each
         sequence and its logits are never trained on, and the projection plus log-softmax over ~50k tokens per
-        position was a large share of a CPU step. The values are the same as from the full logits.
+        position was a large share of a CPU step.
         """
-        first = mb.first_scored
-        keep = mb.input_ids.shape[1] - first
-        logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, logits_to_keep=keep).logits
-        return token_logprobs(logits / self.cfg.loss.temperature, mb.input_ids[:, first:])
+        logits = self.model(
+            input_ids=mb.input_ids,
+            attention_mask=mb.attention_mask,
+            position_ids=mb.position_ids,
+            logits_to_keep=mb.scored,
+        ).logits
+        return predicted_logprobs(logits[mb.gather] / self.cfg.loss.temperature, mb.targets)
 
     def _abandon_pass(self) -> None:
         """After an aborted step, drop gathered parameters so the next step starts from a clean state."""
@@ -222,11 +225,12 @@ class Trainer:
         Every rank computes all trajectories (same passes on every rank, as FSDP requires).
         """
         out: dict[str, float] = {}
-        for group in pack_micro_batches(list(batch.trajectories), self.cfg.train.micro_batch_tokens):
+        rows = prompt_rows(batch.trajectories, self.cfg.train.micro_batch_tokens, self.cfg.train.share_prompts)
+        for group in pack_micro_batches(rows, self.cfg.train.micro_batch_tokens):
             mb = collate(group, self.model_info.pad_id).to(self.info.device)
             logp, _ = self._scored_logprobs(mb)
-            for row, traj in enumerate(group):
-                out[traj.trajectory_id] = float((logp[row] * mb.loss_mask[row, mb.first_scored :]).sum())
+            for b, trajectory_id in enumerate(mb.trajectory_ids):
+                out[trajectory_id] = float((logp[b] * mb.loss_mask[b]).sum())
         return out
 
 
