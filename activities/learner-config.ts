@@ -20,6 +20,7 @@ const learnerFields = {
   weight_decay: ['optimizer', 'weight_decay'],
   grad_clip: ['train', 'grad_clip'],
   micro_batch_tokens: ['train', 'micro_batch_tokens'],
+  share_prompts: ['train', 'share_prompts'],
   eps_low: ['loss', 'eps_low'],
   eps_high: ['loss', 'eps_high'],
   dual_clip_c: ['loss', 'dual_clip_c'],

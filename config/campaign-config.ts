@@ -67,6 +67,10 @@ export const learnerSchema = z
         learnerOwned("Old log-probabilities of the ratio: the learner's own before the update, or the sampler's"),
       ),
     micro_batch_tokens: z.number().optional().describe(learnerOwned('Tokens per micro-batch')),
+    share_prompts: z
+      .boolean()
+      .optional()
+      .describe(learnerOwned("A group's episodes share one forward pass of their prompt (same gradient)")),
     cpu_offload: z.boolean().optional().describe(learnerOwned('FSDP2 parameter and optimizer offload')),
     activation_checkpointing: z.boolean().optional().describe(learnerOwned('Recompute decoder activations')),
     keep_checkpoints: z.number().optional().describe(learnerOwned('Checkpoints kept')),

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { before, test } from 'node:test';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { stringify } from 'yaml';
@@ -31,7 +31,6 @@ let controlUrl: string;
 before(async () => {
   controlUrl = await controlReady();
 });
-after(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 test(
   'tbt eval run: every key once, an injected outage re-run, coverage gate passed, scores aggregated',

@@ -66,7 +66,6 @@ before(async () => {
 });
 after(async () => {
   await stopLearner(learnerFiles(stateDir, campaignId)).catch(() => undefined);
-  fs.rmSync(stateDir, { recursive: true, force: true });
 });
 
 test(

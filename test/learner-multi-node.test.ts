@@ -28,7 +28,6 @@ before(async () => {
 });
 after(async () => {
   await stopLearner(learnerFiles(stateDir, campaignId)).catch(() => undefined);
-  fs.rmSync(stateDir, { recursive: true, force: true });
 });
 
 function act<R>(fn: () => Promise<R>): Promise<R> {

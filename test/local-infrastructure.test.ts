@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { test } from 'node:test';
@@ -51,7 +50,6 @@ test('a taken port gives a clear error naming the port and the variable to set',
     );
   } finally {
     blocker.close();
-    fs.rmSync(state, { recursive: true, force: true });
   }
 });
 
@@ -59,23 +57,19 @@ test('missing Postgres binaries give a clear error', async () => {
   const state = testTempDir('tbt-state-');
   const free = await occupiedPort();
   free.close();
-  try {
-    await assert.rejects(
-      tbt(['up'], {
-        TBT_STATE_DIR: state,
-        TBT_PG_PORT: String(free.port),
-        TBT_PG_BIN: '/nonexistent',
-        PATH: '/usr/bin:/bin',
-        TBT_PG_SEARCH_SYSTEM: '0',
-      }),
-      (err: { stderr: string }) => {
-        assert.match(err.stderr, /PostgreSQL server binaries \(initdb, pg_ctl\) not found/);
-        return true;
-      },
-    );
-  } finally {
-    fs.rmSync(state, { recursive: true, force: true });
-  }
+  await assert.rejects(
+    tbt(['up'], {
+      TBT_STATE_DIR: state,
+      TBT_PG_PORT: String(free.port),
+      TBT_PG_BIN: '/nonexistent',
+      PATH: '/usr/bin:/bin',
+      TBT_PG_SEARCH_SYSTEM: '0',
+    }),
+    (err: { stderr: string }) => {
+      assert.match(err.stderr, /PostgreSQL server binaries \(initdb, pg_ctl\) not found/);
+      return true;
+    },
+  );
 });
 
 test('a bad environment value names the variable', async () => {

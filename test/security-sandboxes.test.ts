@@ -259,6 +259,5 @@ test('finding 7: tbt up as root works from a mode-700 folder (mktemp -d)', async
   } finally {
     await stopPostgres(e).catch(() => undefined);
     fs.rmSync(postgresFiles(e).dir, { recursive: true, force: true });
-    fs.rmSync(home, { recursive: true, force: true });
   }
 });
