@@ -253,15 +253,12 @@ export async function stopDetachedGpuProcesses(stateDir: string): Promise<number
   if (!fs.existsSync(root)) return 0;
   let stopped = 0;
   for (const dir of fs.readdirSync(root)) {
-    const pidFiles = fs
-      .readdirSync(path.join(root, dir))
-      .filter((f) => /^(learner(-node\d+)?|policy-server)\.pid$/.test(f));
-    for (const pidFile of pidFiles) {
-      const pid = readPid(path.join(root, dir, pidFile));
-      if (pid === undefined) continue;
-      await stopPid(-pid, 20_000); // the whole process group: torchrun and its ranks
-      stopped += 1;
-    }
+    const files = learnerFiles(stateDir, dir); // the folder names are already sanitized campaign ids
+    const learners = nodePidFiles(files).filter((f) => readPid(f) !== undefined).length;
+    if (learners > 0) await stopLearner(files); // its own clean-up too (endpoint file), as after a campaign
+    const server = readPid(path.join(files.dir, 'policy-server.pid'));
+    if (server !== undefined) await stopPid(-server, 20_000); // the whole process group
+    stopped += learners + (server === undefined ? 0 : 1);
   }
   return stopped;
 }
