@@ -56,7 +56,14 @@ export function trainingSection(input: StepsInput): SectionPart {
   const replaced = sum((s) => s.zero_variance_replaced);
   const wall = sum((s) => s.wall_s);
   const meanInformative = sum((s) => s.informative_group_fraction) / n;
-  const gradNorms = steps.map((s) => s.grad_norm);
+  // A step whose groups all had zero variance makes no update (the learner skips it); its reward is still what
+  // the rollouts got, so the curve keeps it, but it must not read as a measured update.
+  const idle = steps.filter((s) => s.informative_group_fraction === 0).map((s) => s.step);
+  const gradNorms = steps.filter((s) => s.informative_group_fraction > 0).map((s) => s.grad_norm);
+  const idleNote = idle.length
+    ? ` ${idle.length === 1 ? 'Step' : 'Steps'} ${idle.join(', ')} made no update: every group's rollouts got ` +
+      'the same reward.'
+    : '';
   const rewardRange =
     steps.length > 1
       ? `step ${first.step}: ${reward(first.mean_reward)} → step ${last.step}: ${reward(last.mean_reward)}`
@@ -88,7 +95,7 @@ export function trainingSection(input: StepsInput): SectionPart {
           id: 'training-reward',
           caption:
             `Mean reward of the rollouts in each ` +
-            `step${smooth ? `, with a trailing mean over ${window} steps` : ''}.`,
+            `step${smooth ? `, with a trailing mean over ${window} steps` : ''}.${idleNote}`,
           svg: lineChart({
             title: 'Mean reward per step',
             series: rewardSeries,
@@ -142,7 +149,11 @@ export function trainingSection(input: StepsInput): SectionPart {
             ['groups trained on', count(groups)],
             ['zero-variance groups replaced', count(replaced)],
             ['infrastructure errors refilled', count(refilled)],
-            ['gradient norm, median / max', `${decimal(median(gradNorms), 3)} / ${decimal(Math.max(...gradNorms), 3)}`],
+            ['steps without an update (every group zero variance)', idle.length ? idle.join(', ') : 'none'],
+            [
+              'gradient norm of the updates, median / max',
+              gradNorms.length ? `${decimal(median(gradNorms), 3)} / ${decimal(Math.max(...gradNorms), 3)}` : '—',
+            ],
             ['wall time', duration(wall)],
           ],
         },

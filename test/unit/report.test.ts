@@ -228,6 +228,20 @@ const goodStep = (step: number, extra: Record<string, unknown> = {}) =>
     ...extra,
   });
 
+test('a step without an update (every group zero variance) is named, and its zero gradient norm left out', async () => {
+  const steps = [
+    goodStep(1, { grad_norm: 2 }),
+    goodStep(2, { informative_group_fraction: 0, grad_norm: 0, loss: 0 }),
+    goodStep(3, { grad_norm: 4 }),
+  ];
+  const { md } = await build(['--steps', writeTemp('steps.jsonl', steps.join('\n'))]);
+  assert.match(md, /^\| steps without an update \(every group zero variance\) \| 2 \|$/m);
+  assert.match(md, /^\| gradient norm of the updates, median \/ max \| 3(\.0+)? \/ 4(\.0+)? \|$/m);
+  assert.match(md, /Step 2 made no update: every group's rollouts got the same reward\./);
+  const { md: none } = await build(['--steps', writeTemp('steps.jsonl', [goodStep(1), goodStep(2)].join('\n'))]);
+  assert.match(none, /^\| steps without an update \(every group zero variance\) \| none \|$/m);
+});
+
 async function fails(args: string[], expected: RegExp): Promise<void> {
   const out = tempDir();
   const r = await run(['--out', out, ...args]);
