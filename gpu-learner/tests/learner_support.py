@@ -139,7 +139,8 @@ class Learner:
         raise TimeoutError(f"learner not ready after {timeout}s:\n{self.output()}")
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:  # stop() closes it; the file is still there to read
+            self.log.flush()
         return self.log_path.read_text(errors="replace")[-6000:]
 
     def call(self, method: str, path: str, body: dict | None = None, timeout: float = 60.0,
