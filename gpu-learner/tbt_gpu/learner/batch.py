@@ -290,6 +290,7 @@ def collate(rows: list[PromptRow], pad_id: int) -> MicroBatch:
     loss_mask = torch.zeros((len(members), scored_width), dtype=torch.float32)
     old = torch.zeros((len(members), scored_width), dtype=torch.float32)
     has_old = torch.zeros(len(members), dtype=torch.bool)
+    scored = torch.zeros(len(rows) * width, dtype=torch.bool)
     b = 0
     for r, row in enumerate(rows):
         p = row.prompt_len
@@ -304,6 +305,7 @@ def collate(rows: list[PromptRow], pad_id: int) -> MicroBatch:
             segment[r, offset : offset + n] = j
             # token p + i is predicted by the prompt's last position (i = 0), else by the suffix token before it
             source[b, :n] = r * width + torch.cat([torch.tensor([p - 1]), torch.arange(offset, offset + n - 1)])
+            scored[source[b, :n]] = True
             targets[b, :n] = input_ids[r, offset : offset + n]
             loss_mask[b, :n] = torch.tensor(traj.loss_mask[p:], dtype=torch.float32)
             if traj.old_logprobs is not None:
@@ -312,8 +314,6 @@ def collate(rows: list[PromptRow], pad_id: int) -> MicroBatch:
             offset += n
             b += 1
         padding[r, :offset] = 1
-    scored = torch.zeros(len(rows) * width, dtype=torch.bool)
-    scored[source[_valid(rows, scored_width)]] = True
     # columns past a trajectory's end point at the first scored logit; their mask is 0
     gather = (torch.cumsum(scored.long(), 0) - 1)[source].clamp(min=0)
     if any(len(row.members) > 1 for row in rows):
@@ -337,12 +337,6 @@ def collate(rows: list[PromptRow], pad_id: int) -> MicroBatch:
         trajectory_ids=tuple(t.trajectory_id for t in members),
         tokens=sum(t.tokens for t in members),
     )
-
-
-def _valid(rows: list[PromptRow], scored_width: int) -> torch.Tensor:
-    """[B, W] True for the columns a trajectory has (the rest is padding of the per-trajectory tensors)."""
-    lengths = torch.tensor([t.length - r.prompt_len for r in rows for t in r.members])
-    return torch.arange(scored_width).unsqueeze(0) < lengths.unsqueeze(1)
 
 
 def filler_micro_batch(pad_id: int) -> MicroBatch:
