@@ -155,6 +155,14 @@ export const campaignConfigSchema = z
             'Weight versions an episode may lag behind the step that trains on it; older ones are dropped and ' +
               'refilled (0 = on-policy)',
           ),
+        task_order: z
+          .enum(['seeded', 'by_family'])
+          .default('seeded')
+          .describe(
+            "How each step draws its tasks: a seeded order over the pool, or 'by_family': one task of every " +
+              'family (uid without its trailing instance number) before a second of any, rotating the families ' +
+              'over the steps',
+          ),
         zero_variance_fallback: z
           .enum(['train_on_fewer', 'keep_zero_variance'])
           .default('train_on_fewer')

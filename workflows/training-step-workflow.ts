@@ -6,7 +6,7 @@ import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { groupAdvantages, isZeroVariance } from '../core/grpo.ts';
-import { stepTaskOrder } from '../core/seeded-choice.ts';
+import { familyStepTaskOrder, stepTaskOrder } from '../core/seeded-choice.ts';
 import { runEpisodeOrInfraError } from './episode-batch-workflow.ts';
 import {
   bookkeepingOptions,
@@ -122,7 +122,11 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
     return { uid, episodes: valid, lost: valid.length < t.group_size, infraErrors, stale };
   };
 
-  const order = stepTaskOrder(input.pool, input.seed, input.step);
+  // Steps recorded before task_order existed carry no field: the seeded order, as they ran.
+  const order =
+    t.task_order === 'by_family'
+      ? familyStepTaskOrder(input.pool, input.seed, input.step, t.groups_per_step)
+      : stepTaskOrder(input.pool, input.seed, input.step);
   let cursor = 0;
   let replacements = 0;
   const informative: GroupResult[] = [];

@@ -262,6 +262,7 @@ const baseTraining: CampaignConfig['training'] = {
   infra_refill_cap: 2,
   max_replacements: 1,
   max_staleness: 0,
+  task_order: 'seeded',
   zero_variance_fallback: 'train_on_fewer',
 };
 type Kind = 'informative' | 'zero' | 'lost' | `flaky-${number}`;
