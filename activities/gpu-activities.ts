@@ -299,7 +299,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     /** Stops the campaign's learner and its embedded policy server (when the campaign ends). */
     async stopLearner(input: { campaignId: string }): Promise<void> {
       await stopLearner(files(input.campaignId));
-      const pid = readPid(path.join(files(input.campaignId).dir, 'policy-server.pid'));
+      const pid = readPid(files(input.campaignId).policyServerPid);
       if (pid !== undefined) await stopPid(-pid, 20_000);
     },
   });
@@ -309,9 +309,8 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
     engine: PolicyEngine,
     restart = false,
   ): Promise<{ baseUrl: string; model: string }> {
-    const dir = files(campaignId).dir;
+    const { dir, policyServerPid: pidFile } = files(campaignId);
     fs.mkdirSync(dir, { recursive: true });
-    const pidFile = path.join(dir, 'policy-server.pid');
     const urlFile = policyServerUrlFile(dir);
     if (!restart && readPid(pidFile) !== undefined && fs.existsSync(urlFile)) {
       const known = JSON.parse(fs.readFileSync(urlFile, 'utf8')) as { baseUrl: string; model: string; engine?: string };

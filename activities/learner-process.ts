@@ -26,6 +26,8 @@ export interface LearnerFiles {
   checkpoints: string;
   pid: string;
   log: string;
+  /** The campaign's embedded policy server (one per campaign, started by node 0's GPU worker). */
+  policyServerPid: string;
 }
 
 export function learnerFiles(stateDir: string, campaignId: string, nodeRank = 0): LearnerFiles {
@@ -37,6 +39,7 @@ export function learnerFiles(stateDir: string, campaignId: string, nodeRank = 0)
     checkpoints: path.join(dir, 'checkpoints'),
     pid: path.join(dir, `learner${node}.pid`),
     log: path.join(dir, `learner${node}.log`),
+    policyServerPid: path.join(dir, 'policy-server.pid'),
   };
 }
 
@@ -256,7 +259,7 @@ export async function stopDetachedGpuProcesses(stateDir: string): Promise<number
     const files = learnerFiles(stateDir, dir); // the folder names are already sanitized campaign ids
     const learners = nodePidFiles(files).filter((f) => readPid(f) !== undefined).length;
     if (learners > 0) await stopLearner(files); // its own clean-up too (endpoint file), as after a campaign
-    const server = readPid(path.join(files.dir, 'policy-server.pid'));
+    const server = readPid(files.policyServerPid);
     if (server !== undefined) await stopPid(-server, 20_000); // the whole process group
     stopped += learners + (server === undefined ? 0 : 1);
   }

@@ -43,7 +43,7 @@ export function familyStepTaskOrder(pool: string[], seed: number, step: number, 
     members.set(family, [...(members.get(family) ?? []), uid]);
   }
   const cycle = stepTaskOrder([...members.keys()], seed, 0);
-  const start = (((step - 1) * stride) % cycle.length + cycle.length) % cycle.length;
+  const start = ((((step - 1) * stride) % cycle.length) + cycle.length) % cycle.length;
   const families = [...cycle.slice(start), ...cycle.slice(0, start)].map((f) => members.get(f)!);
   const order: string[] = [];
   for (let depth = 0; order.length < pool.length; depth++)

@@ -26,7 +26,7 @@ test('workers down stops every learner and policy server and removes the endpoin
   const server = groupLeader();
   const exited = [once(learner, 'exit'), once(server, 'exit')];
   fs.writeFileSync(files.pid, String(learner.pid));
-  fs.writeFileSync(path.join(files.dir, 'policy-server.pid'), String(server.pid));
+  fs.writeFileSync(files.policyServerPid, String(server.pid));
   // the endpoint of a learner whose control server is gone (nothing listens on port 9 of 127.0.0.1)
   const endpoint = path.join(files.checkpoints, 'control.json');
   fs.writeFileSync(endpoint, JSON.stringify({ host: '127.0.0.1', port: 9 }));

@@ -10,7 +10,7 @@ import type { EpisodeSummary } from '../../activities/episode-store.ts';
 import type { StepRecord } from '../../activities/campaign-activities.ts';
 import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
-import { stepTaskOrder } from '../../core/seeded-choice.ts';
+import { familyStepTaskOrder, stepTaskOrder, taskFamily } from '../../core/seeded-choice.ts';
 import { campaignWorkflow } from '../../workflows/campaign-workflow.ts';
 import { evaluationWorkflow } from '../../workflows/evaluation-workflow.ts';
 import { shardRanges } from '../../workflows/keyed-episodes.ts';
@@ -278,8 +278,11 @@ function stepOutcome(kinds: Record<string, Kind>) {
   };
 }
 /** The pool, in the order the step will draw it, with the kinds given by position. */
-function stepPool(campaignId: string, kinds: Kind[]): { pool: string[]; byUid: Record<string, Kind> } {
-  const pool = kinds.map((_, i) => `${campaignId}-task-${i}`);
+function stepPool(
+  campaignId: string,
+  kinds: Kind[],
+  pool = kinds.map((_, i) => `${campaignId}-task-${i}`),
+): { pool: string[]; byUid: Record<string, Kind> } {
   const order = stepTaskOrder(pool, 7, 1);
   return { pool, byUid: Object.fromEntries(order.map((uid, i) => [uid, kinds[i]!])) };
 }
@@ -290,7 +293,7 @@ async function runStep(
   delayMs = 10,
   extra: Partial<TrainingStepInput> = {},
 ) {
-  const { pool, byUid } = stepPool(campaignId, kinds);
+  const { pool, byUid } = stepPool(campaignId, kinds, extra.pool);
   const order = stepTaskOrder(pool, 7, 1);
   const s = scenario(campaignId, stepOutcome(byUid), delayMs);
   const input: TrainingStepInput = {
@@ -353,6 +356,20 @@ test(
     assert.equal(names.filter((n) => n === 'startLearnerNode').length, 1, 'node 0 is not started as another node');
   },
 );
+
+test('training step: task_order by_family trains one task of each family where the seeded order repeats one', async () => {
+  const pool = ['a', 'b', 'c'].flatMap((f) => [0, 1, 2, 3].map((i) => `step-family/fam${f}-${i}`));
+  const kinds = pool.map((): Kind => 'informative');
+  const seeded = stepTaskOrder(pool, 7, 1).slice(0, 3).map(taskFamily);
+  assert.ok(new Set(seeded).size < 3, `precondition: the seeded order repeats a family (${seeded.join(', ')})`);
+  const { run } = await runStep('step-family', kinds, { groups_per_step: 3, task_order: 'by_family' }, 10, { pool });
+  const rec = await run;
+  assert.deepEqual(
+    rec.groups.map((g) => g.uid),
+    familyStepTaskOrder(pool, 7, 1, 3).slice(0, 3),
+  );
+  assert.equal(new Set(rec.groups.map((g) => taskFamily(g.uid))).size, 3);
+});
 
 test('training step: refill replaces lost episodes, never past infra_refill_cap', async () => {
   const { run, s, order } = await runStep('step-refill', ['flaky-2'], { infra_refill_cap: 2 });
