@@ -252,8 +252,10 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
             JSON.stringify({
               step: r.step,
               mean_reward: r.meanReward,
-              informative_group_fraction: r.groups.length
-                ? r.informativeGroups / Math.max(r.groups.length, r.informativeGroups)
+              // Of the groups drawn (replacements included), not of those trained: train_on_fewer trains only
+              // informative ones, which read as 100% however many were replaced.
+              informative_group_fraction: r.informativeGroups
+                ? r.informativeGroups / (r.informativeGroups + r.zeroVarianceGroups)
                 : 0,
               loss: Number(r.update.loss ?? 0),
               grad_norm: Number(r.update.grad_norm ?? 0),

@@ -80,8 +80,8 @@ export function trainingSection(input: StepsInput): SectionPart {
         label: 'Informative groups',
         value: percent(meanInformative),
         detail:
-          `mean over steps; ${count(replaced)} zero-variance groups replaced, ${count(refilled)} ` +
-          `infrastructure errors refilled`,
+          `of the groups drawn, mean over steps; ${count(replaced)} zero-variance groups replaced, ` +
+          `${count(refilled)} infrastructure errors refilled`,
       },
     ],
     section: {
@@ -89,7 +89,7 @@ export function trainingSection(input: StepsInput): SectionPart {
       title: 'Training',
       caption:
         `${count(n)} recorded steps (${first.step} to ${last.step}), ${count(groups)} groups in all, ` +
-        `${duration(wall)} of wall time.`,
+        `${duration(wall)} in learner updates (rollouts not included).`,
       figures: [
         {
           id: 'training-reward',
@@ -154,7 +154,7 @@ export function trainingSection(input: StepsInput): SectionPart {
               'gradient norm of the updates, median / max',
               gradNorms.length ? `${decimal(median(gradNorms), 3)} / ${decimal(Math.max(...gradNorms), 3)}` : '—',
             ],
-            ['wall time', duration(wall)],
+            ['learner update time (rollouts not included)', duration(wall)],
           ],
         },
       ],
