@@ -101,6 +101,16 @@ export async function ensureControlDatabase(env: Environment): Promise<void> {
   const url = databaseUrl(env);
   const name = databaseName(url);
   await withClient(withDatabase(url, 'postgres'), async (c) => {
+    // Every worker runs this at start, several at once: two ALTER ROLEs on one role at the same moment fail with
+    // 'tuple concurrently updated' (a bookkeeping worker died of it and its campaign waited). One at a time.
+    await c.query('SELECT pg_advisory_lock(7233000)');
+    try {
+      await ensureDatabaseAndRoles(c);
+    } finally {
+      await c.query('SELECT pg_advisory_unlock(7233000)');
+    }
+  });
+  async function ensureDatabaseAndRoles(c: pg.Client): Promise<void> {
     const exists = await c.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
     if (exists.rowCount === 0) {
       await c.query(`CREATE DATABASE ${quoteIdent(name)}`).catch((err: { code?: string }) => {
@@ -127,7 +137,7 @@ export async function ensureControlDatabase(env: Environment): Promise<void> {
       // An external server's admin may not own these; the role attributes above still keep tools out.
       await c.query(`REVOKE CONNECT ON DATABASE ${db} FROM PUBLIC`).catch(() => undefined);
     }
-  });
+  }
   const schema = fs.readFileSync(path.join(repoRoot, 'infra', 'control-schema.sql'), 'utf8');
   await withClient(url, async (c) => {
     await c.query('SELECT pg_advisory_lock(7233001)');
