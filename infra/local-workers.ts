@@ -64,12 +64,23 @@ export function startWorkers(env: Environment, kinds: readonly WorkerKind[] = wo
 export async function stopWorkers(env: Environment, kinds: readonly WorkerKind[] = workerKinds): Promise<WorkerKind[]> {
   const stopped: WorkerKind[] = [];
   for (const kind of kinds) {
-    const pid = readPid(files(env, kind).pid);
-    if (pid === undefined) continue;
-    await stopPid(pid, 40_000);
-    stopped.push(kind);
+    const f = files(env, kind);
+    const pid = readPid(f.pid);
+    if (pid !== undefined) {
+      await stopPid(pid, 40_000);
+      stopped.push(kind);
+    }
+    fs.rmSync(f.pid, { force: true }); // a pid file left behind means the worker exited on its own
   }
   return stopped;
+}
+
+/** Local workers that exited on their own: a pid file without its process (stopWorkers removes the file). */
+export function exitedWorkers(env: Environment): { kind: WorkerKind; log: string }[] {
+  return workerKinds
+    .map((kind) => ({ kind, ...files(env, kind) }))
+    .filter((f) => fs.existsSync(f.pid) && readPid(f.pid) === undefined)
+    .map(({ kind, log }) => ({ kind, log }));
 }
 
 export function workerLog(env: Environment, kind: WorkerKind): string {

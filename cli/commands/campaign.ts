@@ -28,6 +28,7 @@ import { BadInputError } from '../../core/errors.ts';
 import { learnerConfigJson, resolveLearnerSection } from '../../activities/learner-config.ts';
 import { isSuiteDir } from '../../activities/task-suite-loader.ts';
 import { withClient } from '../../infra/control-database.ts';
+import { exitedWorkers } from '../../infra/local-workers.ts';
 import { databaseUrl } from '../../config/environment.ts';
 import { gpuLearnerDir, pythonBinary } from '../../infra/python-env.ts';
 import { optionalIntegerFlag } from '../flag-values.ts';
@@ -221,7 +222,16 @@ export async function follow(client: Client, env: Environment, workflowId: strin
   const handle = client.workflow.getHandle(workflowId);
   const tty = process.stdout.isTTY;
   let last = '';
+  const warned = new Set<string>();
   for (;;) {
+    // A local worker that died leaves its queue unpolled and the campaign waiting, durably but silently.
+    for (const w of exitedWorkers(env).filter((w) => !warned.has(w.kind))) {
+      warned.add(w.kind);
+      console.error(
+        `\nwarning: the local ${w.kind} worker exited (log: ${w.log}); the campaign waits for a worker on its ` +
+          'queue: `tbt workers up` starts it again and the campaign goes on',
+      );
+    }
     const description = await handle.describe();
     if (description.status.name !== 'RUNNING') {
       if (tty) process.stdout.write('\n');
