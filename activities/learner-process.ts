@@ -239,10 +239,19 @@ export async function ensureLearnerNode(
 /** Rank 0's shutdown ends every node's ranks; then every node's torchrun whose pid file is here is stopped. */
 export async function stopLearner(files: LearnerFiles): Promise<void> {
   const endpoint = controlEndpoint(files);
-  if (endpoint) await learnerRequest(endpoint, 'POST', '/shutdown', {}, 30_000).catch(() => undefined);
+  const asked = endpoint
+    ? await learnerRequest(endpoint, 'POST', '/shutdown', {}, 30_000).then(
+        () => true,
+        () => false,
+      )
+    : false;
   for (const pidFile of nodePidFiles(files)) {
     const pid = readPid(pidFile);
-    if (pid !== undefined) await stopPid(-pid, 30_000);
+    if (pid === undefined) continue;
+    // After /shutdown the ranks leave on their own (torchrun then exits 0); a signal is for one that does not.
+    const deadline = Date.now() + (asked ? 30_000 : 0);
+    while (isAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+    if (isAlive(pid)) await stopPid(-pid, 30_000);
   }
   await stopOrphanedRankZero(files);
   // A learner killed before its own clean-up (its /shutdown timed out) leaves its endpoint file behind; nothing

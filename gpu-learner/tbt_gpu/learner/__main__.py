@@ -93,8 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     # Only after a clean shutdown: after a failure other ranks may sit in a collective, and torchrun
     # stops them once this process exits non-zero.
     destroy_distributed()
+    logger.info("process group destroyed; exiting")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # After a clean shutdown, skip interpreter finalization: on CPU, gloo's C++ threads sometimes outlive the
+    # process group and abort the process while Python tears down ("terminate called without an active
+    # exception", SIGABRT), which torchrun reports as a failed learner. Everything is committed by now.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
