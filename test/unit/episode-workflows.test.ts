@@ -357,7 +357,7 @@ test(
   },
 );
 
-test('training step: task_order by_family trains one task of each family where the seeded order repeats one', async () => {
+test('training step: task_order by_family trains one task per family where the seeded order repeats', async () => {
   const pool = ['a', 'b', 'c'].flatMap((f) => [0, 1, 2, 3].map((i) => `step-family/fam${f}-${i}`));
   const kinds = pool.map((): Kind => 'informative');
   const seeded = stepTaskOrder(pool, 7, 1).slice(0, 3).map(taskFamily);
