@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
-import { isAlive, readPid, stopPid, waitFor } from '../infra/daemon.ts';
+import { exitedBy, isAlive, readPid, stopPid, waitFor } from '../infra/daemon.ts';
 import { gpuLearnerDir, pythonBinary } from '../infra/python-env.ts';
 import { torchrunArgs, type LearnerLaunch } from './learner-launch.ts';
 
@@ -245,13 +245,11 @@ export async function stopLearner(files: LearnerFiles): Promise<void> {
         () => false,
       )
     : false;
+  // After /shutdown the ranks leave on their own (torchrun then exits 0); a signal is for one that does not.
+  const deadline = Date.now() + (asked ? 30_000 : 0);
   for (const pidFile of nodePidFiles(files)) {
     const pid = readPid(pidFile);
-    if (pid === undefined) continue;
-    // After /shutdown the ranks leave on their own (torchrun then exits 0); a signal is for one that does not.
-    const deadline = Date.now() + (asked ? 30_000 : 0);
-    while (isAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
-    if (isAlive(pid)) await stopPid(-pid, 30_000);
+    if (pid !== undefined && !(await exitedBy(pid, deadline))) await stopPid(-pid, 30_000);
   }
   await stopOrphanedRankZero(files);
   // A learner killed before its own clean-up (its /shutdown timed out) leaves its endpoint file behind; nothing

@@ -7,6 +7,7 @@ import { PAIRED_RESAMPLES, PAIRED_SEED } from '../core/report/eval-section.ts';
 import { learningLine } from '../core/report/learning-line.ts';
 import { parseEvalAggregate } from '../core/report/parse-inputs.ts';
 import { learnerFiles } from '../activities/learner-process.ts';
+import { defaultRetention, pruneLearnerFolder } from '../infra/retention.ts';
 import { startWorkers, stopWorkers } from '../infra/local-workers.ts';
 import { startCampaign } from '../cli/commands/campaign.ts';
 import { up } from '../cli/commands/infra.ts';
@@ -52,34 +53,16 @@ const paired = pairedComparison(before.aggregate.tasks, after.aggregate.tasks, {
 console.log(`\ncampaign ${workflowId}: ${status.step} steps`);
 if (status.manifest) console.log(`manifest:    ${status.manifest}`);
 if (status.report) console.log(`report:      ${status.report.html}\nsummary:     ${status.report.markdown}`);
-pruneCheckpoints(learnerFiles(env.TBT_STATE_DIR, workflowId).checkpoints); // before the line: it stays last
+// A finished run resumes nothing: its step checkpoints (weights and optimizer, ~1.7 GB each here) and all exports
+// but the last (the trained policy) go; three runs used to leave ~18 GB. Before the line: it stays last.
+const pruned = pruneLearnerFolder(learnerFiles(env.TBT_STATE_DIR, workflowId).dir, {
+  ...defaultRetention,
+  keepExports: 1,
+  keepCheckpoints: 0,
+});
+console.log(
+  `learner:     ${pruned.removed.length} files and folders removed, ${(pruned.freedBytes / 2 ** 30).toFixed(1)} GiB`,
+);
 const line = learningLine(paired, after.aggregate.repeats, minutes);
 if (status.report) fs.writeFileSync(path.join(path.dirname(status.report.html), 'learning.txt'), `${line}\n`);
 console.log(line);
-
-/**
- * A finished run needs no resume state: drop the learner's step checkpoints (weights and optimizer, ~1.7 GB each
- * here) and every weight export but the last (the trained policy). Three runs used to leave ~18 GB behind.
- */
-function pruneCheckpoints(dir: string): void {
-  const steps = (d: string) =>
-    fs.existsSync(d)
-      ? fs
-          .readdirSync(d)
-          .filter((f) => /^step-\d+$/.test(f))
-          .sort((a, b) => stepOf(a) - stepOf(b))
-      : [];
-  const stepOf = (f: string) => Number(f.slice(5));
-  const exports = path.join(dir, 'exports');
-  const doomed = [
-    ...steps(dir).map((f) => path.join(dir, f)),
-    ...steps(exports)
-      .slice(0, -1)
-      .map((f) => path.join(exports, f)),
-  ];
-  for (const d of doomed) fs.rmSync(d, { recursive: true, force: true });
-  const last = steps(exports).at(-1);
-  console.log(
-    `learner:     removed ${doomed.length} checkpoints; the trained weights stay in ${path.join(exports, last ?? '')}`,
-  );
-}

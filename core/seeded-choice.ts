@@ -40,10 +40,12 @@ export function familyStepTaskOrder(pool: string[], seed: number, step: number, 
   const members = new Map<string, string[]>();
   for (const uid of stepTaskOrder(pool, seed, step)) {
     const family = taskFamily(uid);
-    members.set(family, [...(members.get(family) ?? []), uid]);
+    const tasks = members.get(family);
+    if (tasks) tasks.push(uid);
+    else members.set(family, [uid]);
   }
   const cycle = stepTaskOrder([...members.keys()], seed, 0);
-  const start = ((((step - 1) * stride) % cycle.length) + cycle.length) % cycle.length;
+  const start = ((step - 1) * stride) % cycle.length; // steps count from 1
   const families = [...cycle.slice(start), ...cycle.slice(0, start)].map((f) => members.get(f)!);
   const order: string[] = [];
   for (let depth = 0; order.length < pool.length; depth++)

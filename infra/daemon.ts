@@ -76,13 +76,17 @@ export function spawnDetached(
   return child.pid;
 }
 
+/** Waits until `pid` is gone or `deadline` (epoch ms) passes; true when it is gone. */
+export async function exitedBy(pid: number, deadline: number): Promise<boolean> {
+  while (isAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  return !isAlive(pid);
+}
+
 export async function stopPid(pid: number, timeoutMs = 15_000): Promise<void> {
   try {
     process.kill(pid, 'SIGTERM');
   } catch {
     return;
   }
-  const deadline = Date.now() + timeoutMs;
-  while (isAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-  if (isAlive(pid)) process.kill(pid, 'SIGKILL');
+  if (!(await exitedBy(pid, Date.now() + timeoutMs))) process.kill(pid, 'SIGKILL');
 }

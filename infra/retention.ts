@@ -5,13 +5,19 @@ import path from 'node:path';
  * What the state folder may forget, with defaults that lose nothing a resume needs: per campaign learner
  * folder (`learners/<campaign>/`), weight exports beyond the last `keepExports`, and batch files of steps
  * that a committed checkpoint already contains (a retried step rewrites its batch). Checkpoints themselves
- * are pruned by the learner (`learner.keep_checkpoints`). Logs over `maxLogBytes` are rotated (copy, then
- * truncate in place, so a daemon appending to it keeps writing), one previous generation kept as `.1`.
+ * are pruned by the learner (`learner.keep_checkpoints`), unless the policy sets `keepCheckpoints` for a
+ * finished run. Logs over `maxLogBytes` are rotated (copy, then truncate in place, so a daemon appending to it
+ * keeps writing), one previous generation kept as `.1`.
  */
 
 export interface RetentionPolicy {
   keepExports: number;
   maxLogBytes: number;
+  /**
+   * Committed step checkpoints to keep. Unset: the learner's to prune (`learner.keep_checkpoints`); set it only
+   * for a finished campaign, whose learner no longer runs and will not resume from them.
+   */
+  keepCheckpoints?: number;
 }
 
 export const defaultRetention: RetentionPolicy = { keepExports: 2, maxLogBytes: 64 * 1024 * 1024 };
@@ -58,7 +64,8 @@ export function pruneLearnerFolder(dir: string, policy: RetentionPolicy, dryRun 
   const checkpoints = path.join(dir, 'checkpoints');
   const committed = list(checkpoints)
     .map((n) => stepOf(n))
-    .filter((s): s is number => s !== undefined);
+    .filter((s): s is number => s !== undefined)
+    .sort((a, b) => a - b);
   const lastCommitted = committed.length ? Math.max(...committed) : undefined;
   const batches = path.join(dir, 'batches');
   for (const name of list(batches)) {
@@ -73,6 +80,9 @@ export function pruneLearnerFolder(dir: string, policy: RetentionPolicy, dryRun 
     .sort((a, b) => a - b);
   for (const step of exported.slice(0, Math.max(0, exported.length - policy.keepExports)))
     remove(path.join(exports, `step-${step}`), out, dryRun);
+  if (policy.keepCheckpoints !== undefined)
+    for (const step of committed.slice(0, Math.max(0, committed.length - policy.keepCheckpoints)))
+      remove(path.join(checkpoints, `step-${step}`), out, dryRun);
   return out;
 }
 

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
-import { collectGarbage } from '../../infra/retention.ts';
+import { collectGarbage, pruneLearnerFolder } from '../../infra/retention.ts';
 import { testTempDir } from '../helpers/temp-dir.ts';
 
 function touch(file: string, bytes = 10): void {
@@ -37,4 +37,16 @@ test('finding 16: retention keeps the last K exports, drops batches of committed
   } finally {
     fs.rmSync(state, { recursive: true, force: true });
   }
+});
+
+test('a finished run may drop its step checkpoints too (keepCheckpoints), newest kept first', () => {
+  const run = testTempDir('tbt-gc-done-');
+  for (const s of [2, 10, 3]) touch(path.join(run, 'checkpoints', `step-${s}`, '.metadata'));
+  for (const s of [9, 10]) touch(path.join(run, 'checkpoints', 'exports', `step-${s}`, 'model.safetensors'));
+  const report = pruneLearnerFolder(run, { keepExports: 1, maxLogBytes: 1000, keepCheckpoints: 1 });
+  assert.deepEqual(fs.readdirSync(path.join(run, 'checkpoints')).sort(), ['exports', 'step-10']);
+  assert.deepEqual(fs.readdirSync(path.join(run, 'checkpoints', 'exports')), ['step-10']);
+  assert.equal(report.freedBytes, 3 * 10);
+  pruneLearnerFolder(run, { keepExports: 1, maxLogBytes: 1000, keepCheckpoints: 0 });
+  assert.deepEqual(fs.readdirSync(path.join(run, 'checkpoints')), ['exports'], 'the trained export stays');
 });
