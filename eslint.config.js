@@ -38,7 +38,8 @@ export default tseslint.config(
     rules: { '@typescript-eslint/no-explicit-any': 'off' },
   },
   {
-    // Workflow code runs in Temporal's deterministic sandbox: no Node built-ins, and activities only as types.
+    // Workflow code runs in Temporal's deterministic sandbox: no Node built-ins, and activities and the services
+    // they call only as types.
     files: ['workflows/**/*.ts'],
     rules: {
       '@typescript-eslint/no-restricted-imports': [
@@ -47,9 +48,18 @@ export default tseslint.config(
           paths: nodeBuiltins.map((name) => ({ name, message: 'workflow code may not use Node built-ins' })),
           patterns: [
             {
-              group: ['**/activities/**', '@temporalio/activity', '@temporalio/worker', '@temporalio/client'],
+              group: [
+                ...['**/activities/**', '**/rollout/**', '**/sandbox/**', '**/task-suites/**', '**/learner-control/**'],
+                ...[
+                  '**/datasets/**',
+                  '**/infra/**',
+                  '@temporalio/activity',
+                  '@temporalio/worker',
+                  '@temporalio/client',
+                ],
+              ],
               allowTypeImports: true,
-              message: 'workflows see activities (and worker/client code) only as types',
+              message: 'workflows see activities, services (and worker/client code) only as types',
             },
           ],
         },

@@ -10,9 +10,9 @@ import { priceTableSchema } from '../config/price-table.ts';
 import { formatProblem, parseYamlFile, readYamlValue } from '../config/yaml-file.ts';
 import { campaignCost } from '../core/metrics.ts';
 import { withClient } from '../infra/control-database.ts';
-import { resultLine } from './episode-result-line.ts';
-import type { EpisodeRecord } from './episode-runner.ts';
-import { loadSuites } from './task-suite-loader.ts';
+import { resultLine } from '../rollout/episode-result-line.ts';
+import type { EpisodeRecord } from '../rollout/episode-runner.ts';
+import { loadSuites } from '../task-suites/task-suite-loader.ts';
 
 /**
  * Bookkeeping activities of a campaign (orchestrator queue): ingest candidates, select the pool from

@@ -9,10 +9,10 @@ import { toTemporalFailure } from './temporal-failure.ts';
 import { cyrb53 } from '../core/seeded-choice.ts';
 import type { Scenario } from '../config/task-schema.ts';
 import { withPooledClient } from '../infra/control-database.ts';
-import { sandboxEnvironment, type EpisodeEnvironment, type EpisodeTask } from './episode-environment.ts';
-import { checkEpisodeKeys } from './api-key.ts';
-import { createJudge } from './judge-client.ts';
-import { runEpisode, type EpisodeDependencies, type EpisodeOptions } from './episode-runner.ts';
+import { sandboxEnvironment, type EpisodeEnvironment, type EpisodeTask } from '../rollout/episode-environment.ts';
+import { checkEpisodeKeys } from '../rollout/api-key.ts';
+import { createJudge } from '../rollout/judge-client.ts';
+import { runEpisode, type EpisodeDependencies, type EpisodeOptions } from '../rollout/episode-runner.ts';
 import {
   findFinishedEpisode,
   markEpisodeRunning,
@@ -21,10 +21,10 @@ import {
   summarize,
   type EpisodeMeta,
   type EpisodeSummary,
-} from './episode-store.ts';
-import { createChatDriver, createTokenDriver } from './policy-driver.ts';
-import type { SandboxPool } from './sandbox-pool.ts';
-import { createSimulatedUser } from './simulated-user.ts';
+} from '../rollout/episode-store.ts';
+import { createChatDriver, createTokenDriver } from '../rollout/policy-driver.ts';
+import type { SandboxPool } from '../sandbox/sandbox-pool.ts';
+import { createSimulatedUser } from '../rollout/simulated-user.ts';
 import {
   loadSuites,
   formatProblem,
@@ -33,10 +33,10 @@ import {
   type LoadedTask,
   type Suite,
   type ThinkingBoxSuite,
-} from './task-suite-loader.ts';
-import type { TerminalStateGrader } from './terminal-state-grader.ts';
-import { StdioServerPool } from './thinkingbox/stdio-server-pool.ts';
-import { thinkingboxEnvironment, type ThinkingBoxResources } from './thinkingbox/thinkingbox-environment.ts';
+} from '../task-suites/task-suite-loader.ts';
+import type { TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
+import { StdioServerPool } from '../datasets/thinkingbox/stdio-server-pool.ts';
+import { thinkingboxEnvironment, type ThinkingBoxResources } from '../datasets/thinkingbox/thinkingbox-environment.ts';
 
 /**
  * The episode as a Temporal activity. Its payloads carry only ids and a summary; the episode itself

@@ -11,10 +11,10 @@ import { withClient } from '../infra/control-database.ts';
 import { readPid, stopPid } from '../infra/daemon.ts';
 import { startPolicyServer, writeRunToken, type PolicyEngine } from '../infra/embedded-policy-server.ts';
 import { smallModelDir } from '../infra/python-env.ts';
-import type { Trajectory } from './policy-driver.ts';
-import { learnerConfigJson } from './learner-config.ts';
-import { policyServerUrlFile, policySyncToken, policyTokenFile } from './policy-sync-token.ts';
-import { reportedWeightLabel, syncPolicyWeights, weightLabel } from './policy-weight-sync.ts';
+import type { Trajectory } from '../rollout/policy-driver.ts';
+import { learnerConfigJson } from '../learner-control/learner-config.ts';
+import { policyServerUrlFile, policySyncToken, policyTokenFile } from '../learner-control/policy-sync-token.ts';
+import { reportedWeightLabel, syncPolicyWeights, weightLabel } from '../learner-control/policy-weight-sync.ts';
 import {
   ensureLearner,
   ensureLearnerNode,
@@ -24,8 +24,8 @@ import {
   LearnerHttpError,
   stopLearner,
   type LearnerEndpoint,
-} from './learner-process.ts';
-import { learnerLaunch, type LearnerLaunch } from './learner-launch.ts';
+} from '../learner-control/learner-process.ts';
+import { learnerLaunch, type LearnerLaunch } from '../learner-control/learner-launch.ts';
 
 /**
  * Activities of the GPU worker (one per GPU host, on its own task queue): start the campaign's learner,

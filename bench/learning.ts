@@ -6,7 +6,7 @@ import { pairedComparison } from '../core/metrics.ts';
 import { PAIRED_RESAMPLES, PAIRED_SEED } from '../core/report/eval-section.ts';
 import { learningLine } from '../core/report/learning-line.ts';
 import { parseEvalAggregate } from '../core/report/parse-inputs.ts';
-import { learnerFiles } from '../activities/learner-process.ts';
+import { learnerFiles } from '../learner-control/learner-process.ts';
 import { defaultRetention, pruneLearnerFolder } from '../infra/retention.ts';
 import { startWorkers, stopWorkers } from '../infra/local-workers.ts';
 import { startCampaign } from '../cli/commands/campaign.ts';

@@ -1,5 +1,5 @@
 import type { Scenario } from '../config/task-schema.ts';
-import { SandboxPool, type SandboxPoolOptions } from '../activities/sandbox-pool.ts';
+import { SandboxPool, type SandboxPoolOptions } from '../sandbox/sandbox-pool.ts';
 import { withClient } from '../infra/control-database.ts';
 
 /**

@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { databaseUrl, readEnvironment, repoRoot } from '../config/environment.ts';
-import { loadSuites } from '../activities/task-suite-loader.ts';
-import { SandboxPool } from '../activities/sandbox-pool.ts';
+import { loadSuites } from '../task-suites/task-suite-loader.ts';
+import { SandboxPool } from '../sandbox/sandbox-pool.ts';
 import { sustainedRate } from './sandbox-sustained.ts';
 import { ensureControlDatabase, quoteIdent, withClient, withDatabase } from '../infra/control-database.ts';
 

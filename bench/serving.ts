@@ -3,10 +3,10 @@ import os from 'node:os';
 import { databaseUrl, readEnvironment, repoRoot } from '../config/environment.ts';
 import { episodeConfigSchema } from '../config/episode-config.ts';
 import { episodeDependencies, episodeOptions, findNativeTask } from '../activities/episode-activities.ts';
-import { sandboxEnvironment } from '../activities/episode-environment.ts';
-import { runEpisode, type EpisodeRecord } from '../activities/episode-runner.ts';
-import { SandboxPool } from '../activities/sandbox-pool.ts';
-import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
+import { sandboxEnvironment } from '../rollout/episode-environment.ts';
+import { runEpisode, type EpisodeRecord } from '../rollout/episode-runner.ts';
+import { SandboxPool } from '../sandbox/sandbox-pool.ts';
+import { TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 import { startPolicyServer, type PolicyEngine } from '../infra/embedded-policy-server.ts';
 

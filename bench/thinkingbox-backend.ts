@@ -2,9 +2,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { repoRoot } from '../config/environment.ts';
 import { thinkingboxResources } from '../activities/episode-activities.ts';
-import { importThinkingboxDataset } from '../activities/thinkingbox/dataset-importer.ts';
-import type { ThinkingBoxSuite } from '../activities/thinkingbox/imported-suite.ts';
-import { thinkingboxEnvironment } from '../activities/thinkingbox/thinkingbox-environment.ts';
+import { importThinkingboxDataset } from '../datasets/thinkingbox/dataset-importer.ts';
+import type { ThinkingBoxSuite } from '../datasets/thinkingbox/imported-suite.ts';
+import { thinkingboxEnvironment } from '../datasets/thinkingbox/thinkingbox-environment.ts';
 
 /**
  * bench/thinkingbox-backend: per-episode backend start time for an imported ThinkingBox task (the fixture's

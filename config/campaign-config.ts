@@ -13,7 +13,7 @@ import { formatProblem, parseYamlFile } from './yaml-file.ts';
 const band = z.enum(['too_hard', 'hard', 'medium', 'easy', 'too_easy']);
 
 // Hyperparameters are named here but owned by the learner (gpu-learner/tbt_gpu/learner/config.py): their
-// defaults and bounds live only there, and `tbt train` has the learner check them (activities/learner-config.ts).
+// defaults and bounds live only there, and `tbt train` has the learner check them (learner-control/learner-config.ts).
 const learnerOwned = (what: string) => `${what}; default and bounds: the learner's config, checked at tbt train`;
 
 export const learnerSchema = z

@@ -23,7 +23,7 @@ import { Client, Connection } from '@temporalio/client';
 import { databaseUrl, readEnvironment, repoRoot, temporalAddress } from '../config/environment.ts';
 import { loadCampaignConfig } from '../config/campaign-config.ts';
 import type { StepRecord } from '../activities/campaign-activities.ts';
-import { learnerFiles } from '../activities/learner-process.ts';
+import { learnerFiles } from '../learner-control/learner-process.ts';
 import { mulberry32 } from '../core/metrics.ts';
 import { withClient } from '../infra/control-database.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';

@@ -3,7 +3,7 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
-import { loadSuites } from '../activities/task-suite-loader.ts';
+import { loadSuites } from '../task-suites/task-suite-loader.ts';
 import { repoRoot } from '../config/environment.ts';
 
 const run = promisify(execFile);

@@ -8,9 +8,9 @@ import { repoRoot, taskQueues, temporalAddress } from '../config/environment.ts'
 import { createCampaignActivities, type StepRecord } from '../activities/campaign-activities.ts';
 import { createEpisodeActivities } from '../activities/episode-activities.ts';
 import { createGpuActivities } from '../activities/gpu-activities.ts';
-import { learnerFiles, stopLearner } from '../activities/learner-process.ts';
-import { reportedWeightLabel, weightLabel } from '../activities/policy-weight-sync.ts';
-import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
+import { learnerFiles, stopLearner } from '../learner-control/learner-process.ts';
+import { reportedWeightLabel, weightLabel } from '../learner-control/policy-weight-sync.ts';
+import { TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 import { withClient } from '../infra/control-database.ts';
 import { startPolicyServer, type PolicyServerHandle } from '../infra/embedded-policy-server.ts';
 import { campaignWorkflow, type CampaignStatus } from '../workflows/campaign-workflow.ts';

@@ -3,8 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
 import { repoRoot } from '../config/environment.ts';
-import { detokenize, tokenizeMessages, type ChatMessage, type Endpoint } from '../activities/policy-client.ts';
-import { createTokenDriver } from '../activities/policy-driver.ts';
+import { detokenize, tokenizeMessages, type ChatMessage, type Endpoint } from '../rollout/policy-client.ts';
+import { createTokenDriver } from '../rollout/policy-driver.ts';
 import { interpretCompletion } from '../core/interpret/index.ts';
 import { startPolicyServer, type PolicyServerHandle } from '../infra/embedded-policy-server.ts';
 

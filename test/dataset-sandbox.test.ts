@@ -7,10 +7,10 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { repoRoot } from '../config/environment.ts';
-import { datasetPathPrefix, datasetPython } from '../activities/thinkingbox/dataset-python.ts';
-import { DatasetSandbox } from '../activities/thinkingbox/dataset-sandbox.ts';
-import { StdioServerPool } from '../activities/thinkingbox/stdio-server-pool.ts';
-import { runTestCase, type TestContext } from '../activities/thinkingbox/test-case-runner.ts';
+import { datasetPathPrefix, datasetPython } from '../datasets/thinkingbox/dataset-python.ts';
+import { DatasetSandbox } from '../datasets/thinkingbox/dataset-sandbox.ts';
+import { StdioServerPool } from '../datasets/thinkingbox/stdio-server-pool.ts';
+import { runTestCase, type TestContext } from '../datasets/thinkingbox/test-case-runner.ts';
 import { testTempDir } from './helpers/temp-dir.ts';
 
 /**

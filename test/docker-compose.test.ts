@@ -46,11 +46,14 @@ const imageOwnedVariables: Record<string, Record<string, string>> = {
 
 /** Variables our images take that no source line names: credentials an episode config points at with api_key_env. */
 const credentialVariables: Record<string, string> = {
-  TBT_POLICY_API_KEY: 'policy.api_key_env of production episode configs (activities/policy-client.ts reads it by name)',
-  OPENAI_API_KEY: 'judge/user api_key_env when they are API models (activities/judge-client.ts, simulated-user)',
+  TBT_POLICY_API_KEY: 'policy.api_key_env of production episode configs (rollout/policy-client.ts reads it by name)',
+  OPENAI_API_KEY: 'judge/user api_key_env when they are API models (rollout/judge-client.ts, simulated-user)',
 };
 
-const sourceDirs = ['activities', 'cli', 'config', 'core', 'docker', 'infra', 'workers', 'workflows', 'gpu-learner'];
+const sourceDirs = [
+  ...['activities', 'cli', 'config', 'core', 'datasets', 'docker', 'infra', 'learner-control', 'rollout', 'sandbox'],
+  ...['task-suites', 'workers', 'workflows', 'gpu-learner'],
+];
 
 function sourceFiles(dir: string): string[] {
   return fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => {

@@ -3,10 +3,10 @@ import { after, before, test } from 'node:test';
 import { episodeConfigSchema } from '../config/episode-config.ts';
 import { scenarioSchema, taskSchema, type Task } from '../config/task-schema.ts';
 import { episodeDependencies, episodeOptions } from '../activities/episode-activities.ts';
-import { sandboxEnvironment } from '../activities/episode-environment.ts';
-import { runEpisode } from '../activities/episode-runner.ts';
-import type { SandboxPool } from '../activities/sandbox-pool.ts';
-import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
+import { sandboxEnvironment } from '../rollout/episode-environment.ts';
+import { runEpisode } from '../rollout/episode-runner.ts';
+import type { SandboxPool } from '../sandbox/sandbox-pool.ts';
+import { TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 import { OpenAIWireProtocolDouble, type DoubleReply } from './helpers/openai-wire-double.ts';
 import { controlReady, newPool } from './helpers/stack.ts';
 

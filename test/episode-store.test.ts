@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { EpisodeRecord } from '../activities/episode-runner.ts';
-import { findFinishedEpisode, markEpisodeRunning, saveEpisode } from '../activities/episode-store.ts';
+import type { EpisodeRecord } from '../rollout/episode-runner.ts';
+import { findFinishedEpisode, markEpisodeRunning, saveEpisode } from '../rollout/episode-store.ts';
 import { withClient } from '../infra/control-database.ts';
 import { controlReady } from './helpers/stack.ts';
 

@@ -8,7 +8,7 @@ import { stringify } from 'yaml';
 import { createCampaignActivities } from '../activities/campaign-activities.ts';
 import { createEpisodeActivities } from '../activities/episode-activities.ts';
 import { findTask } from '../activities/episode-activities.ts';
-import { TerminalStateGrader } from '../activities/terminal-state-grader.ts';
+import { TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 import { runEvaluation } from '../cli/commands/campaign.ts';
 import { repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
 import { renderToolCall } from '../core/agent-prompt.ts';

@@ -6,7 +6,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { CancelledFailure } from '@temporalio/common';
 import { learnerSchema } from '../config/campaign-config.ts';
 import { createGpuActivities } from '../activities/gpu-activities.ts';
-import { learnerFiles, learnerRequest, controlEndpoint, stopLearner } from '../activities/learner-process.ts';
+import { learnerFiles, learnerRequest, controlEndpoint, stopLearner } from '../learner-control/learner-process.ts';
 import { withClient } from '../infra/control-database.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
 import { diskUsage } from '../infra/retention.ts';

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { scenarioSchema, taskSchema } from '../config/task-schema.ts';
-import { createJudge } from '../activities/judge-client.ts';
-import { openToolSession } from '../activities/mcp-tool-session.ts';
-import type { SandboxPool } from '../activities/sandbox-pool.ts';
-import { replayCalls, TerminalStateGrader } from '../activities/terminal-state-grader.ts';
+import { createJudge } from '../rollout/judge-client.ts';
+import { openToolSession } from '../rollout/mcp-tool-session.ts';
+import type { SandboxPool } from '../sandbox/sandbox-pool.ts';
+import { replayCalls, TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 import { OpenAIWireProtocolDouble } from './helpers/openai-wire-double.ts';
 import { controlReady, newPool } from './helpers/stack.ts';
 

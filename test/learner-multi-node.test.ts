@@ -6,7 +6,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { learnerSchema } from '../config/campaign-config.ts';
 import { createGpuActivities } from '../activities/gpu-activities.ts';
 import { freePort } from '../infra/embedded-policy-server.ts';
-import { controlEndpoint, learnerFiles, learnerRequest, stopLearner } from '../activities/learner-process.ts';
+import { controlEndpoint, learnerFiles, learnerRequest, stopLearner } from '../learner-control/learner-process.ts';
 import { withClient } from '../infra/control-database.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
 import { controlReady } from './helpers/stack.ts';

@@ -8,7 +8,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
 import { episodeConfigSchema } from '../config/episode-config.ts';
 import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
-import { loadNativeSuites, type LoadedTask } from '../activities/task-suite-loader.ts';
+import { loadNativeSuites, type LoadedTask } from '../task-suites/task-suite-loader.ts';
 import { withClient } from '../infra/control-database.ts';
 import { episodeBatchWorkflow } from '../workflows/episode-batch-workflow.ts';
 import { OpenAIWireProtocolDouble, type ChatRequestBody, type DoubleReply } from './helpers/openai-wire-double.ts';

@@ -1,15 +1,15 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { scenarioSchema } from '../config/task-schema.ts';
-import type { Sandbox, SandboxPool } from '../activities/sandbox-pool.ts';
-import { sandboxStateFingerprint } from '../activities/sandbox-recycler.ts';
-import { readCanonicalState } from '../activities/terminal-state-grader.ts';
+import type { Sandbox, SandboxPool } from '../sandbox/sandbox-pool.ts';
+import { sandboxStateFingerprint } from '../sandbox/sandbox-recycler.ts';
+import { readCanonicalState } from '../sandbox/terminal-state-grader.ts';
 import { stateHash } from '../core/canonical-state.ts';
 import { withClient } from '../infra/control-database.ts';
 import { controlReady, controlUrl, newPool } from './helpers/stack.ts';
 
 /**
- * Sandbox recycling (activities/sandbox-recycler.ts) on the real Postgres: a used sandbox, reset and returned
+ * Sandbox recycling (sandbox/sandbox-recycler.ts) on the real Postgres: a used sandbox, reset and returned
  * to the pool, holds exactly a fresh clone's state (rows, sequence positions, catalog); a reset that fails or
  * that leaves a different state drops the sandbox instead.
  */

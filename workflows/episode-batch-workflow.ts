@@ -1,6 +1,6 @@
 import { ActivityFailure, ApplicationFailure, proxyActivities } from '@temporalio/workflow';
 import type { EpisodeActivities, EpisodeActivityInput } from '../activities/episode-activities.ts';
-import type { EpisodeSummary } from '../activities/episode-store.ts';
+import type { EpisodeSummary } from '../rollout/episode-store.ts';
 import { isBadInputType } from '../core/errors.ts';
 import { episodeOptions } from './activity-options.ts';
 

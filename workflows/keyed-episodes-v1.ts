@@ -1,6 +1,6 @@
 import { condition } from '@temporalio/workflow';
 import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
-import type { EpisodeSummary } from '../activities/episode-store.ts';
+import type { EpisodeSummary } from '../rollout/episode-store.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { runEpisodeOrInfraError } from './episode-batch-workflow.ts';
 

@@ -1,7 +1,7 @@
 import { ApplicationFailure, condition, log, patched, proxyActivities, sleep } from '@temporalio/workflow';
 import type { CampaignActivities, StepRecord } from '../activities/campaign-activities.ts';
 import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
-import type { EpisodeSummary } from '../activities/episode-store.ts';
+import type { EpisodeSummary } from '../rollout/episode-store.ts';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';

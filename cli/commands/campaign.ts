@@ -21,12 +21,12 @@ import {
 } from '../../config/environment.ts';
 import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
 import { nodeHosts } from '../../config/learner-topology.ts';
-import { rdzvId } from '../../activities/learner-launch.ts';
-import { learnerFiles } from '../../activities/learner-process.ts';
+import { rdzvId } from '../../learner-control/learner-launch.ts';
+import { learnerFiles } from '../../learner-control/learner-process.ts';
 import { gpuHost } from '../../activities/gpu-activities.ts';
 import { BadInputError } from '../../core/errors.ts';
-import { learnerConfigJson, resolveLearnerSection } from '../../activities/learner-config.ts';
-import { isSuiteDir } from '../../activities/task-suite-loader.ts';
+import { learnerConfigJson, resolveLearnerSection } from '../../learner-control/learner-config.ts';
+import { isSuiteDir } from '../../task-suites/task-suite-loader.ts';
 import { withClient } from '../../infra/control-database.ts';
 import { exitedWorkers } from '../../infra/local-workers.ts';
 import { databaseUrl } from '../../config/environment.ts';
@@ -343,7 +343,7 @@ export async function train(args: string[]): Promise<number> {
 
 /** `--tasks all|FILE`: every task of the suite, or the file's uid list, each of which must be in the suite. */
 async function evaluationUids(tasks: string, suiteDir: string): Promise<string[]> {
-  const { loadSuites, formatProblem } = await import('../../activities/task-suite-loader.ts');
+  const { loadSuites, formatProblem } = await import('../../task-suites/task-suite-loader.ts');
   const { suites, problems } = loadSuites(suiteDir);
   if (!suites[0] || problems.length)
     throw new Error(

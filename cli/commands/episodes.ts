@@ -12,11 +12,11 @@ import {
   thinkingboxResourcesFactory,
   type EpisodeBackends,
 } from '../../activities/episode-activities.ts';
-import { resultLine } from '../../activities/episode-result-line.ts';
-import { runEpisode } from '../../activities/episode-runner.ts';
-import { SandboxPool } from '../../activities/sandbox-pool.ts';
-import { TerminalStateGrader } from '../../activities/terminal-state-grader.ts';
-import { formatProblem, loadSuites, taskDomain } from '../../activities/task-suite-loader.ts';
+import { resultLine } from '../../rollout/episode-result-line.ts';
+import { runEpisode } from '../../rollout/episode-runner.ts';
+import { SandboxPool } from '../../sandbox/sandbox-pool.ts';
+import { TerminalStateGrader } from '../../sandbox/terminal-state-grader.ts';
+import { formatProblem, loadSuites, taskDomain } from '../../task-suites/task-suite-loader.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
 import { startPolicyServer } from '../../infra/embedded-policy-server.ts';
 import { integerFlag, numberFlag } from '../flag-values.ts';

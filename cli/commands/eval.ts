@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
-import { formatProblem, parseYamlFile } from '../../activities/task-suite-loader.ts';
+import { formatProblem, parseYamlFile } from '../../task-suites/task-suite-loader.ts';
 import { priceTableSchema } from '../../config/price-table.ts';
 import { canonicalJson } from '../../core/canonical-json.ts';
 import { compareStrings, datasetGroup } from '../../core/difficulty.ts';

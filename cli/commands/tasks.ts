@@ -4,14 +4,14 @@ import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { databaseUrl, readEnvironment } from '../../config/environment.ts';
 import { scenarioSchema, taskFileSchema } from '../../config/task-schema.ts';
-import { SandboxPool } from '../../activities/sandbox-pool.ts';
-import { formatProblem, loadSuites, taskDomain } from '../../activities/task-suite-loader.ts';
+import { SandboxPool } from '../../sandbox/sandbox-pool.ts';
+import { formatProblem, loadSuites, taskDomain } from '../../task-suites/task-suite-loader.ts';
 import { thinkingboxResources } from '../../activities/episode-activities.ts';
 import { thinkingboxSettingsSchema } from '../../config/episode-config.ts';
-import { validateImportedTask } from '../../activities/thinkingbox/imported-task-validation.ts';
-import { importThinkingboxDataset } from '../../activities/thinkingbox/dataset-importer.ts';
-import { datasetEnvironment, prepareDatasetEnvironment } from '../../activities/thinkingbox/dataset-environment.ts';
-import { loadImportedSuite } from '../../activities/thinkingbox/imported-suite.ts';
+import { validateImportedTask } from '../../datasets/thinkingbox/imported-task-validation.ts';
+import { importThinkingboxDataset } from '../../datasets/thinkingbox/dataset-importer.ts';
+import { datasetEnvironment, prepareDatasetEnvironment } from '../../datasets/thinkingbox/dataset-environment.ts';
+import { loadImportedSuite } from '../../datasets/thinkingbox/imported-suite.ts';
 import { IMPORTED_SUITE_FILE } from '../../config/thinkingbox-schema.ts';
 import {
   commandErrorExit,
@@ -22,8 +22,8 @@ import {
   UsageError,
   type CommandIo,
 } from '../command-support.ts';
-import { validateTask, type TaskValidation } from '../../activities/task-validation.ts';
-import { TerminalStateGrader } from '../../activities/terminal-state-grader.ts';
+import { validateTask, type TaskValidation } from '../../task-suites/task-validation.ts';
+import { TerminalStateGrader } from '../../sandbox/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
 import { integerFlag } from '../flag-values.ts';
 

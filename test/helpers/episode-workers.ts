@@ -9,12 +9,12 @@ import {
   type EpisodeBackends,
   type LazyThinkingboxResources,
 } from '../../activities/episode-activities.ts';
-import { runEpisode, type EpisodeRecord } from '../../activities/episode-runner.ts';
-import type { ThinkingBoxResources } from '../../activities/thinkingbox/thinkingbox-environment.ts';
+import { runEpisode, type EpisodeRecord } from '../../rollout/episode-runner.ts';
+import type { ThinkingBoxResources } from '../../datasets/thinkingbox/thinkingbox-environment.ts';
 import type { EpisodeConfig } from '../../config/episode-config.ts';
 import type { ImportedTask } from '../../config/thinkingbox-schema.ts';
-import type { SandboxPool } from '../../activities/sandbox-pool.ts';
-import { TerminalStateGrader } from '../../activities/terminal-state-grader.ts';
+import type { SandboxPool } from '../../sandbox/sandbox-pool.ts';
+import { TerminalStateGrader } from '../../sandbox/terminal-state-grader.ts';
 import { taskQueues } from '../../config/environment.ts';
 import { controlReady, newPool, workflowBundle } from './stack.ts';
 

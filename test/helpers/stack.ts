@@ -3,7 +3,7 @@ import { bundleWorkflowCode, DefaultLogger, Runtime, type WorkflowBundleWithSour
 import path from 'node:path';
 import { databaseUrl, readEnvironment, repoRoot, temporalAddress } from '../../config/environment.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
-import { SandboxPool } from '../../activities/sandbox-pool.ts';
+import { SandboxPool } from '../../sandbox/sandbox-pool.ts';
 
 /**
  * The real local stack for tests: the servers `scripts/test.sh` started with `tbt up` (or the ones

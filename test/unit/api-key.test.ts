@@ -3,7 +3,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { episodeConfigSchema } from '../../config/episode-config.ts';
-import { chatComplete, tokenizeText } from '../../activities/policy-client.ts';
+import { chatComplete, tokenizeText } from '../../rollout/policy-client.ts';
 
 /** A loopback stand-in for a policy server speaking the tokenize wire format; it records what it was sent. */
 async function recordingServer() {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { retryingSave } from '../../activities/episode-store.ts';
+import { retryingSave } from '../../rollout/episode-store.ts';
 
 test('finding 8: only the save is retried on a transient database failure; a data error is not retried', async () => {
   let calls = 0;

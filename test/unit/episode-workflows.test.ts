@@ -6,7 +6,7 @@ import { ApplicationFailure, WorkflowFailedError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
 import type { EpisodeActivityInput } from '../../activities/episode-activities.ts';
-import type { EpisodeSummary } from '../../activities/episode-store.ts';
+import type { EpisodeSummary } from '../../rollout/episode-store.ts';
 import type { StepRecord } from '../../activities/campaign-activities.ts';
 import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';

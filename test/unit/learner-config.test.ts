@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
-import { learnerYamlField, resolveLearnerSection } from '../../activities/learner-config.ts';
+import { learnerYamlField, resolveLearnerSection } from '../../learner-control/learner-config.ts';
 import { learnerSchema } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
 import { BadInputError } from '../../core/errors.ts';

@@ -6,8 +6,8 @@ import { test } from 'node:test';
 import { parse, stringify } from 'yaml';
 import { loadCampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
-import { learnerFiles } from '../../activities/learner-process.ts';
-import { learnerLaunch, torchrunArgs } from '../../activities/learner-launch.ts';
+import { learnerFiles } from '../../learner-control/learner-process.ts';
+import { learnerLaunch, torchrunArgs } from '../../learner-control/learner-launch.ts';
 import { testTempDir } from '../helpers/temp-dir.ts';
 
 /**

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
-import { policyServerUrlFile, policySyncToken, policyTokenFile } from '../../activities/policy-sync-token.ts';
+import { policyServerUrlFile, policySyncToken, policyTokenFile } from '../../learner-control/policy-sync-token.ts';
 import { writeRunToken } from '../../infra/embedded-policy-server.ts';
 import { testTempDir } from '../helpers/temp-dir.ts';
 

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { referenceFinishReason, resultLine } from '../../activities/episode-result-line.ts';
+import { referenceFinishReason, resultLine } from '../../rollout/episode-result-line.ts';
 
 const usage = (input: number, output: number, cached: number) => ({ calls: 1, input, output, cached });
 

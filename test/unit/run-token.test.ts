@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { writeRunToken } from '../../infra/embedded-policy-server.ts';
-import { controlEndpoint, learnerFiles } from '../../activities/learner-process.ts';
+import { controlEndpoint, learnerFiles } from '../../learner-control/learner-process.ts';
 import { testTempDir } from '../helpers/temp-dir.ts';
 
 test('finding 15: run tokens live in 0600 files, fresh per run, and travel only inside the process', () => {

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { stringify } from 'yaml';
-import { formatProblem, loadSuites } from '../../activities/task-suite-loader.ts';
+import { formatProblem, loadSuites } from '../../task-suites/task-suite-loader.ts';
 import { testTempDir } from '../helpers/temp-dir.ts';
 
 /** Each case breaks one thing of a valid suite; the loader must name the file and the field (and a line). */

@@ -20,7 +20,7 @@ line when that is empty); error = anything else (import errors, judge outage, sy
 
 The protocol uses private duplicates of file descriptors 0 and 1; during the test fd 1 (and sys.stdout)
 point at stderr and fd 0 at /dev/null, so test code that prints or reads cannot corrupt the protocol.
-The isolation is the sandbox this runs in (activities/thinkingbox/dataset-sandbox.ts: own user, pid, network
+The isolation is the sandbox this runs in (datasets/thinkingbox/dataset-sandbox.ts: own user, pid, network
 and mount namespaces, an allow-listed environment, a read-only filesystem but a scratch folder, rlimits); the
 socket functions patched below before the test module loads are only a clearer error message for the common
 case, not a defence (``_socket`` and subprocesses get past them, the network namespace does not).

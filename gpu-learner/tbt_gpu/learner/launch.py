@@ -7,7 +7,7 @@ A dry run: it prints and starts nothing (it does not even import torch). One nod
 Several: a c10d rendezvous at node 0's `--rdzv-endpoint`, every node's command passing its `--node-rank` to the
 learner too (torchrun's c10d rendezvous does not number nodes by it; the learner renumbers ranks node-major, so
 rank 0 and its control endpoint are on node 0). The GPU worker builds the same commands
-(activities/learner-launch.ts; a test keeps the two equal).
+(learner-control/learner-launch.ts; a test keeps the two equal).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@ import type { Scenario, Task } from '../config/task-schema.ts';
 import type { ExampleExchange } from '../core/agent-prompt.ts';
 import type { Judge } from './judge-client.ts';
 import { openToolSession, type ToolSession } from './mcp-tool-session.ts';
-import type { SandboxPool } from './sandbox-pool.ts';
-import type { GradeReport, TerminalStateGrader } from './terminal-state-grader.ts';
+import type { SandboxPool } from '../sandbox/sandbox-pool.ts';
+import type { GradeReport, TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 
 /**
  * What an episode runs against: a backend opened fresh for one episode (a Postgres sandbox with our SQL tools,

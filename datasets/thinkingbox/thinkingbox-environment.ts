@@ -4,10 +4,10 @@ import type { ImportedScenario, ImportedTask, NativeTestPattern } from '../../co
 import { canonicalJson } from '../../core/canonical-json.ts';
 import type { StateDifference } from '../../core/canonical-state.ts';
 import { BadInputError, InfrastructureError, errorMessage } from '../../core/errors.ts';
-import type { EpisodeEnvironment, GradeRequest, OpenedEnvironment } from '../episode-environment.ts';
-import type { Judge, JudgeVerdict } from '../judge-client.ts';
-import { toolResultText, type ToolResult, type ToolSession, type ToolSpec } from '../mcp-tool-session.ts';
-import { ungradedReport, type GradeReport } from '../terminal-state-grader.ts';
+import type { EpisodeEnvironment, GradeRequest, OpenedEnvironment } from '../../rollout/episode-environment.ts';
+import type { Judge, JudgeVerdict } from '../../rollout/judge-client.ts';
+import { toolResultText, type ToolResult, type ToolSession, type ToolSpec } from '../../rollout/mcp-tool-session.ts';
+import { ungradedReport, type GradeReport } from '../../sandbox/terminal-state-grader.ts';
 import type { ThinkingBoxSuite } from './imported-suite.ts';
 import { datasetEnvironment } from './dataset-environment.ts';
 import { serverLaunchSpec } from './server-launch.ts';

@@ -3,7 +3,7 @@ import path from 'node:path';
 import readline from 'node:readline';
 import { BadInputError, errorMessage, InfrastructureError } from '../../core/errors.ts';
 import { judgeSaysYes } from '../../core/judge-verdict.ts';
-import type { Judge, JudgeVerdict } from '../judge-client.ts';
+import type { Judge, JudgeVerdict } from '../../rollout/judge-client.ts';
 import { SHIM_DIR } from './dataset-environment.ts';
 import { datasetSandbox, helperPackageDir, type DatasetSandbox } from './dataset-sandbox.ts';
 

@@ -1,8 +1,8 @@
 import type { ImportedTask } from '../../config/thinkingbox-schema.ts';
 import { errorMessage } from '../../core/errors.ts';
-import { judgeFrom, type Judge } from '../judge-client.ts';
-import type { ToolCallMade } from '../episode-environment.ts';
-import type { TaskValidation } from '../task-validation.ts';
+import { judgeFrom, type Judge } from '../../rollout/judge-client.ts';
+import type { ToolCallMade } from '../../rollout/episode-environment.ts';
+import type { TaskValidation } from '../../task-suites/task-validation.ts';
 import type { ThinkingBoxSuite } from './imported-suite.ts';
 import { thinkingboxEnvironment, type ThinkingBoxResources } from './thinkingbox-environment.ts';
 

@@ -2,8 +2,8 @@ import type { Scenario, Task } from '../config/task-schema.ts';
 import { formatDiff } from '../core/canonical-state.ts';
 import { errorMessage } from '../core/errors.ts';
 import { quoteIdent, withClient } from '../infra/control-database.ts';
-import type { SandboxPool } from './sandbox-pool.ts';
-import { replayCalls, type TerminalStateGrader } from './terminal-state-grader.ts';
+import type { SandboxPool } from '../sandbox/sandbox-pool.ts';
+import { replayCalls, type TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 
 /**
  * Checks that a task's grading can tell right from wrong: the golden replay passes, a null agent (no tool

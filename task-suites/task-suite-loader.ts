@@ -2,7 +2,11 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { scenarioSchema, taskFileSchema, type Scenario, type Task } from '../config/task-schema.ts';
 import { formatProblem, parseYamlFile, type TaskFileProblem } from '../config/yaml-file.ts';
-import { isImportedSuiteDir, loadImportedSuite, type ThinkingBoxSuite } from './thinkingbox/imported-suite.ts';
+import {
+  isImportedSuiteDir,
+  loadImportedSuite,
+  type ThinkingBoxSuite,
+} from '../datasets/thinkingbox/imported-suite.ts';
 
 export { formatProblem, parseYamlFile, type TaskFileProblem, type ThinkingBoxSuite };
 

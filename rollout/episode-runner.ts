@@ -14,7 +14,7 @@ import type { EpisodeEnvironment, EpisodeTask, OpenedEnvironment } from './episo
 import type { ChatMessage, SamplingParams } from './policy-client.ts';
 import type { Generation, PolicyDriver, Trajectory } from './policy-driver.ts';
 import type { SimulatedUser } from './simulated-user.ts';
-import type { GradeReport } from './terminal-state-grader.ts';
+import type { GradeReport } from '../sandbox/terminal-state-grader.ts';
 
 /**
  * One full episode (docs/reference-rules.md §2): a fresh backend (sandbox database or tool-server processes), its own

@@ -10,8 +10,8 @@ import {
 import pg from 'pg';
 import type { Scenario } from '../config/task-schema.ts';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
-import type { Sandbox } from './sandbox-pool.ts';
-import { runSqlTool, ToolCallError } from './sql-tool.ts';
+import type { Sandbox } from '../sandbox/sandbox-pool.ts';
+import { runSqlTool, ToolCallError } from '../sandbox/sql-tool.ts';
 
 /**
  * One MCP session per episode: an MCP server exposing the scenario's tools bound to this episode's

@@ -11,8 +11,8 @@ import {
 } from '../core/canonical-state.ts';
 import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
 import { withPooledClient } from '../infra/control-database.ts';
-import type { Judge, JudgeVerdict } from './judge-client.ts';
-import { openToolSession } from './mcp-tool-session.ts';
+import type { Judge, JudgeVerdict } from '../rollout/judge-client.ts';
+import { openToolSession } from '../rollout/mcp-tool-session.ts';
 import { templateFingerprint, type Sandbox, type SandboxPool } from './sandbox-pool.ts';
 import { readSnapshot } from './state-snapshot.ts';
 
