@@ -13,6 +13,7 @@ import { withClient } from '../infra/control-database.ts';
 import { resultLine } from '../rollout/episode-result-line.ts';
 import type { EpisodeRecord } from '../rollout/episode-runner.ts';
 import { loadSuites } from '../task-suites/task-suite-loader.ts';
+import { campaignFileName } from '../core/campaign-id.ts';
 
 /**
  * Bookkeeping activities of a campaign (orchestrator queue): ingest candidates, select the pool from
@@ -97,7 +98,7 @@ interface ResultRow {
 
 export function createCampaignActivities(deps: { controlUrl: string; stateDir: string }) {
   const runDir = (campaignId: string) => {
-    const dir = path.join(deps.stateDir, 'campaigns', campaignId.replace(/[^A-Za-z0-9_.-]/g, '_'));
+    const dir = path.join(deps.stateDir, 'campaigns', campaignFileName(campaignId));
     fs.mkdirSync(dir, { recursive: true });
     return dir;
   };

@@ -217,13 +217,3 @@ export function writeFileAtomic(file: string, content: string): void {
   fs.writeFileSync(tmp, content);
   fs.renameSync(tmp, file);
 }
-
-// ---------------------------------------------------------------------------------------------------
-// tbt prepare
-
-export function parseInteger(flag: string, text: string, min: number): number {
-  if (!/^-?\d+$/.test(text.trim()) || !Number.isSafeInteger(Number(text)) || Number(text) < min) {
-    throw new UsageError(`${flag}: expected an integer >= ${min}, got '${text}'`);
-  }
-  return Number(text);
-}

@@ -1,4 +1,5 @@
 import type { CampaignConfig } from '../config/campaign-config.ts';
+import { campaignFileName } from '../core/campaign-id.ts';
 
 /**
  * How one node's share of a campaign's learner is launched: `torchrun --standalone` for one node; for several, a
@@ -16,17 +17,13 @@ export interface LearnerLaunch {
   rdzvId: string;
 }
 
-export function rdzvId(campaignId: string): string {
-  return campaignId.replace(/[^A-Za-z0-9_.-]/g, '_');
-}
-
 export function learnerLaunch(learner: CampaignConfig['learner'], campaignId: string, nodeRank = 0): LearnerLaunch {
   return {
     nodes: learner.nodes,
     gpusPerNode: learner.gpus_per_node,
     nodeRank,
     rdzvEndpoint: learner.rdzv_endpoint,
-    rdzvId: rdzvId(campaignId),
+    rdzvId: campaignFileName(campaignId),
   };
 }
 

@@ -5,6 +5,7 @@ import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { exitedBy, isAlive, readPid, stopPid, waitFor } from '../infra/daemon.ts';
 import { gpuLearnerDir, pythonBinary } from '../infra/python-env.ts';
 import { torchrunArgs, type LearnerLaunch } from './learner-launch.ts';
+import { campaignFileName } from '../core/campaign-id.ts';
 
 /**
  * One long-lived learner process group per campaign on this host (`torchrun -m tbt_gpu.learner`), started
@@ -31,7 +32,7 @@ export interface LearnerFiles {
 }
 
 export function learnerFiles(stateDir: string, campaignId: string, nodeRank = 0): LearnerFiles {
-  const dir = path.join(stateDir, 'learners', campaignId.replace(/[^A-Za-z0-9_.-]/g, '_'));
+  const dir = path.join(stateDir, 'learners', campaignFileName(campaignId));
   const node = nodeRank === 0 ? '' : `-node${nodeRank}`;
   return {
     dir,

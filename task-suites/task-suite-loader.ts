@@ -16,12 +16,6 @@ export { formatProblem, parseYamlFile, type TaskFileProblem, type ThinkingBoxSui
  * problem is collected as a `TaskFileProblem` naming file, line and field; one bad file never hides the others.
  */
 
-export class TaskFileError extends Error {
-  constructor(readonly problems: TaskFileProblem[]) {
-    super(problems.map(formatProblem).join('\n'));
-  }
-}
-
 export interface LoadedTask extends Task {
   suite: string;
   file: string;

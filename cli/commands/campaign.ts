@@ -21,7 +21,6 @@ import {
 } from '../../config/environment.ts';
 import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
 import { nodeHosts } from '../../config/learner-topology.ts';
-import { rdzvId } from '../../learner-control/learner-launch.ts';
 import { learnerFiles } from '../../learner-control/learner-process.ts';
 import { gpuHost } from '../../activities/gpu-activities.ts';
 import { BadInputError } from '../../core/errors.ts';
@@ -44,6 +43,7 @@ import {
   type CampaignInput,
   type CampaignStatus,
 } from '../../workflows/campaign-workflow.ts';
+import { campaignFileName } from '../../core/campaign-id.ts';
 
 /** `tbt train` and `tbt campaign status|pause|resume|stop`. */
 
@@ -181,7 +181,7 @@ function dryRun(input: CampaignInput, configFile: string): void {
         String(c.learner.gpus_per_node),
         ...(c.learner.rdzv_endpoint ? ['--rdzv-endpoint', c.learner.rdzv_endpoint] : []),
         '--rdzv-id',
-        rdzvId(input.campaignId),
+        campaignFileName(input.campaignId),
         '--config',
         tmp,
         // What the GPU workers run: the campaign's learner folder, always with --resume.

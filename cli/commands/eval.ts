@@ -30,7 +30,6 @@ import {
   consoleIo,
   InputError,
   jsonlRows,
-  parseInteger,
   readInputFile,
   sha256,
   show,
@@ -42,6 +41,7 @@ import {
   type CommandIo,
   type JsonlRow,
 } from '../command-support.ts';
+import { integerFlag } from '../flag-values.ts';
 import { dollars, percent } from '../../core/report/format.ts';
 
 /**
@@ -190,11 +190,11 @@ function parseAggregateArgs(args: string[]): AggregateConfig | 'help' {
     systemErrorFields,
     domainField: (values['domain-field'] ?? defaults.domain) || null,
     tokensField: required('--tokens-field', values['tokens-field'], defaults.tokens),
-    repeats: parseInteger('--repeats', values.repeats, 1),
+    repeats: integerFlag('--repeats', values.repeats, { min: 1 }),
     pricesFile: values.prices ?? null,
     tasksFile: values.tasks ?? null,
     out: values.out,
-    seed: parseInteger('--seed', values.seed, 0),
+    seed: integerFlag('--seed', values.seed, { min: 0 }),
   };
 }
 
@@ -632,8 +632,8 @@ function compareCommand(args: string[], io: CommandIo): number {
   if (parsed.positionals.length !== 2)
     throw new UsageError(`compare needs two aggregate files (A and B), got ${parsed.positionals.length}`);
   const [fileA, fileB] = parsed.positionals as [string, string];
-  const resamples = parseInteger('--resamples', parsed.values.resamples, 1);
-  const seed = parseInteger('--seed', parsed.values.seed, 0);
+  const resamples = integerFlag('--resamples', parsed.values.resamples, { min: 1 });
+  const seed = integerFlag('--seed', parsed.values.seed, { min: 0 });
   let comparison: Comparison;
   try {
     comparison = pairedComparison(readAggregateFile(fileA), readAggregateFile(fileB), { resamples, seed });

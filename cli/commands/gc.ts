@@ -1,24 +1,18 @@
 import { readEnvironment } from '../../config/environment.ts';
 import { collectGarbage, defaultRetention } from '../../infra/retention.ts';
+import { integerFlag } from '../flag-values.ts';
 
 /** `tbt gc [--keep-exports K] [--max-log-mb N] [--dry-run]`: apply the retention policy to the state folder. */
 
 const usage = 'usage: tbt gc [--keep-exports K (>= 1, default 2)] [--max-log-mb N (>= 1, default 64)] [--dry-run]';
-
-function positiveInt(flag: string, value: string | undefined): number {
-  const n = Number(value);
-  if (value === undefined || !Number.isInteger(n) || n < 1)
-    throw new Error(`${flag} needs a whole number >= 1\n${usage}`);
-  return n;
-}
 
 export async function gc(args: string[]): Promise<number> {
   const policy = { ...defaultRetention };
   let dryRun = false;
   for (let i = 0; i < args.length; i++) {
     const flag = args[i];
-    if (flag === '--keep-exports') policy.keepExports = positiveInt(flag, args[++i]);
-    else if (flag === '--max-log-mb') policy.maxLogBytes = positiveInt(flag, args[++i]) * 1024 * 1024;
+    if (flag === '--keep-exports') policy.keepExports = integerFlag(flag, args[++i] ?? '', { min: 1 });
+    else if (flag === '--max-log-mb') policy.maxLogBytes = integerFlag(flag, args[++i] ?? '', { min: 1 }) * 1024 * 1024;
     else if (flag === '--dry-run') dryRun = true;
     else throw new Error(`unknown argument ${flag}\n${usage}`);
   }

@@ -25,7 +25,6 @@ import {
   InputError,
   jsonlRows,
   parseFlags,
-  parseInteger,
   readInputFile,
   readUidListInput,
   sha256,
@@ -33,6 +32,7 @@ import {
   writeFileAtomic,
   type CommandIo,
 } from '../command-support.ts';
+import { integerFlag } from '../flag-values.ts';
 
 /**
  * `tbt prepare`: select training tasks by offline, policy-relative difficulty (docs/reference-rules.md §1), with
@@ -120,11 +120,11 @@ function parsePrepareArgs(args: string[]): PrepareConfig | 'help' {
     uidField: values['uid-field'],
     successField: values['success-field'],
     systemErrorField: values['system-error-field'] ?? null,
-    minCleanRuns: parseInteger('--min-clean-runs', values['min-clean-runs'], 1),
+    minCleanRuns: integerFlag('--min-clean-runs', values['min-clean-runs'], { min: 1 }),
     retainedBands: BAND_NAMES.filter((b) => retained.includes(b)),
     mode,
     testFraction,
-    seed: parseInteger('--seed', values.seed, 0),
+    seed: integerFlag('--seed', values.seed, { min: 0 }),
   };
 }
 

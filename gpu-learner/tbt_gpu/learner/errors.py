@@ -39,11 +39,6 @@ class NonFiniteError(LearnerError):
     http_status = 422
 
 
-class Busy(LearnerError):
-    code = "busy"
-    http_status = 409
-
-
 class NotReady(LearnerError):
     code = "not_ready"
     http_status = 503
