@@ -41,7 +41,7 @@ export function gpuOptions(taskQueue: string, startToCloseTimeout: Duration): Ac
  * room for set-up and grading. It heartbeats every 20 s and per turn, so a killed rollout worker's episodes are
  * retried within 90 s. 5 attempts, 2 s doubling (2+4+8+16 = 30 s of backoff).
  */
-export function episodeOptions(rolloutQueue: string, wallClockMs: number): ActivityOptions {
+export function episodeActivityOptions(rolloutQueue: string, wallClockMs: number): ActivityOptions {
   return {
     taskQueue: rolloutQueue,
     startToCloseTimeout: wallClockMs + 5 * 60_000,

@@ -109,242 +109,286 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
   }
 }
 
+/** What every stage of one campaign run works with. */
+interface CampaignRun {
+  input: CampaignInput;
+  state: CampaignState;
+  gpu: ReturnType<typeof proxyActivities<GpuActivities>>;
+}
+
 async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
-  const { campaignId, config } = input;
   const state: CampaignState = input.state ?? { stage: 'ingest', step: 0, paused: false, stopAfterStep: false };
-  const gpu = proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '1 hour'));
-  const status = (): CampaignStatus => {
-    const { pool, allTasks: _all, heldOutTasks: _heldOut, ...rest } = state;
-    return { ...rest, campaignId, poolSize: pool?.length ?? 0, steps: config.training.steps };
+  const run: CampaignRun = {
+    input,
+    state,
+    gpu: proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '1 hour')),
   };
-  setHandler(statusQuery, status);
+  setCampaignHandlers(run);
+  if (!input.state) upsertMemo({ config: input.config });
+
+  if (state.stage === 'ingest') await ingest(run);
+  if (state.stage === 'evaluate-before') {
+    state.evalBefore = await evaluate(run, 'before');
+    state.stage = 'train';
+    await continueAsNew<typeof campaignWorkflow>({ ...input, state });
+  }
+  if (state.stage === 'train') await train(run);
+  if (state.stage === 'evaluate-after') {
+    state.evalAfter = await evaluate(run, 'after');
+    state.stage = 'report';
+  }
+  if (state.stage === 'report' || state.stage === 'stopped') await report(run);
+  return campaignStatus(run);
+}
+
+function campaignStatus({ input, state }: CampaignRun): CampaignStatus {
+  const { pool, allTasks: _all, heldOutTasks: _heldOut, ...rest } = state;
+  return { ...rest, campaignId: input.campaignId, poolSize: pool?.length ?? 0, steps: input.config.training.steps };
+}
+
+function setCampaignHandlers(run: CampaignRun): void {
+  const { state } = run;
+  setHandler(statusQuery, () => campaignStatus(run));
   setHandler(pauseSignal, () => void (state.paused = true));
   setHandler(resumeSignal, () => {
     state.paused = false;
     state.pauseReason = undefined;
   });
   setHandler(stopAfterStepSignal, () => void (state.stopAfterStep = true));
-  const enter = (stage: Stage) => {
-    state.stage = stage;
-    upsertSearchAttributes([
-      { key: campaignKey, value: campaignId },
-      { key: stageKey, value: stage },
-      { key: stepKey, value: state.step },
-    ]);
-    log.info('campaign stage', { campaignId, stage, step: state.step });
-  };
-  if (!input.state) upsertMemo({ config });
+}
 
-  /**
-   * The episode config with the policy endpoint resolved (the embedded server may move after a restart) and
-   * every policy server brought to the campaign's current weights, which each episode then records. An
-   * external server that was restarted, or still holds another campaign's weights, is synced here.
-   */
-  const episodeConfig = async (): Promise<{ episode: EpisodeConfig; policyServers: string[] }> => {
-    const policy = config.episode.policy;
-    const want = {
-      campaignId,
-      weightVersion: state.weightVersion ?? 0,
-      weightsPath: state.weightsPath,
-      basePath: config.learner.model_path,
-      deadlineMs: policy.sync_deadline_ms,
-    };
-    if (policy.base_url !== 'embedded') {
-      const servers = policy.sync_instances ?? [policy.base_url];
-      // Campaigns started before external servers were synced never made this call: replay must not see it.
-      if (patched('sync-external-policy-servers')) await gpu.ensurePolicyWeights({ ...want, servers });
-      return {
-        episode: { ...config.episode, policy: { ...policy, weight_version: want.weightVersion } },
-        policyServers: servers,
-      };
-    }
-    // Inputs from before the engine switch ran the built-in server: a deploy must not move them to vLLM.
-    const server = await gpu.ensurePolicyServer({ ...want, engine: policy.engine ?? 'builtin' });
-    return {
-      episode: {
-        ...config.episode,
-        policy: { ...policy, base_url: server.baseUrl, model: server.model, weight_version: want.weightVersion },
-      },
-      policyServers: [server.baseUrl],
-    };
+function enter({ input, state }: CampaignRun, stage: Stage): void {
+  const { campaignId } = input;
+  state.stage = stage;
+  upsertSearchAttributes([
+    { key: campaignKey, value: campaignId },
+    { key: stageKey, value: stage },
+    { key: stepKey, value: state.step },
+  ]);
+  log.info('campaign stage', { campaignId, stage, step: state.step });
+}
+
+/**
+ * The episode config with the policy endpoint resolved (the embedded server may move after a restart) and
+ * every policy server brought to the campaign's current weights, which each episode then records. An
+ * external server that was restarted, or still holds another campaign's weights, is synced here.
+ */
+async function episodeConfig({ input, state, gpu }: CampaignRun): Promise<{
+  episode: EpisodeConfig;
+  policyServers: string[];
+}> {
+  const { campaignId, config } = input;
+  const policy = config.episode.policy;
+  const want = {
+    campaignId,
+    weightVersion: state.weightVersion ?? 0,
+    weightsPath: state.weightsPath,
+    basePath: config.learner.model_path,
+    deadlineMs: policy.sync_deadline_ms,
   };
-  const keyed = (episode: EpisodeConfig, uids: string[], repeats: number, concurrency: number, shardSize: number) => ({
+  if (policy.base_url !== 'embedded') {
+    const servers = policy.sync_instances ?? [policy.base_url];
+    // Campaigns started before external servers were synced never made this call: replay must not see it.
+    if (patched('sync-external-policy-servers')) await gpu.ensurePolicyWeights({ ...want, servers });
+    return {
+      episode: { ...config.episode, policy: { ...policy, weight_version: want.weightVersion } },
+      policyServers: servers,
+    };
+  }
+  // Inputs from before the engine switch ran the built-in server: a deploy must not move them to vLLM.
+  const server = await gpu.ensurePolicyServer({ ...want, engine: policy.engine ?? 'builtin' });
+  return {
+    episode: {
+      ...config.episode,
+      policy: { ...policy, base_url: server.baseUrl, model: server.model, weight_version: want.weightVersion },
+    },
+    policyServers: [server.baseUrl],
+  };
+}
+
+/** The keyed-episodes input (keyed-episodes.ts) of a probe or an evaluation. */
+function keyedInput(
+  { input }: CampaignRun,
+  episode: EpisodeConfig,
+  uids: string[],
+  stage: { repeats: number; concurrency: number; shard_size?: number },
+) {
+  return {
     uids,
-    repeats,
-    concurrency,
-    shardSize,
+    repeats: stage.repeats,
+    concurrency: stage.concurrency,
+    shardSize: stage.shard_size,
     episode,
     suiteDir: input.suiteDir,
-    campaignId,
+    campaignId: input.campaignId,
     rolloutQueue: input.queues.rollout,
     maxReruns: defaultMaxReruns,
-  });
-
-  if (state.stage === 'ingest') {
-    enter('ingest');
-    const { uids, evaluationUids, heldOutUids } = await bookkeeping.ingestCandidates({
-      campaignId,
-      suiteDir: input.suiteDir,
-      excludeUidsFile: input.excludeUidsFile,
-      maxCandidates: config.probe.max_candidates,
-      evaluationTasks: config.evaluation.tasks,
-    });
-    state.candidates = uids.length;
-    // Every suite task, evaluation-only ones included (histories recorded before the field existed: the candidates).
-    if (config.evaluation.tasks === 'all') state.allTasks = evaluationUids ?? uids;
-    if (config.evaluation.tasks === 'held_out') state.heldOutTasks = heldOutUids;
-    const learnerInput = {
-      campaignId,
-      learner: config.learner,
-      seed: config.seed,
-      samplingTemperature: config.episode.sampling.temperature,
-    };
-    // Node 0 answers only once every node's ranks joined: the other nodes start beside it.
-    const [learner] = await Promise.all([
-      gpu.startLearner(learnerInput),
-      startLearnerNodes(input.queues.gpuNodes, learnerInput),
-    ]);
-    state.manifest = await bookkeeping.writeManifest({
-      campaignId,
-      manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest },
-    });
-    // Configs recorded before probe.enabled existed have no such field: they probed.
-    if (config.probe.enabled === false) state.pool = uids;
-    else state.pool = await probeCandidates(uids);
-    state.stage = config.evaluation.before_training ? 'evaluate-before' : 'train';
-  }
-  async function probeCandidates(uids: string[]): Promise<string[]> {
-    enter('probe');
-    const { episode } = await episodeConfig();
-    const probe = await executeChild(probeWorkflow, {
-      workflowId: `${campaignId}/probe`,
-      typedSearchAttributes: campaignAttributes(campaignId, 'probe', state.step),
-      args: [
-        {
-          ...keyed(episode, uids, config.probe.repeats, config.probe.concurrency, config.probe.shard_size),
-          minCleanRuns: config.probe.min_clean_runs,
-          retainBands: config.probe.retain_bands,
-        },
-      ],
-    });
-    const { pool, ...probeSummary } = probe;
-    state.probe = probeSummary;
-    return pool;
-  }
-  const evalUids = () =>
-    ({ pool: state.pool, all: state.allTasks, held_out: state.heldOutTasks })[config.evaluation.tasks]!;
-  const evaluate = async (label: 'before' | 'after'): Promise<EvaluationResult> => {
-    enter(`evaluate-${label}`);
-    const { episode } = await episodeConfig();
-    return executeChild(evaluationWorkflow, {
-      workflowId: `${campaignId}/eval-${label}`,
-      typedSearchAttributes: campaignAttributes(campaignId, `evaluate-${label}`, state.step),
-      args: [
-        {
-          ...keyed(
-            episode,
-            evalUids(),
-            config.evaluation.repeats,
-            config.evaluation.concurrency,
-            config.evaluation.shard_size,
-          ),
-          label,
-          prices: input.pricesFile,
-        },
-      ],
-    });
   };
-  if (state.stage === 'evaluate-before') {
-    state.evalBefore = await evaluate('before');
-    state.stage = 'train';
+}
+
+async function ingest(run: CampaignRun): Promise<void> {
+  const { input, state, gpu } = run;
+  const { campaignId, config } = input;
+  enter(run, 'ingest');
+  const { uids, evaluationUids, heldOutUids } = await bookkeeping.ingestCandidates({
+    campaignId,
+    suiteDir: input.suiteDir,
+    excludeUidsFile: input.excludeUidsFile,
+    maxCandidates: config.probe.max_candidates,
+    evaluationTasks: config.evaluation.tasks,
+  });
+  state.candidates = uids.length;
+  // Every suite task, evaluation-only ones included (histories recorded before the field existed: the candidates).
+  if (config.evaluation.tasks === 'all') state.allTasks = evaluationUids ?? uids;
+  if (config.evaluation.tasks === 'held_out') state.heldOutTasks = heldOutUids;
+  const learnerInput = {
+    campaignId,
+    learner: config.learner,
+    seed: config.seed,
+    samplingTemperature: config.episode.sampling.temperature,
+  };
+  // Node 0 answers only once every node's ranks joined: the other nodes start beside it.
+  const [learner] = await Promise.all([
+    gpu.startLearner(learnerInput),
+    startLearnerNodes(input.queues.gpuNodes, learnerInput),
+  ]);
+  state.manifest = await bookkeeping.writeManifest({
+    campaignId,
+    manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest },
+  });
+  // Configs recorded before probe.enabled existed have no such field: they probed.
+  if (config.probe.enabled === false) state.pool = uids;
+  else state.pool = await probeCandidates(run, uids);
+  state.stage = config.evaluation.before_training ? 'evaluate-before' : 'train';
+}
+
+async function probeCandidates(run: CampaignRun, uids: string[]): Promise<string[]> {
+  const { campaignId, config } = run.input;
+  enter(run, 'probe');
+  const { episode } = await episodeConfig(run);
+  const probe = await executeChild(probeWorkflow, {
+    workflowId: `${campaignId}/probe`,
+    typedSearchAttributes: campaignAttributes(campaignId, 'probe', run.state.step),
+    args: [
+      {
+        ...keyedInput(run, episode, uids, config.probe),
+        minCleanRuns: config.probe.min_clean_runs,
+        retainBands: config.probe.retain_bands,
+      },
+    ],
+  });
+  const { pool, ...probeSummary } = probe;
+  run.state.probe = probeSummary;
+  return pool;
+}
+
+async function evaluate(run: CampaignRun, label: 'before' | 'after'): Promise<EvaluationResult> {
+  const { input, state } = run;
+  const { campaignId, config } = input;
+  enter(run, `evaluate-${label}`);
+  const { episode } = await episodeConfig(run);
+  const uids = { pool: state.pool, all: state.allTasks, held_out: state.heldOutTasks }[config.evaluation.tasks]!;
+  return executeChild(evaluationWorkflow, {
+    workflowId: `${campaignId}/eval-${label}`,
+    typedSearchAttributes: campaignAttributes(campaignId, `evaluate-${label}`, state.step),
+    args: [{ ...keyedInput(run, episode, uids, config.evaluation), label, prices: input.pricesFile }],
+  });
+}
+
+/** One training step per run of the campaign workflow (it continues as new after each), then the next stage. */
+async function train(run: CampaignRun): Promise<void> {
+  const { input, state } = run;
+  const { campaignId, config } = input;
+  if (state.step < config.training.steps && !state.stopAfterStep) {
+    enter(run, 'train');
+    await condition(() => !state.paused || state.stopAfterStep);
+  }
+  if (state.step < config.training.steps && !state.stopAfterStep) {
+    const step = state.step + 1;
+    const { record, lost } = await trainingStep(run, step);
+    if (!record) {
+      // Infrastructure, not the campaign, is at fault: pause with the reason visible in `status`; resume retries.
+      state.paused = true;
+      state.pauseReason = lost;
+      log.warn('campaign paused: a training step lost every group', { campaignId, step, reason: lost });
+      return continueAsNew<typeof campaignWorkflow>({ ...input, state });
+    }
+    state.step = step;
+    state.weightsPath = record.exportPath;
+    state.weightVersion = record.weightVersion;
+    state.lastStep = {
+      step,
+      meanReward: record.meanReward,
+      informativeGroups: record.informativeGroups,
+      infraErrors: record.infraErrors,
+      leakedInfraEpisodes: record.leakedInfraEpisodes,
+      fallback: record.fallback,
+      loss: record.update.loss,
+    };
+    // Signals that arrived during the step are part of `state` and survive the continue-as-new.
     await continueAsNew<typeof campaignWorkflow>({ ...input, state });
   }
-  if (state.stage === 'train') {
-    if (state.step < config.training.steps && !state.stopAfterStep) {
-      enter('train');
-      await condition(() => !state.paused || state.stopAfterStep);
-    }
-    if (state.step < config.training.steps && !state.stopAfterStep) {
-      const step = state.step + 1;
-      const { episode, policyServers } = await episodeConfig();
-      let lost: string | undefined;
-      const record = await executeChild(trainingStepWorkflow, {
-        workflowId: `${campaignId}/step-${step}`,
-        typedSearchAttributes: campaignAttributes(campaignId, 'train', step),
-        args: [
-          {
-            campaignId,
-            step,
-            pool: state.pool!,
-            suiteDir: input.suiteDir,
-            episode,
-            training: config.training,
-            learner: config.learner,
-            seed: config.seed,
-            rolloutQueue: input.queues.rollout,
-            gpuQueue: input.queues.gpu,
-            ...(input.queues.gpuNodes ? { gpuNodeQueues: input.queues.gpuNodes } : {}),
-            policyServers,
-            embeddedEngine: config.episode.policy.base_url === 'embedded' ? config.episode.policy.engine : undefined,
-            weightVersion: state.weightVersion ?? 0,
-          },
-        ],
-      }).catch((err: unknown) => {
-        const cause = err instanceof ChildWorkflowFailure ? err.cause : undefined;
-        if (!(cause instanceof ApplicationFailure && cause.type === stepLostFailureType)) throw err;
-        lost = cause.message;
-        return undefined;
-      });
-      if (!record) {
-        // Infrastructure, not the campaign, is at fault: pause with the reason visible in `status`; resume retries.
-        state.paused = true;
-        state.pauseReason = lost;
-        log.warn('campaign paused: a training step lost every group', { campaignId, step, reason: lost });
-        return continueAsNew<typeof campaignWorkflow>({ ...input, state });
-      }
-      state.step = step;
-      state.weightsPath = record.exportPath;
-      state.weightVersion = record.weightVersion;
-      state.lastStep = {
+  state.stage = state.step < config.training.steps ? 'stopped' : 'evaluate-after';
+}
+
+/** The step's child workflow; a step that lost every group to infrastructure errors yields its reason instead. */
+async function trainingStep(run: CampaignRun, step: number): Promise<{ record?: StepRecord; lost?: string }> {
+  const { input, state } = run;
+  const { campaignId, config } = input;
+  const { episode, policyServers } = await episodeConfig(run);
+  let lost: string | undefined;
+  const record = await executeChild(trainingStepWorkflow, {
+    workflowId: `${campaignId}/step-${step}`,
+    typedSearchAttributes: campaignAttributes(campaignId, 'train', step),
+    args: [
+      {
+        campaignId,
         step,
-        meanReward: record.meanReward,
-        informativeGroups: record.informativeGroups,
-        infraErrors: record.infraErrors,
-        leakedInfraEpisodes: record.leakedInfraEpisodes,
-        fallback: record.fallback,
-        loss: record.update.loss,
-      };
-      // Signals that arrived during the step are part of `state` and survive the continue-as-new.
-      await continueAsNew<typeof campaignWorkflow>({ ...input, state });
-    }
-    state.stage = state.step < config.training.steps ? 'stopped' : 'evaluate-after';
-  }
-  if (state.stage === 'evaluate-after') {
-    state.evalAfter = await evaluate('after');
-    state.stage = 'report';
-  }
-  if (state.stage === 'report' || state.stage === 'stopped') {
-    const stopped = state.stage === 'stopped';
-    enter('report');
-    const costs = input.pricesFile
-      ? await bookkeeping.campaignCosts({
-          campaignId,
-          prices: input.pricesFile,
-          hourlyPriceUsd: config.learner.hourly_price_usd,
-          learnerProcesses: config.learner.nodes * config.learner.gpus_per_node,
-        })
-      : undefined;
-    state.report = await bookkeeping.writeReport({
-      campaignId,
-      title: `Campaign ${campaignId}`,
-      probe: state.probe?.aggregates,
-      before: state.evalBefore?.aggregate,
-      after: state.evalAfter?.aggregate,
-      costs,
-    });
-    // The learner and the embedded policy server hold a GPU (or CPU cores): release them.
-    await gpu.stopLearner({ campaignId });
-    enter(stopped ? 'stopped' : 'done');
-  }
-  return status();
+        pool: state.pool!,
+        suiteDir: input.suiteDir,
+        episode,
+        training: config.training,
+        learner: config.learner,
+        seed: config.seed,
+        rolloutQueue: input.queues.rollout,
+        gpuQueue: input.queues.gpu,
+        ...(input.queues.gpuNodes ? { gpuNodeQueues: input.queues.gpuNodes } : {}),
+        policyServers,
+        embeddedEngine: config.episode.policy.base_url === 'embedded' ? config.episode.policy.engine : undefined,
+        weightVersion: state.weightVersion ?? 0,
+      },
+    ],
+  }).catch((err: unknown) => {
+    const cause = err instanceof ChildWorkflowFailure ? err.cause : undefined;
+    if (!(cause instanceof ApplicationFailure && cause.type === stepLostFailureType)) throw err;
+    lost = cause.message;
+    return undefined;
+  });
+  return { record, lost };
+}
+
+async function report(run: CampaignRun): Promise<void> {
+  const { input, state, gpu } = run;
+  const { campaignId, config } = input;
+  const stopped = state.stage === 'stopped';
+  enter(run, 'report');
+  const costs = input.pricesFile
+    ? await bookkeeping.campaignCosts({
+        campaignId,
+        prices: input.pricesFile,
+        hourlyPriceUsd: config.learner.hourly_price_usd,
+        learnerProcesses: config.learner.nodes * config.learner.gpus_per_node,
+      })
+    : undefined;
+  state.report = await bookkeeping.writeReport({
+    campaignId,
+    title: `Campaign ${campaignId}`,
+    probe: state.probe?.aggregates,
+    before: state.evalBefore?.aggregate,
+    after: state.evalAfter?.aggregate,
+    costs,
+  });
+  // The learner and the embedded policy server hold a GPU (or CPU cores): release them.
+  await gpu.stopLearner({ campaignId });
+  enter(run, stopped ? 'stopped' : 'done');
 }

@@ -1,8 +1,8 @@
 import { sleep } from '@temporalio/workflow';
-import type { KeyedEpisodesInput } from './keyed-episodes.ts';
 import { infraBackoffMs } from './activity-options.ts';
 import { ConcurrencySlots } from './concurrency-slots.ts';
-import { runEpisodeOrInfraError } from './episode-batch-workflow.ts';
+import type { ShardInput, ShardSummary } from './keyed-episode-types.ts';
+import { runEpisodeOrInfraError } from './one-episode.ts';
 
 /**
  * One shard of a probe or evaluation stage (keyed-episodes.ts): keys `keyOffset .. keyOffset + keyCount - 1`
@@ -10,24 +10,6 @@ import { runEpisodeOrInfraError } from './episode-batch-workflow.ts';
  * infrastructure error waits (exponential backoff, activity-options.ts) and is re-run under a new id
  * (`...~retry-<n>`) up to `maxReruns` times, without holding a slot while it waits. Returns counts only.
  */
-
-export interface ShardInput extends Omit<KeyedEpisodesInput, 'shardSize' | 'stage'> {
-  keyOffset: number;
-  keyCount: number;
-}
-
-export interface ShardSummary {
-  keys: number;
-  /** Episodes run, re-runs included. */
-  episodes: number;
-  reruns: number;
-  /** Keys whose last attempt is still an infrastructure error. */
-  uncovered: number;
-  /** Up to 3 `key: cause` lines of uncovered keys. */
-  uncoveredSamples: string[];
-  /** Most episodes in flight at once. */
-  peakInFlight: number;
-}
 
 export async function episodeShardWorkflow(input: ShardInput): Promise<ShardSummary> {
   const slots = new ConcurrencySlots(input.concurrency);

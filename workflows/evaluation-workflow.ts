@@ -1,6 +1,7 @@
 import { ApplicationFailure, patched, proxyActivities } from '@temporalio/workflow';
 import type { CampaignActivities } from '../activities/campaign-activities.ts';
-import { runShardedEpisodes, type KeyedEpisodesInput } from './keyed-episodes.ts';
+import type { KeyedEpisodesInput } from './keyed-episode-types.ts';
+import { runShardedEpisodes } from './keyed-episodes.ts';
 import { runKeyedEpisodesV1 } from './keyed-episodes-v1.ts';
 import { bookkeepingOptions } from './activity-options.ts';
 

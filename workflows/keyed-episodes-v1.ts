@@ -2,7 +2,7 @@ import { condition } from '@temporalio/workflow';
 import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
 import type { EpisodeSummary } from '../rollout/episode-store.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
-import { runEpisodeOrInfraError } from './episode-batch-workflow.ts';
+import { runEpisodeOrInfraError } from './one-episode.ts';
 
 /**
  * Kept for replay only: probe and evaluation workflows started before the sharded runner (keyed-episodes.ts)

@@ -1,8 +1,6 @@
 import { executeChild, workflowInfo } from '@temporalio/workflow';
-import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
-import type { EpisodeConfig } from '../config/episode-config.ts';
-import type { InfraBackoff } from './activity-options.ts';
-import { episodeShardWorkflow, type ShardSummary } from './episode-shard-workflow.ts';
+import { episodeShardWorkflow } from './episode-shard-workflow.ts';
+import type { KeyedEpisodesInput, ShardSummary } from './keyed-episode-types.ts';
 import { campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
 
 /**
@@ -14,26 +12,6 @@ import { campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
  * deterministic episode ids `<idPrefix>/<uid>#<rep>[~retry-<n>]`; shards return counts, never id lists, and
  * aggregation activities find a stage's episodes by `idPrefix`.
  */
-
-export interface KeyedEpisodesInput {
-  idPrefix: string;
-  uids: string[];
-  repeats: number;
-  suiteDir: string;
-  episode: EpisodeConfig;
-  purpose: EpisodeActivityInput['purpose'];
-  campaignId: string;
-  rolloutQueue: string;
-  /** Episodes in flight across the whole stage. */
-  concurrency: number;
-  /** Keys per shard (child workflow); default `defaultShardSize` (inputs recorded before the field existed). */
-  shardSize?: number;
-  maxReruns: number;
-  /** Backoff before each re-run of an infrastructure-errored key (default: activity-options.ts). */
-  infraBackoff?: InfraBackoff;
-  /** Search attribute TbtStage of the shards (default: the parent's). */
-  stage?: string;
-}
 
 /** About 6 history events per episode: 500 keys keep a shard near 3,000 events, re-runs included. */
 export const defaultShardSize = 500;

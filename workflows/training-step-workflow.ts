@@ -5,9 +5,8 @@ import type { EpisodeSummary } from '../rollout/episode-store.ts';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
-import { groupAdvantages, isZeroVariance } from '../core/grpo.ts';
+import { groupAdvantages } from '../core/grpo.ts';
 import { familyStepTaskOrder, stepTaskOrder } from '../core/seeded-choice.ts';
-import { runEpisodeOrInfraError } from './episode-batch-workflow.ts';
 import {
   bookkeepingOptions,
   gpuOptions,
@@ -16,13 +15,16 @@ import {
   type InfraBackoff,
 } from './activity-options.ts';
 import { ConcurrencySlots } from './concurrency-slots.ts';
+import { selectGroups, type DrawnGroup, type GroupSelection } from './group-selection.ts';
 import { startLearnerNodes } from './learner-nodes.ts';
+import { runEpisodeOrInfraError } from './one-episode.ts';
 
 /**
  * One GRPO training step (child workflow `<campaign>/step-<n>`): seeded task choice, groups of G episodes,
  * refill of episodes lost to infrastructure errors (at most `infra_refill_cap` extra per group, then the
  * group is dropped and replaced), DAPO-style eviction of zero-variance groups (at most `max_replacements`
- * fresh tasks, then the configured fallback), advantages, the learner update, weight sync, the record.
+ * fresh tasks, then the configured fallback; the rule itself is group-selection.ts), advantages, the learner
+ * update, weight sync, the record.
  * Episode ids are deterministic, so a replay or a restart runs and counts every episode exactly once.
  * At most `training.concurrency` episodes are in flight across all groups (concurrency-slots.ts). Each refill
  * waits an exponential backoff first (activity-options.ts). A step left with no group to train (every group
@@ -58,35 +60,52 @@ export interface TrainingStepInput {
   infraBackoff?: InfraBackoff;
 }
 
-interface GroupResult {
-  uid: string;
+interface GroupResult extends DrawnGroup {
   episodes: EpisodeSummary[];
-  lost: boolean;
-  infraErrors: number;
-  stale: number;
 }
 
 export async function trainingStepWorkflow(input: TrainingStepInput): Promise<StepRecord> {
   const t = input.training;
-  // Steps started by older code carry policyBaseUrl and no version: they keep working after a deploy.
-  const policyServers = input.policyServers ?? (input.policyBaseUrl ? [input.policyBaseUrl] : []);
-  const sampledVersion = input.weightVersion ?? input.step - 1;
-  const gpu = proxyActivities<GpuActivities>(gpuOptions(input.gpuQueue, '4 hours'));
   const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('10 minutes', 10));
-
   // Steps started before the slots, refill backoff and step retries replay their recorded commands.
   const current = patched('step-slots-backoff');
+  const selection = await drawTrainedGroups(input, current);
+  if (selection.informative.length < t.groups_per_step)
+    log.warn('fewer informative groups than configured', {
+      step: input.step,
+      informative: selection.informative.length,
+      wanted: t.groups_per_step,
+      fallback: selection.fallback,
+    });
+  const policy = await updatePolicy(input, advantageItems(selection.trained, t.normalize_std));
+  const record = stepRecord(input, selection, policy);
+  await bookkeeping.recordStep(record);
+  return record;
+}
+
+/** Steps started by older code carry policyBaseUrl and no version: they keep working after a deploy. */
+function sampledWeightVersion(input: TrainingStepInput): number {
+  return input.weightVersion ?? input.step - 1;
+}
+
+/**
+ * Runs one group: G episodes, then one refill per lost one up to the cap. `attempt.retry` is the step retry
+ * whose fresh episode ids the episodes take.
+ */
+function groupRunner(input: TrainingStepInput, current: boolean, attempt: { retry: number }) {
+  const t = input.training;
+  const sampledVersion = sampledWeightVersion(input);
   // Episodes in flight across all groups of this step, bounded by training.concurrency.
   const slots = new ConcurrencySlots(t.concurrency);
   let inFlight = 0;
-  let stepRetry = 0;
   const episode = async (uid: string, rep: number): Promise<EpisodeSummary> => {
     if (current) await slots.acquire();
     else await condition(() => inFlight < t.concurrency);
     inFlight += 1;
     try {
+      const retry = attempt.retry ? `~retry-${attempt.retry}` : '';
       const activityInput: EpisodeActivityInput = {
-        episodeId: `${input.campaignId}/step-${input.step}/${uid}#${rep}${stepRetry ? `~retry-${stepRetry}` : ''}`,
+        episodeId: `${input.campaignId}/step-${input.step}/${uid}#${rep}${retry}`,
         suiteDir: input.suiteDir,
         taskUid: uid,
         purpose: 'train',
@@ -105,7 +124,7 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
   // An episode sampled from weights more than max_staleness versions old (one recorded before a restart, say)
   // is dropped and refilled like a lost one; an episode without a version predates versioning: current.
   const isStale = (e: EpisodeSummary) => sampledVersion - (e.weightVersion ?? sampledVersion) > t.max_staleness;
-  const runGroup = async (uid: string): Promise<GroupResult> => {
+  return async (uid: string): Promise<GroupResult> => {
     const first = await Promise.all(Array.from({ length: t.group_size }, (_, rep) => episode(uid, rep)));
     const valid = first.filter((e) => e.outcome !== 'infrastructure_error' && !isStale(e));
     let infraErrors = first.filter((e) => e.outcome === 'infrastructure_error').length;
@@ -119,77 +138,74 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
       else if (isStale(refill)) stale += 1;
       else valid.push(refill);
     }
-    return { uid, episodes: valid, lost: valid.length < t.group_size, infraErrors, stale };
+    const rewards = valid.map((e) => e.reward);
+    return { uid, episodes: valid, rewards, lost: valid.length < t.group_size, infraErrors, stale };
   };
+}
 
+/** Rounds of groups until the selection (group-selection.ts) is final. */
+async function drawGroups(
+  order: string[],
+  training: TrainingStepInput['training'],
+  runGroup: (uid: string) => Promise<GroupResult>,
+  earlierAttempts: GroupResult[],
+): Promise<GroupSelection<GroupResult>> {
+  const rounds: GroupResult[][] = [];
+  for (;;) {
+    const selection = selectGroups({ order, rounds, earlierAttempts }, training);
+    if (selection.next.length === 0) return selection;
+    rounds.push(await Promise.all(selection.next.map(runGroup)));
+  }
+}
+
+/** The step's groups, drawn again with fresh episode ids while every group is lost (at most lostStepRetries). */
+async function drawTrainedGroups(input: TrainingStepInput, current: boolean): Promise<GroupSelection<GroupResult>> {
+  const t = input.training;
+  const attempt = { retry: 0 };
+  const runGroup = groupRunner(input, current, attempt);
   // Steps recorded before task_order existed carry no field: the seeded order, as they ran.
   const order =
     t.task_order === 'by_family'
       ? familyStepTaskOrder(input.pool, input.seed, input.step, t.groups_per_step)
       : stepTaskOrder(input.pool, input.seed, input.step);
-  let cursor = 0;
-  let replacements = 0;
-  const informative: GroupResult[] = [];
-  const zeroVariance: GroupResult[] = [];
-  let lostGroups = 0;
-  let infraErrors = 0;
-  let staleEpisodes = 0;
-  let round = 0;
+  const earlierAttempts: GroupResult[] = [];
   for (;;) {
-    while (informative.length < t.groups_per_step) {
-      const wanted = t.groups_per_step - informative.length;
-      const allowed = round === 0 ? wanted : Math.min(wanted, t.max_replacements - replacements);
-      const uids = order.slice(cursor, cursor + allowed);
-      if (uids.length === 0) break;
-      cursor += uids.length;
-      if (round > 0) replacements += uids.length;
-      round += 1;
-      for (const g of await Promise.all(uids.map(runGroup))) {
-        infraErrors += g.infraErrors;
-        staleEpisodes += g.stale;
-        if (g.lost) lostGroups += 1;
-        else if (isZeroVariance(g.episodes.map((e) => e.reward))) zeroVariance.push(g);
-        else informative.push(g);
-      }
-    }
+    const selection = await drawGroups(order, t, runGroup, earlierAttempts);
     // Every group lost to infrastructure errors: nothing to train on. Wait, then start over with fresh ids.
-    if (!current || informative.length > 0 || zeroVariance.length > 0) break;
-    if (stepRetry >= lostStepRetries)
+    if (!current || selection.informative.length > 0 || selection.zeroVariance.length > 0) return selection;
+    if (attempt.retry >= lostStepRetries)
       throw ApplicationFailure.nonRetryable(
-        `step ${input.step}: every group was lost to infrastructure errors (${lostGroups} groups, ${infraErrors} ` +
-          `infrastructure errors, ${stepRetry} retries); the campaign pauses until resumed`,
+        `step ${input.step}: every group was lost to infrastructure errors (${selection.lostGroups} groups, ` +
+          `${selection.infraErrors} infrastructure errors, ${attempt.retry} retries); the campaign pauses until ` +
+          `resumed`,
         stepLostFailureType,
       );
-    stepRetry += 1;
-    log.warn('every group of the step was lost; retrying after backoff', { step: input.step, stepRetry });
-    await sleep(infraBackoffMs(stepRetry, input.infraBackoff));
-    cursor = 0;
-    round = 0;
-    replacements = 0;
-  }
-  let fallback: StepRecord['fallback'] = null;
-  const trained = [...informative];
-  if (trained.length < t.groups_per_step) {
-    fallback = t.zero_variance_fallback;
-    if (fallback === 'keep_zero_variance' || trained.length === 0)
-      trained.push(...zeroVariance.slice(0, t.groups_per_step - trained.length));
-    log.warn('fewer informative groups than configured', {
+    attempt.retry += 1;
+    log.warn('every group of the step was lost; retrying after backoff', {
       step: input.step,
-      informative: informative.length,
-      wanted: t.groups_per_step,
-      fallback,
+      stepRetry: attempt.retry,
     });
+    await sleep(infraBackoffMs(attempt.retry, input.infraBackoff));
+    earlierAttempts.push(...selection.lost);
   }
-  const items = trained.flatMap((g) => {
+}
+
+/** Each trained episode with its group-relative advantage. */
+function advantageItems(trained: GroupResult[], normalizeStd: boolean): { episodeId: string; advantage: number }[] {
+  return trained.flatMap((g) => {
     const advantages = groupAdvantages(
       g.episodes.map((e) => e.reward),
-      t.normalize_std,
+      normalizeStd,
     );
     return g.episodes.map((e, i) => ({ episodeId: e.id, advantage: advantages[i]! }));
   });
-  // Leakage check: an infrastructure-errored episode must never reach an advantage.
-  const leaked = trained.flatMap((g) => g.episodes).filter((e) => e.outcome === 'infrastructure_error').length;
+}
 
+/** The learner update, the export of its weights, and their sync to every policy server. */
+async function updatePolicy(input: TrainingStepInput, items: { episodeId: string; advantage: number }[]) {
+  const gpu = proxyActivities<GpuActivities>(gpuOptions(input.gpuQueue, '4 hours'));
+  // Steps started by older code carry policyBaseUrl: they keep working after a deploy.
+  const policyServers = input.policyServers ?? (input.policyBaseUrl ? [input.policyBaseUrl] : []);
   const stepId = input.step;
   // The other nodes of a multi-node learner run (or are started again) before node 0 takes the step.
   await startLearnerNodes(input.gpuNodeQueues, {
@@ -217,32 +233,41 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
     basePath: input.learner.model_path,
     deadlineMs: input.episode.policy.sync_deadline_ms,
   });
+  return { update, exported, synced };
+}
+
+function stepRecord(
+  input: TrainingStepInput,
+  selection: GroupSelection<GroupResult>,
+  { update, exported, synced }: Awaited<ReturnType<typeof updatePolicy>>,
+): StepRecord {
+  const { trained } = selection;
+  // Leakage check: an infrastructure-errored episode must never reach an advantage.
+  const leaked = trained.flatMap((g) => g.episodes).filter((e) => e.outcome === 'infrastructure_error').length;
   const rewards = trained.flatMap((g) => g.episodes.map((e) => e.reward as number));
-  const record: StepRecord = {
+  return {
     campaignId: input.campaignId,
-    step: stepId,
+    step: input.step,
     groups: trained.map((g) => ({
       uid: g.uid,
       rewards: g.episodes.map((e) => e.reward),
       episodeIds: g.episodes.map((e) => e.id),
     })),
-    informativeGroups: informative.length,
-    zeroVarianceGroups: zeroVariance.length,
-    replacements,
-    lostGroups,
-    infraErrors,
+    informativeGroups: selection.informative.length,
+    zeroVarianceGroups: selection.zeroVariance.length,
+    replacements: selection.replacements,
+    lostGroups: selection.lostGroups,
+    infraErrors: selection.infraErrors,
     leakedInfraEpisodes: leaked,
-    fallback,
+    fallback: selection.fallback,
     meanReward: rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : 0,
     update: update.metrics,
     repeatedUpdate: update.repeated,
     checkpoint: update.checkpoint,
     exportPath: exported.path,
     weightVersion: synced.weightVersion,
-    sampledWeightVersion: sampledVersion,
-    staleEpisodes,
+    sampledWeightVersion: sampledWeightVersion(input),
+    staleEpisodes: selection.staleEpisodes,
     syncSeconds: (synced.servers ?? []).map((s) => s.seconds), // absent in results of older activity code
   };
-  await bookkeeping.recordStep(record);
-  return record;
 }

@@ -1,0 +1,46 @@
+import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
+import type { EpisodeConfig } from '../config/episode-config.ts';
+import type { InfraBackoff } from './activity-options.ts';
+
+/**
+ * Inputs and results of the sharded episode runner (keyed-episodes.ts) and of its shards
+ * (episode-shard-workflow.ts), apart from both so that neither file imports the other for its types.
+ */
+
+export interface KeyedEpisodesInput {
+  idPrefix: string;
+  uids: string[];
+  repeats: number;
+  suiteDir: string;
+  episode: EpisodeConfig;
+  purpose: EpisodeActivityInput['purpose'];
+  campaignId: string;
+  rolloutQueue: string;
+  /** Episodes in flight across the whole stage. */
+  concurrency: number;
+  /** Keys per shard (child workflow); default `defaultShardSize` (inputs recorded before the field existed). */
+  shardSize?: number;
+  maxReruns: number;
+  /** Backoff before each re-run of an infrastructure-errored key (default: activity-options.ts). */
+  infraBackoff?: InfraBackoff;
+  /** Search attribute TbtStage of the shards (default: the parent's). */
+  stage?: string;
+}
+
+export interface ShardInput extends Omit<KeyedEpisodesInput, 'shardSize' | 'stage'> {
+  keyOffset: number;
+  keyCount: number;
+}
+
+export interface ShardSummary {
+  keys: number;
+  /** Episodes run, re-runs included. */
+  episodes: number;
+  reruns: number;
+  /** Keys whose last attempt is still an infrastructure error. */
+  uncovered: number;
+  /** Up to 3 `key: cause` lines of uncovered keys. */
+  uncoveredSamples: string[];
+  /** Most episodes in flight at once. */
+  peakInFlight: number;
+}
