@@ -2,9 +2,10 @@ import path from 'node:path';
 import os from 'node:os';
 import { databaseUrl, readEnvironment, repoRoot } from '../config/environment.ts';
 import { episodeConfigSchema } from '../config/episode-config.ts';
-import { episodeDependencies, episodeOptions, findNativeTask } from '../activities/episode-activities.ts';
+import { episodeDependencies, episodeRunOptions } from '../rollout/episode-setup.ts';
+import { findNativeTask } from '../rollout/task-lookup.ts';
 import { sandboxEnvironment } from '../rollout/episode-environment.ts';
-import { runEpisode, type EpisodeRecord } from '../rollout/episode-runner.ts';
+import { playEpisode, type EpisodeRecord } from '../rollout/episode-runner.ts';
 import { SandboxPool } from '../sandbox/sandbox-pool.ts';
 import { TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
@@ -69,7 +70,7 @@ async function load(engine: PolicyEngine): Promise<EngineResult> {
         const uid = uids[i % uids.length]!;
         const { task, scenario } = findNativeTask(tiny, uid);
         const deps = episodeDependencies(config, sandboxEnvironment(pool, grader, scenario, task), task);
-        records.push(await runEpisode(deps, task, `bench:serving:${engine}:${i}`, episodeOptions(config)));
+        records.push(await playEpisode(deps, task, `bench:serving:${engine}:${i}`, episodeRunOptions(config)));
       }
     };
     await Promise.all(Array.from({ length: concurrency }, worker));

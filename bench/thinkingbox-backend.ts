@@ -1,7 +1,7 @@
 import os from 'node:os';
 import path from 'node:path';
 import { repoRoot } from '../config/environment.ts';
-import { thinkingboxResources } from '../activities/episode-activities.ts';
+import { thinkingboxResources } from '../rollout/thinkingbox-resources.ts';
 import { importThinkingboxDataset } from '../datasets/thinkingbox/dataset-importer.ts';
 import type { ThinkingBoxSuite } from '../datasets/thinkingbox/imported-suite.ts';
 import { thinkingboxEnvironment } from '../datasets/thinkingbox/thinkingbox-environment.ts';

@@ -134,15 +134,8 @@ function usage(): RoleCallUsage {
   return { calls: 0, input: 0, output: 0, cached: 0 };
 }
 
-export async function runEpisode(
-  deps: EpisodeDependencies,
-  task: EpisodeTask,
-  owner: string,
-  options: EpisodeOptions,
-): Promise<EpisodeRecord> {
-  const started = Date.now();
-  const deadline = started + options.limits.wallClockMs;
-  const record: EpisodeRecord = {
+function emptyRecord(): EpisodeRecord {
+  return {
     outcome: 'agent_failure',
     reward: 0,
     finishReason: 'done',
@@ -152,14 +145,25 @@ export async function runEpisode(
     usage: { policy: usage(), user: usage(), judge: usage() },
     timings: { totalMs: 0, policyMs: 0, toolMs: 0, userMs: 0, gradeMs: 0, sandboxMs: 0 },
   };
-  /**
-   * Bounds a step by the episode deadline. Generation is the agent's own time: it runs to its end (bounded by
-   * the client timeout, which the runner caps at the time left plus a grace period, so a hung server is an
-   * infrastructure error) and the deadline is checked after it. Every other step races the deadline, and
-   * losing that race is an infrastructure error: the agent does not make a tool or the user simulator hang.
-   * Grading runs after the agent is done and is not the agent's time: it has its own bound (`ownBudgetMs`).
-   */
-  const timed = async <T>(
+}
+
+/** Runs one step of an episode under its deadline and adds the step's time to the record's timings. */
+type TimedStep = <T>(
+  what: keyof EpisodeRecord['timings'],
+  step: () => Promise<T>,
+  onLateResult?: (value: T) => void,
+  ownBudgetMs?: number,
+) => Promise<T>;
+
+/**
+ * Bounds a step by the episode deadline. Generation is the agent's own time: it runs to its end (bounded by
+ * the client timeout, which the runner caps at the time left plus a grace period, so a hung server is an
+ * infrastructure error) and the deadline is checked after it. Every other step races the deadline, and
+ * losing that race is an infrastructure error: the agent does not make a tool or the user simulator hang.
+ * Grading runs after the agent is done and is not the agent's time: it has its own bound (`ownBudgetMs`).
+ */
+function deadlineBound(record: EpisodeRecord, deadline: number): TimedStep {
+  return async <T>(
     what: keyof EpisodeRecord['timings'],
     step: () => Promise<T>,
     onLateResult?: (value: T) => void,
@@ -190,9 +194,44 @@ export async function runEpisode(
       record.timings[what] += Date.now() - t;
     }
   };
-  /** Client timeout for one policy call: what is left of the episode plus a grace period. */
-  const callTimeoutMs = () => Math.max(1000, deadline - Date.now() + 30_000);
+}
 
+/** Client timeout for one policy call: what is left of the episode plus a grace period. */
+function callTimeoutMs(deadline: number): number {
+  return Math.max(1000, deadline - Date.now() + 30_000);
+}
+
+/** An episode once its backend is open: what the steps of its agent loop share. */
+interface EpisodeInPlay {
+  deps: EpisodeDependencies;
+  task: EpisodeTask;
+  options: EpisodeOptions;
+  record: EpisodeRecord;
+  deadline: number;
+  timed: TimedStep;
+  opened: OpenedEnvironment;
+  /** The tools' names and input schemas, which type the arguments of the agent's tool calls. */
+  typingSpecs: { name: string; inputSchema: Record<string, unknown> }[];
+  /** The conversation as the simulated user sees it. */
+  transcript: VisibleTurn[];
+  /** Context tokens of the initial prompt: the episode budget counts what follows it (the reference's rule). */
+  promptTokens: number;
+  maxAgentTurns: number;
+  conversational: boolean;
+  userReplies: number;
+}
+
+/** Plays one episode, from opening its backend to grading; only bad input throws, all else ends in the record. */
+export async function playEpisode(
+  deps: EpisodeDependencies,
+  task: EpisodeTask,
+  owner: string,
+  options: EpisodeOptions,
+): Promise<EpisodeRecord> {
+  const started = Date.now();
+  const deadline = started + options.limits.wallClockMs;
+  const record = emptyRecord();
+  const timed = deadlineBound(record, deadline);
   let opened: OpenedEnvironment | undefined;
   try {
     // A backend that arrives after the deadline is released at once rather than left to the sweeper.
@@ -201,202 +240,241 @@ export async function runEpisode(
       () => deps.environment.open(owner),
       (late) => void late.close(),
     );
-    const session = opened.tools;
-    const verbatim = opened.formatted?.systemMessages ?? deps.environment.systemMessages;
-    const listed = await timed('toolMs', () => session.listTools());
-    const tools: PromptTool[] = verbatim ? listed : [...listed, END_TURN_TOOL];
-    const typingSpecs = tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema }));
-    record.tools = typingSpecs;
-    const examples = options.prompt.example ? deps.environment.examples : [];
-    const query = opened.formatted?.query ?? task.query;
-    const system = verbatim
-      ? [...verbatim, ...(options.prompt.toolsInPrompt ? [toolsSection(tools)] : [])]
-      : [
-          buildAgentSystemPrompt(deps.environment.instructions ?? '', tools, {
-            ...options.prompt,
-            hasScenarioExamples: examples.length > 0,
-          }),
-        ];
-    const history = task.history ?? [];
-    record.messages.push(
-      ...system.map((content) => ({ role: 'system' as const, content })),
-      ...exampleTurns(examples),
-      ...history,
-      {
-        role: 'user',
-        content: query,
-      },
-    );
-    // Tools not described in the system prompt go to the server, whose chat template renders them.
-    const serverTools = options.prompt.toolsInPrompt
-      ? undefined
-      : tools.map((t) => ({
-          type: 'function',
-          function: { name: t.name, description: t.description, parameters: t.inputSchema },
-        }));
-    await timed('toolMs', () => deps.policy.start(record.messages, serverTools));
-    // The episode budget counts what follows the initial prompt (the reference's rule).
-    const promptTokens = deps.policy.contextTokens();
-
-    const transcript: VisibleTurn[] = [
-      ...history.map((m) => ({ role: m.role, text: m.content })),
-      { role: 'user', text: query },
-    ];
-    const maxAgentTurns = task.limits.max_agent_turns ?? options.limits.maxAgentTurns ?? Infinity;
-    const conversational = task.user_context !== undefined || task.user_replies !== undefined;
-    let userReplies = 0;
+    const run = await startConversation({ deps, task, options, record, deadline, timed, opened });
     let finish: FinishReason | undefined;
-
-    for (let turn = 0; finish === undefined; turn++) {
-      if (turn >= maxAgentTurns) {
-        finish = 'agent_turn_limit';
-        break;
-      }
-      const room = options.limits.episodeTokenBudget - (deps.policy.contextTokens() - promptTokens);
-      if (room <= 0) {
-        finish = 'token_budget';
-        break;
-      }
-      const maxTokens = Math.min(options.limits.maxTokensPerTurn, room);
-      let generation: Generation;
-      try {
-        generation = await timed('policyMs', () =>
-          deps.policy.generate({ ...options.sampling, maxTokens, timeoutMs: callTimeoutMs() }),
-        );
-      } catch (err) {
-        if (!(err instanceof ContextOverflowError)) throw err;
-        // The conversation outgrew the model's context: the agent's doing, graded like a token limit.
-        finish = 'context_overflow';
-        record.contextOverflow = err.message;
-        break;
-      }
-      Object.assign(record.usage.policy, {
-        calls: record.usage.policy.calls + 1,
-        input: record.usage.policy.input + generation.usage.input,
-        output: record.usage.policy.output + generation.usage.output,
-        cached: record.usage.policy.cached + generation.usage.cached,
-      });
-      const interpretation = generation.native?.length
-        ? interpretNativeMessage(
-            { content: generation.raw, reasoning_content: generation.reasoning, tool_calls: generation.native },
-            typingSpecs,
-          )
-        : interpretCompletion(generation.raw, typingSpecs);
-      record.completions.push({
-        turn,
-        raw: generation.raw,
-        native: generation.native,
-        finishReason: generation.finishReason,
-        interpretation,
-      });
-      record.messages.push({
-        role: 'assistant',
-        content: generation.raw,
-        ...(generation.native?.length ? { tool_calls: generation.native } : {}),
-      });
-      if (generation.finishReason === 'length') {
-        finish = maxTokens < options.limits.maxTokensPerTurn ? 'token_budget' : 'turn_token_cap';
-        break;
-      }
-
-      const observations: ChatMessage[] = [];
-      for (const call of interpretation.toolCalls) {
-        if (call.name === END_TURN_TOOL.name) {
-          finish = 'end_turn';
-          break;
-        }
-        const callId = generation.native?.[call.index]?.id;
-        let result: { text: string; isError: boolean; endTurn?: boolean };
-        if (call.parseError !== undefined)
-          result = { text: `Error: could not parse the tool call: ${call.parseError}`, isError: true };
-        else result = await timed('toolMs', () => session.callTool(call.name, call.arguments));
-        record.toolCalls.push({
-          turn,
-          name: call.name,
-          arguments: call.arguments,
-          result: result.text,
-          isError: result.isError,
-        });
-        observations.push({ role: 'tool', content: result.text, ...(callId ? { tool_call_id: callId } : {}) });
-        if (result.endTurn) {
-          finish = 'end_turn';
-          break;
-        }
-      }
-      deps.onTurn?.({ turn, toolCalls: record.toolCalls.length, userReplies });
-      if (finish) break;
-      if (interpretation.toolCalls.length > 0) {
-        record.messages.push(...observations);
-        await timed('toolMs', () => deps.policy.observe(observations));
-        continue;
-      }
-      // A message without tool calls goes to the user.
-      transcript.push({ role: 'assistant', text: interpretation.text });
-      if (interpretation.text.trimEnd().endsWith(DONE_MARKER)) finish = 'done';
-      else if (!conversational) finish = 'single_turn';
-      else if (userReplies >= task.limits.max_user_turns) finish = 'user_turn_limit';
-      if (finish) break;
-      const reply = await timed('userMs', () => deps.user.reply(transcript, userReplies));
-      if (!reply) {
-        finish = 'user_finished';
-        break;
-      }
-      userReplies += 1;
-      Object.assign(record.usage.user, {
-        calls: record.usage.user.calls + (reply.modelCall ? 1 : 0),
-        input: record.usage.user.input + reply.usage.input,
-        output: record.usage.user.output + reply.usage.output,
-        cached: record.usage.user.cached + reply.usage.cached,
-      });
-      transcript.push({ role: 'user', text: reply.text });
-      const userMessage: ChatMessage = { role: 'user', content: reply.text };
-      record.messages.push(userMessage);
-      await timed('toolMs', () => deps.policy.observe([userMessage]));
-    }
-    record.finishReason = finish!;
+    for (let turn = 0; finish === undefined; turn++) finish = await agentTurn(run, turn);
+    record.finishReason = finish;
     record.trajectory = deps.policy.trajectory();
     if (!GRADED.has(record.finishReason)) {
       record.cause = `limit reached: ${record.finishReason}`;
       return record;
     }
-    const lastAssistantText = transcript.filter((t) => t.role === 'assistant').at(-1)?.text ?? '';
-    const grade = await timed(
-      'gradeMs',
-      () =>
-        opened!.grade({ lastAssistantText, toolCalls: record.toolCalls, messages: record.messages, judge: deps.judge }),
-      undefined,
-      deps.environment.gradeTimeoutMs,
-    );
-    record.grade = grade;
-    record.outcome = grade.outcome;
-    record.reward = grade.reward;
-    record.cause = grade.cause;
-    for (const r of grade.rubrics) {
-      record.usage.judge.calls += 1;
-      record.usage.judge.input += r.usage.input;
-      record.usage.judge.output += r.usage.output;
-    }
-    if (grade.outcome === 'infrastructure_error') record.finishReason = 'infrastructure_error';
+    await gradeEpisode(run);
     return record;
   } catch (err) {
     if (err instanceof BadInputError) throw err;
-    record.trajectory = deps.policy.trajectory();
-    // The agent's own time running out is an agent failure; the deadline passing while a tool, the user
-    // simulator, the tokenizer or a sandbox hangs is not the agent's doing.
-    if (err instanceof WallClockExceeded && err.during === undefined) {
-      record.finishReason = 'wall_clock_timeout';
-      record.cause = `episode exceeded its wall-clock limit of ${options.limits.wallClockMs} ms`;
-      return record;
-    }
-    record.outcome = 'infrastructure_error';
-    record.finishReason = 'infrastructure_error';
-    record.cause =
-      err instanceof InfrastructureError || err instanceof WallClockExceeded
-        ? err.message
-        : `unexpected error: ${errorMessage(err)}`;
-    return record;
+    return failedEpisode(record, err, deps.policy, options);
   } finally {
     record.timings.totalMs = Date.now() - started;
     await opened?.close();
   }
+}
+
+/** The opening of the conversation: system prompt, examples, earlier turns and the query, sent to the policy. */
+async function startConversation(
+  setup: Pick<EpisodeInPlay, 'deps' | 'task' | 'options' | 'record' | 'deadline' | 'timed' | 'opened'>,
+): Promise<EpisodeInPlay> {
+  const { deps, task, options, record, timed, opened } = setup;
+  const verbatim = opened.formatted?.systemMessages ?? deps.environment.systemMessages;
+  const listed = await timed('toolMs', () => opened.tools.listTools());
+  const tools: PromptTool[] = verbatim ? listed : [...listed, END_TURN_TOOL];
+  const typingSpecs = tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema }));
+  record.tools = typingSpecs;
+  const examples = options.prompt.example ? deps.environment.examples : [];
+  const query = opened.formatted?.query ?? task.query;
+  const system = verbatim
+    ? [...verbatim, ...(options.prompt.toolsInPrompt ? [toolsSection(tools)] : [])]
+    : [
+        buildAgentSystemPrompt(deps.environment.instructions ?? '', tools, {
+          ...options.prompt,
+          hasScenarioExamples: examples.length > 0,
+        }),
+      ];
+  const history = task.history ?? [];
+  record.messages.push(
+    ...system.map((content) => ({ role: 'system' as const, content })),
+    ...exampleTurns(examples),
+    ...history,
+    {
+      role: 'user',
+      content: query,
+    },
+  );
+  // Tools not described in the system prompt go to the server, whose chat template renders them.
+  const serverTools = options.prompt.toolsInPrompt
+    ? undefined
+    : tools.map((t) => ({
+        type: 'function',
+        function: { name: t.name, description: t.description, parameters: t.inputSchema },
+      }));
+  await timed('toolMs', () => deps.policy.start(record.messages, serverTools));
+  return {
+    ...setup,
+    typingSpecs,
+    promptTokens: deps.policy.contextTokens(),
+    transcript: [...history.map((m) => ({ role: m.role, text: m.content })), { role: 'user', text: query }],
+    maxAgentTurns: task.limits.max_agent_turns ?? options.limits.maxAgentTurns ?? Infinity,
+    conversational: task.user_context !== undefined || task.user_replies !== undefined,
+    userReplies: 0,
+  };
+}
+
+/** One agent turn: a completion, then its tool calls or else a user turn. Returns how the episode ends, if it does. */
+async function agentTurn(run: EpisodeInPlay, turn: number): Promise<FinishReason | undefined> {
+  const completion = await agentCompletion(run, turn);
+  if ('finish' in completion) return completion.finish;
+  const { generation, interpretation } = completion;
+  const { finish, observations } = await callTools(run, turn, generation, interpretation);
+  run.deps.onTurn?.({ turn, toolCalls: run.record.toolCalls.length, userReplies: run.userReplies });
+  if (finish) return finish;
+  if (interpretation.toolCalls.length > 0) {
+    run.record.messages.push(...observations);
+    await run.timed('toolMs', () => run.deps.policy.observe(observations));
+    return undefined;
+  }
+  // A message without tool calls goes to the user.
+  return userTurn(run, interpretation.text);
+}
+
+/** The turn's completion, within the turn and token limits, recorded; or the limit that ends the episode. */
+async function agentCompletion(
+  run: EpisodeInPlay,
+  turn: number,
+): Promise<{ finish: FinishReason } | { generation: Generation; interpretation: Interpretation }> {
+  const { deps, options, record } = run;
+  if (turn >= run.maxAgentTurns) return { finish: 'agent_turn_limit' };
+  const room = options.limits.episodeTokenBudget - (deps.policy.contextTokens() - run.promptTokens);
+  if (room <= 0) return { finish: 'token_budget' };
+  const maxTokens = Math.min(options.limits.maxTokensPerTurn, room);
+  let generation: Generation;
+  try {
+    generation = await run.timed('policyMs', () =>
+      deps.policy.generate({ ...options.sampling, maxTokens, timeoutMs: callTimeoutMs(run.deadline) }),
+    );
+  } catch (err) {
+    if (!(err instanceof ContextOverflowError)) throw err;
+    // The conversation outgrew the model's context: the agent's doing, graded like a token limit.
+    record.contextOverflow = err.message;
+    return { finish: 'context_overflow' };
+  }
+  Object.assign(record.usage.policy, {
+    calls: record.usage.policy.calls + 1,
+    input: record.usage.policy.input + generation.usage.input,
+    output: record.usage.policy.output + generation.usage.output,
+    cached: record.usage.policy.cached + generation.usage.cached,
+  });
+  const interpretation = generation.native?.length
+    ? interpretNativeMessage(
+        { content: generation.raw, reasoning_content: generation.reasoning, tool_calls: generation.native },
+        run.typingSpecs,
+      )
+    : interpretCompletion(generation.raw, run.typingSpecs);
+  record.completions.push({
+    turn,
+    raw: generation.raw,
+    native: generation.native,
+    finishReason: generation.finishReason,
+    interpretation,
+  });
+  record.messages.push({
+    role: 'assistant',
+    content: generation.raw,
+    ...(generation.native?.length ? { tool_calls: generation.native } : {}),
+  });
+  if (generation.finishReason === 'length')
+    return { finish: maxTokens < options.limits.maxTokensPerTurn ? 'token_budget' : 'turn_token_cap' };
+  return { generation, interpretation };
+}
+
+/** The completion's tool calls, in order, until one ends the turn; their results are the next observations. */
+async function callTools(
+  run: EpisodeInPlay,
+  turn: number,
+  generation: Generation,
+  interpretation: Interpretation,
+): Promise<{ finish?: FinishReason; observations: ChatMessage[] }> {
+  const observations: ChatMessage[] = [];
+  for (const call of interpretation.toolCalls) {
+    if (call.name === END_TURN_TOOL.name) return { finish: 'end_turn', observations };
+    const callId = generation.native?.[call.index]?.id;
+    let result: { text: string; isError: boolean; endTurn?: boolean };
+    if (call.parseError !== undefined)
+      result = { text: `Error: could not parse the tool call: ${call.parseError}`, isError: true };
+    else result = await run.timed('toolMs', () => run.opened.tools.callTool(call.name, call.arguments));
+    run.record.toolCalls.push({
+      turn,
+      name: call.name,
+      arguments: call.arguments,
+      result: result.text,
+      isError: result.isError,
+    });
+    observations.push({ role: 'tool', content: result.text, ...(callId ? { tool_call_id: callId } : {}) });
+    if (result.endTurn) return { finish: 'end_turn', observations };
+  }
+  return { observations };
+}
+
+/** The agent's message to the user: it ends the episode (done, single turn, user limits) or the user replies. */
+async function userTurn(run: EpisodeInPlay, text: string): Promise<FinishReason | undefined> {
+  const { deps, record } = run;
+  run.transcript.push({ role: 'assistant', text });
+  if (text.trimEnd().endsWith(DONE_MARKER)) return 'done';
+  if (!run.conversational) return 'single_turn';
+  if (run.userReplies >= run.task.limits.max_user_turns) return 'user_turn_limit';
+  const reply = await run.timed('userMs', () => deps.user.reply(run.transcript, run.userReplies));
+  if (!reply) return 'user_finished';
+  run.userReplies += 1;
+  Object.assign(record.usage.user, {
+    calls: record.usage.user.calls + (reply.modelCall ? 1 : 0),
+    input: record.usage.user.input + reply.usage.input,
+    output: record.usage.user.output + reply.usage.output,
+    cached: record.usage.user.cached + reply.usage.cached,
+  });
+  run.transcript.push({ role: 'user', text: reply.text });
+  const userMessage: ChatMessage = { role: 'user', content: reply.text };
+  record.messages.push(userMessage);
+  await run.timed('toolMs', () => deps.policy.observe([userMessage]));
+  return undefined;
+}
+
+/** Grades the terminal state; grading is not the agent's time and has its own bound. */
+async function gradeEpisode(run: EpisodeInPlay): Promise<void> {
+  const { deps, record } = run;
+  const lastAssistantText = run.transcript.filter((t) => t.role === 'assistant').at(-1)?.text ?? '';
+  const grade = await run.timed(
+    'gradeMs',
+    () =>
+      run.opened.grade({
+        lastAssistantText,
+        toolCalls: record.toolCalls,
+        messages: record.messages,
+        judge: deps.judge,
+      }),
+    undefined,
+    deps.environment.gradeTimeoutMs,
+  );
+  record.grade = grade;
+  record.outcome = grade.outcome;
+  record.reward = grade.reward;
+  record.cause = grade.cause;
+  for (const r of grade.rubrics) {
+    record.usage.judge.calls += 1;
+    record.usage.judge.input += r.usage.input;
+    record.usage.judge.output += r.usage.output;
+  }
+  if (grade.outcome === 'infrastructure_error') record.finishReason = 'infrastructure_error';
+}
+
+/** An episode cut short by an error (not bad input): the agent's time running out, or an infrastructure error. */
+function failedEpisode(
+  record: EpisodeRecord,
+  err: unknown,
+  policy: PolicyDriver,
+  options: EpisodeOptions,
+): EpisodeRecord {
+  record.trajectory = policy.trajectory();
+  // The agent's own time running out is an agent failure; the deadline passing while a tool, the user
+  // simulator, the tokenizer or a sandbox hangs is not the agent's doing.
+  if (err instanceof WallClockExceeded && err.during === undefined) {
+    record.finishReason = 'wall_clock_timeout';
+    record.cause = `episode exceeded its wall-clock limit of ${options.limits.wallClockMs} ms`;
+    return record;
+  }
+  record.outcome = 'infrastructure_error';
+  record.finishReason = 'infrastructure_error';
+  record.cause =
+    err instanceof InfrastructureError || err instanceof WallClockExceeded
+      ? err.message
+      : `unexpected error: ${errorMessage(err)}`;
+  return record;
 }

@@ -2,9 +2,9 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { episodeConfigSchema } from '../config/episode-config.ts';
 import { scenarioSchema, taskSchema, type Task } from '../config/task-schema.ts';
-import { episodeDependencies, episodeOptions } from '../activities/episode-activities.ts';
+import { episodeDependencies, episodeRunOptions } from '../rollout/episode-setup.ts';
 import { sandboxEnvironment } from '../rollout/episode-environment.ts';
-import { runEpisode } from '../rollout/episode-runner.ts';
+import { playEpisode } from '../rollout/episode-runner.ts';
 import type { SandboxPool } from '../sandbox/sandbox-pool.ts';
 import { TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 import { OpenAIWireProtocolDouble, type DoubleReply } from './helpers/openai-wire-double.ts';
@@ -75,11 +75,11 @@ async function episode(t: Task, script: DoubleReply[], limits: Record<string, nu
     user: userConfig,
     limits: { max_agent_turns: 6, ...limits },
   });
-  const record = await runEpisode(
+  const record = await playEpisode(
     episodeDependencies(config, sandboxEnvironment(pool, grader, scenario, t), t),
     t,
     'test:loop',
-    episodeOptions(config),
+    episodeRunOptions(config),
   );
   return { record, policy };
 }

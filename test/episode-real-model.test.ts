@@ -5,9 +5,10 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { episodeConfigSchema } from '../config/episode-config.ts';
 import { repoRoot } from '../config/environment.ts';
-import { episodeDependencies, episodeOptions, findNativeTask } from '../activities/episode-activities.ts';
+import { episodeDependencies, episodeRunOptions } from '../rollout/episode-setup.ts';
+import { findNativeTask } from '../rollout/task-lookup.ts';
 import { sandboxEnvironment } from '../rollout/episode-environment.ts';
-import { runEpisode, type EpisodeRecord } from '../rollout/episode-runner.ts';
+import { playEpisode, type EpisodeRecord } from '../rollout/episode-runner.ts';
 import { detokenize, tokenizeMessages } from '../rollout/policy-client.ts';
 import { createTokenDriver } from '../rollout/policy-driver.ts';
 import type { SandboxPool } from '../sandbox/sandbox-pool.ts';
@@ -44,11 +45,11 @@ async function episode(uid: string, mode: 'tokens' | 'chat', baseUrl = server.ba
     limits: { max_agent_turns: 3, max_tokens_per_turn: 96, wall_clock_ms: 240_000 },
     prompt: { tools_in_prompt: true, example: true },
   });
-  return runEpisode(
+  return playEpisode(
     episodeDependencies(config, sandboxEnvironment(pool, grader, scenario, task), task),
     task,
     `test:real:${uid}`,
-    episodeOptions(config),
+    episodeRunOptions(config),
   );
 }
 

@@ -7,7 +7,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { stringify } from 'yaml';
 import { createCampaignActivities } from '../activities/campaign-activities.ts';
 import { createEpisodeActivities } from '../activities/episode-activities.ts';
-import { findTask } from '../activities/episode-activities.ts';
+import { findTask } from '../rollout/task-lookup.ts';
 import { TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 import { runEvaluation } from '../cli/commands/campaign.ts';
 import { repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';

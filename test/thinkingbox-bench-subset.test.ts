@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { NativeConnection } from '@temporalio/worker';
-import { thinkingboxResources, thinkingboxResourcesFactory } from '../activities/episode-activities.ts';
+import { thinkingboxResources, thinkingboxResourcesFactory } from '../rollout/thinkingbox-resources.ts';
 import { prepareDatasetEnvironment } from '../datasets/thinkingbox/dataset-environment.ts';
 import { loadImportedSuite, type ThinkingBoxSuite } from '../datasets/thinkingbox/imported-suite.ts';
 import { validateImportedTask } from '../datasets/thinkingbox/imported-task-validation.ts';

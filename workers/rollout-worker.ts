@@ -1,7 +1,8 @@
 import os from 'node:os';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../config/environment.ts';
-import { createEpisodeActivities, thinkingboxResourcesFactory } from '../activities/episode-activities.ts';
+import { createEpisodeActivities } from '../activities/episode-activities.ts';
+import { thinkingboxResourcesFactory } from '../rollout/thinkingbox-resources.ts';
 import { SandboxPool } from '../sandbox/sandbox-pool.ts';
 import { TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';

@@ -3,22 +3,22 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { databaseUrl, readEnvironment } from '../../config/environment.ts';
-import { episodeConfigSchema } from '../../config/episode-config.ts';
+import { episodeConfigSchema, type EpisodeConfig } from '../../config/episode-config.ts';
 import {
   episodeDependencies,
   episodeEnvironment,
-  episodeOptions,
-  findTask,
-  thinkingboxResourcesFactory,
+  episodeRunOptions,
   type EpisodeBackends,
-} from '../../activities/episode-activities.ts';
+} from '../../rollout/episode-setup.ts';
 import { resultLine } from '../../rollout/episode-result-line.ts';
-import { runEpisode } from '../../rollout/episode-runner.ts';
+import { playEpisode } from '../../rollout/episode-runner.ts';
+import { findTask } from '../../rollout/task-lookup.ts';
+import { thinkingboxResourcesFactory } from '../../rollout/thinkingbox-resources.ts';
 import { SandboxPool } from '../../sandbox/sandbox-pool.ts';
 import { TerminalStateGrader } from '../../sandbox/terminal-state-grader.ts';
-import { formatProblem, loadSuites, taskDomain } from '../../task-suites/task-suite-loader.ts';
+import { formatProblem, loadSuites, taskDomain, type AnySuite } from '../../task-suites/task-suite-loader.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
-import { startPolicyServer } from '../../infra/embedded-policy-server.ts';
+import { startPolicyServer, type PolicyServerHandle } from '../../infra/embedded-policy-server.ts';
 import { integerFlag, numberFlag } from '../flag-values.ts';
 import { UsageError } from '../command-support.ts';
 
@@ -49,11 +49,9 @@ function isHttpUrl(text: string): boolean {
   }
 }
 
-export async function episodes(args: string[]): Promise<number> {
-  if (args[0] !== 'run') {
-    console.error(USAGE);
-    return 2;
-  }
+/** The flags of `tbt episodes run`, checked; undefined when the usage should be shown. */
+function runFlags(args: string[]) {
+  if (args[0] !== 'run') return undefined;
   const { values } = parseArgs({
     args: args.slice(1),
     options: {
@@ -73,10 +71,7 @@ export async function episodes(args: string[]): Promise<number> {
       records: { type: 'string' },
     },
   });
-  if (!values.suite || !values.out) {
-    console.error(USAGE);
-    return 2;
-  }
+  if (!values.suite || !values.out) return undefined;
   const repeats = integerFlag('--repeats', values.repeats, { min: 1, max: 10_000 });
   const concurrency = integerFlag('--concurrency', values.concurrency, { min: 1, max: 64 });
   const temperature = numberFlag('--temperature', values.temperature, { min: 0, max: 10 });
@@ -89,89 +84,106 @@ export async function episodes(args: string[]): Promise<number> {
     throw new UsageError('--policy-url: expected an http(s) URL ending in /v1 (the value is not shown)');
   if (values.mode !== 'chat' && values.mode !== 'tokens')
     throw new UsageError(`--mode: expected chat or tokens, got '${values.mode}'`);
-  const { suites, problems } = loadSuites(values.suite);
+  return {
+    ...values,
+    suite: values.suite,
+    out: values.out,
+    repeats,
+    concurrency,
+    temperature,
+    maxTokensPerTurn,
+    maxAgentTurns,
+  };
+}
+
+type RunFlags = NonNullable<ReturnType<typeof runFlags>>;
+
+/** The suite and the uids to run (all its tasks unless --uid names some). */
+function runSuite(flags: RunFlags): { suite: AnySuite; uids: string[] } {
+  const { suites, problems } = loadSuites(flags.suite);
   const suite = suites[0];
   if (!suite || problems.length)
     throw new UsageError(
-      `--suite ${values.suite}: ${problems.slice(0, 5).map(formatProblem).join('; ') || 'no task suite there'}`,
+      `--suite ${flags.suite}: ${problems.slice(0, 5).map(formatProblem).join('; ') || 'no task suite there'}`,
     );
-  const uids = values.uid ?? suite.tasks.map((t) => t.uid);
+  const uids = flags.uid ?? suite.tasks.map((t) => t.uid);
   const unknown = uids.filter((uid) => !suite.tasks.some((t) => t.uid === uid));
-  if (unknown.length) throw new UsageError(`--uid: not in ${values.suite}: ${unknown.join(', ')}`);
-  const env = readEnvironment();
-  await ensureControlDatabase(env);
-  const server = values['policy-url']
-    ? undefined
-    : await startPolicyServer({ logFile: path.join(os.tmpdir(), 'tbt-episodes-policy-server.log') });
-  const config = episodeConfigSchema.parse({
+  if (unknown.length) throw new UsageError(`--uid: not in ${flags.suite}: ${unknown.join(', ')}`);
+  return { suite, uids };
+}
+
+function runConfig(flags: RunFlags, server: PolicyServerHandle | undefined): EpisodeConfig {
+  return episodeConfigSchema.parse({
     policy: {
-      base_url: values['policy-url'] ?? server!.baseUrl,
-      model: values.model ?? server!.model,
-      mode: values.mode,
+      base_url: flags['policy-url'] ?? server!.baseUrl,
+      model: flags.model ?? server!.model,
+      mode: flags.mode,
     },
-    sampling: { temperature, stop: values.stop ?? [] },
+    sampling: { temperature: flags.temperature, stop: flags.stop ?? [] },
     limits: {
-      max_tokens_per_turn: maxTokensPerTurn,
-      max_agent_turns: maxAgentTurns,
+      max_tokens_per_turn: flags.maxTokensPerTurn,
+      max_agent_turns: flags.maxAgentTurns,
       wall_clock_ms: 300_000,
     },
-    prompt: { tools_in_prompt: true, example: values.example },
+    prompt: { tools_in_prompt: true, example: flags.example },
   });
-  const pool = new SandboxPool({
-    controlUrl: databaseUrl(env),
-    agentPassword: env.TBT_AGENT_DB_PASSWORD,
-    readerPassword: env.TBT_READER_DB_PASSWORD,
-    recycle: env.TBT_SANDBOX_RECYCLE,
-    warm: 2,
-  });
-  const thinkingbox = thinkingboxResourcesFactory();
-  const backends: EpisodeBackends = { pool, grader: new TerminalStateGrader(pool, databaseUrl(env)), thinkingbox };
-  const jobs = uids.flatMap((uid) => Array.from({ length: repeats }, (_, repetition) => ({ uid, repetition })));
-  const out = fs.openSync(values.out, 'w');
-  const records = values.records ? fs.openSync(values.records, 'w') : undefined;
-  const perTask = new Map<string, number[]>();
-  const failures: string[] = [];
+}
+
+/** Per task, each episode's success: 1, 0, or NaN for an infrastructure error. */
+type TaskRates = Map<string, number[]>;
+
+interface EpisodeJobs {
+  flags: RunFlags;
+  suite: AnySuite;
+  config: EpisodeConfig;
+  backends: EpisodeBackends;
+  jobs: { uid: string; repetition: number }[];
+  /** Result lines (and full records) are written here, one line per episode. */
+  out: number;
+  records: number | undefined;
+}
+
+/** Plays the jobs, `concurrency` at once; a job that cannot run goes to `failures` and the others go on. */
+async function playJobs(
+  { flags, suite, config, backends, jobs, out, records }: EpisodeJobs,
+  perTask: TaskRates,
+  failures: string[],
+): Promise<void> {
   let done = 0;
-  try {
-    await mapLimit(jobs, concurrency, async ({ uid, repetition }) => {
-      const { task } = findTask(values.suite!, uid);
-      const id = `adhoc:${uid}#${repetition}`;
-      let record;
-      try {
-        record = await runEpisode(
-          episodeDependencies(config, episodeEnvironment(backends, config, suite, task), task),
-          task,
-          id,
-          episodeOptions(config, id),
-        );
-      } catch (err) {
-        // A task defect (e.g. rubrics without a judge) is reported and the run goes on with the other tasks.
-        process.stderr.write(`\n${uid}#${repetition}: ${(err as Error).message}\n`);
-        failures.push(`${uid}#${repetition}: ${(err as Error).message}`);
-        return;
-      }
-      fs.writeSync(
-        out,
-        `${JSON.stringify(resultLine(id, uid, repetition, taskDomain(suite, task.scenario), record, task.scenario))}\n`,
+  await mapLimit(jobs, flags.concurrency, async ({ uid, repetition }) => {
+    const { task } = findTask(flags.suite, uid);
+    const id = `adhoc:${uid}#${repetition}`;
+    let record;
+    try {
+      record = await playEpisode(
+        episodeDependencies(config, episodeEnvironment(backends, config, suite, task), task),
+        task,
+        id,
+        episodeRunOptions(config, id),
       );
-      if (records !== undefined) fs.writeSync(records, `${JSON.stringify({ id, record })}\n`);
-      perTask.set(uid, [
-        ...(perTask.get(uid) ?? []),
-        record.outcome === 'success' ? 1 : record.outcome === 'infrastructure_error' ? NaN : 0,
-      ]);
-      done += 1;
-      process.stderr.write(
-        `\r[${done}/${jobs.length}] ${uid}#${repetition}: ${record.outcome} (${record.finishReason})`.padEnd(100),
-      );
-    });
-  } finally {
-    process.stderr.write('\n');
-    fs.closeSync(out);
-    if (records !== undefined) fs.closeSync(records);
-    await pool.close();
-    await thinkingbox.close();
-    await server?.stop();
-  }
+    } catch (err) {
+      // A task defect (e.g. rubrics without a judge) is reported and the run goes on with the other tasks.
+      process.stderr.write(`\n${uid}#${repetition}: ${(err as Error).message}\n`);
+      failures.push(`${uid}#${repetition}: ${(err as Error).message}`);
+      return;
+    }
+    fs.writeSync(
+      out,
+      `${JSON.stringify(resultLine(id, uid, repetition, taskDomain(suite, task.scenario), record, task.scenario))}\n`,
+    );
+    if (records !== undefined) fs.writeSync(records, `${JSON.stringify({ id, record })}\n`);
+    perTask.set(uid, [
+      ...(perTask.get(uid) ?? []),
+      record.outcome === 'success' ? 1 : record.outcome === 'infrastructure_error' ? NaN : 0,
+    ]);
+    done += 1;
+    process.stderr.write(
+      `\r[${done}/${jobs.length}] ${uid}#${repetition}: ${record.outcome} (${record.finishReason})`.padEnd(100),
+    );
+  });
+}
+
+function printRates(perTask: TaskRates, failures: string[], jobCount: number): void {
   const rates = [...perTask.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   for (const [uid, r] of rates) {
     const infra = r.some(Number.isNaN) ? ` (${r.filter(Number.isNaN).length} infra)` : '';
@@ -183,7 +195,47 @@ export async function episodes(args: string[]): Promise<number> {
   for (const f of failures) console.log(`not run: ${f}`);
   console.log(
     `tasks=${rates.length} always=${all} never=${none} mixed=${mixed} ` +
-      `mean_success=${(rates.flatMap(([, r]) => r).filter((x) => x === 1).length / jobs.length).toFixed(3)}`,
+      `mean_success=${(rates.flatMap(([, r]) => r).filter((x) => x === 1).length / jobCount).toFixed(3)}`,
   );
+}
+
+export async function episodes(args: string[]): Promise<number> {
+  const flags = runFlags(args);
+  if (!flags) {
+    console.error(USAGE);
+    return 2;
+  }
+  const { suite, uids } = runSuite(flags);
+  const env = readEnvironment();
+  await ensureControlDatabase(env);
+  const server = flags['policy-url']
+    ? undefined
+    : await startPolicyServer({ logFile: path.join(os.tmpdir(), 'tbt-episodes-policy-server.log') });
+  const config = runConfig(flags, server);
+  const pool = new SandboxPool({
+    controlUrl: databaseUrl(env),
+    agentPassword: env.TBT_AGENT_DB_PASSWORD,
+    readerPassword: env.TBT_READER_DB_PASSWORD,
+    recycle: env.TBT_SANDBOX_RECYCLE,
+    warm: 2,
+  });
+  const thinkingbox = thinkingboxResourcesFactory();
+  const backends: EpisodeBackends = { pool, grader: new TerminalStateGrader(pool, databaseUrl(env)), thinkingbox };
+  const jobs = uids.flatMap((uid) => Array.from({ length: flags.repeats }, (_, repetition) => ({ uid, repetition })));
+  const out = fs.openSync(flags.out, 'w');
+  const records = flags.records ? fs.openSync(flags.records, 'w') : undefined;
+  const perTask: TaskRates = new Map();
+  const failures: string[] = [];
+  try {
+    await playJobs({ flags, suite, config, backends, jobs, out, records }, perTask, failures);
+  } finally {
+    process.stderr.write('\n');
+    fs.closeSync(out);
+    if (records !== undefined) fs.closeSync(records);
+    await pool.close();
+    await thinkingbox.close();
+    await server?.stop();
+  }
+  printRates(perTask, failures, jobs.length);
   return failures.length ? 1 : 0;
 }

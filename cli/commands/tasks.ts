@@ -6,7 +6,7 @@ import { databaseUrl, readEnvironment } from '../../config/environment.ts';
 import { scenarioSchema, taskFileSchema } from '../../config/task-schema.ts';
 import { SandboxPool } from '../../sandbox/sandbox-pool.ts';
 import { formatProblem, loadSuites, taskDomain } from '../../task-suites/task-suite-loader.ts';
-import { thinkingboxResources } from '../../activities/episode-activities.ts';
+import { thinkingboxResources } from '../../rollout/thinkingbox-resources.ts';
 import { thinkingboxSettingsSchema } from '../../config/episode-config.ts';
 import { validateImportedTask } from '../../datasets/thinkingbox/imported-task-validation.ts';
 import { importThinkingboxDataset } from '../../datasets/thinkingbox/dataset-importer.ts';

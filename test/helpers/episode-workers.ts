@@ -1,15 +1,15 @@
 import type { NativeConnection } from '@temporalio/worker';
 import { Worker } from '@temporalio/worker';
+import { createEpisodeActivities } from '../../activities/episode-activities.ts';
 import {
-  createEpisodeActivities,
   episodeDependencies,
   episodeEnvironment,
-  episodeOptions,
-  findTask,
+  episodeRunOptions,
   type EpisodeBackends,
-  type LazyThinkingboxResources,
-} from '../../activities/episode-activities.ts';
-import { runEpisode, type EpisodeRecord } from '../../rollout/episode-runner.ts';
+} from '../../rollout/episode-setup.ts';
+import { playEpisode, type EpisodeRecord } from '../../rollout/episode-runner.ts';
+import { findTask } from '../../rollout/task-lookup.ts';
+import type { LazyThinkingboxResources } from '../../rollout/thinkingbox-resources.ts';
 import type { ThinkingBoxResources } from '../../datasets/thinkingbox/thinkingbox-environment.ts';
 import type { EpisodeConfig } from '../../config/episode-config.ts';
 import type { ImportedTask } from '../../config/thinkingbox-schema.ts';
@@ -65,11 +65,11 @@ export async function runImportedEpisode(
     thinkingbox: () => resources,
   };
   try {
-    return await runEpisode(
+    return await playEpisode(
       episodeDependencies(config, episodeEnvironment(backends, config, found.suite, found.task), task),
       task,
       label,
-      episodeOptions(config),
+      episodeRunOptions(config),
     );
   } finally {
     await pool.close();

@@ -1,0 +1,129 @@
+import { randomUUID } from 'node:crypto';
+import os from 'node:os';
+import type { EpisodeConfig } from '../config/episode-config.ts';
+import { withPooledClient } from '../infra/control-database.ts';
+import { taskDomain } from '../task-suites/task-suite-loader.ts';
+import { checkEpisodeKeys } from './api-key.ts';
+import type { EpisodeTask } from './episode-environment.ts';
+import { playEpisode, type EpisodeDependencies, type EpisodeRecord } from './episode-runner.ts';
+import { episodeDependencies, episodeEnvironment, episodeRunOptions, type EpisodeBackends } from './episode-setup.ts';
+import {
+  findFinishedEpisode,
+  markEpisodeRunning,
+  retryingSave,
+  saveEpisode,
+  summarize,
+  type EpisodeMeta,
+  type EpisodeSummary,
+} from './episode-store.ts';
+import { findTask } from './task-lookup.ts';
+
+/**
+ * An episode played under a caller-chosen id and stored in the control database (messages, tool calls, diff,
+ * token ids), so that only ids and a summary travel in workflow payloads. Idempotent: a retry of a finished
+ * episode returns the stored summary without playing it again. The episode activity is this, run by Temporal.
+ */
+
+/** Which task to play, with what config, and what the episode is for (stored with it). */
+export interface EpisodeRequest extends Omit<
+  EpisodeMeta,
+  'id' | 'suite' | 'scenario' | 'domain' | 'taskUid' | 'policyModel'
+> {
+  episodeId: string;
+  suiteDir: string;
+  taskUid: string;
+  config: EpisodeConfig;
+}
+
+/** What recording needs of the attempt running it (a Temporal activity attempt): its number, heartbeats, log. */
+export interface EpisodeAttempt {
+  number: number;
+  heartbeat(details: unknown): void;
+  log: {
+    info(message: string, meta?: Record<string, unknown>): void;
+    warn(message: string, meta?: Record<string, unknown>): void;
+  };
+}
+
+export async function recordEpisode(
+  request: EpisodeRequest,
+  backends: EpisodeBackends,
+  controlUrl: string,
+  attempt: EpisodeAttempt,
+): Promise<EpisodeSummary> {
+  const { suite, task } = findTask(request.suiteDir, request.taskUid);
+  checkEpisodeKeys(request.config);
+  const finished = await withPooledClient(controlUrl, (c) => findFinishedEpisode(c, request.episodeId));
+  if (finished) return finished;
+  const meta: EpisodeMeta = {
+    ...request,
+    id: request.episodeId,
+    suite: suite.name,
+    scenario: task.scenario,
+    domain: taskDomain(suite, task.scenario),
+    policyModel: request.config.policy.model,
+  };
+  const attemptId = `${os.hostname()}:${process.pid}:${attempt.number}:${randomUUID()}`;
+  await withPooledClient(controlUrl, (c) => markEpisodeRunning(c, meta, attemptId));
+  const deps = episodeDependencies(request.config, episodeEnvironment(backends, request.config, suite, task), task);
+  const record = await playWithHeartbeats(deps, task, request, attempt);
+  record.worker = `${os.hostname()}:${process.pid}`;
+  if (request.config.policy.weight_version !== undefined) record.weightVersion = request.config.policy.weight_version;
+  const saved = await retryingSave(
+    () => withPooledClient(controlUrl, (c) => saveEpisode(c, request.episodeId, record, attemptId)),
+    { onWait: (n) => attempt.heartbeat({ phase: 'saving', retry: n }) },
+  );
+  if (!saved) return storedByAnotherAttempt(controlUrl, request.episodeId);
+  logOutcome(attempt, request.episodeId, record);
+  return summarize(request.episodeId, record);
+}
+
+async function playWithHeartbeats(
+  deps: EpisodeDependencies,
+  task: EpisodeTask,
+  request: EpisodeRequest,
+  attempt: EpisodeAttempt,
+): Promise<EpisodeRecord> {
+  let progress: unknown = { phase: 'starting' };
+  // Each heartbeat is a write on the Temporal server. An episode of a few seconds sends none (the 90 s
+  // heartbeat timeout is far off); a longer one reports its turns, and the timer covers a long turn.
+  const startedAt = Date.now();
+  deps.onTurn = (p) => {
+    progress = p;
+    if (Date.now() - startedAt >= 5_000) attempt.heartbeat(p);
+  };
+  // Heartbeat on a timer too: set-up, a long generation or grading must not look like a dead worker.
+  const beat = setInterval(() => attempt.heartbeat(progress), 20_000);
+  try {
+    return await playEpisode(
+      deps,
+      task,
+      `episode:${request.episodeId}`,
+      episodeRunOptions(request.config, request.episodeId),
+    );
+  } finally {
+    clearInterval(beat);
+  }
+}
+
+/** The save lost to another attempt: its stored episode, or a retry until that attempt has stored one. */
+async function storedByAnotherAttempt(controlUrl: string, episodeId: string): Promise<EpisodeSummary> {
+  const stored = await withPooledClient(controlUrl, (c) => findFinishedEpisode(c, episodeId));
+  if (stored) return stored;
+  throw new Error(`episode ${episodeId}: another attempt owns it; retrying`);
+}
+
+function logOutcome(attempt: EpisodeAttempt, episodeId: string, record: EpisodeRecord): void {
+  const outcome = { episodeId, outcome: record.outcome, finishReason: record.finishReason };
+  if (record.outcome === 'infrastructure_error')
+    attempt.log.warn('episode hit an infrastructure error', {
+      ...outcome,
+      cause: record.cause,
+    });
+  else
+    attempt.log.info('episode finished', {
+      ...outcome,
+      reward: record.reward,
+      seconds: record.timings.totalMs / 1000,
+    });
+}

@@ -1,0 +1,39 @@
+import type { EpisodeConfig } from '../config/episode-config.ts';
+import { thinkingboxSettingsSchema, type ThinkingboxSettings } from '../config/episode-config.ts';
+import { StdioServerPool } from '../datasets/thinkingbox/stdio-server-pool.ts';
+import type { ThinkingBoxResources } from '../datasets/thinkingbox/thinkingbox-environment.ts';
+
+/** What episodes of imported ThinkingBox tasks run on: a pool of warm tool-server processes and their settings. */
+export function thinkingboxResources(
+  settings: ThinkingboxSettings = thinkingboxSettingsSchema.parse(undefined),
+  servers?: StdioServerPool,
+): ThinkingBoxResources {
+  return {
+    servers:
+      servers ??
+      new StdioServerPool({
+        warm: settings.warm_processes,
+        startTimeoutMs: settings.server_start_timeout_ms,
+      }),
+    testTimeoutMs: settings.test_timeout_ms,
+    nativeGrading: settings.native_grading,
+  };
+}
+
+export interface LazyThinkingboxResources {
+  (config: EpisodeConfig): ThinkingBoxResources;
+  /** Stops the warm tool-server processes (they would keep the process alive). */
+  close(): Promise<void>;
+}
+
+/** Tool-server resources for imported tasks, created by the first such episode and shared by the worker's others. */
+export function thinkingboxResourcesFactory(): LazyThinkingboxResources {
+  let servers: StdioServerPool | undefined;
+  // The process pool is shared (sized by the first imported episode); the other settings follow each episode's config.
+  const get = (config: EpisodeConfig) => {
+    const resources = thinkingboxResources(config.thinkingbox, servers);
+    servers = resources.servers;
+    return resources;
+  };
+  return Object.assign(get, { close: async () => servers?.close() });
+}
