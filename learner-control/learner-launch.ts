@@ -6,7 +6,7 @@ import { campaignFileName } from '../core/campaign-id.ts';
  * c10d rendezvous at node 0's `rdzv_endpoint` under the campaign's id, with the node rank passed to the learner as
  * well (torchrun's c10d rendezvous orders nodes by host name and pid, not by `--node-rank`; the learner renumbers
  * the global ranks node-major so that rank 0 and its control endpoint are on node 0). The dry run prints the same
- * commands (gpu-learner/tbt_gpu/learner/launch.py; test/unit/learner-launch.test.ts keeps the two equal).
+ * commands (gpu-learner/tbt_gpu/learner/launch.py; test/unit/learner-topology.test.ts keeps the two equal).
  */
 
 export interface LearnerLaunch {

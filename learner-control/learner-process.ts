@@ -1,9 +1,10 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { InfrastructureError, errorMessage } from '../core/errors.ts';
+import { InfrastructureError } from '../core/errors.ts';
 import { exitedBy, isAlive, readPid, stopPid, waitFor } from '../infra/daemon.ts';
 import { gpuLearnerDir, pythonBinary } from '../infra/python-env.ts';
+import { learnerRequest, type LearnerEndpoint } from './learner-client.ts';
 import { torchrunArgs, type LearnerLaunch } from './learner-launch.ts';
 import { campaignFileName } from '../core/campaign-id.ts';
 
@@ -85,61 +86,33 @@ function logTail(files: LearnerFiles): string {
   return fs.readFileSync(files.log, 'utf8').split('\n').slice(-12).join('\n');
 }
 
-export class LearnerHttpError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-  }
+/** Rank 0's endpoint file: its host, port and pid, written once it is ready and removed at its clean-up. */
+function endpointFile(files: LearnerFiles): string {
+  return path.join(files.checkpoints, 'control.json');
 }
 
-/** Where a running learner listens, and the run's token; the token stays inside this process. */
-export interface LearnerEndpoint {
-  url: string;
-  token: string;
+/** The run's bearer token (0600), written by rank 0 before its endpoint file. */
+function tokenFile(files: LearnerFiles): string {
+  return path.join(files.checkpoints, 'control.token');
+}
+
+/**
+ * Removed before a start (the new rank 0 announces itself there) and after a stop: a learner killed before its
+ * own clean-up leaves it behind, nothing listens there any more, and a later start must not find it (seen in CI
+ * under load).
+ */
+function removeEndpointFile(files: LearnerFiles): void {
+  fs.rmSync(endpointFile(files), { force: true });
 }
 
 export function controlEndpoint(files: LearnerFiles): LearnerEndpoint | undefined {
   try {
-    const info = JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as {
-      host: string;
-      port: number;
-    };
-    const token = fs.readFileSync(path.join(files.checkpoints, 'control.token'), 'utf8').trim();
+    const info = JSON.parse(fs.readFileSync(endpointFile(files), 'utf8')) as { host: string; port: number };
+    const token = fs.readFileSync(tokenFile(files), 'utf8').trim();
     return { url: `http://${info.host}:${info.port}`, token };
   } catch {
     return undefined;
   }
-}
-
-export async function learnerRequest<T>(
-  endpoint: LearnerEndpoint,
-  method: 'GET' | 'POST',
-  route: string,
-  body?: unknown,
-  timeoutMs = 60_000,
-): Promise<T> {
-  let response: Response;
-  try {
-    response = await fetch(`${endpoint.url}${route}`, {
-      method,
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${endpoint.token}` },
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal: AbortSignal.timeout(timeoutMs),
-    });
-  } catch (err) {
-    throw new InfrastructureError(`learner ${route}: ${errorMessage(err)}`, { cause: err });
-  }
-  const payload = (await response.json().catch(() => ({}))) as { error?: string; code?: string };
-  if (!response.ok)
-    throw new LearnerHttpError(
-      response.status,
-      payload.code ?? 'unknown',
-      `learner ${route}: HTTP ${response.status}: ${payload.error ?? 'no message'}`,
-    );
-  return payload as T;
 }
 
 /**
@@ -149,9 +122,7 @@ export async function learnerRequest<T>(
  */
 async function stopOrphanedRankZero(files: LearnerFiles): Promise<void> {
   try {
-    const { pid } = JSON.parse(fs.readFileSync(path.join(files.checkpoints, 'control.json'), 'utf8')) as {
-      pid?: number;
-    };
+    const { pid } = JSON.parse(fs.readFileSync(endpointFile(files), 'utf8')) as { pid?: number };
     if (typeof pid === 'number' && isAlive(pid)) await stopPid(pid, 10_000);
   } catch {
     // no control file: no rank 0 ever came up
@@ -195,8 +166,8 @@ export async function ensureLearner(
   await stopOrphanedRankZero(files);
   writeLearnerConfig(files, learnerConfig);
   fs.writeFileSync(launchFile(files), JSON.stringify(launch));
-  fs.rmSync(path.join(files.checkpoints, 'control.json'), { force: true });
-  fs.rmSync(path.join(files.checkpoints, 'control.token'), { force: true });
+  removeEndpointFile(files);
+  fs.rmSync(tokenFile(files), { force: true }); // the new run writes its own
   const child = spawnTorchrun(files, launch);
   await waitFor(
     'learner control endpoint',
@@ -237,7 +208,15 @@ export async function ensureLearnerNode(
   return { pid, started: true };
 }
 
-/** Rank 0's shutdown ends every node's ranks; then every node's torchrun whose pid file is here is stopped. */
+/** How many nodes' torchruns with a pid file here are running. */
+export function runningLearnerNodes(files: LearnerFiles): number {
+  return nodePidFiles(files).filter((f) => readPid(f) !== undefined).length;
+}
+
+/**
+ * Stops the campaign's learner (not its policy server): rank 0's shutdown ends every node's ranks; then every
+ * node's torchrun whose pid file is here is stopped.
+ */
 export async function stopLearner(files: LearnerFiles): Promise<void> {
   const endpoint = controlEndpoint(files);
   const asked = endpoint
@@ -253,23 +232,5 @@ export async function stopLearner(files: LearnerFiles): Promise<void> {
     if (pid !== undefined && !(await exitedBy(pid, deadline))) await stopPid(-pid, 30_000);
   }
   await stopOrphanedRankZero(files);
-  // A learner killed before its own clean-up (its /shutdown timed out) leaves its endpoint file behind; nothing
-  // listens there any more, and a later start must not find it (seen in CI under load).
-  fs.rmSync(path.join(files.checkpoints, 'control.json'), { force: true });
-}
-
-/** Stops every learner and embedded policy server started under this state folder; returns how many. */
-export async function stopDetachedGpuProcesses(stateDir: string): Promise<number> {
-  const root = path.join(stateDir, 'learners');
-  if (!fs.existsSync(root)) return 0;
-  let stopped = 0;
-  for (const dir of fs.readdirSync(root)) {
-    const files = learnerFiles(stateDir, dir); // the folder names are already sanitized campaign ids
-    const learners = nodePidFiles(files).filter((f) => readPid(f) !== undefined).length;
-    if (learners > 0) await stopLearner(files); // its own clean-up too (endpoint file), as after a campaign
-    const server = readPid(files.policyServerPid);
-    if (server !== undefined) await stopPid(-server, 20_000); // the whole process group
-    stopped += learners + (server === undefined ? 0 : 1);
-  }
-  return stopped;
+  removeEndpointFile(files); // one killed here (its /shutdown timed out) did not remove it
 }

@@ -5,7 +5,8 @@ import path from 'node:path';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { setTimeout } from 'node:timers/promises';
-import { learnerFiles, stopDetachedGpuProcesses } from '../learner-control/learner-process.ts';
+import { stopDetachedGpuProcesses } from '../learner-control/campaign-gpu-processes.ts';
+import { learnerFiles } from '../learner-control/learner-process.ts';
 import { testTempDir } from './helpers/temp-dir.ts';
 
 /**

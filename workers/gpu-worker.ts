@@ -1,6 +1,7 @@
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../config/environment.ts';
-import { createGpuActivities, gpuHost } from '../activities/gpu-activities.ts';
+import { createGpuActivities } from '../activities/gpu-activities.ts';
+import { gpuHost } from '../config/gpu-host.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
 

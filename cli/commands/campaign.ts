@@ -22,7 +22,7 @@ import {
 import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
 import { nodeHosts } from '../../config/learner-topology.ts';
 import { learnerFiles } from '../../learner-control/learner-process.ts';
-import { gpuHost } from '../../activities/gpu-activities.ts';
+import { gpuHost } from '../../config/gpu-host.ts';
 import { BadInputError } from '../../core/errors.ts';
 import { learnerConfigJson, resolveLearnerSection } from '../../learner-control/learner-config.ts';
 import { isSuiteDir } from '../../task-suites/task-suite-loader.ts';

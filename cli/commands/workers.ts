@@ -1,5 +1,5 @@
 import { readEnvironment } from '../../config/environment.ts';
-import { stopDetachedGpuProcesses } from '../../learner-control/learner-process.ts';
+import { stopDetachedGpuProcesses } from '../../learner-control/campaign-gpu-processes.ts';
 import { startWorkers, stopWorkers, workerKinds, workerLog, workerPid } from '../../infra/local-workers.ts';
 
 export async function workers(args: string[]): Promise<number> {

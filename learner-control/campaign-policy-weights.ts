@@ -1,0 +1,102 @@
+import { InfrastructureError, errorMessage } from '../core/errors.ts';
+import type { PolicyEngine } from '../infra/embedded-policy-server.ts';
+import { smallModelDir } from '../infra/python-env.ts';
+import { ensureEmbeddedPolicyServer, type PolicyServerAddress } from './campaign-policy-server.ts';
+import { learnerFiles } from './learner-process.ts';
+import { policySyncToken } from './policy-sync-token.ts';
+import { reportedWeightLabel, syncPolicyWeights, weightLabel } from './policy-weight-sync.ts';
+
+/**
+ * Bringing a campaign's policy servers to its current weights: the embedded server (restarted on the weights
+ * when it cannot take them) and external ones, checked cheaply by the label they report and synced only when it
+ * differs; after a step, every server loads the new export.
+ */
+
+/** Which weights a campaign's policy servers must hold: the newest export as `weightVersion`, or the base model. */
+export interface PolicyWeights {
+  campaignId: string;
+  weightVersion: number;
+  /** The newest export; absent before the first step (then the base model's folder is loaded as version 0). */
+  weightsPath?: string;
+  basePath: string;
+  deadlineMs: number;
+}
+
+/**
+ * The embedded policy server for this campaign, started if needed and brought to the campaign's current
+ * weights: `weightsPath` (the newest export) as `weightVersion`, or the base model.
+ */
+export async function embeddedServerOnWeights(
+  stateDir: string,
+  want: PolicyWeights & { engine: PolicyEngine },
+): Promise<PolicyServerAddress> {
+  const files = learnerFiles(stateDir, want.campaignId);
+  const server = await ensureEmbeddedPolicyServer(files, want.engine);
+  try {
+    await bringToVersion(server.baseUrl, want, files.dir);
+    return server;
+  } catch (err) {
+    // A server that cannot take the weights is restarted on them (an infrastructure fault, not the model's).
+    const fresh = await ensureEmbeddedPolicyServer(files, want.engine, true);
+    await bringToVersion(fresh.baseUrl, want, files.dir, errorMessage(err));
+    return fresh;
+  }
+}
+
+/** External policy servers: each one brought to the campaign's current weights (synced only if it differs). */
+export async function externalServersOnWeights(
+  stateDir: string,
+  want: PolicyWeights,
+  servers: string[],
+): Promise<void> {
+  const dir = learnerFiles(stateDir, want.campaignId).dir;
+  for (const baseUrl of servers) await bringToVersion(baseUrl, want, dir);
+}
+
+/**
+ * After a step: every listed server loads the step's export as version `weightVersion`, each sync under its
+ * deadline. A failed sync of the embedded server (`engine` given) restarts it on this (the newest) export and
+ * warns; a failed sync of an external one throws (an infrastructure error, which Temporal retries).
+ */
+export async function syncStepWeights(
+  stateDir: string,
+  input: PolicyWeights & { servers: string[]; engine?: PolicyEngine; weightsPath: string },
+  warn: (message: string, meta: Record<string, unknown>) => void,
+): Promise<{ weightVersion: number; servers: { baseUrl: string; seconds: number }[] }> {
+  const files = learnerFiles(stateDir, input.campaignId);
+  const label = weightLabel(input.campaignId, input.weightVersion);
+  const sync = (baseUrl: string) =>
+    syncPolicyWeights(baseUrl, input.weightsPath, label, input.deadlineMs, policySyncToken(files.dir, baseUrl));
+  const done: { baseUrl: string; seconds: number }[] = [];
+  for (const baseUrl of input.servers) {
+    try {
+      const r = await sync(baseUrl);
+      done.push({ baseUrl, seconds: r.seconds });
+    } catch (err) {
+      if (!input.engine) throw err;
+      warn('weight sync failed: restarting the embedded policy server', { baseUrl, error: errorMessage(err) });
+      const fresh = await ensureEmbeddedPolicyServer(files, input.engine, true);
+      const r = await sync(fresh.baseUrl);
+      done.push({ baseUrl: fresh.baseUrl, seconds: r.seconds });
+    }
+  }
+  return { weightVersion: input.weightVersion, servers: done };
+}
+
+/** Syncs a server only when it reports another label than the campaign's current version (cheap to call). */
+async function bringToVersion(
+  baseUrl: string,
+  want: PolicyWeights,
+  campaignDir: string,
+  after?: string,
+): Promise<void> {
+  const label = weightLabel(want.campaignId, want.weightVersion);
+  if ((await reportedWeightLabel(baseUrl)) === label) return;
+  const folder = want.weightsPath ?? (want.basePath === 'embedded' ? smallModelDir() : want.basePath);
+  try {
+    await syncPolicyWeights(baseUrl, folder, label, want.deadlineMs, policySyncToken(campaignDir, baseUrl));
+  } catch (err) {
+    if (after) throw new InfrastructureError(`${errorMessage(err)} (after a restart; first failure: ${after})`);
+    throw err;
+  }
+}

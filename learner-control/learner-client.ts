@@ -1,0 +1,62 @@
+import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
+
+/**
+ * The learner's control API as this side calls it: JSON over HTTP to rank 0, with the run's bearer token. A
+ * failed connection is an InfrastructureError (retryable); an error answer is a LearnerHttpError with the
+ * learner's own code.
+ */
+
+/** Where a running learner listens, and the run's token; the token stays inside this process. */
+export interface LearnerEndpoint {
+  url: string;
+  token: string;
+}
+
+export class LearnerHttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export async function learnerRequest<T>(
+  endpoint: LearnerEndpoint,
+  method: 'GET' | 'POST',
+  route: string,
+  body?: unknown,
+  timeoutMs = 60_000,
+): Promise<T> {
+  let response: Response;
+  try {
+    response = await fetch(`${endpoint.url}${route}`, {
+      method,
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${endpoint.token}` },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+  } catch (err) {
+    throw new InfrastructureError(`learner ${route}: ${errorMessage(err)}`, { cause: err });
+  }
+  const payload = (await response.json().catch(() => ({}))) as { error?: string; code?: string };
+  if (!response.ok)
+    throw new LearnerHttpError(
+      response.status,
+      payload.code ?? 'unknown',
+      `learner ${route}: HTTP ${response.status}: ${payload.error ?? 'no message'}`,
+    );
+  return payload as T;
+}
+
+/**
+ * Rethrows a learner's refusal (a 4xx answer other than `not_ready`) as bad input, so that Temporal does not
+ * retry it; anything else is rethrown as it is.
+ */
+export function rethrowRefusalAsBadInput(err: unknown): never {
+  if (err instanceof LearnerHttpError && err.status >= 400 && err.status < 500 && err.code !== 'not_ready') {
+    throw new BadInputError(err.message);
+  }
+  throw err;
+}
