@@ -16,6 +16,53 @@ const band = z.enum(['too_hard', 'hard', 'medium', 'easy', 'too_easy']);
 // defaults and bounds live only there, and `tbt train` has the learner check them (learner-control/learner-config.ts).
 const learnerOwned = (what: string) => `${what}; default and bounds: the learner's config, checked at tbt train`;
 
+/** A learner-owned hyperparameter: the YAML type, what it means, and the learner config field it sets. */
+function owned<T extends z.ZodType>(type: T, about: string, section: string, field: string) {
+  return { type, about, learnerField: [section, field] as const };
+}
+
+/**
+ * Every hyperparameter the learner owns, written once: its YAML type and meaning, and the [section, field] of the
+ * learner's config it sets. A new one is a line here plus its dataclass field (test/unit/learner-config.test.ts
+ * checks that every field here exists there).
+ */
+export const learnerHyperparameters = {
+  lr: owned(z.number(), 'AdamW learning rate', 'optimizer', 'lr'),
+  betas: owned(z.tuple([z.number(), z.number()]), 'AdamW (beta1, beta2)', 'optimizer', 'betas'),
+  eps: owned(z.number(), 'AdamW epsilon', 'optimizer', 'eps'),
+  weight_decay: owned(z.number(), 'AdamW decoupled weight decay (0 unless set)', 'optimizer', 'weight_decay'),
+  grad_clip: owned(z.number(), 'Gradient-norm clip', 'train', 'grad_clip'),
+  eps_low: owned(z.number(), 'PPO clip below 1', 'loss', 'eps_low'),
+  eps_high: owned(z.number(), 'PPO clip above 1 (DAPO: 0.28)', 'loss', 'eps_high'),
+  dual_clip_c: owned(z.number(), 'Dual clip for negative advantages', 'loss', 'dual_clip_c'),
+  old_logprobs: owned(
+    z.enum(['recompute', 'sampler']),
+    "Old log-probabilities of the ratio: the learner's own before the update, or the sampler's",
+    'loss',
+    'old_logprobs',
+  ),
+  micro_batch_tokens: owned(z.number(), 'Tokens per micro-batch', 'train', 'micro_batch_tokens'),
+  share_prompts: owned(
+    z.boolean(),
+    "A group's episodes share one forward pass of their prompt (same gradient)",
+    'train',
+    'share_prompts',
+  ),
+  cpu_offload: owned(z.boolean(), 'FSDP2 parameter and optimizer offload', 'fsdp', 'cpu_offload'),
+  activation_checkpointing: owned(z.boolean(), 'Recompute decoder activations', 'fsdp', 'activation_checkpointing'),
+  keep_checkpoints: owned(z.number(), 'Checkpoints kept', 'checkpoint', 'keep_last'),
+};
+
+type LearnerHyperparameters = typeof learnerHyperparameters;
+
+// Optional in the YAML: a field left unset takes the learner's default.
+const learnerHyperparameterShape = Object.fromEntries(
+  Object.entries(learnerHyperparameters).map(([name, { type, about }]) => [
+    name,
+    type.optional().describe(learnerOwned(about)),
+  ]),
+) as { [K in keyof LearnerHyperparameters]: z.ZodOptional<LearnerHyperparameters[K]['type']> };
+
 export const learnerSchema = z
   .object({
     model_path: z.string().default('embedded').describe("Local HF model folder; 'embedded' = the bundled small model"),
@@ -52,28 +99,7 @@ export const learnerSchema = z
       .optional()
       .describe("With attach_url: that learner's control.token file (0600), read by node 0's GPU worker"),
     device: z.enum(['cpu', 'cuda']).default('cpu').describe('cpu = gloo + fp32; cuda = nccl + bf16'),
-    lr: z.number().optional().describe(learnerOwned('AdamW learning rate')),
-    betas: z.tuple([z.number(), z.number()]).optional().describe(learnerOwned('AdamW (beta1, beta2)')),
-    eps: z.number().optional().describe(learnerOwned('AdamW epsilon')),
-    weight_decay: z.number().optional().describe(learnerOwned('AdamW decoupled weight decay (0 unless set)')),
-    grad_clip: z.number().optional().describe(learnerOwned('Gradient-norm clip')),
-    eps_low: z.number().optional().describe(learnerOwned('PPO clip below 1')),
-    eps_high: z.number().optional().describe(learnerOwned('PPO clip above 1 (DAPO: 0.28)')),
-    dual_clip_c: z.number().optional().describe(learnerOwned('Dual clip for negative advantages')),
-    old_logprobs: z
-      .enum(['recompute', 'sampler'])
-      .optional()
-      .describe(
-        learnerOwned("Old log-probabilities of the ratio: the learner's own before the update, or the sampler's"),
-      ),
-    micro_batch_tokens: z.number().optional().describe(learnerOwned('Tokens per micro-batch')),
-    share_prompts: z
-      .boolean()
-      .optional()
-      .describe(learnerOwned("A group's episodes share one forward pass of their prompt (same gradient)")),
-    cpu_offload: z.boolean().optional().describe(learnerOwned('FSDP2 parameter and optimizer offload')),
-    activation_checkpointing: z.boolean().optional().describe(learnerOwned('Recompute decoder activations')),
-    keep_checkpoints: z.number().optional().describe(learnerOwned('Checkpoints kept')),
+    ...learnerHyperparameterShape,
     hourly_price_usd: z
       .number()
       .min(0)

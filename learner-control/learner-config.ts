@@ -1,34 +1,21 @@
 import { spawnSync } from 'node:child_process';
-import type { CampaignConfig } from '../config/campaign-config.ts';
+import { learnerHyperparameters, type CampaignConfig } from '../config/campaign-config.ts';
 import { BadInputError } from '../core/errors.ts';
 import { gpuLearnerDir, pythonBinary, smallModelDir } from '../infra/python-env.ts';
 
 /**
  * The campaign YAML's flat `learner:` section and the learner's own nested config. The learner's dataclasses
  * (gpu-learner/tbt_gpu/learner/config.py) own every hyperparameter's default and bounds; this side only names
- * the fields, so the two can never disagree. `resolveLearnerSection` asks the learner to validate a section and
- * fill in its defaults before anything starts.
+ * the fields (`learnerHyperparameters` in config/campaign-config.ts), so the two can never disagree.
+ * `resolveLearnerSection` asks the learner to validate a section and fill in its defaults before anything starts.
  */
 
 type LearnerSection = CampaignConfig['learner'];
 
-/** YAML field -> [section, field] of the learner config, for every hyperparameter the learner owns. */
-const learnerFields = {
-  lr: ['optimizer', 'lr'],
-  betas: ['optimizer', 'betas'],
-  eps: ['optimizer', 'eps'],
-  weight_decay: ['optimizer', 'weight_decay'],
-  grad_clip: ['train', 'grad_clip'],
-  micro_batch_tokens: ['train', 'micro_batch_tokens'],
-  share_prompts: ['train', 'share_prompts'],
-  eps_low: ['loss', 'eps_low'],
-  eps_high: ['loss', 'eps_high'],
-  dual_clip_c: ['loss', 'dual_clip_c'],
-  old_logprobs: ['loss', 'old_logprobs'],
-  cpu_offload: ['fsdp', 'cpu_offload'],
-  activation_checkpointing: ['fsdp', 'activation_checkpointing'],
-  keep_checkpoints: ['checkpoint', 'keep_last'],
-} as const satisfies Partial<Record<keyof LearnerSection, readonly [string, string]>>;
+/** YAML field and [section, field] of the learner config, for every hyperparameter the learner owns. */
+const learnerFields = Object.entries(learnerHyperparameters).map(
+  ([yamlField, { learnerField }]) => [yamlField as keyof typeof learnerHyperparameters, learnerField] as const,
+);
 
 /**
  * The learner's JSON config for a campaign's section; fields left unset take the learner's defaults.
@@ -55,8 +42,8 @@ export function learnerConfigJson(
     loss: { temperature: samplingTemperature > 0 ? samplingTemperature : 1 },
     train: { seed },
   };
-  for (const [yamlField, [section, field]] of Object.entries(learnerFields)) {
-    const value = learner[yamlField as keyof typeof learnerFields];
+  for (const [yamlField, [section, field]] of learnerFields) {
+    const value = learner[yamlField];
     if (value !== undefined) (config[section] ??= {})[field] = value;
   }
   return config;
@@ -65,7 +52,7 @@ export function learnerConfigJson(
 /** The YAML field a learner config path such as `optimizer.betas[1]` came from. */
 export function learnerYamlField(learnerPath: string): string {
   const [sectionField = '', index = ''] = learnerPath.split(/(?=\[)/);
-  for (const [yamlField, [section, field]] of Object.entries(learnerFields)) {
+  for (const [yamlField, [section, field]] of learnerFields) {
     if (`${section}.${field}` === sectionField) return `learner.${yamlField}${index}`;
   }
   return `learner (${learnerPath})`;
@@ -97,7 +84,7 @@ export function resolveLearnerSection(learner: LearnerSection, seed: number): Le
     throw new BadInputError(where ? `${learnerYamlField(where)}: ${message}` : `learner: ${answer.error}`);
   }
   const resolved: Record<string, unknown> = { ...learner };
-  for (const [yamlField, [section, field]] of Object.entries(learnerFields)) {
+  for (const [yamlField, [section, field]] of learnerFields) {
     resolved[yamlField] = answer.config![section]![field];
   }
   return resolved as LearnerSection;

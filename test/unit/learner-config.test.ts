@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { learnerYamlField, resolveLearnerSection } from '../../learner-control/learner-config.ts';
-import { learnerSchema } from '../../config/campaign-config.ts';
+import { learnerHyperparameters, learnerSchema } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
 import { BadInputError } from '../../core/errors.ts';
 
@@ -17,6 +17,14 @@ test('the learner fills in its own defaults for fields the YAML leaves unset', (
   assert.deepEqual(resolved.betas, [0.9, 0.999]);
   assert.equal(resolved.weight_decay, 0);
   assert.equal(resolved.keep_checkpoints, 3);
+});
+
+test('every hyperparameter of the YAML names a field of the learner config', () => {
+  // The learner prints every dataclass field resolved; a [section, field] it does not have comes back undefined.
+  const resolved: Record<string, unknown> = resolveLearnerSection(learnerSchema.parse({}), 1);
+  for (const [yamlField, { learnerField }] of Object.entries(learnerHyperparameters)) {
+    assert.notEqual(resolved[yamlField], undefined, `learner.${yamlField}: no field ${learnerField.join('.')}`);
+  }
 });
 
 test('a value only the learner rejects is bad input naming the YAML field', () => {

@@ -1,11 +1,9 @@
 """Batches by reference: a JSONL file of trajectories, validated, sharded over ranks, micro-batched.
 
-One line per trajectory:
-    {"trajectory_id": str, "input_ids": [int], "loss_mask": [0|1 per token], "advantage": float,
-     "old_logprobs": [float per token] (optional)}
-Position t of `loss_mask` / `old_logprobs` describes token t (its log-probability given tokens < t), so
-position 0 can never be trained. Values of `old_logprobs` where the mask is 0 are ignored. Other keys
-are allowed and ignored (metadata such as group ids).
+One line per trajectory, in the format of batch_row.schema.json next to this file (generated from the writer's
+zod schema, learner-control/batch-row.ts; tests hold both sides to it). What a JSON Schema cannot say is checked
+here too: token ids below the vocabulary size, sequences within the model context, masks and log-probabilities as
+long as input_ids, unique ids. Values of `old_logprobs` where the mask is 0 are ignored.
 """
 
 from __future__ import annotations
@@ -18,6 +16,8 @@ from dataclasses import dataclass
 import torch
 
 REQUIRED = ("trajectory_id", "input_ids", "loss_mask", "advantage")
+OPTIONAL = ("old_logprobs",)
+"""Read when present; any other key is ignored (metadata such as group ids)."""
 
 
 class BatchError(ValueError):
