@@ -51,6 +51,7 @@ export default tseslint.config(
               group: [
                 ...['**/activities/**', '**/rollout/**', '**/sandbox/**', '**/task-suites/**', '**/learner-control/**'],
                 ...[
+                  '**/campaign-records/**',
                   '**/datasets/**',
                   '**/infra/**',
                   '@temporalio/activity',

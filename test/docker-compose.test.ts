@@ -52,7 +52,7 @@ const credentialVariables: Record<string, string> = {
 
 const sourceDirs = [
   ...['activities', 'cli', 'config', 'core', 'datasets', 'docker', 'infra', 'learner-control', 'rollout', 'sandbox'],
-  ...['task-suites', 'workers', 'workflows', 'gpu-learner'],
+  ...['campaign-records', 'task-suites', 'workers', 'workflows', 'gpu-learner'],
 ];
 
 function sourceFiles(dir: string): string[] {

@@ -1,0 +1,36 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { campaignRunDir } from './campaign-run-folder.ts';
+import type { StepRecord } from './step-record.ts';
+
+/** The campaign's `steps.jsonl` (one line per step, what `tbt report --steps` reads). */
+export function stepsFile(stateDir: string, campaignId: string): string {
+  return path.join(campaignRunDir(stateDir, campaignId), 'steps.jsonl');
+}
+
+/** Rewrites `file` with one line per step record. */
+export function writeStepsFile(file: string, records: StepRecord[]): void {
+  fs.writeFileSync(file, records.map((r) => JSON.stringify(stepLine(r))).join('\n') + '\n');
+}
+
+function stepLine(r: StepRecord): Record<string, unknown> {
+  return {
+    step: r.step,
+    mean_reward: r.meanReward,
+    // Of the groups drawn (replacements included), not of those trained: train_on_fewer trains only
+    // informative ones, which read as 100% however many were replaced.
+    informative_group_fraction: r.informativeGroups
+      ? r.informativeGroups / (r.informativeGroups + r.zeroVarianceGroups)
+      : 0,
+    loss: Number(r.update.loss ?? 0),
+    grad_norm: Number(r.update.grad_norm ?? 0),
+    groups: r.groups.length,
+    infra_errors_refilled: r.infraErrors,
+    zero_variance_replaced: r.replacements,
+    wall_s: Number(r.update.time_s ?? 0),
+    weight_version: r.weightVersion ?? null,
+    sampled_weight_version: r.sampledWeightVersion ?? null,
+    stale_episodes_dropped: r.staleEpisodes ?? 0,
+    weight_sync_s: r.syncSeconds ?? [],
+  };
+}
