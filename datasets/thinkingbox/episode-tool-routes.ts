@@ -1,0 +1,88 @@
+import type { ImportedScenario } from '../../config/thinkingbox-schema.ts';
+import { BadInputError } from '../../core/errors.ts';
+import type { ToolSpec } from '../../rollout/mcp-tool-session.ts';
+import { RESERVED } from './reserved-tools.ts';
+import type { StartedServer } from './stdio-server-pool.ts';
+
+/**
+ * The tools of one episode as the agent sees them, and where a call of each goes: the agent's builtin tools
+ * (answered empty), the scenario's visible tools with a `direct_response` (answered with that text), and the
+ * scenario's other visible tools (called on the server that offers them). A server tool the scenario does not
+ * make visible is not offered; a visible tool no server offers is the scenario's error.
+ */
+
+export type ToolRoute =
+  | { kind: 'server'; server: StartedServer; spec: ToolSpec; endTurn: boolean }
+  | { kind: 'direct'; text: string; spec: ToolSpec; endTurn: boolean }
+  | { kind: 'builtin'; spec: ToolSpec; endTurn: boolean };
+
+interface OfferedTool {
+  server: StartedServer;
+  spec: ToolSpec;
+}
+
+/** A tool as the agent sees it: the server's schema with the scenario's overrides applied. */
+function visibleSpec(offered: ToolSpec | undefined, visible: ImportedScenario['tools'][number]): ToolSpec {
+  const base = offered ?? { name: visible.name, description: '', inputSchema: { type: 'object', properties: {} } };
+  let inputSchema = base.inputSchema;
+  if (visible.arg_descriptions) {
+    const properties = { ...((inputSchema.properties as Record<string, Record<string, unknown>>) ?? {}) };
+    for (const [arg, description] of Object.entries(visible.arg_descriptions))
+      properties[arg] = { ...(properties[arg] ?? {}), description };
+    inputSchema = { ...inputSchema, properties };
+  }
+  return { name: visible.name, description: visible.description ?? base.description, inputSchema };
+}
+
+/** The servers' own tools by name (the first server to offer a name has it; reserved tools left out). */
+async function offeredTools(servers: StartedServer[], timeoutMs: number): Promise<Map<string, OfferedTool>> {
+  const offered = new Map<string, OfferedTool>();
+  for (const server of servers) {
+    const { tools } = await server.client.listTools(undefined, { timeout: timeoutMs });
+    for (const t of tools) {
+      if (t.name.startsWith(RESERVED) || offered.has(t.name)) continue;
+      offered.set(t.name, {
+        server,
+        spec: {
+          name: t.name,
+          description: t.description ?? '',
+          inputSchema: t.inputSchema as Record<string, unknown>,
+        },
+      });
+    }
+  }
+  return offered;
+}
+
+/** The episode's routes by tool name, builtin tools first, then the visible tools in the scenario's order. */
+export async function episodeToolRoutes(
+  scenario: ImportedScenario,
+  servers: StartedServer[],
+  serverNames: string[],
+  timeoutMs: number,
+): Promise<Map<string, ToolRoute>> {
+  const offered = await offeredTools(servers, timeoutMs);
+  const route = new Map<string, ToolRoute>();
+  for (const b of scenario.builtin_tools)
+    route.set(b.name, {
+      kind: 'builtin',
+      spec: { name: b.name, description: b.description, inputSchema: b.input_schema },
+      endTurn: b.is_end_turn,
+    });
+  for (const visible of scenario.tools) {
+    const found = offered.get(visible.name);
+    const spec = visibleSpec(found?.spec, visible);
+    const endTurn = visible.is_end_turn === true;
+    if (visible.direct_response !== undefined) {
+      route.set(visible.name, { kind: 'direct', text: visible.direct_response, spec, endTurn });
+      continue;
+    }
+    if (!found)
+      throw new BadInputError(
+        `scenario ${scenario.name} (${scenario.file}): visible tool '${visible.name}' is not offered by its ` +
+          `servers (${serverNames.join(', ')})`,
+      );
+    route.set(visible.name, { kind: 'server', server: found.server, spec, endTurn });
+  }
+  return route;
+}
