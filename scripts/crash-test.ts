@@ -216,47 +216,38 @@ interface Check {
 
 const sha256 = (data: string | Buffer) => crypto.createHash('sha256').update(data).digest('hex');
 
-async function checks(
-  id: string,
-  end: Awaited<ReturnType<typeof waitForEnd>>,
-  baseline?: Facts,
-): Promise<{ list: Check[]; f: Facts; realUpdates: number; retrained: number }> {
-  const list: Check[] = [];
-  const add = (name: string, pass: boolean, detail: string) => list.push({ name, pass, detail });
-  add(
-    'campaign completed',
-    end.status === 'COMPLETED' && end.result?.stage === 'done' && end.result.step === STEPS,
-    `workflow ${end.status}, stage ${end.result?.stage ?? '-'}, step ${end.result?.step ?? '-'}/${STEPS}`,
-  );
-  add(
-    'no worker died after the restart',
-    end.workerRestarts.length === 0,
-    end.workerRestarts.length ? `restarted during the wait: ${end.workerRestarts.join(', ')}` : 'none',
-  );
+const check = (name: string, pass: boolean, detail: string): Check => ({ name, pass, detail });
+type LearnerFiles = ReturnType<typeof learnerFiles>;
+type RunEnd = Awaited<ReturnType<typeof waitForEnd>>;
 
-  const f = await facts(id);
-  const expected = Array.from({ length: STEPS }, (_, i) => i + 1);
-  add(
-    'campaign_steps: exactly steps 1..N, one row each',
-    JSON.stringify(f.stepRows) === JSON.stringify(expected),
-    `rows for steps [${f.stepRows.join(', ')}]`,
-  );
+function completionChecks(end: RunEnd): Check[] {
+  return [
+    check(
+      'campaign completed',
+      end.status === 'COMPLETED' && end.result?.stage === 'done' && end.result.step === STEPS,
+      `workflow ${end.status}, stage ${end.result?.stage ?? '-'}, step ${end.result?.step ?? '-'}/${STEPS}`,
+    ),
+    check(
+      'no worker died after the restart',
+      end.workerRestarts.length === 0,
+      end.workerRestarts.length ? `restarted during the wait: ${end.workerRestarts.join(', ')}` : 'none',
+    ),
+  ];
+}
 
-  // Learner lineage: checkpoints step-1..N, each manifest names its parent (and the parent's manifest hash),
-  // the final ledger has every step once, applied on its predecessor, on the recorded episodes.
-  const files = learnerFiles(env.TBT_STATE_DIR, id);
-  const dirs = fs.existsSync(files.checkpoints)
+/** Steps of the committed learner checkpoints (step-<n> directories), ascending. */
+function checkpointSteps(files: LearnerFiles): number[] {
+  return fs.existsSync(files.checkpoints)
     ? fs
         .readdirSync(files.checkpoints)
         .filter((d) => /^step-\d+$/.test(d))
         .map((d) => Number(d.slice(5)))
         .sort((a, b) => a - b)
     : [];
-  add(
-    'learner checkpoints: exactly step-1..N',
-    JSON.stringify(dirs) === JSON.stringify(expected),
-    `committed: [${dirs.join(', ')}] in ${files.checkpoints}`,
-  );
+}
+
+/** Each checkpoint's manifest names its parent step and the parent's manifest hash. */
+function lineageCheck(files: LearnerFiles, dirs: number[]): Check {
   const lineageProblems: string[] = [];
   for (const n of dirs) {
     const manifest = JSON.parse(
@@ -274,7 +265,7 @@ async function checks(
           `(${want ?? 'null'})`,
       );
   }
-  add(
+  return check(
     'lineage: every checkpoint applied on its predecessor',
     dirs.length > 0 && lineageProblems.length === 0,
     lineageProblems.join('; ') ||
@@ -283,7 +274,61 @@ async function checks(
         .map((n) => `step-${n} <- step-${n - 1}`)
         .join(', ')}`,
   );
+}
 
+interface TrainerState {
+  last_step: number;
+  trajectories_seen: number;
+  ledger: Record<
+    string,
+    { step_id: number; parent_step?: number; batch_ids_sha256?: string; trajectories: number; skipped: boolean }
+  >;
+}
+
+/** Problems of the last checkpoint's ledger against campaign_steps, and its count of real (non-skipped) updates. */
+function ledgerProblemsOf(state: TrainerState, f: Facts, expected: number[]): { problems: string[]; real: number } {
+  const ledgerProblems: string[] = [];
+  let realUpdates = 0;
+  const ledgerSteps = Object.keys(state.ledger)
+    .map(Number)
+    .sort((a, b) => a - b);
+  if (JSON.stringify(ledgerSteps) !== JSON.stringify(expected))
+    ledgerProblems.push(`ledger steps [${ledgerSteps.join(', ')}]`);
+  let trajectories = 0;
+  for (const n of ledgerSteps) {
+    const e = state.ledger[String(n)]!;
+    trajectories += e.trajectories;
+    if (!e.skipped) realUpdates += 1;
+    if (e.parent_step !== n - 1) ledgerProblems.push(`ledger ${n}: parent_step ${e.parent_step}`);
+    const record = f.steps.get(n);
+    const want = record
+      ? sha256(
+          record.groups
+            .flatMap((g) => g.episodeIds)
+            .sort()
+            .join('\n'),
+        )
+      : undefined;
+    if (e.batch_ids_sha256 !== want)
+      ledgerProblems.push(`ledger ${n}: the learner trained on other episodes than campaign_steps records`);
+    if (record && !record.checkpoint.endsWith(`step-${n}`))
+      ledgerProblems.push(`record ${n}: checkpoint ${record.checkpoint}`);
+  }
+  const recorded = [...f.steps.values()].reduce((a, r) => a + r.groups.reduce((b, g) => b + g.episodeIds.length, 0), 0);
+  if (state.trajectories_seen !== trajectories || trajectories !== recorded)
+    ledgerProblems.push(
+      `trajectories_seen ${state.trajectories_seen}, ledger sum ${trajectories}, recorded episodes ${recorded}`,
+    );
+  return { problems: ledgerProblems, real: realUpdates };
+}
+
+/** The final ledger has every step once, applied on its predecessor, on the recorded episodes. */
+function ledgerCheck(
+  files: LearnerFiles,
+  dirs: number[],
+  f: Facts,
+  expected: number[],
+): { check: Check; realUpdates: number } {
   let realUpdates = 0;
   const last = dirs.at(-1);
   const ledgerProblems: string[] = [];
@@ -291,64 +336,35 @@ async function checks(
   else {
     const state = JSON.parse(
       fs.readFileSync(path.join(files.checkpoints, `step-${last}`, 'trainer_state.json'), 'utf8'),
-    ) as {
-      last_step: number;
-      trajectories_seen: number;
-      ledger: Record<
-        string,
-        { step_id: number; parent_step?: number; batch_ids_sha256?: string; trajectories: number; skipped: boolean }
-      >;
-    };
-    const ledgerSteps = Object.keys(state.ledger)
-      .map(Number)
-      .sort((a, b) => a - b);
-    if (JSON.stringify(ledgerSteps) !== JSON.stringify(expected))
-      ledgerProblems.push(`ledger steps [${ledgerSteps.join(', ')}]`);
-    let trajectories = 0;
-    for (const n of ledgerSteps) {
-      const e = state.ledger[String(n)]!;
-      trajectories += e.trajectories;
-      if (!e.skipped) realUpdates += 1;
-      if (e.parent_step !== n - 1) ledgerProblems.push(`ledger ${n}: parent_step ${e.parent_step}`);
-      const record = f.steps.get(n);
-      const want = record
-        ? sha256(
-            record.groups
-              .flatMap((g) => g.episodeIds)
-              .sort()
-              .join('\n'),
-          )
-        : undefined;
-      if (e.batch_ids_sha256 !== want)
-        ledgerProblems.push(`ledger ${n}: the learner trained on other episodes than campaign_steps records`);
-      if (record && !record.checkpoint.endsWith(`step-${n}`))
-        ledgerProblems.push(`record ${n}: checkpoint ${record.checkpoint}`);
-    }
-    const recorded = [...f.steps.values()].reduce(
-      (a, r) => a + r.groups.reduce((b, g) => b + g.episodeIds.length, 0),
-      0,
-    );
-    if (state.trajectories_seen !== trajectories || trajectories !== recorded)
-      ledgerProblems.push(
-        `trajectories_seen ${state.trajectories_seen}, ledger sum ${trajectories}, recorded episodes ${recorded}`,
-      );
+    ) as TrainerState;
+    const ledger = ledgerProblemsOf(state, f, expected);
+    ledgerProblems.push(...ledger.problems);
+    realUpdates = ledger.real;
   }
-  add(
-    'ledger: one update per step, on the recorded episodes, none twice',
-    ledgerProblems.length === 0,
-    ledgerProblems.join('; ') ||
-      `ledger steps 1..${STEPS}, batch hashes match campaign_steps, ${realUpdates} real (non-skipped) update(s)`,
-  );
-  // Steps trained again from the previous checkpoint after a kill before the commit (expected, not applied twice).
+  return {
+    check: check(
+      'ledger: one update per step, on the recorded episodes, none twice',
+      ledgerProblems.length === 0,
+      ledgerProblems.join('; ') ||
+        `ledger steps 1..${STEPS}, batch hashes match campaign_steps, ${realUpdates} real (non-skipped) update(s)`,
+    ),
+    realUpdates,
+  };
+}
+
+/** Steps trained again from the previous checkpoint after a kill before the commit (expected, not applied twice). */
+function retrainedSteps(files: LearnerFiles): number {
   const learnerLog = fs.existsSync(files.log) ? fs.readFileSync(files.log, 'utf8') : '';
   const trainedLines = [...learnerLog.matchAll(/step (\d+) done:/g)].map((m) => Number(m[1]));
-  const retrained = trainedLines.length - new Set(trainedLines).size;
+  return trainedLines.length - new Set(trainedLines).size;
+}
 
-  // Episodes: per-step keys, uniqueness, every recorded one stored once and graded, nothing extra counted.
+/** Episodes: per-step keys, uniqueness, every recorded one stored once and graded, nothing extra counted. */
+async function episodeChecks(id: string, f: Facts): Promise<Check[]> {
   const all = [...f.steps.values()].flatMap((r) => r.groups.flatMap((g) => g.episodeIds));
   const dupes = all.filter((e, i) => all.indexOf(e) !== i);
   const sizes = [...f.steps.values()].map((r) => r.groups.reduce((a, g) => a + g.episodeIds.length, 0));
-  add(
+  const batches = check(
     'no episode id in two groups/steps; full batches',
     dupes.length === 0 && sizes.every((s) => s === PER_STEP),
     dupes.length
@@ -367,7 +383,7 @@ async function checks(
   const recordedSet = new Set(all);
   const extra = rows.filter((r) => !recordedSet.has(r.id));
   const leaked = [...f.steps.values()].reduce((a, r) => a + r.leakedInfraEpisodes, 0);
-  add(
+  const stored = check(
     'episode rows: each trained episode stored once, graded, none extra',
     missing.length === 0 && badStatus.length === 0 && extra.length === 0 && leaked === 0,
     [
@@ -379,22 +395,58 @@ async function checks(
       .filter(Boolean)
       .join('; ') || `${rows.length} train rows = ${all.length} recorded episodes, all graded, 0 leaked`,
   );
+  return [batches, stored];
+}
 
-  if (baseline) {
-    const diffs: string[] = [];
-    for (const n of expected) {
-      const a = baseline.keys.get(n) ?? [];
-      const b = f.keys.get(n) ?? [];
-      if (JSON.stringify(a) !== JSON.stringify(b))
-        diffs.push(`step ${n}: baseline [${a.join(' ')}] vs [${b.join(' ')}]`);
-    }
-    add(
-      'training episode keys per step = baseline',
-      diffs.length === 0,
-      diffs.join('; ') || `${expected.map((n) => `step ${n}: ${(f.keys.get(n) ?? []).join(' ')}`).join(' | ')}`,
-    );
+function baselineKeysCheck(f: Facts, baseline: Facts, expected: number[]): Check {
+  const diffs: string[] = [];
+  for (const n of expected) {
+    const a = baseline.keys.get(n) ?? [];
+    const b = f.keys.get(n) ?? [];
+    if (JSON.stringify(a) !== JSON.stringify(b)) diffs.push(`step ${n}: baseline [${a.join(' ')}] vs [${b.join(' ')}]`);
   }
-  return { list, f, realUpdates, retrained };
+  return check(
+    'training episode keys per step = baseline',
+    diffs.length === 0,
+    diffs.join('; ') || `${expected.map((n) => `step ${n}: ${(f.keys.get(n) ?? []).join(' ')}`).join(' | ')}`,
+  );
+}
+
+async function checks(
+  id: string,
+  end: RunEnd,
+  baseline?: Facts,
+): Promise<{ list: Check[]; f: Facts; realUpdates: number; retrained: number }> {
+  const list: Check[] = completionChecks(end);
+  const f = await facts(id);
+  const expected = Array.from({ length: STEPS }, (_, i) => i + 1);
+  list.push(
+    check(
+      'campaign_steps: exactly steps 1..N, one row each',
+      JSON.stringify(f.stepRows) === JSON.stringify(expected),
+      `rows for steps [${f.stepRows.join(', ')}]`,
+    ),
+  );
+
+  // Learner lineage: checkpoints step-1..N, each manifest names its parent (and the parent's manifest hash),
+  // the final ledger has every step once, applied on its predecessor, on the recorded episodes.
+  const files = learnerFiles(env.TBT_STATE_DIR, id);
+  const dirs = checkpointSteps(files);
+  list.push(
+    check(
+      'learner checkpoints: exactly step-1..N',
+      JSON.stringify(dirs) === JSON.stringify(expected),
+      `committed: [${dirs.join(', ')}] in ${files.checkpoints}`,
+    ),
+  );
+  list.push(lineageCheck(files, dirs));
+  const ledger = ledgerCheck(files, dirs, f, expected);
+  list.push(ledger.check);
+  const retrained = retrainedSteps(files);
+
+  list.push(...(await episodeChecks(id, f)));
+  if (baseline) list.push(baselineKeysCheck(f, baseline, expected));
+  return { list, f, realUpdates: ledger.realUpdates, retrained };
 }
 
 /**

@@ -389,13 +389,17 @@ function costReport(
   };
 }
 
-function aggregateCommand(args: string[], io: CommandIo): number {
-  const config = parseAggregateArgs(args);
-  if (config === 'help') {
-    io.out(USAGE);
-    return 0;
-  }
-  const prices = config.pricesFile ? loadPrices(config.pricesFile) : null;
+type AggregateCost = CostReport & { domains: Record<string, CostReport> };
+
+interface AggregateInputs {
+  expected: string[] | null;
+  tasksInput: { path: string; sha256: string } | null;
+  rows: ResultRow[];
+  inputs: { path: string; sha256: string; rows: number }[];
+}
+
+/** Reads the task list and every result file, with the hashes the aggregate file records. */
+function readAggregateInputs(config: AggregateConfig, withTokens: boolean): AggregateInputs {
   let expected: string[] | null = null;
   let tasksInput: { path: string; sha256: string } | null = null;
   if (config.tasksFile) ({ uids: expected, input: tasksInput } = readUidListInput(config.tasksFile));
@@ -403,13 +407,17 @@ function aggregateCommand(args: string[], io: CommandIo): number {
   const inputs: { path: string; sha256: string; rows: number }[] = [];
   for (const file of config.resultFiles) {
     const bytes = readInputFile(file);
-    const fileRows = readResultRows(file, bytes.toString('utf8'), config, prices !== null);
+    const fileRows = readResultRows(file, bytes.toString('utf8'), config, withTokens);
     rows.push(...fileRows);
     inputs.push({ path: file, sha256: sha256(bytes), rows: fileRows.length });
   }
   if (rows.length === 0) throw new InputError(`${config.resultFiles.join(', ')}: no result rows`);
+  return { expected, tasksInput, rows, inputs };
+}
 
-  const problems = coverageProblems(rows, config.repeats, expected);
+/** The coverage gate: throws, listing the first 50 problems, unless every key is present exactly once. */
+function requireCoverage(rows: readonly ResultRow[], repeats: number, expected: string[] | null): void {
+  const problems = coverageProblems(rows, repeats, expected);
   if (problems.length > 0) {
     const shown = problems.slice(0, 50);
     throw new InputError(
@@ -421,7 +429,10 @@ function aggregateCommand(args: string[], io: CommandIo): number {
       ].join('\n'),
     );
   }
+}
 
+/** One outcome per uid (attempts and successes), sorted by uid. */
+function taskOutcomes(rows: readonly ResultRow[]): TaskOutcome[] {
   const byUid = new Map<string, TaskOutcome>();
   for (const r of rows) {
     let t = byUid.get(r.uid);
@@ -429,33 +440,57 @@ function aggregateCommand(args: string[], io: CommandIo): number {
     t.n += 1;
     if (r.success) t.c += 1;
   }
-  const outcomes = [...byUid.values()].sort((a, b) => compareStrings(a.uid, b.uid));
+  return [...byUid.values()].sort((a, b) => compareStrings(a.uid, b.uid));
+}
+
+/** Campaign cost overall and per domain, and the serving cost of each task. */
+function aggregateCost(
+  rows: readonly ResultRow[],
+  outcomes: readonly TaskOutcome[],
+  domains: readonly string[],
+  repeats: number,
+  prices: PriceTable,
+): { cost: AggregateCost; taskCost: Map<string, number> } {
+  const domainCosts: Record<string, CostReport> = {};
+  for (const domain of domains) {
+    domainCosts[domain] = costReport(
+      rows.filter((r) => r.domain === domain),
+      outcomes.filter((t) => t.domain === domain),
+      repeats,
+      prices,
+    );
+  }
+  const cost = { ...costReport(rows, outcomes, repeats, prices), domains: domainCosts };
+  const usageByUid = new Map<string, RoleUsage[]>();
+  for (const r of rows) {
+    let list = usageByUid.get(r.uid);
+    if (!list) usageByUid.set(r.uid, (list = []));
+    list.push(r.tokens ?? {});
+  }
+  const taskCost = new Map<string, number>();
+  for (const t of outcomes) taskCost.set(t.uid, campaignCost(usageByUid.get(t.uid) ?? [], prices).total);
+  return { cost, taskCost };
+}
+
+function aggregateCommand(args: string[], io: CommandIo): number {
+  const config = parseAggregateArgs(args);
+  if (config === 'help') {
+    io.out(USAGE);
+    return 0;
+  }
+  const prices = config.pricesFile ? loadPrices(config.pricesFile) : null;
+  const { expected, tasksInput, rows, inputs } = readAggregateInputs(config, prices !== null);
+  requireCoverage(rows, config.repeats, expected);
+
+  const outcomes = taskOutcomes(rows);
   const ks = reportedKs(config.repeats);
   const options = { ks, seed: config.seed };
   const overall = summarize(outcomes, options);
   const domains = summarizeByDomain(outcomes, options);
 
-  let cost: (CostReport & { domains: Record<string, CostReport> }) | null = null;
-  const taskCost = new Map<string, number>();
-  if (prices) {
-    const domainCosts: Record<string, CostReport> = {};
-    for (const domain of Object.keys(domains)) {
-      domainCosts[domain] = costReport(
-        rows.filter((r) => r.domain === domain),
-        outcomes.filter((t) => t.domain === domain),
-        config.repeats,
-        prices,
-      );
-    }
-    cost = { ...costReport(rows, outcomes, config.repeats, prices), domains: domainCosts };
-    const usageByUid = new Map<string, RoleUsage[]>();
-    for (const r of rows) {
-      let list = usageByUid.get(r.uid);
-      if (!list) usageByUid.set(r.uid, (list = []));
-      list.push(r.tokens ?? {});
-    }
-    for (const t of outcomes) taskCost.set(t.uid, campaignCost(usageByUid.get(t.uid) ?? [], prices).total);
-  }
+  let cost: AggregateCost | null = null;
+  let taskCost = new Map<string, number>();
+  if (prices) ({ cost, taskCost } = aggregateCost(rows, outcomes, Object.keys(domains), config.repeats, prices));
   const tasks: TaskResult[] = outcomes.map((t) => ({
     ...t,
     pass_at_k: Object.fromEntries(ks.map((k) => [String(k), passAtK(t.n, t.c, k)])),

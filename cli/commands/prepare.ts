@@ -18,6 +18,8 @@ import {
   type AssessedRow,
   type BandName,
   type ProbeOutcome,
+  type SelectionResult,
+  type UidCounts,
 } from '../../core/difficulty.ts';
 import {
   commandErrorExit,
@@ -181,7 +183,15 @@ export async function prepare(args: string[], io: CommandIo = consoleIo): Promis
   }
 }
 
-function runPrepare(config: PrepareConfig, io: CommandIo): void {
+interface PrepareInputs {
+  exclusions: string[];
+  outcomes: ProbeOutcome[];
+  policyInputs: { path: string; sha256: string; rows: number }[];
+  exclusionInput: { path: string; sha256: string } | null;
+}
+
+/** Reads the exclusion list and every probe file, with the hashes the manifest records. */
+function readPrepareInputs(config: PrepareConfig): PrepareInputs {
   let exclusions: string[] = [];
   let exclusionInput: { path: string; sha256: string } | null = null;
   if (config.excludeUidsFile) ({ uids: exclusions, input: exclusionInput } = readUidListInput(config.excludeUidsFile));
@@ -195,8 +205,11 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
     policyInputs.push({ path: file, sha256: sha256(bytes), rows: fileOutcomes.length });
   }
   if (outcomes.length === 0) throw new InputError(`${config.policyFiles.join(', ')}: no probe rows`);
+  return { exclusions, outcomes, policyInputs, exclusionInput };
+}
 
-  const counts = aggregateOutcomes(outcomes);
+/** Selects the tasks; an empty assessment or an empty selection is an input error that says why. */
+function selectOrFail(counts: UidCounts[], exclusions: string[], config: PrepareConfig): SelectionResult {
   const selection = selectTasks(counts, {
     exclusions,
     minCleanRuns: config.minCleanRuns,
@@ -217,9 +230,18 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
         `${config.minCleanRuns}, retained bands ${config.retainedBands.join(', ')})`,
     );
   }
+  return selection;
+}
 
+type Split = { train: string[]; test: string[] };
+
+/** The output files by name (without the manifest), and the train/test split in split mode. */
+function prepareOutputs(
+  selection: SelectionResult,
+  config: PrepareConfig,
+): { outputs: Record<string, string>; split: Split | null } {
   const outputs: Record<string, string> = {};
-  let split: { train: string[]; test: string[] } | null = null;
+  let split: Split | null = null;
   if (config.mode === 'split') {
     split = stratifiedSplit(
       selection.rows.filter((r) => r.eligible),
@@ -237,11 +259,21 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
     outputs['selected.yaml'] = uidListYaml(selection.selected);
   }
   outputs['aggregates.jsonl'] = selection.rows.map((r) => `${aggregateLine(r)}\n`).join('');
+  return { outputs, split };
+}
 
-  const difficultyCounts = Object.fromEntries(
-    BAND_NAMES.map((b) => [b, selection.rows.filter((r) => r.difficulty === b).length]),
-  );
-  const manifest = {
+interface PrepareResult {
+  inputs: PrepareInputs;
+  counts: UidCounts[];
+  selection: SelectionResult;
+  split: Split | null;
+  outputs: Record<string, string>;
+  difficultyCounts: Record<string, number>;
+}
+
+function prepareManifest(config: PrepareConfig, r: PrepareResult): Record<string, unknown> {
+  const { selection, split } = r;
+  return {
     schema_version: SCHEMA_VERSION,
     tool: 'tbt prepare',
     mode: config.mode,
@@ -258,8 +290,8 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
       seed: config.mode === 'split' ? config.seed : null,
     },
     summary: {
-      input_rows: outcomes.length,
-      uids_seen: counts.length,
+      input_rows: r.inputs.outcomes.length,
+      uids_seen: r.counts.length,
       excluded_uids_present: selection.excludedPresent.length,
       system_error_only_uids: selection.systemErrorOnly.length,
       assessed_uids: selection.rows.length,
@@ -267,15 +299,42 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
       train_uids: split ? split.train.length : null,
       test_uids: split ? split.test.length : null,
       rejections: selection.rejections,
-      difficulty_counts: difficultyCounts,
+      difficulty_counts: r.difficultyCounts,
     },
-    inputs: { policy: policyInputs, exclude_uids: exclusionInput },
+    inputs: { policy: r.inputs.policyInputs, exclude_uids: r.inputs.exclusionInput },
     outputs: Object.fromEntries(
-      Object.keys(outputs)
+      Object.keys(r.outputs)
         .sort()
-        .map((name) => [name, { sha256: sha256(outputs[name]!) }]),
+        .map((name) => [name, { sha256: sha256(r.outputs[name]!) }]),
     ),
   };
+}
+
+function prepareSummary(config: PrepareConfig, r: PrepareResult): string {
+  const { selection, split } = r;
+  const bandLine = BAND_NAMES.map((b) => `${b} ${r.difficultyCounts[b]}`).join(', ');
+  return [
+    `read ${r.inputs.outcomes.length} probe rows for ${r.counts.length} uids ` +
+      `(${selection.excludedPresent.length} excluded, ` +
+      `${selection.systemErrorOnly.length} with only system errors)`,
+    `assessed ${selection.rows.length}: ${bandLine}`,
+    split
+      ? `selected ${selection.selected.length}: train ${split.train.length}, test ${split.test.length}`
+      : `selected ${selection.selected.length}`,
+    `wrote ${[...Object.keys(r.outputs), 'manifest.json'].join(', ')} to ${config.outputDir}`,
+  ].join('\n');
+}
+
+function runPrepare(config: PrepareConfig, io: CommandIo): void {
+  const inputs = readPrepareInputs(config);
+  const counts = aggregateOutcomes(inputs.outcomes);
+  const selection = selectOrFail(counts, inputs.exclusions, config);
+  const { outputs, split } = prepareOutputs(selection, config);
+  const difficultyCounts = Object.fromEntries(
+    BAND_NAMES.map((b) => [b, selection.rows.filter((r) => r.difficulty === b).length]),
+  );
+  const result: PrepareResult = { inputs, counts, selection, split, outputs, difficultyCounts };
+  const manifest = prepareManifest(config, result);
 
   fs.mkdirSync(config.outputDir, { recursive: true });
   for (const [name, content] of Object.entries(outputs)) writeFileAtomic(path.join(config.outputDir, name), content);
@@ -283,17 +342,5 @@ function runPrepare(config: PrepareConfig, io: CommandIo): void {
     path.join(config.outputDir, 'manifest.json'),
     `${JSON.stringify(JSON.parse(canonicalJson(manifest)), null, 2)}\n`,
   );
-
-  const bandLine = BAND_NAMES.map((b) => `${b} ${difficultyCounts[b]}`).join(', ');
-  io.out(
-    [
-      `read ${outcomes.length} probe rows for ${counts.length} uids (${selection.excludedPresent.length} excluded, ` +
-        `${selection.systemErrorOnly.length} with only system errors)`,
-      `assessed ${selection.rows.length}: ${bandLine}`,
-      split
-        ? `selected ${selection.selected.length}: train ${split.train.length}, test ${split.test.length}`
-        : `selected ${selection.selected.length}`,
-      `wrote ${[...Object.keys(outputs), 'manifest.json'].join(', ')} to ${config.outputDir}`,
-    ].join('\n'),
-  );
+  io.out(prepareSummary(config, result));
 }

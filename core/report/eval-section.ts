@@ -5,6 +5,7 @@ import {
   evaluations,
   finalEvaluation,
   type EvalInput,
+  type Figure,
   type Headline,
   type ReportInput,
   type SectionPart,
@@ -258,34 +259,40 @@ function headline(input: ReportInput, paired: Comparison | null): Headline[] {
   ];
 }
 
-export function evalSection(input: ReportInput): SectionPart {
-  const evals = evaluations(input);
-  const colorOf = (e: EvalInput, i: number) => COLORS[e.label] ?? PALETTE[(i + 2) % PALETTE.length]!;
+/** How the plots of the section draw each evaluation: its colour, the categories and its summary of each. */
+interface EvalPlot {
+  evals: EvalInput[];
+  categories: string[];
+  colorOf: (e: EvalInput, i: number) => string;
+  summaryOf: (e: EvalInput, c: string) => Summary | null;
+}
+
+function evalPlot(evals: EvalInput[]): EvalPlot {
   const domains = [...new Set(evals.flatMap((e) => Object.keys(e.aggregate.domains)))].sort(compareStrings);
-  const categories = [...domains, ALL];
-  const summaryOf = (e: EvalInput, c: string) => (c === ALL ? e.aggregate.overall : (e.aggregate.domains[c] ?? null));
-  const kText = [...new Set(evals.map((e) => e.aggregate.repeats))].join(' / ');
+  return {
+    evals,
+    categories: [...domains, ALL],
+    colorOf: (e, i) => COLORS[e.label] ?? PALETTE[(i + 2) % PALETTE.length]!,
+    summaryOf: (e, c) => (c === ALL ? e.aggregate.overall : (e.aggregate.domains[c] ?? null)),
+  };
+}
 
-  let paired: Comparison | null = null;
-  const notes: string[] = [
-    `pass^k is the unbiased C(c,k)/C(n,k) (all k attempts drawn from the n succeed), not the biased (c/n)^k that the ` +
-      `reference's aggregator reports under that name; observed k/k counts the tasks that passed every one of their ` +
-      `k attempts.`,
-    'Wilson intervals for pass@1 treat attempts as independent, so they are narrower than the truth when tasks ' +
-      'differ; the paired bootstrap resamples tasks.',
-  ];
-  if (input.before && input.after) {
-    try {
-      paired = pairedComparison(input.before.aggregate.tasks, input.after.aggregate.tasks, {
-        resamples: PAIRED_RESAMPLES,
-        seed: PAIRED_SEED,
-      });
-    } catch (err) {
-      if (!(err instanceof RangeError)) throw err;
-      notes.push(`No paired comparison: ${err.message}.`);
-    }
+/** The paired bootstrap of before against after; null (with a note) when the two cannot be paired. */
+function pairedOrNote(input: ReportInput, notes: string[]): Comparison | null {
+  if (!(input.before && input.after)) return null;
+  try {
+    return pairedComparison(input.before.aggregate.tasks, input.after.aggregate.tasks, {
+      resamples: PAIRED_RESAMPLES,
+      seed: PAIRED_SEED,
+    });
+  } catch (err) {
+    if (!(err instanceof RangeError)) throw err;
+    notes.push(`No paired comparison: ${err.message}.`);
+    return null;
   }
+}
 
+function pass1Figure({ evals, categories, colorOf, summaryOf }: EvalPlot): Figure {
   const pass1 = barChart({
     title: 'pass@1 by domain',
     categories,
@@ -300,6 +307,17 @@ export function evalSection(input: ReportInput): SectionPart {
     valueFormat: (v) => `${(100 * v).toFixed(1)}%`,
     yDomain: [0, 1],
   });
+  return {
+    id: 'eval-pass1',
+    caption:
+      `pass@1 (mean success over attempts) per domain and overall for ` +
+      `${evals.map((e) => e.label).join(' and ')}; whiskers: Wilson 95% over attempts.`,
+    svg: pass1,
+  };
+}
+
+function allPassFigure({ evals, categories, colorOf, summaryOf }: EvalPlot): Figure {
+  const kText = [...new Set(evals.map((e) => e.aggregate.repeats))].join(' / ');
   const allPassChart = barChart({
     title: `Observed k/k by domain (k = ${kText})`,
     categories,
@@ -314,82 +332,102 @@ export function evalSection(input: ReportInput): SectionPart {
     valueFormat: (v) => `${(100 * v).toFixed(1)}%`,
     yDomain: [0, 1],
   });
+  return {
+    id: 'eval-all-pass',
+    caption:
+      'Share of tasks that passed every one of their k attempts (observed k/k) per domain; whiskers: Wilson 95% ' +
+      'over tasks.',
+    svg: allPassChart,
+  };
+}
 
-  const figures: SectionPart['section']['figures'] = [
-    {
-      id: 'eval-pass1',
-      caption:
-        `pass@1 (mean success over attempts) per domain and overall for ` +
-        `${evals.map((e) => e.label).join(' and ')}; whiskers: Wilson 95% over attempts.`,
-      svg: pass1,
-    },
-    {
-      id: 'eval-all-pass',
-      caption:
-        'Share of tasks that passed every one of their k attempts (observed k/k) per domain; whiskers: Wilson 95% ' +
-        'over tasks.',
-      svg: allPassChart,
-    },
-  ];
-
+/** pass@1 against serving cost per attempt, for the evaluations that have a cost; null when none has. */
+function costFigure({ evals, colorOf }: EvalPlot): Figure | null {
   const withCost = evals.map((e, i) => ({ e, i })).filter(({ e }) => e.aggregate.cost !== null);
-  if (withCost.length > 0) {
-    const series: ScatterSeries[] = withCost.map(({ e, i }) => ({
-      name: e.label,
-      color: colorOf(e, i),
-      points: rowsOf(e).map((r) => ({
-        x: r.costPerAttempt!,
-        y: r.summary.pass_at_1.estimate,
-        key: r.name,
-        label: r.name === ALL ? `${e.label} (all)` : r.name,
-        emphasis: r.name === ALL,
-      })),
-    }));
-    figures.push({
-      id: 'eval-cost',
-      caption:
-        `pass@1 against serving cost per attempt (campaign cost / attempts): one small point per domain, a ` +
-        `large one per evaluation overall${withCost.length > 1 ? '; dotted lines join the same domain' : ''}.`,
-      svg: scatterChart({
-        title: 'pass@1 against cost per attempt',
-        series,
-        xLabel: 'serving cost per attempt (USD)',
-        yLabel: 'pass@1',
-        xFormat: formats.dollars,
-        yFormat: formats.percent,
-        yDomain: [0, 1],
-      }),
-    });
-  }
-  const missingCost = evals.filter((e) => e.aggregate.cost === null).map((e) => e.label);
-  if (missingCost.length)
-    notes.push(
-      `No cost in ${missingCost.join(', ')} (run 'tbt eval aggregate' with --prices to get it), so ` +
-        `${missingCost.length === evals.length ? 'there is no cost plot' : 'it is left out of the cost plot'}.`,
-    );
+  if (withCost.length === 0) return null;
+  const series: ScatterSeries[] = withCost.map(({ e, i }) => ({
+    name: e.label,
+    color: colorOf(e, i),
+    points: rowsOf(e).map((r) => ({
+      x: r.costPerAttempt!,
+      y: r.summary.pass_at_1.estimate,
+      key: r.name,
+      label: r.name === ALL ? `${e.label} (all)` : r.name,
+      emphasis: r.name === ALL,
+    })),
+  }));
+  return {
+    id: 'eval-cost',
+    caption:
+      `pass@1 against serving cost per attempt (campaign cost / attempts): one small point per domain, a ` +
+      `large one per evaluation overall${withCost.length > 1 ? '; dotted lines join the same domain' : ''}.`,
+    svg: scatterChart({
+      title: 'pass@1 against cost per attempt',
+      series,
+      xLabel: 'serving cost per attempt (USD)',
+      yLabel: 'pass@1',
+      xFormat: formats.dollars,
+      yFormat: formats.percent,
+      yDomain: [0, 1],
+    }),
+  };
+}
 
+function missingCostNote(evals: EvalInput[]): string | null {
+  const missingCost = evals.filter((e) => e.aggregate.cost === null).map((e) => e.label);
+  if (!missingCost.length) return null;
+  return (
+    `No cost in ${missingCost.join(', ')} (run 'tbt eval aggregate' with --prices to get it), so ` +
+    `${missingCost.length === evals.length ? 'there is no cost plot' : 'it is left out of the cost plot'}.`
+  );
+}
+
+function evalTables(input: ReportInput, evals: EvalInput[], paired: Comparison | null): Table[] {
   const tables: Table[] = [];
   if (input.before && input.after) {
     tables.push(comparisonTable(input.before, input.after, paired));
     if (paired) tables.push(pairedDomainTable(input.before, input.after, paired));
   }
   tables.push(...evals.map(evalTable));
+  return tables;
+}
 
+function evalCaption(input: ReportInput, evals: EvalInput[]): string {
   const final = finalEvaluation(input)!;
+  return input.before && input.after
+    ? `${input.before.label} against ${input.after.label} on ${count(final.aggregate.overall.tasks)} tasks: ` +
+        `pass@1, unbiased pass@k and pass^k, observed k/k, per domain, with intervals.`
+    : `${evals.map((e) => e.label).join(', ')} on ${count(final.aggregate.overall.tasks)} tasks × ` +
+        `${final.aggregate.repeats} attempts: pass@1, unbiased pass@k and pass^k, observed k/k, per domain, with ` +
+        `intervals.`;
+}
+
+export function evalSection(input: ReportInput): SectionPart {
+  const evals = evaluations(input);
+  const notes: string[] = [
+    `pass^k is the unbiased C(c,k)/C(n,k) (all k attempts drawn from the n succeed), not the biased (c/n)^k that the ` +
+      `reference's aggregator reports under that name; observed k/k counts the tasks that passed every one of their ` +
+      `k attempts.`,
+    'Wilson intervals for pass@1 treat attempts as independent, so they are narrower than the truth when tasks ' +
+      'differ; the paired bootstrap resamples tasks.',
+  ];
+  const paired = pairedOrNote(input, notes);
+
+  const plot = evalPlot(evals);
+  const figures: Figure[] = [pass1Figure(plot), allPassFigure(plot)];
+  const cost = costFigure(plot);
+  if (cost) figures.push(cost);
+  const missing = missingCostNote(evals);
+  if (missing) notes.push(missing);
+
   return {
     headline: headline(input, paired),
     section: {
       id: 'evaluation',
       title: 'Evaluation',
-      caption:
-        input.before && input.after
-          ? `${input.before.label} against ${input.after.label} on ${count(final.aggregate.overall.tasks)} tasks: ` +
-            `pass@1, unbiased pass@k and pass^k, observed k/k, per domain, with intervals.`
-          : `${evals.map((e) => e.label).join(', ')} on ${count(final.aggregate.overall.tasks)} tasks × ` +
-            `${final.aggregate.repeats} attempts: pass@1, unbiased pass@k and pass^k, observed k/k, per domain, with ` +
-            `intervals.`,
+      caption: evalCaption(input, evals),
       figures,
-      tables,
+      tables: evalTables(input, evals, paired),
       notes,
     },
   };

@@ -1,5 +1,5 @@
 import { count, decimal, duration, percent, reward } from './format.ts';
-import type { SectionPart, StepsInput } from './report-model.ts';
+import type { Figure, Headline, SectionPart, StepsInput, Table, TrainingStep } from './report-model.ts';
 import { formats, lineChart, type LineSeries } from './svg-charts.ts';
 
 /** Training progress per step: reward, the share of groups that carry a signal, and the loss. */
@@ -27,137 +27,181 @@ export const LEARNING_BENCHMARK_NOTE =
   '`npm run bench:learning`: pass@1 on held-out tasks before and after training, with a paired bootstrap ' +
   'interval (docs/learning-benchmark.md).';
 
-export function trainingSection(input: StepsInput): SectionPart {
-  const steps = input.steps;
-  const first = steps[0]!;
-  const last = steps[steps.length - 1]!;
+/** What the section reports of the steps: the trailing mean, totals, and the steps that made no update. */
+interface TrainingStats {
+  steps: readonly TrainingStep[];
+  first: TrainingStep;
+  last: TrainingStep;
+  n: number;
+  window: number;
+  smoothed: number[];
+  /** Whether the run is long enough (two windows) to draw and quote the trailing mean. */
+  smooth: boolean;
+  groups: number;
+  refilled: number;
+  replaced: number;
+  wall: number;
+  meanInformative: number;
+  idle: number[];
+  gradNorms: number[];
+}
+
+function trainingStats(steps: readonly TrainingStep[]): TrainingStats {
   const n = steps.length;
   const window = smoothingWindow(n);
   const smoothed = rollingMean(
     steps.map((s) => s.mean_reward),
     window,
   );
-  const smooth = n >= 2 * window;
+  const sum = (f: (s: TrainingStep) => number) => steps.reduce((acc, s) => acc + f(s), 0);
+  return {
+    steps,
+    first: steps[0]!,
+    last: steps[steps.length - 1]!,
+    n,
+    window,
+    smoothed,
+    smooth: n >= 2 * window,
+    groups: sum((s) => s.groups),
+    refilled: sum((s) => s.infra_errors_refilled),
+    replaced: sum((s) => s.zero_variance_replaced),
+    wall: sum((s) => s.wall_s),
+    meanInformative: sum((s) => s.informative_group_fraction) / n,
+    // A step whose groups all had zero variance makes no update (the learner skips it); its reward is still what
+    // the rollouts got, so the curve keeps it, but it must not read as a measured update.
+    idle: steps.filter((s) => s.informative_group_fraction === 0).map((s) => s.step),
+    gradNorms: steps.filter((s) => s.informative_group_fraction > 0).map((s) => s.grad_norm),
+  };
+}
+
+function trainingHeadline(t: TrainingStats): Headline[] {
+  const { first, last, n, window, smooth } = t;
+  const rewardRange =
+    t.steps.length > 1
+      ? `step ${first.step}: ${reward(first.mean_reward)} → step ${last.step}: ${reward(last.mean_reward)}`
+      : `step ${last.step}`;
+  return [
+    {
+      label: 'Training reward',
+      value: reward(smooth ? t.smoothed[n - 1]! : last.mean_reward),
+      detail: `${smooth ? `mean of the last ${window} steps; ` : ''}${rewardRange} (${count(n)} steps)`,
+    },
+    {
+      label: 'Informative groups',
+      value: percent(t.meanInformative),
+      detail:
+        `of the groups drawn, mean over steps; ${count(t.replaced)} zero-variance groups replaced, ` +
+        `${count(t.refilled)} infrastructure errors refilled`,
+    },
+  ];
+}
+
+function rewardFigure(t: TrainingStats): Figure {
+  const { steps, window, smooth, idle } = t;
   const rewardSeries: LineSeries[] = [
     { name: 'mean reward', points: steps.map((s) => ({ x: s.step, y: s.mean_reward })) },
   ];
   if (smooth) {
     rewardSeries.push({
       name: `trailing mean of ${window} steps`,
-      points: steps.map((s, i) => ({ x: s.step, y: smoothed[i]! })),
+      points: steps.map((s, i) => ({ x: s.step, y: t.smoothed[i]! })),
       markers: false,
       dashed: true,
       color: '#d97706',
     });
   }
-  const sum = (f: (s: (typeof steps)[number]) => number) => steps.reduce((acc, s) => acc + f(s), 0);
-  const groups = sum((s) => s.groups);
-  const refilled = sum((s) => s.infra_errors_refilled);
-  const replaced = sum((s) => s.zero_variance_replaced);
-  const wall = sum((s) => s.wall_s);
-  const meanInformative = sum((s) => s.informative_group_fraction) / n;
-  // A step whose groups all had zero variance makes no update (the learner skips it); its reward is still what
-  // the rollouts got, so the curve keeps it, but it must not read as a measured update.
-  const idle = steps.filter((s) => s.informative_group_fraction === 0).map((s) => s.step);
-  const gradNorms = steps.filter((s) => s.informative_group_fraction > 0).map((s) => s.grad_norm);
   const idleNote = idle.length
     ? ` ${idle.length === 1 ? 'Step' : 'Steps'} ${idle.join(', ')} made no update: every group's rollouts got ` +
       'the same reward.'
     : '';
-  const rewardRange =
-    steps.length > 1
-      ? `step ${first.step}: ${reward(first.mean_reward)} → step ${last.step}: ${reward(last.mean_reward)}`
-      : `step ${last.step}`;
-
   return {
-    headline: [
-      {
-        label: 'Training reward',
-        value: reward(smooth ? smoothed[n - 1]! : last.mean_reward),
-        detail: `${smooth ? `mean of the last ${window} steps; ` : ''}${rewardRange} (${count(n)} steps)`,
-      },
-      {
-        label: 'Informative groups',
-        value: percent(meanInformative),
-        detail:
-          `of the groups drawn, mean over steps; ${count(replaced)} zero-variance groups replaced, ` +
-          `${count(refilled)} infrastructure errors refilled`,
-      },
+    id: 'training-reward',
+    caption:
+      `Mean reward of the rollouts in each ` +
+      `step${smooth ? `, with a trailing mean over ${window} steps` : ''}.${idleNote}`,
+    svg: lineChart({
+      title: 'Mean reward per step',
+      series: rewardSeries,
+      xLabel: 'step',
+      yLabel: 'mean reward',
+      xFormat: formats.integer,
+    }),
+  };
+}
+
+function informativeFigure(steps: readonly TrainingStep[]): Figure {
+  return {
+    id: 'training-informative',
+    caption: 'Fraction of groups whose rollouts did not all get the same reward (the groups that carry a GRPO signal).',
+    svg: lineChart({
+      title: 'Informative-group fraction per step',
+      series: [
+        {
+          name: 'informative groups',
+          points: steps.map((s) => ({ x: s.step, y: s.informative_group_fraction })),
+          color: '#0d9488',
+        },
+      ],
+      xLabel: 'step',
+      yLabel: 'fraction of groups',
+      xFormat: formats.integer,
+      yFormat: formats.percent,
+      yDomain: [0, 1],
+    }),
+  };
+}
+
+function lossFigure(steps: readonly TrainingStep[]): Figure {
+  return {
+    id: 'training-loss',
+    caption: 'Policy loss of each update step.',
+    svg: lineChart({
+      title: 'Loss per step',
+      series: [{ name: 'loss', points: steps.map((s) => ({ x: s.step, y: s.loss })), color: '#9333ea' }],
+      xLabel: 'step',
+      yLabel: 'loss',
+      xFormat: formats.integer,
+    }),
+  };
+}
+
+function totalsTable(t: TrainingStats): Table {
+  const { first, last, idle, gradNorms } = t;
+  return {
+    caption: 'Training totals',
+    header: ['quantity', 'value'],
+    align: ['left', 'right'],
+    rows: [
+      ['steps recorded', count(t.n)],
+      ['first / last step', `${first.step} / ${last.step}`],
+      ['mean reward, first / last step', `${reward(first.mean_reward)} / ${reward(last.mean_reward)}`],
+      ['mean informative-group fraction', percent(t.meanInformative)],
+      ['groups trained on', count(t.groups)],
+      ['zero-variance groups replaced', count(t.replaced)],
+      ['infrastructure errors refilled', count(t.refilled)],
+      ['steps without an update (every group zero variance)', idle.length ? idle.join(', ') : 'none'],
+      [
+        'gradient norm of the updates, median / max',
+        gradNorms.length ? `${decimal(median(gradNorms), 3)} / ${decimal(Math.max(...gradNorms), 3)}` : '—',
+      ],
+      ['learner update time (rollouts not included)', duration(t.wall)],
     ],
+  };
+}
+
+export function trainingSection(input: StepsInput): SectionPart {
+  const steps = input.steps;
+  const t = trainingStats(steps);
+  return {
+    headline: trainingHeadline(t),
     section: {
       id: 'training',
       title: 'Training',
       caption:
-        `${count(n)} recorded steps (${first.step} to ${last.step}), ${count(groups)} groups in all, ` +
-        `${duration(wall)} in learner updates (rollouts not included).`,
-      figures: [
-        {
-          id: 'training-reward',
-          caption:
-            `Mean reward of the rollouts in each ` +
-            `step${smooth ? `, with a trailing mean over ${window} steps` : ''}.${idleNote}`,
-          svg: lineChart({
-            title: 'Mean reward per step',
-            series: rewardSeries,
-            xLabel: 'step',
-            yLabel: 'mean reward',
-            xFormat: formats.integer,
-          }),
-        },
-        {
-          id: 'training-informative',
-          caption:
-            'Fraction of groups whose rollouts did not all get the same reward (the groups that carry a GRPO signal).',
-          svg: lineChart({
-            title: 'Informative-group fraction per step',
-            series: [
-              {
-                name: 'informative groups',
-                points: steps.map((s) => ({ x: s.step, y: s.informative_group_fraction })),
-                color: '#0d9488',
-              },
-            ],
-            xLabel: 'step',
-            yLabel: 'fraction of groups',
-            xFormat: formats.integer,
-            yFormat: formats.percent,
-            yDomain: [0, 1],
-          }),
-        },
-        {
-          id: 'training-loss',
-          caption: 'Policy loss of each update step.',
-          svg: lineChart({
-            title: 'Loss per step',
-            series: [{ name: 'loss', points: steps.map((s) => ({ x: s.step, y: s.loss })), color: '#9333ea' }],
-            xLabel: 'step',
-            yLabel: 'loss',
-            xFormat: formats.integer,
-          }),
-        },
-      ],
-      tables: [
-        {
-          caption: 'Training totals',
-          header: ['quantity', 'value'],
-          align: ['left', 'right'],
-          rows: [
-            ['steps recorded', count(n)],
-            ['first / last step', `${first.step} / ${last.step}`],
-            ['mean reward, first / last step', `${reward(first.mean_reward)} / ${reward(last.mean_reward)}`],
-            ['mean informative-group fraction', percent(meanInformative)],
-            ['groups trained on', count(groups)],
-            ['zero-variance groups replaced', count(replaced)],
-            ['infrastructure errors refilled', count(refilled)],
-            ['steps without an update (every group zero variance)', idle.length ? idle.join(', ') : 'none'],
-            [
-              'gradient norm of the updates, median / max',
-              gradNorms.length ? `${decimal(median(gradNorms), 3)} / ${decimal(Math.max(...gradNorms), 3)}` : '—',
-            ],
-            ['learner update time (rollouts not included)', duration(wall)],
-          ],
-        },
-      ],
+        `${count(t.n)} recorded steps (${t.first.step} to ${t.last.step}), ${count(t.groups)} groups in all, ` +
+        `${duration(t.wall)} in learner updates (rollouts not included).`,
+      figures: [rewardFigure(t), informativeFigure(steps), lossFigure(steps)],
+      tables: [totalsTable(t)],
       notes: [LEARNING_BENCHMARK_NOTE],
     },
   };
