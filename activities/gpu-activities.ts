@@ -75,7 +75,10 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       );
     },
 
-    /** Stops the campaign's learner and its embedded policy server (when the campaign ends). */
+    /**
+     * Stops the campaign's learner and its embedded policy server (when the campaign ends). The name predates the
+     * policy server and stays: activity names are in recorded histories.
+     */
     async stopLearner(input: { campaignId: string }): Promise<void> {
       return heartbeating(() => stopCampaignGpuProcesses(deps.stateDir, input.campaignId));
     },

@@ -17,7 +17,10 @@ import { thinkingboxEnvironment } from '../datasets/thinkingbox/thinkingbox-envi
 const n = Number(process.argv[2] ?? 10);
 const gapMs = Number(process.argv[3] ?? 2000);
 const fixture = path.join(repoRoot, 'examples', 'thinkingbox-fixture');
-const imported = importThinkingboxDataset({ dataDir: fixture, listFile: path.join(fixture, 'tests.yaml') });
+const imported = importThinkingboxDataset({
+  dataDir: path.join(fixture, 'dataset'),
+  listFile: path.join(fixture, 'releases', 'fixture_v1', 'testlist_fixture_v1.yaml'),
+});
 if (imported.problems.length) throw new Error(`fixture import problems: ${JSON.stringify(imported.problems)}`);
 const suite: ThinkingBoxSuite = {
   kind: 'thinkingbox',

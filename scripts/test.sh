@@ -20,7 +20,9 @@ run_node() { # $1: label, $2: per-test timeout (ms), rest: files. A hung test fa
   local log=".state/node-tests-$label.log"
   node --import tsx --test --test-concurrency=1 --test-timeout="$timeout" --test-reporter=spec "$@" 2>&1 | tee "$log"
   local p f
-  p=$(grep -E '^ℹ pass [0-9]+' "$log" | awk '{print $3}'); f=$(grep -E '^ℹ fail [0-9]+' "$log" | awk '{print $3}')
+  # -a and the last count: a log another run wrote into at the same time may hold NUL bytes and two summaries.
+  p=$(grep -aE '^ℹ pass [0-9]+' "$log" | tail -1 | awk '{print $3}')
+  f=$(grep -aE '^ℹ fail [0-9]+' "$log" | tail -1 | awk '{print $3}')
   pass=$((pass + ${p:-0})); fail=$((fail + ${f:-1}))
 }
 select_files() { # $1: find expression root, $2: extra find args
