@@ -1,11 +1,12 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { isScalar, isSeq, LineCounter, parseDocument } from 'yaml';
+import type { CommandDefinition } from './command-definition.ts';
+import { helpText, usageErrorText } from './command-help.ts';
 
 /**
- * What every `tbt` command shares: output streams, the two error kinds and their exit codes, flag parsing, and
+ * What every `tbt` command shares: output streams, the error kinds and their exit codes, flag parsing, and
  * the input files commands read (JSONL result rows with dotted field lookup, uid lists) and write atomically.
  */
 
@@ -29,17 +30,16 @@ export class UsageError extends Error {
   override readonly name = 'UsageError';
 }
 
-// ---------------------------------------------------------------------------------------------------
-// JSONL input shared with `tbt eval`
-
-/** Strict flag parsing (no positionals); a bad flag is a UsageError (exit 2 with the usage). */
-export function parseFlags<const O extends NonNullable<ParseArgsConfig['options']>>(args: string[], options: O) {
-  try {
-    return parseArgs({ args, options, strict: true, allowPositionals: false }).values;
-  } catch (err) {
-    throw new UsageError((err as Error).message);
+/** `--help` or `-h` was given: the command's help is printed and it exits 0, having done nothing else. */
+export class HelpRequest extends Error {
+  override readonly name = 'HelpRequest';
+  constructor(readonly command: CommandDefinition) {
+    super(`help for tbt ${command.path}`);
   }
 }
+
+// ---------------------------------------------------------------------------------------------------
+// JSONL input shared with `tbt eval`
 
 /** A uid list file (YAML list or one per line) and its input record (path + sha256) for manifests. */
 export function readUidListInput(file: string): { uids: string[]; input: { path: string; sha256: string } } {
@@ -47,10 +47,17 @@ export function readUidListInput(file: string): { uids: string[]; input: { path:
   return { uids: parseUidList(file, bytes.toString('utf8')), input: { path: file, sha256: sha256(bytes) } };
 }
 
-/** A command's error as its exit code: bad flags 2 (with the usage), bad input 1; anything else is rethrown. */
-export function commandErrorExit(err: unknown, command: string, usage: string, io: CommandIo): number {
+/**
+ * A command's error as its exit code: help 0 (the help on stdout), bad flags 2 (with the usage line), bad input 1;
+ * anything else is rethrown.
+ */
+export function commandErrorExit(err: unknown, command: CommandDefinition, io: CommandIo): number {
+  if (err instanceof HelpRequest) {
+    io.out(helpText(err.command));
+    return 0;
+  }
   if (err instanceof UsageError) {
-    io.err(`tbt ${command}: ${err.message}\n\n${usage}`);
+    io.err(usageErrorText(command, err.message));
     return 2;
   }
   if (err instanceof InputError) {

@@ -1,8 +1,15 @@
 import { allowUnsandboxedDatasetCode, readEnvironment } from '../config/environment.ts';
 import { redactSecretsInText } from '../core/secret-text.ts';
-import { down, status, up } from './commands/infra.ts';
+import { HelpRequest, UsageError } from './command-support.ts';
+import { tbtCommands } from './command-definitions.ts';
+import { helpText, isGroup, subcommandsOf, topLevelHelp, usageErrorText } from './command-help.ts';
+import { asksForHelp, parseCommandLine, resolveCommand } from './command-line.ts';
 
-/** `tbt`: one entry point; each subcommand lives in cli/commands/. */
+/**
+ * `tbt`: one entry point. What each command accepts and its help come from cli/command-definitions.ts; the
+ * command line is checked against that definition before a command runs, so `--help` and a bad flag never start
+ * anything. Each command's code lives in cli/commands/.
+ */
 
 /** TBT_DEBUG through the schema; a bad environment must not hide the error being reported. */
 function debugEnabled(): boolean {
@@ -13,71 +20,30 @@ function debugEnabled(): boolean {
   }
 }
 
-type Command = (args: string[]) => Promise<number | void>;
+type Runner = (args: string[]) => Promise<number | void>;
 
-const commands: Record<string, { summary: string; run: Command }> = {
-  up: { summary: 'start the local Temporal dev server and Postgres (idempotent)', run: up },
-  down: { summary: 'stop the local servers', run: down },
-  status: { summary: 'show whether the servers run (exit 1 if not)', run: status },
-  tasks: {
-    summary: 'tasks validate <dir>: check task suites',
-    run: async (a) => (await import('./commands/tasks.ts')).tasks(a),
-  },
-  prepare: {
-    summary: 'select training tasks by probe difficulty (reference-compatible flags)',
-    run: async (a) => (await import('./commands/prepare.ts')).prepare(a),
-  },
-  eval: {
-    summary: 'eval aggregate|compare: metrics from episode or ThinkingBox result files',
-    run: async (a) => (await import('./commands/eval.ts')).evaluate(a),
-  },
-  episodes: {
-    summary: 'episodes run --suite DIR ...: run episodes in-process, write result lines',
-    run: async (a) => (await import('./commands/episodes.ts')).episodes(a),
-  },
-  parity: {
-    summary: 'parity <episodes.jsonl | campaign>: training vs evaluation interpretation of every output',
-    run: async (a) => (await import('./commands/parity.ts')).parity(a),
-  },
-  report: {
-    summary: 'report --out DIR [--probe --steps --before --after --eval --costs]: static HTML + markdown',
-    run: async (a) => (await import('./commands/report.ts')).report(a),
-  },
-  train: {
-    summary: 'train --config F [--dry-run] [--wait]: start (or follow) a training campaign',
-    run: async (a) => (await import('./commands/campaign.ts')).train(a),
-  },
-  campaign: {
-    summary: 'campaign status|pause|resume|stop|follow ID',
-    run: async (a) => (await import('./commands/campaign.ts')).campaign(a),
-  },
-  gc: {
-    summary: 'gc [--keep-exports K] [--max-log-mb N] [--dry-run]: prune old weight exports and batches, rotate logs',
-    run: async (a) => (await import('./commands/gc.ts')).gc(a),
-  },
-  workers: {
-    summary: 'workers up|down|status: the orchestrator, rollout and gpu workers as local processes',
-    run: async (a) => (await import('./commands/workers.ts')).workers(a),
-  },
-  'ui-screenshot': {
-    summary: 'ui-screenshot --campaign ID --out FILE.png: find a campaign in the Temporal UI by search attribute',
-    run: async (a) => (await import('./commands/ui-screenshot.ts')).uiScreenshot(a),
-  },
-  demo: {
-    summary: 'run the main job on the embedded default',
-    run: async (a) => (await import('./commands/demo.ts')).demo(a),
-  },
+/** Each top-level command's code, loaded only when it runs (help stays fast and needs no server). */
+const runners: Record<string, Runner> = {
+  up: async () => (await import('./commands/infra.ts')).up(),
+  down: async () => (await import('./commands/infra.ts')).down(),
+  status: async () => (await import('./commands/infra.ts')).status(),
+  tasks: async (a) => (await import('./commands/tasks.ts')).tasks(a),
+  prepare: async (a) => (await import('./commands/prepare.ts')).prepare(a),
+  eval: async (a) => (await import('./commands/eval.ts')).evaluate(a),
+  episodes: async (a) => (await import('./commands/episodes.ts')).episodes(a),
+  parity: async (a) => (await import('./commands/parity.ts')).parity(a),
+  report: async (a) => (await import('./commands/report.ts')).report(a),
+  train: async (a) => (await import('./commands/campaign.ts')).train(a),
+  campaign: async (a) => (await import('./commands/campaign.ts')).campaign(a),
+  gc: async (a) => (await import('./commands/gc.ts')).gc(a),
+  workers: async (a) => (await import('./commands/workers.ts')).workers(a),
+  'ui-screenshot': async (a) => (await import('./commands/ui-screenshot.ts')).uiScreenshot(a),
+  demo: async (a) => (await import('./commands/demo.ts')).demo(a),
 };
 
-function usage(): string {
-  return [
-    'usage: tbt [--unsandboxed] <command> [args]',
-    '',
-    ...Object.entries(commands).map(([n, c]) => `  ${n.padEnd(10)} ${c.summary}`),
-    '',
-    '  --unsandboxed  run dataset code (ThinkingBox tool servers, test code) even where bubblewrap does not work,',
-    '                 without isolation (TBT_UNSANDBOXED=1; inherited by workers this command starts)',
-  ].join('\n');
+function errorMessage(err: unknown): string {
+  // Scrubbed: a message can carry a URL with its password (a driver error, a bad flag value).
+  return redactSecretsInText(err instanceof Error ? err.message : String(err));
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -86,29 +52,55 @@ async function main(argv: string[]): Promise<number> {
     allowUnsandboxedDatasetCode();
     argv = argv.filter((a) => a !== '--unsandboxed');
   }
-  const [name, ...rest] = argv;
-  if (!name || name === '--help' || name === '-h') {
-    console.log(usage());
-    return name ? 0 : 2;
+  if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h') {
+    console.log(topLevelHelp());
+    return argv.length === 0 ? 2 : 0;
   }
-  const command = commands[name];
-  if (!command) {
-    console.error(`tbt: unknown command '${name}'\n\n${usage()}`);
+  const resolved = resolveCommand(argv);
+  if (!resolved) {
+    console.error(`tbt: unknown command '${argv[0]}'\n\n${topLevelHelp()}`);
     return 2;
   }
-  return (await command.run(rest)) ?? 0;
+  const { command, rest } = resolved;
+  if (asksForHelp(rest)) {
+    console.log(helpText(command));
+    return 0;
+  }
+  const top = command.path.split(' ')[0]!;
+  try {
+    if (isGroup(command)) {
+      const names = subcommandsOf(command).map((s) => s.path.split(' ').at(-1));
+      throw new UsageError(
+        rest[0] === undefined ? 'a subcommand is required' : `unknown subcommand '${rest[0]}' (${names.join(', ')})`,
+      );
+    }
+    // The whole command line is checked against the definition before anything starts.
+    parseCommandLine(command, rest);
+    return (await runners[top]!(argv.slice(1))) ?? 0;
+  } catch (err) {
+    if (err instanceof HelpRequest) {
+      console.log(helpText(err.command));
+      return 0;
+    }
+    // Bad flags (node:util parseArgs's own errors included) exit 2 with the usage line; anything else 1.
+    if (err instanceof UsageError || /^ERR_PARSE_ARGS/.test(String((err as { code?: string }).code))) {
+      console.error(usageErrorText(command, errorMessage(err)));
+      return 2;
+    }
+    console.error(`tbt: ${errorMessage(err)}`);
+    if (debugEnabled() && err instanceof Error) console.error(redactSecretsInText(err.stack ?? ''));
+    return 1;
+  }
 }
+
+// Every top-level command of the definitions has code here (test/unit/cli-help.test.ts runs each one).
+for (const c of tbtCommands)
+  if (!c.path.includes(' ') && !runners[c.path]) throw new Error(`tbt: no code for ${c.path}`);
 
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err: unknown) => {
-    // Scrubbed: a message can carry a URL with its password (a driver error, a bad flag value).
-    console.error(`tbt: ${redactSecretsInText(err instanceof Error ? err.message : String(err))}`);
-    if (debugEnabled() && err instanceof Error) console.error(redactSecretsInText(err.stack ?? ''));
-    // Bad flags (node:util parseArgs's own errors included) exit 2, like a usage error; anything else 1.
-    const usage =
-      err instanceof Error &&
-      (err.name === 'UsageError' || /^ERR_PARSE_ARGS/.test(String((err as { code?: string }).code)));
-    process.exit(usage ? 2 : 1);
+    console.error(`tbt: ${errorMessage(err)}`);
+    process.exit(1);
   },
 );

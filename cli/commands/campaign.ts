@@ -2,7 +2,6 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import type { Workflow, WorkflowResultType } from '@temporalio/common';
 import {
   Client,
@@ -31,7 +30,10 @@ import { exitedWorkers } from '../../infra/local-workers.ts';
 import { databaseUrl } from '../../config/environment.ts';
 import { gpuLearnerDir, pythonBinary } from '../../infra/python-env.ts';
 import { optionalIntegerFlag } from '../flag-values.ts';
-import { readUidListInput, UsageError } from '../command-support.ts';
+import { commandErrorExit, consoleIo, readUidListInput, UsageError } from '../command-support.ts';
+import { campaignCommand, evalRunCommand, evalScheduleCommand, trainCommand } from '../command-definitions.ts';
+import { findCommand } from '../command-help.ts';
+import { commandLineOrExit } from '../command-line.ts';
 import { scheduledEvaluationWorkflow } from '../../workflows/scheduled-evaluation-workflow.ts';
 import { campaignAttributes } from '../../workflows/search-attribute-keys.ts';
 import {
@@ -317,19 +319,9 @@ export async function startCampaign(
 }
 
 export async function train(args: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      config: { type: 'string' },
-      'dry-run': { type: 'boolean', default: false },
-      wait: { type: 'boolean', default: false },
-      id: { type: 'string' },
-    },
-  });
-  if (!values.config) {
-    console.error('usage: tbt train --config FILE [--dry-run] [--wait] [--id WORKFLOW_ID]');
-    return 2;
-  }
+  const line = commandLineOrExit(trainCommand, args);
+  if (typeof line === 'number') return line;
+  const { values } = line;
   if (values['dry-run']) {
     const env = readEnvironment();
     const config = loadCampaignConfig(values.config);
@@ -360,22 +352,9 @@ async function evaluationUids(tasks: string, suiteDir: string): Promise<string[]
 
 /** `tbt eval run`: evaluate a campaign's latest checkpoint (or the base policy) on tasks x repeats, coverage-gated. */
 export async function runEvaluation(args: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      config: { type: 'string' },
-      campaign: { type: 'string' },
-      repeats: { type: 'string' },
-      tasks: { type: 'string' },
-    },
-  });
-  if (!values.config) {
-    console.error(
-      'usage: tbt eval run --config FILE [--campaign WORKFLOW_ID] [--repeats K] [--tasks all|FILE.yaml]   (default ' +
-        'tasks: the campaign pool)',
-    );
-    return 2;
-  }
+  const line = commandLineOrExit(evalRunCommand, args);
+  if (typeof line === 'number') return line;
+  const { values } = line;
   const repeats = optionalIntegerFlag('--repeats', values.repeats, { min: 1, max: 10_000 });
   const env = readEnvironment();
   const config = loadCampaignConfig(values.config);
@@ -428,22 +407,9 @@ async function waitForResult<W extends Workflow>(handle: WorkflowHandle<W>): Pro
 
 /** `tbt eval schedule`: a Temporal Schedule that re-evaluates a campaign's latest checkpoint. */
 export async function scheduleEvaluation(args: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      campaign: { type: 'string' },
-      config: { type: 'string' },
-      cron: { type: 'string' },
-      repeats: { type: 'string' },
-      id: { type: 'string' },
-    },
-  });
-  if (!values.campaign || !values.config || !values.cron) {
-    console.error(
-      'usage: tbt eval schedule --campaign WORKFLOW_ID --config FILE --cron "EXPR" [--repeats K] [--id SCHEDULE_ID]',
-    );
-    return 2;
-  }
+  const line = commandLineOrExit(evalScheduleCommand, args);
+  if (typeof line === 'number') return line;
+  const { values } = line;
   const repeats = optionalIntegerFlag('--repeats', values.repeats, { min: 1, max: 10_000 });
   const env = readEnvironment();
   const config = loadCampaignConfig(values.config);
@@ -489,19 +455,33 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
 }
 
 export async function campaign(args: string[]): Promise<number> {
-  const [sub, id] = args;
-  if (!sub || !id || !['status', 'pause', 'resume', 'stop', 'follow'].includes(sub)) {
-    console.error('usage: tbt campaign status|pause|resume|stop|follow WORKFLOW_ID');
-    return 2;
+  const sub = args[0];
+  const command = sub === undefined ? undefined : findCommand(`campaign ${sub}`);
+  if (!command) {
+    const problem = sub === undefined ? 'a subcommand is required' : `unknown subcommand '${sub}'`;
+    return commandErrorExit(new UsageError(problem), campaignCommand, consoleIo);
   }
+  const line = commandLineOrExit(command, args.slice(1));
+  if (typeof line === 'number') return line;
+  const id = line.positionals[0]!;
   const env = readEnvironment();
   const { client, close } = await connect(env);
   try {
     const handle = client.workflow.getHandle(id);
-    if (sub === 'status') console.log(JSON.stringify(await handle.query(statusQuery), null, 2));
-    else if (sub === 'follow') console.log(JSON.stringify(await follow(client, env, id), null, 2));
+    if (sub === 'status') {
+      const status = await handle.query(statusQuery);
+      console.log(JSON.stringify(status, null, 2));
+      // stderr: stdout stays the JSON alone.
+      if (status.paused)
+        console.error(`paused: ${status.pauseReason ?? 'pause requested'} (resume: tbt campaign resume ${id})`);
+    } else if (sub === 'pause') {
+      const given = line.values.reason;
+      const reason = typeof given === 'string' ? given : `paused by tbt campaign pause at ${new Date().toISOString()}`;
+      await handle.signal(pauseSignal, { reason });
+      console.log(`pause sent to ${id}`);
+    } else if (sub === 'follow') console.log(JSON.stringify(await follow(client, env, id), null, 2));
     else {
-      await handle.signal(sub === 'pause' ? pauseSignal : sub === 'resume' ? resumeSignal : stopAfterStepSignal);
+      await handle.signal(sub === 'resume' ? resumeSignal : stopAfterStepSignal);
       console.log(`${sub === 'stop' ? 'stop-after-step' : sub} sent to ${id}`);
     }
     return 0;

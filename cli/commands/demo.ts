@@ -3,13 +3,17 @@ import { readEnvironment, repoRoot, temporalUiUrl } from '../../config/environme
 import { startWorkers, workerKinds, workerLog } from '../../infra/local-workers.ts';
 import { startCampaign } from './campaign.ts';
 import { up } from './infra.ts';
+import { demoCommand } from '../command-definitions.ts';
+import { commandLineOrExit } from '../command-line.ts';
 
 /**
- * `npm run demo`: the main job on the embedded default. Brings up local Temporal + Postgres and the three
+ * `npm run demo`: the main job on the embedded default. Brings up local Temporal + Postgres and the four
  * workers, then runs (or, if one is already running, follows) a complete short campaign of
  * config/local.yaml: ingest, probe, select, evaluate, 2 training steps of the real small model, evaluate, report.
  */
 export async function demo(args: string[]): Promise<number> {
+  const line = commandLineOrExit(demoCommand, args);
+  if (typeof line === 'number') return line;
   const started = Date.now();
   const env = readEnvironment();
   await up();
@@ -18,7 +22,7 @@ export async function demo(args: string[]): Promise<number> {
     console.log(
       `worker ${k.padEnd(12)} ${spawned.includes(k) ? 'started' : 'already running'} (log ${workerLog(env, k)})`,
     );
-  const config = args[0] ?? path.join(repoRoot, 'config', 'local.yaml');
+  const config = line.positionals[0] ?? path.join(repoRoot, 'config', 'local.yaml');
   const { workflowId, status } = await startCampaign(config, { wait: true });
   const minutes = ((Date.now() - started) / 60_000).toFixed(1);
   console.log(`\ncampaign ${workflowId}: ${status?.stage} after ${status?.step} steps, ${minutes} min`);

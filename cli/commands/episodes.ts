@@ -1,7 +1,6 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { databaseUrl, readEnvironment } from '../../config/environment.ts';
 import { episodeConfigSchema, type EpisodeConfig } from '../../config/episode-config.ts';
 import {
@@ -20,14 +19,9 @@ import { formatProblem, loadSuites, taskDomain, type AnySuite } from '../../task
 import { ensureControlDatabase } from '../../infra/control-database.ts';
 import { startPolicyServer, type PolicyServerHandle } from '../../infra/embedded-policy-server.ts';
 import { integerFlag, numberFlag } from '../flag-values.ts';
-import { UsageError } from '../command-support.ts';
-
-const USAGE = `usage: tbt episodes run --suite DIR [--uid UID ...] [--repeats K] [--concurrency N]
-                         [--policy-url URL --model NAME | (embedded server)] [--mode chat|tokens]
-                         [--temperature T] [--stop S ...] [--max-tokens-per-turn N] [--max-agent-turns N] [--example]
-                         --out results.jsonl [--records records.jsonl]
-Runs episodes in this process (no Temporal) and writes one result line per episode, readable by
-\`tbt eval aggregate\` and \`tbt prepare\`; --records also keeps full episode records (for \`tbt parity\`).`;
+import { commandErrorExit, consoleIo, UsageError } from '../command-support.ts';
+import { episodesCommand, episodesRunCommand } from '../command-definitions.ts';
+import { parseCommandLine } from '../command-line.ts';
 
 async function mapLimit<T>(items: T[], limit: number, fn: (item: T, i: number) => Promise<void>): Promise<void> {
   let next = 0;
@@ -49,29 +43,9 @@ function isHttpUrl(text: string): boolean {
   }
 }
 
-/** The flags of `tbt episodes run`, checked; undefined when the usage should be shown. */
+/** The flags of `tbt episodes run` (the words after `run`), checked. */
 function runFlags(args: string[]) {
-  if (args[0] !== 'run') return undefined;
-  const { values } = parseArgs({
-    args: args.slice(1),
-    options: {
-      suite: { type: 'string' },
-      uid: { type: 'string', multiple: true },
-      repeats: { type: 'string', default: '1' },
-      concurrency: { type: 'string', default: '2' },
-      'policy-url': { type: 'string' },
-      model: { type: 'string' },
-      mode: { type: 'string', default: 'chat' },
-      temperature: { type: 'string', default: '1' },
-      stop: { type: 'string', multiple: true },
-      'max-tokens-per-turn': { type: 'string', default: '128' },
-      'max-agent-turns': { type: 'string', default: '4' },
-      example: { type: 'boolean', default: false },
-      out: { type: 'string' },
-      records: { type: 'string' },
-    },
-  });
-  if (!values.suite || !values.out) return undefined;
+  const { values } = parseCommandLine(episodesRunCommand, args);
   const repeats = integerFlag('--repeats', values.repeats, { min: 1, max: 10_000 });
   const concurrency = integerFlag('--concurrency', values.concurrency, { min: 1, max: 64 });
   const temperature = numberFlag('--temperature', values.temperature, { min: 0, max: 10 });
@@ -96,7 +70,7 @@ function runFlags(args: string[]) {
   };
 }
 
-type RunFlags = NonNullable<ReturnType<typeof runFlags>>;
+type RunFlags = ReturnType<typeof runFlags>;
 
 /** The suite and the uids to run (all its tasks unless --uid names some). */
 function runSuite(flags: RunFlags): { suite: AnySuite; uids: string[] } {
@@ -200,11 +174,12 @@ function printRates(perTask: TaskRates, failures: string[], jobCount: number): v
 }
 
 export async function episodes(args: string[]): Promise<number> {
-  const flags = runFlags(args);
-  if (!flags) {
-    console.error(USAGE);
-    return 2;
+  if (args[0] === 'show') return (await import('./episode-show.ts')).episodeShow(args.slice(1));
+  if (args[0] !== 'run') {
+    const problem = args[0] === undefined ? 'a subcommand is required' : `unknown subcommand '${args[0]}'`;
+    return commandErrorExit(new UsageError(problem), episodesCommand, consoleIo);
   }
+  const flags = runFlags(args.slice(1));
   const { suite, uids } = runSuite(flags);
   const env = readEnvironment();
   await ensureControlDatabase(env);

@@ -1,6 +1,5 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { formatProblem, parseYamlFile } from '../../task-suites/task-suite-loader.ts';
 import { priceTableSchema } from '../../config/price-table.ts';
@@ -36,12 +35,14 @@ import {
   UsageError,
   writeFileAtomic,
   commandErrorExit,
-  parseFlags,
+  HelpRequest,
   readUidListInput,
   type CommandIo,
   type JsonlRow,
 } from '../command-support.ts';
 import { integerFlag } from '../flag-values.ts';
+import { evalAggregateCommand, evalCommand, evalCompareCommand } from '../command-definitions.ts';
+import { asksForHelp, parseCommandLine } from '../command-line.ts';
 import { dollars, percent } from '../../core/report/format.ts';
 
 /**
@@ -49,41 +50,6 @@ import { dollars, percent } from '../../core/report/format.ts';
  * coverage gate: no score is printed or written unless every (task, repetition) key is present exactly
  * once and no row is an infrastructure error.
  */
-
-const USAGE = `usage: tbt eval <subcommand> [options]
-
-  aggregate --results FILE [--results FILE ...] --repeats K --out FILE [options]
-      Checks coverage, then reports pass@1, unbiased pass@k and pass^k, observed K/K, per domain, with
-      intervals, and cost when --prices is given.
-      --format episode|thinkingbox  default field paths (default episode):
-                                  episode:     uid, repetition, success, infrastructure_error, domain, tokens
-                                  thinkingbox: uid, metadata.repetition, test_result.result,
-                                               is_system_error + test_result.is_system_error, (uid file), usage
-      --uid-field PATH            dotted path of the task uid
-      --repetition-field PATH     dotted path of the repetition index; '' = number rows per uid in file order
-      --success-field PATH        dotted path of the success boolean
-      --system-error-field PATH   dotted path of an infrastructure-error boolean; repeatable (any true = error;
-                                  later fields are read only while earlier ones are false)
-      --domain-field PATH         dotted path of the domain; '' = the uid's dataset file (prefix before ':')
-      --tokens-field PATH         dotted path of token counts: {policy|user|judge: {input, output, cached_input}}
-                                  (input = uncached input tokens), or a list of OpenAI-style usage objects
-                                  {input_tokens, output_tokens, input_tokens_details.cached_tokens} (policy)
-      --tasks FILE                expected task uids (YAML list or one per line); every one must be present
-      --prices FILE               price table YAML {policy|user|judge: {input_per_million,
-                                  output_per_million, cached_input_per_million}}
-      --seed N                    seed of the bootstrap intervals (default 42)
-
-  compare A.json B.json [--resamples N] [--seed N] [--out FILE]
-      Paired per-task comparison of two 'aggregate' outputs over the same tasks (B minus A): pass@1 and
-      the all-attempts-pass rate, with paired bootstrap intervals.
-
-  run --config FILE [--campaign WORKFLOW_ID] [--repeats K] [--tasks all|FILE.yaml]
-      Coverage-gated evaluation through Temporal of a campaign's latest checkpoint (or, without --campaign,
-      the base policy): every (task, repetition) key runs exactly once without an infrastructure error
-      before a score is printed. Default tasks: the campaign's pool; --repeats defaults to the config's.
-
-  schedule --campaign WORKFLOW_ID --config FILE --cron "EXPR" [--repeats K] [--id SCHEDULE_ID]
-      A Temporal Schedule that re-evaluates the campaign's latest checkpoint (overlap: skip).`;
 
 const FORMAT_DEFAULTS = {
   episode: {
@@ -117,15 +83,13 @@ export async function evaluate(args: string[], io: CommandIo = consoleIo): Promi
         return (await import('./campaign.ts')).runEvaluation(rest);
       case 'schedule':
         return (await import('./campaign.ts')).scheduleEvaluation(rest);
-      case '--help':
-      case '-h':
-        io.out(USAGE);
-        return 0;
       default:
+        if (asksForHelp(args)) throw new HelpRequest(evalCommand);
         throw new UsageError(sub ? `unknown subcommand '${sub}'` : 'a subcommand is required');
     }
   } catch (err) {
-    return commandErrorExit(err, 'eval', USAGE, io);
+    const command = sub === 'aggregate' ? evalAggregateCommand : sub === 'compare' ? evalCompareCommand : evalCommand;
+    return commandErrorExit(err, command, io);
   }
 }
 
@@ -148,31 +112,12 @@ interface AggregateConfig {
   seed: number;
 }
 
-function parseAggregateArgs(args: string[]): AggregateConfig | 'help' {
-  const values = parseFlags(args, {
-    results: { type: 'string', multiple: true },
-    format: { type: 'string', default: 'episode' },
-    'uid-field': { type: 'string' },
-    'repetition-field': { type: 'string' },
-    'success-field': { type: 'string' },
-    'system-error-field': { type: 'string', multiple: true },
-    'domain-field': { type: 'string' },
-    'tokens-field': { type: 'string' },
-    repeats: { type: 'string' },
-    prices: { type: 'string' },
-    tasks: { type: 'string' },
-    out: { type: 'string' },
-    seed: { type: 'string', default: '42' },
-    help: { type: 'boolean', short: 'h' },
-  });
-  if (values.help) return 'help';
+function parseAggregateArgs(args: string[]): AggregateConfig {
+  const { values } = parseCommandLine(evalAggregateCommand, args);
   const format = values.format;
   if (format !== 'episode' && format !== 'thinkingbox')
     throw new UsageError(`--format: expected episode or thinkingbox, got '${format}'`);
   const defaults = FORMAT_DEFAULTS[format];
-  if (!values.results?.length) throw new UsageError('--results FILE is required (repeatable)');
-  if (values.repeats === undefined) throw new UsageError('--repeats K is required');
-  if (!values.out) throw new UsageError('--out FILE is required');
   const required = (flag: string, value: string | undefined, fallback: string): string => {
     const v = value ?? fallback;
     if (v.trim() === '') throw new UsageError(`${flag}: expected a dotted field path`);
@@ -474,10 +419,6 @@ function aggregateCost(
 
 function aggregateCommand(args: string[], io: CommandIo): number {
   const config = parseAggregateArgs(args);
-  if (config === 'help') {
-    io.out(USAGE);
-    return 0;
-  }
   const prices = config.pricesFile ? loadPrices(config.pricesFile) : null;
   const { expected, tasksInput, rows, inputs } = readAggregateInputs(config, prices !== null);
   requireCoverage(rows, config.repeats, expected);
@@ -644,28 +585,7 @@ function readAggregateFile(file: string): TaskOutcome[] {
 }
 
 function compareCommand(args: string[], io: CommandIo): number {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args,
-      strict: true,
-      allowPositionals: true,
-      options: {
-        resamples: { type: 'string', default: '10000' },
-        seed: { type: 'string', default: '42' },
-        out: { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    });
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
-  if (parsed.values.help) {
-    io.out(USAGE);
-    return 0;
-  }
-  if (parsed.positionals.length !== 2)
-    throw new UsageError(`compare needs two aggregate files (A and B), got ${parsed.positionals.length}`);
+  const parsed = parseCommandLine(evalCompareCommand, args);
   const [fileA, fileB] = parsed.positionals as [string, string];
   const resamples = integerFlag('--resamples', parsed.values.resamples, { min: 1 });
   const seed = integerFlag('--seed', parsed.values.seed, { min: 0 });

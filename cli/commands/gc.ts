@@ -1,21 +1,21 @@
 import { readEnvironment } from '../../config/environment.ts';
 import { collectGarbage, defaultRetention } from '../../infra/retention.ts';
 import { integerFlag } from '../flag-values.ts';
+import { gcCommand } from '../command-definitions.ts';
+import { commandLineOrExit } from '../command-line.ts';
 
 /** `tbt gc [--keep-exports K] [--max-log-mb N] [--dry-run]`: apply the retention policy to the state folder. */
 
-const usage = 'usage: tbt gc [--keep-exports K (>= 1, default 2)] [--max-log-mb N (>= 1, default 64)] [--dry-run]';
-
 export async function gc(args: string[]): Promise<number> {
+  const line = commandLineOrExit(gcCommand, args);
+  if (typeof line === 'number') return line;
+  const { values } = line;
   const policy = { ...defaultRetention };
-  let dryRun = false;
-  for (let i = 0; i < args.length; i++) {
-    const flag = args[i];
-    if (flag === '--keep-exports') policy.keepExports = integerFlag(flag, args[++i] ?? '', { min: 1 });
-    else if (flag === '--max-log-mb') policy.maxLogBytes = integerFlag(flag, args[++i] ?? '', { min: 1 }) * 1024 * 1024;
-    else if (flag === '--dry-run') dryRun = true;
-    else throw new Error(`unknown argument ${flag}\n${usage}`);
-  }
+  const dryRun = values['dry-run'];
+  if (values['keep-exports'] !== undefined)
+    policy.keepExports = integerFlag('--keep-exports', values['keep-exports'], { min: 1 });
+  if (values['max-log-mb'] !== undefined)
+    policy.maxLogBytes = integerFlag('--max-log-mb', values['max-log-mb'], { min: 1 }) * 1024 * 1024;
   const env = readEnvironment();
   const report = collectGarbage(env.TBT_STATE_DIR, policy, dryRun);
   const verb = dryRun ? 'would remove' : 'removed';

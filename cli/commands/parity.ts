@@ -10,6 +10,8 @@ import {
 import type { ToolSpecForTyping } from '../../core/interpret/index.ts';
 import { databaseUrl, readEnvironment } from '../../config/environment.ts';
 import { withClient } from '../../infra/control-database.ts';
+import { parityCommand } from '../command-definitions.ts';
+import { commandLineOrExit } from '../command-line.ts';
 
 /** `tbt parity <episodes.jsonl | campaign id>`: exit 1 if training and evaluation interpret any output differently. */
 
@@ -56,11 +58,9 @@ export async function parity(
     evaluation: evaluationPath,
   },
 ): Promise<number> {
-  const source = args[0];
-  if (!source) {
-    console.error('usage: tbt parity <episodes.jsonl | campaign id>');
-    return 2;
-  }
+  const line = commandLineOrExit(parityCommand, args);
+  if (typeof line === 'number') return line;
+  const source = line.positionals[0]!;
   const episodes = fs.existsSync(source) ? readEpisodesFile(source) : await readCampaignEpisodes(source);
   const diffs: ParityDifference[] = [];
   let outputs = 0;

@@ -7,10 +7,7 @@ import {
   BAND_NAMES,
   BANDS,
   CREDIBLE_LEVEL,
-  DEFAULT_MIN_CLEAN_RUNS,
   DEFAULT_RETAINED_BANDS,
-  DEFAULT_SEED,
-  DEFAULT_TEST_FRACTION,
   isBandName,
   PRIOR,
   selectTasks,
@@ -26,7 +23,6 @@ import {
   consoleIo,
   InputError,
   jsonlRows,
-  parseFlags,
   readInputFile,
   readUidListInput,
   sha256,
@@ -35,32 +31,13 @@ import {
   type CommandIo,
 } from '../command-support.ts';
 import { integerFlag } from '../flag-values.ts';
+import { prepareCommand } from '../command-definitions.ts';
+import { parseCommandLine } from '../command-line.ts';
 
 /**
  * `tbt prepare`: select training tasks by offline, policy-relative difficulty (docs/reference-rules.md §1), with
  * the reference tool's flags. File reading and writing live here; the statistics live in core/difficulty.ts.
  */
-
-const USAGE = `usage: tbt prepare --policy FILE [--policy FILE ...] --output-dir DIR [options]
-
-Reads probe results (JSONL, one attempt per line; several files add up), estimates each task's success
-probability with a Jeffreys posterior, assigns difficulty bands and writes the selected task list.
-
-  --policy FILE             probe results (JSONL); repeatable
-  --exclude-uids FILE       uids dropped before anything else (the benchmark list): a YAML list
-                            (.yaml/.yml/.json, or text starting with '-'), {uids: [...]}, or one uid per line
-  --output-dir DIR          where selected.yaml (or train.yaml + test.yaml), aggregates.jsonl and
-                            manifest.json are written
-  --uid-field PATH          dotted path of the task uid (default uid)
-  --success-field PATH      dotted path of the success boolean (default test_result.result)
-  --system-error-field PATH dotted path of a boolean; a true row counts as a system error and its success
-                            field is not read (default: none)
-  --min-clean-runs N        reject uids with fewer clean runs (default ${DEFAULT_MIN_CLEAN_RUNS})
-  --retain-band NAME        band to keep; repeatable (default ${DEFAULT_RETAINED_BANDS.join(', ')};
-                            bands: ${BAND_NAMES.join(', ')})
-  --mode selection|split    one selected list, or a train/test split (default selection)
-  --test-fraction F         split mode: fraction of each dataset file sent to test (default ${DEFAULT_TEST_FRACTION})
-  --seed N                  split mode: seed of the deterministic ranking (default ${DEFAULT_SEED})`;
 
 export const SCHEMA_VERSION = 1;
 
@@ -78,25 +55,9 @@ export interface PrepareConfig {
   seed: number;
 }
 
-function parsePrepareArgs(args: string[]): PrepareConfig | 'help' {
-  const values = parseFlags(args, {
-    policy: { type: 'string', multiple: true },
-    'exclude-uids': { type: 'string' },
-    'output-dir': { type: 'string' },
-    'uid-field': { type: 'string', default: 'uid' },
-    'success-field': { type: 'string', default: 'test_result.result' },
-    'system-error-field': { type: 'string' },
-    'min-clean-runs': { type: 'string', default: String(DEFAULT_MIN_CLEAN_RUNS) },
-    'retain-band': { type: 'string', multiple: true },
-    mode: { type: 'string', default: 'selection' },
-    'test-fraction': { type: 'string', default: String(DEFAULT_TEST_FRACTION) },
-    seed: { type: 'string', default: String(DEFAULT_SEED) },
-    help: { type: 'boolean', short: 'h' },
-  });
-  if (values.help) return 'help';
-  const policyFiles = values.policy ?? [];
-  if (policyFiles.length === 0) throw new UsageError('--policy FILE is required (repeatable)');
-  if (!values['output-dir']) throw new UsageError('--output-dir DIR is required');
+function parsePrepareArgs(args: string[]): PrepareConfig {
+  const { values } = parseCommandLine(prepareCommand, args);
+  const policyFiles = values.policy;
   for (const flag of ['uid-field', 'success-field', 'system-error-field'] as const) {
     if (values[flag] !== undefined && values[flag].trim() === '')
       throw new UsageError(`--${flag}: expected a dotted field path`);
@@ -171,15 +132,10 @@ function uidListYaml(uids: string[]): string {
 /** Runs `tbt prepare`; returns the exit code (0 ok, 1 bad input, 2 bad flags). */
 export async function prepare(args: string[], io: CommandIo = consoleIo): Promise<number> {
   try {
-    const config = parsePrepareArgs(args);
-    if (config === 'help') {
-      io.out(USAGE);
-      return 0;
-    }
-    runPrepare(config, io);
+    runPrepare(parsePrepareArgs(args), io);
     return 0;
   } catch (err) {
-    return commandErrorExit(err, 'prepare', USAGE, io);
+    return commandErrorExit(err, prepareCommand, io);
   }
 }
 

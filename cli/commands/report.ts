@@ -10,10 +10,13 @@ import {
 import { renderHtml } from '../../core/report/render-html.ts';
 import { renderMarkdown } from '../../core/report/render-markdown.ts';
 import { buildReportModel } from '../../core/report/build-report-model.ts';
-import type { ReportInput } from '../../core/report/report-model.ts';
+import { evaluations, type ReportInput } from '../../core/report/report-model.ts';
+import { databaseUrl, readEnvironment } from '../../config/environment.ts';
+import { writeEvaluationEpisodePages } from '../../campaign-records/episode-pages.ts';
+import { reportCommand } from '../command-definitions.ts';
+import { parseCommandLine } from '../command-line.ts';
 import {
   commandErrorExit,
-  parseFlags,
   consoleIo,
   InputError,
   readInputFile,
@@ -27,22 +30,6 @@ import {
  * of a campaign from its files: probe difficulty, training steps, evaluations and costs.
  */
 
-const USAGE = `usage: tbt report --out DIR [inputs] [--title TEXT] [--campaign ID]
-
-Writes DIR/index.html (self-contained: inline CSS and SVG, no scripts, no network) and DIR/summary.md.
-At least one input is required.
-
-  --probe FILE        aggregates.jsonl of 'tbt prepare': difficulty-band histogram, retained bands highlighted
-  --steps FILE        training steps, one JSON object per line: {step, mean_reward, informative_group_fraction,
-                      loss, grad_norm, groups, infra_errors_refilled, zero_variance_replaced, wall_s}
-  --before FILE       'tbt eval aggregate --out' file of the starting checkpoint (needs --after)
-  --after FILE        'tbt eval aggregate --out' file of the trained checkpoint (needs --before)
-  --eval FILE         a single 'tbt eval aggregate --out' file, without comparison
-  --costs FILE        JSON {"probing": USD, "training": USD, "evaluation": USD}, each optional; evaluation
-                      defaults to the sum of the eval files' campaign costs
-  --title TEXT        page title (default: "Campaign <ID>" or "Training campaign report")
-  --campaign ID       campaign id shown under the title`;
-
 /** Input files of a report; the campaign workflow passes the files it wrote. */
 export interface ReportFiles {
   probe?: string;
@@ -53,6 +40,8 @@ export interface ReportFiles {
   costs?: string;
   title?: string;
   campaign?: string;
+  /** Write episode pages for the evaluations and link them from the report. */
+  episodePages?: boolean;
 }
 
 const text = (file: string) => readInputFile(file).toString('utf8');
@@ -81,6 +70,20 @@ export function loadReportInput(files: ReportFiles): ReportInput {
   }
 }
 
+/** Writes the pages of each evaluation's chosen episodes under `outDir/episodes/` and adds their table. */
+export async function addEpisodePages(input: ReportInput, files: ReportFiles, outDir: string): Promise<number> {
+  const controlUrl = databaseUrl(readEnvironment());
+  let pages = 0;
+  for (const key of ['before', 'after', 'eval'] as const) {
+    const evaluation = input[key];
+    const file = files[key];
+    if (!evaluation || !file) continue;
+    evaluation.episodes = await writeEvaluationEpisodePages(controlUrl, outDir, file);
+    pages += evaluation.episodes.tasks.reduce((n, t) => n + Object.keys(t.hrefs).length, 0);
+  }
+  return pages;
+}
+
 /** Renders the report into `outDir`; returns the paths written. */
 export function writeReport(input: ReportInput, outDir: string): { html: string; markdown: string } {
   const model = buildReportModel(input);
@@ -92,42 +95,29 @@ export function writeReport(input: ReportInput, outDir: string): { html: string;
   return { html, markdown };
 }
 
-function parseReportArgs(args: string[]): (ReportFiles & { out: string }) | 'help' {
-  const values = parseFlags(args, {
-    out: { type: 'string' },
-    probe: { type: 'string' },
-    steps: { type: 'string' },
-    before: { type: 'string' },
-    after: { type: 'string' },
-    eval: { type: 'string' },
-    costs: { type: 'string' },
-    title: { type: 'string' },
-    campaign: { type: 'string' },
-    help: { type: 'boolean', short: 'h' },
-  });
-  if (values.help) return 'help';
-  if (!values.out) throw new UsageError('--out DIR is required');
+function parseReportArgs(args: string[]): ReportFiles & { out: string } {
+  const { values } = parseCommandLine(reportCommand, args);
   for (const flag of ['title', 'campaign'] as const) {
     if (values[flag] !== undefined && values[flag].trim() === '')
       throw new UsageError(`--${flag}: expected a non-empty value`);
   }
-  const { help: _help, ...files } = values;
-  return { ...files, out: values.out };
+  const { 'episode-pages': episodePages, ...files } = values;
+  return { ...files, episodePages, out: values.out };
 }
 
 /** Runs `tbt report`; returns the exit code (0 ok, 1 bad input, 2 bad flags). */
 export async function report(args: string[], io: CommandIo = consoleIo): Promise<number> {
   try {
-    const parsed = parseReportArgs(args);
-    if (parsed === 'help') {
-      io.out(USAGE);
-      return 0;
-    }
-    const { out, ...files } = parsed;
-    const written = writeReport(loadReportInput(files), out);
+    const { out, ...files } = parseReportArgs(args);
+    const input = loadReportInput(files);
+    if (files.episodePages && !evaluations(input).length)
+      throw new UsageError('--episode-pages needs an evaluation (--eval or --before/--after)');
+    const pages = files.episodePages ? await addEpisodePages(input, files, out) : 0;
+    const written = writeReport(input, out);
     io.out(`wrote ${written.html}\nwrote ${written.markdown}`);
+    if (files.episodePages) io.out(`wrote ${pages} episode pages in ${path.join(out, 'episodes')}`);
     return 0;
   } catch (err) {
-    return commandErrorExit(err, 'report', USAGE, io);
+    return commandErrorExit(err, reportCommand, io);
   }
 }

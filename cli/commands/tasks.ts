@@ -1,6 +1,5 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { databaseUrl, readEnvironment } from '../../config/environment.ts';
 import { scenarioSchema, taskFileSchema } from '../../config/task-schema.ts';
@@ -17,30 +16,22 @@ import {
   commandErrorExit,
   consoleIo,
   InputError,
-  parseFlags,
   readUidListInput,
   UsageError,
   type CommandIo,
 } from '../command-support.ts';
+import {
+  tasksCommand,
+  tasksImportThinkingboxCommand,
+  tasksPrepareEnvCommand,
+  tasksSchemaCommand,
+  tasksValidateCommand,
+} from '../command-definitions.ts';
+import { parseCommandLine } from '../command-line.ts';
 import { validateTask, type TaskValidation } from '../../task-suites/task-validation.ts';
 import { TerminalStateGrader } from '../../sandbox/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
 import { integerFlag } from '../flag-values.ts';
-
-const USAGE = `usage:
-  tbt tasks validate <dir> [--concurrency N] [--warm N] [--start-timeout-ms MS]
-                                               check suites: schema, golden replay, null agent, one-row mutation;
-                                               --warm: started tool servers kept ready per server (imported suites)
-  tbt tasks schema --out <dir>                 write JSON Schema files for editors
-  tbt tasks import-thinkingbox --data DATASET_DIR --list TESTLIST.yaml [--servers servers.yaml]
-        [--agent NAME] [--exclude-uids FILE] [--out DIR] [--name NAME]
-                                               import a ThinkingBox-format dataset as a suite (default out:
-                                               $TBT_STATE_DIR/imported/<name>; default servers:
-                                               DATASET_DIR/../servers/servers.yaml); uids in --exclude-uids are
-                                               marked evaluation-only and never enter a training pool
-  tbt tasks prepare-env SUITE_DIR              build (once, cached) the imported dataset's Python environment:
-                                               its server packages' dependencies, pinned by
-                                               thinkingbox/dataset-env/constraints.txt`;
 
 async function mapLimit<T, R>(items: T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
   const results: R[] = new Array(items.length);
@@ -57,20 +48,8 @@ async function mapLimit<T, R>(items: T[], limit: number, fn: (item: T) => Promis
 }
 
 export async function validate(args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: {
-      concurrency: { type: 'string', default: '4' },
-      warm: { type: 'string' },
-      'start-timeout-ms': { type: 'string' },
-    },
-  });
-  const dir = positionals[0];
-  if (!dir) {
-    console.error(USAGE);
-    return 2;
-  }
+  const { values, positionals } = parseCommandLine(tasksValidateCommand, args);
+  const dir = positionals[0]!;
   const concurrency = integerFlag('--concurrency', values.concurrency, { min: 1, max: 64 });
   const { suites, problems } = loadSuites(dir);
   for (const p of problems) console.error(formatProblem(p));
@@ -158,11 +137,7 @@ export async function validate(args: string[]): Promise<number> {
 }
 
 function writeSchemas(args: string[]): number {
-  const { values } = parseArgs({ args, options: { out: { type: 'string' } } });
-  if (!values.out) {
-    console.error(USAGE);
-    return 2;
-  }
+  const { values } = parseCommandLine(tasksSchemaCommand, args);
   fs.mkdirSync(values.out, { recursive: true });
   for (const [name, schema] of [
     ['scenario', scenarioSchema],
@@ -178,8 +153,7 @@ function writeSchemas(args: string[]): number {
 /** Builds the Python environment of an imported suite's dataset (cached; a second run returns at once). */
 export function prepareEnv(args: string[], io: CommandIo = consoleIo): number {
   try {
-    const dir = args[0];
-    if (!dir || args.length > 1) throw new UsageError('prepare-env takes one SUITE_DIR');
+    const dir = parseCommandLine(tasksPrepareEnvCommand, args).positionals[0]!;
     const { suite, problems } = loadImportedSuite(dir);
     if (!suite) throw new InputError(problems.map(formatProblem).join('\n'));
     const started = Date.now();
@@ -187,23 +161,14 @@ export function prepareEnv(args: string[], io: CommandIo = consoleIo): number {
     io.out(`dataset environment ready: ${env.venv} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
     return 0;
   } catch (err) {
-    return commandErrorExit(err, 'tasks prepare-env', USAGE, io);
+    return commandErrorExit(err, tasksPrepareEnvCommand, io);
   }
 }
 
 /** Writes the imported suite even when some files or tasks had problems (they are listed; exit 1). */
 export function importThinkingbox(args: string[], io: CommandIo = consoleIo): number {
   try {
-    const flags = parseFlags(args, {
-      data: { type: 'string' },
-      list: { type: 'string' },
-      servers: { type: 'string' },
-      agent: { type: 'string' },
-      'exclude-uids': { type: 'string' },
-      out: { type: 'string' },
-      name: { type: 'string' },
-    });
-    if (!flags.data || !flags.list) throw new UsageError('--data and --list are required');
+    const flags = parseCommandLine(tasksImportThinkingboxCommand, args).values;
     if (!fs.existsSync(flags.data) || !fs.statSync(flags.data).isDirectory())
       throw new InputError(`--data ${flags.data}: no such folder`);
     const evaluationOnly = new Set(flags['exclude-uids'] ? readUidListInput(flags['exclude-uids']).uids : []);
@@ -237,7 +202,7 @@ export function importThinkingbox(args: string[], io: CommandIo = consoleIo): nu
     }
     return result.problems.length ? 1 : 0;
   } catch (err) {
-    return commandErrorExit(err, 'tasks import-thinkingbox', USAGE, io);
+    return commandErrorExit(err, tasksImportThinkingboxCommand, io);
   }
 }
 
@@ -247,6 +212,9 @@ export async function tasks(args: string[]): Promise<number> {
   if (sub === 'import-thinkingbox') return importThinkingbox(rest);
   if (sub === 'schema') return writeSchemas(rest);
   if (sub === 'prepare-env') return prepareEnv(rest);
-  console.error(USAGE);
-  return 2;
+  return commandErrorExit(
+    new UsageError(sub ? `unknown subcommand '${sub}'` : 'a subcommand is required'),
+    tasksCommand,
+    consoleIo,
+  );
 }

@@ -1,18 +1,17 @@
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { readEnvironment, temporalUiUrl } from '../../config/environment.ts';
 import { launchChromium } from '../../infra/headless-chromium.ts';
+import { uiScreenshotCommand } from '../command-definitions.ts';
+import { commandLineOrExit } from '../command-line.ts';
 
 /**
  * `tbt ui-screenshot --campaign ID --out FILE.png`: opens the Temporal UI in headless Chromium, lists
  * workflows by the search attribute TbtCampaign, checks the campaign is there, and saves a screenshot.
  */
 export async function uiScreenshot(args: string[]): Promise<number> {
-  const { values } = parseArgs({ args, options: { campaign: { type: 'string' }, out: { type: 'string' } } });
-  if (!values.campaign || !values.out) {
-    console.error('usage: tbt ui-screenshot --campaign WORKFLOW_ID --out FILE.png');
-    return 2;
-  }
+  const line = commandLineOrExit(uiScreenshotCommand, args);
+  if (typeof line === 'number') return line;
+  const { values } = line;
   const env = readEnvironment();
   const query = encodeURIComponent(`TbtCampaign="${values.campaign}"`);
   const url = `${temporalUiUrl(env)}/namespaces/${env.TBT_TEMPORAL_NAMESPACE}/workflows?query=${query}`;

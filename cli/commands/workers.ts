@@ -1,10 +1,22 @@
 import { readEnvironment } from '../../config/environment.ts';
 import { stopDetachedGpuProcesses } from '../../learner-control/campaign-gpu-processes.ts';
 import { startWorkers, stopWorkers, workerKinds, workerLog, workerPid } from '../../infra/local-workers.ts';
+import { commandErrorExit, consoleIo, UsageError } from '../command-support.ts';
+import { workersCommand } from '../command-definitions.ts';
+import { findCommand } from '../command-help.ts';
+import { commandLineOrExit } from '../command-line.ts';
 
+/** `tbt workers up|down|status`: the local worker processes. */
 export async function workers(args: string[]): Promise<number> {
-  const env = readEnvironment();
   const sub = args[0];
+  const command = sub === undefined ? undefined : findCommand(`workers ${sub}`);
+  if (!command) {
+    const problem = sub === undefined ? 'a subcommand is required' : `unknown subcommand '${sub}'`;
+    return commandErrorExit(new UsageError(problem), workersCommand, consoleIo);
+  }
+  const line = commandLineOrExit(command, args.slice(1));
+  if (typeof line === 'number') return line;
+  const env = readEnvironment();
   if (sub === 'up') {
     const started = startWorkers(env);
     for (const k of workerKinds)
@@ -24,6 +36,5 @@ export async function workers(args: string[]): Promise<number> {
       console.log(`${k.padEnd(12)} ${workerPid(env, k) ? `running (pid ${workerPid(env, k)})` : 'stopped'}`);
     return workerKinds.every((k) => workerPid(env, k)) ? 0 : 1;
   }
-  console.error('usage: tbt workers up|down|status');
-  return 2;
+  throw new Error(`tbt workers ${sub}: defined but not handled`);
 }
