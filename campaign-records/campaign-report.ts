@@ -15,7 +15,8 @@ export interface CampaignReportInput {
 
 /**
  * The campaign's report, by `tbt report`, in `report/` of its run folder: its steps (when any were recorded),
- * probe, costs and evaluations (before and after training, or the one after).
+ * probe, costs and evaluations (before and after training, or the one after), with the pages of a few episodes
+ * per evaluated task in `report/episodes/` (docs/episode-viewer.md).
  */
 export async function writeCampaignReport(
   deps: { stateDir: string; signal: AbortSignal | undefined },
@@ -40,6 +41,8 @@ export async function writeCampaignReport(
         : input.after
           ? ['--eval', input.after]
           : []),
+      // Each evaluated task's first passed, failed and infrastructure-errored episode gets a page, linked.
+      ...(input.after ? ['--episode-pages'] : []),
     ],
     deps.signal,
   );

@@ -1,9 +1,11 @@
 import { compareStrings } from '../difficulty.ts';
 import { pairedComparison, type Comparison, type Summary } from '../metrics.ts';
+import { EPISODE_OUTCOMES } from './episode-selection.ts';
 import { count, dollars, percent, percentInterval, points, pointsInterval } from './format.ts';
 import {
   evaluations,
   finalEvaluation,
+  type EvalEpisodes,
   type EvalInput,
   type Figure,
   type Headline,
@@ -389,6 +391,7 @@ function evalTables(input: ReportInput, evals: EvalInput[], paired: Comparison |
     if (paired) tables.push(pairedDomainTable(input.before, input.after, paired));
   }
   tables.push(...evals.map(evalTable));
+  tables.push(...evals.flatMap((e) => (e.episodes ? [episodesTable(e.label, e.episodes)] : [])));
   return tables;
 }
 
@@ -400,6 +403,25 @@ function evalCaption(input: ReportInput, evals: EvalInput[]): string {
     : `${evals.map((e) => e.label).join(', ')} on ${count(final.aggregate.overall.tasks)} tasks × ` +
         `${final.aggregate.repeats} attempts: pass@1, unbiased pass@k and pass^k, observed k/k, per domain, with ` +
         `intervals.`;
+}
+
+/** Per task, links to the pages of one passed, one failed and one infrastructure-errored episode (when any). */
+function episodesTable(label: string, episodes: EvalEpisodes): Table {
+  const header = ['task', 'domain', 'passed / graded', 'passed episode', 'failed episode', 'infra error episode'];
+  const cells = episodes.tasks.map((t) => {
+    const chosen = EPISODE_OUTCOMES.map((o) => t.chosen.find((c) => c.outcome === o));
+    return {
+      row: [t.uid, t.domain, `${t.passed} / ${t.attempts}`, ...chosen.map((c) => (c ? `#${c.repetition}` : ''))],
+      links: [null, null, null, ...chosen.map((c) => (c ? (t.hrefs[c.id] ?? null) : null))],
+    };
+  });
+  return {
+    caption: `${label}: episodes per task, each linking to its page`,
+    header,
+    align: header.map((_, i) => (i === 2 ? 'right' : 'left')),
+    rows: cells.map((c) => c.row),
+    links: cells.map((c) => c.links),
+  };
 }
 
 export function evalSection(input: ReportInput): SectionPart {
@@ -419,6 +441,13 @@ export function evalSection(input: ReportInput): SectionPart {
   if (cost) figures.push(cost);
   const missing = missingCostNote(evals);
   if (missing) notes.push(missing);
+  if (evals.some((e) => e.episodes))
+    notes.push(
+      'Episode pages: only the first passed, the first failed and the first infrastructure-errored attempt of each ' +
+        "task has a page (at most three per task); every other episode is in the control database: 'tbt episodes " +
+        "show ID'.",
+    );
+  for (const e of evals) notes.push(...(e.episodes?.notes ?? []).map((n) => `Episode pages (${e.label}): ${n}`));
 
   return {
     headline: headline(input, paired),

@@ -47,14 +47,18 @@ footer { max-width: 1360px; margin: 0 auto; padding: 0 40px 40px; font-size: 13p
 footer code { font-size: 12.5px; }
 `;
 
+function linked(text: string, href: string | null | undefined): string {
+  return href ? `<a href="${escape(href)}">${escape(text)}</a>` : escape(text);
+}
+
 function table(t: Table): string {
   const cls = (i: number) => (t.align[i] === 'right' ? ' class="num"' : '');
   const head = `<tr>${t.header.map((h, i) => `<th scope="col"${cls(i)}>${escape(h)}</th>`).join('')}</tr>`;
   const body = t.rows
     .map(
-      (r) =>
+      (r, ri) =>
         `<tr${r[0] === 'all' || r[0] === 'total' ? ' class="total"' : ''}>` +
-        `${r.map((c, i) => `<td${cls(i)}>${escape(c)}</td>`).join('')}</tr>`,
+        `${r.map((c, i) => `<td${cls(i)}>${linked(c, t.links?.[ri]?.[i])}</td>`).join('')}</tr>`,
     )
     .join('\n');
   return (

@@ -6,10 +6,11 @@ function cell(text: string): string {
   return text.replace(/\\/g, '\\\\').replace(/\|/g, '\\|').replace(/\n/g, ' ');
 }
 
-export function markdownTable(t: Pick<Table, 'header' | 'rows' | 'align'>): string {
-  const line = (cells: readonly string[]) => `| ${cells.map(cell).join(' | ')} |`;
+export function markdownTable(t: Pick<Table, 'header' | 'rows' | 'align' | 'links'>): string {
+  const line = (cells: readonly string[], links?: (string | null)[]) =>
+    `| ${cells.map((c, i) => (links?.[i] && c ? `[${cell(c)}](${links[i]})` : cell(c))).join(' | ')} |`;
   const rule = `|${t.header.map((_, i) => (t.align[i] === 'right' ? '---:' : ':---')).join('|')}|`;
-  return [line(t.header), rule, ...t.rows.map(line)].join('\n');
+  return [line(t.header), rule, ...t.rows.map((r, i) => line(r, t.links?.[i]))].join('\n');
 }
 
 export function renderMarkdown(model: ReportModel): string {

@@ -1,5 +1,6 @@
 import type { BandName } from '../difficulty.ts';
 import type { Summary } from '../metrics.ts';
+import type { ChosenTaskEpisodes } from './episode-selection.ts';
 
 /**
  * The campaign report as data: what goes in (ReportInput, already parsed, each part optional) and
@@ -71,6 +72,15 @@ export interface EvalInput {
   label: string;
   source: string;
   aggregate: EvalAggregate;
+  /** Episodes with a page next to the report (`tbt report --episode-pages`); absent = no episode table. */
+  episodes?: EvalEpisodes;
+}
+
+/** Per task, the episodes of an evaluation that have a page (core/report/episode-selection.ts chose them). */
+export interface EvalEpisodes {
+  tasks: (ChosenTaskEpisodes & { hrefs: Record<string, string> })[];
+  /** Why some or all pages are missing (no result lines, rows without a record). */
+  notes: string[];
 }
 
 /** Costs the evaluation files do not hold, in USD; null = not known. */
@@ -111,6 +121,8 @@ export interface Table {
   rows: string[][];
   /** Per column; numeric columns align right. */
   align: ('left' | 'right')[];
+  /** A link per cell (same shape as rows; null = none): e.g. to an episode's page. */
+  links?: (string | null)[][];
 }
 
 export interface Figure {
