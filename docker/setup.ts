@@ -73,7 +73,7 @@ async function ensureSearchAttributes(connection: Connection, namespace: string,
   const { customAttributes } = await connection.operatorService.listSearchAttributes({ namespace });
   const missing: Record<string, number> = {};
   for (const [name, type] of Object.entries(searchAttributes)) {
-    const wanted = encodeSearchAttributeIndexedValueType(type.toUpperCase() as 'KEYWORD' | 'INT')!;
+    const wanted = encodeSearchAttributeIndexedValueType(type.toUpperCase() as 'KEYWORD' | 'INT' | 'BOOL')!;
     const existing = customAttributes?.[name];
     if (existing === undefined || existing === null) missing[name] = wanted;
     else if (existing !== wanted)

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
+import { encodeSearchAttributeIndexedValueType } from '@temporalio/common/lib/search-attributes.js';
 import { repoRoot, searchAttributes, temporalAddress, temporalUiUrl, type Environment } from '../config/environment.ts';
 import { portInUse, readPid, spawnDetached, stopPid, waitFor } from './daemon.ts';
 
@@ -58,6 +59,7 @@ export async function startTemporal(env: Environment): Promise<boolean> {
   const f = files(env);
   if (readPid(f.pid) !== undefined) {
     await waitFor('Temporal dev server', () => temporalReachable(temporalAddress(env)), 60_000, f.log);
+    await registerMissingSearchAttributes(env);
     return false;
   }
   if (!fs.existsSync(temporalBinary))
@@ -93,6 +95,28 @@ export async function startTemporal(env: Environment): Promise<boolean> {
   spawnDetached(temporalBinary, args, f.log, f.pid);
   await waitFor('Temporal dev server', () => temporalReachable(temporalAddress(env)), 90_000, f.log);
   return true;
+}
+
+/**
+ * A dev server started by older code (its SQLite file persists) lacks attributes added since, such as TbtPaused:
+ * a workflow upserting an unregistered attribute fails its task, so they are added before any worker starts.
+ */
+export async function registerMissingSearchAttributes(env: Environment): Promise<string[]> {
+  const connection = await Connection.connect({ address: temporalAddress(env), connectTimeout: 5000 });
+  try {
+    const namespace = env.TBT_TEMPORAL_NAMESPACE;
+    const { customAttributes } = await connection.operatorService.listSearchAttributes({ namespace });
+    const missing = Object.fromEntries(
+      Object.entries(searchAttributes)
+        .filter(([name]) => customAttributes?.[name] === undefined)
+        .map(([name, type]) => [name, encodeSearchAttributeIndexedValueType(type.toUpperCase() as 'BOOL')!]),
+    );
+    if (Object.keys(missing).length > 0)
+      await connection.operatorService.addSearchAttributes({ namespace, searchAttributes: missing });
+    return Object.keys(missing);
+  } finally {
+    await connection.close();
+  }
 }
 
 export async function stopTemporal(env: Environment): Promise<boolean> {

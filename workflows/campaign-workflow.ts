@@ -11,6 +11,7 @@ import {
   log,
   patched,
   proxyActivities,
+  setCurrentDetails,
   setHandler,
   upsertMemo,
   upsertSearchAttributes,
@@ -22,7 +23,10 @@ import type { CampaignConfig } from '../config/campaign-config.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow.ts';
 import { probeWorkflow, type ProbeResult } from './probe-workflow.ts';
-import { campaignAttributes, campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
+import { campaignAttributes, campaignKey, pausedKey, stageKey, stepKey } from './search-attribute-keys.ts';
+import { campaignDetails } from './campaign-details.ts';
+import { withMissingPollerNamed } from './missing-poller.ts';
+import { evaluationSummary, probeSummary as probeStaticSummary, trainingStepSummary } from './ui-text.ts';
 import { startLearnerNodes } from './learner-nodes.ts';
 import { stepLostFailureType, trainingStepWorkflow } from './training-step-workflow.ts';
 import { bookkeepingOptions, defaultMaxReruns, gpuOptions } from './activity-options.ts';
@@ -82,7 +86,8 @@ export interface CampaignStatus extends Omit<CampaignState, 'pool'> {
   steps: number;
 }
 
-export const pauseSignal = defineSignal('pause');
+/** Pause before the next training step; the optional reason shows in `status` and the UI's current details. */
+export const pauseSignal = defineSignal<[{ reason?: string }?]>('pause');
 export const resumeSignal = defineSignal('resume');
 export const stopAfterStepSignal = defineSignal('stopAfterStep');
 export const statusQuery = defineQuery<CampaignStatus>('status');
@@ -98,7 +103,10 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
     return await campaignStages(input);
   } catch (err) {
     if (!(err instanceof ContinueAsNew)) {
-      const gpu = proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '10 minutes'));
+      const gpu = withMissingPollerNamed(
+        proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '10 minutes')),
+        input.queues.gpu,
+      );
       await CancellationScope.nonCancellable(() =>
         gpu.stopLearner({ campaignId: input.campaignId }).catch((stopErr: unknown) => {
           log.error('could not release the learner after the campaign ended', { error: String(stopErr) });
@@ -114,6 +122,8 @@ interface CampaignRun {
   input: CampaignInput;
   state: CampaignState;
   gpu: ReturnType<typeof proxyActivities<GpuActivities>>;
+  /** True while waiting paused before a training step (the UI's details say "paused", not "pause requested"). */
+  waitingPaused?: boolean;
 }
 
 async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
@@ -121,7 +131,10 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
   const run: CampaignRun = {
     input,
     state,
-    gpu: proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '1 hour')),
+    gpu: withMissingPollerNamed(
+      proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '1 hour')),
+      input.queues.gpu,
+    ),
   };
   setCampaignHandlers(run);
   if (!input.state) upsertMemo({ config: input.config });
@@ -149,12 +162,35 @@ function campaignStatus({ input, state }: CampaignRun): CampaignStatus {
 function setCampaignHandlers(run: CampaignRun): void {
   const { state } = run;
   setHandler(statusQuery, () => campaignStatus(run));
-  setHandler(pauseSignal, () => void (state.paused = true));
+  setHandler(pauseSignal, (request) => {
+    state.paused = true;
+    if (request?.reason) state.pauseReason = request.reason;
+    flagPaused(true);
+    showDetails(run);
+  });
   setHandler(resumeSignal, () => {
     state.paused = false;
     state.pauseReason = undefined;
+    flagPaused(false);
+    showDetails(run);
   });
-  setHandler(stopAfterStepSignal, () => void (state.stopAfterStep = true));
+  setHandler(stopAfterStepSignal, () => {
+    state.stopAfterStep = true;
+    showDetails(run);
+  });
+}
+
+/**
+ * `TbtPaused` mirrors `state.paused` (a requested pause included, so `TbtPaused = true` finds it at once), set
+ * where the flag changes. Runs recorded before the attribute existed never upserted it: replay keeps them so.
+ */
+function flagPaused(paused: boolean): void {
+  if (patched('campaign-paused-attribute')) upsertSearchAttributes([{ key: pausedKey, value: paused }]);
+}
+
+/** The UI's current-details line (campaign-details.ts); metadata only, no command, so replay is unaffected. */
+function showDetails({ input, state, waitingPaused }: CampaignRun): void {
+  setCurrentDetails(campaignDetails(input.campaignId, state, input.config.training.steps, waitingPaused === true));
 }
 
 function enter({ input, state }: CampaignRun, stage: Stage): void {
@@ -165,6 +201,7 @@ function enter({ input, state }: CampaignRun, stage: Stage): void {
     { key: stageKey, value: stage },
     { key: stepKey, value: state.step },
   ]);
+  setCurrentDetails(campaignDetails(campaignId, state, input.config.training.steps, false));
   log.info('campaign stage', { campaignId, stage, step: state.step });
 }
 
@@ -268,6 +305,7 @@ async function probeCandidates(run: CampaignRun, uids: string[]): Promise<string
   const { episode } = await episodeConfig(run);
   const probe = await executeChild(probeWorkflow, {
     workflowId: `${campaignId}/probe`,
+    staticSummary: probeStaticSummary(uids.length, config.probe.repeats),
     typedSearchAttributes: campaignAttributes(campaignId, 'probe', run.state.step),
     args: [
       {
@@ -290,6 +328,7 @@ async function evaluate(run: CampaignRun, label: 'before' | 'after'): Promise<Ev
   const uids = { pool: state.pool, all: state.allTasks, held_out: state.heldOutTasks }[config.evaluation.tasks]!;
   return executeChild(evaluationWorkflow, {
     workflowId: `${campaignId}/eval-${label}`,
+    staticSummary: evaluationSummary(`evaluation ${label} training`, uids.length, config.evaluation.repeats),
     typedSearchAttributes: campaignAttributes(campaignId, `evaluate-${label}`, state.step),
     args: [{ ...keyedInput(run, episode, uids, config.evaluation), label, prices: input.pricesFile }],
   });
@@ -301,7 +340,7 @@ async function train(run: CampaignRun): Promise<void> {
   const { campaignId, config } = input;
   if (state.step < config.training.steps && !state.stopAfterStep) {
     enter(run, 'train');
-    await condition(() => !state.paused || state.stopAfterStep);
+    await waitWhilePaused(run);
   }
   if (state.step < config.training.steps && !state.stopAfterStep) {
     const step = state.step + 1;
@@ -310,6 +349,7 @@ async function train(run: CampaignRun): Promise<void> {
       // Infrastructure, not the campaign, is at fault: pause with the reason visible in `status`; resume retries.
       state.paused = true;
       state.pauseReason = lost;
+      showDetails(run);
       log.warn('campaign paused: a training step lost every group', { campaignId, step, reason: lost });
       return continueAsNew<typeof campaignWorkflow>({ ...input, state });
     }
@@ -331,6 +371,19 @@ async function train(run: CampaignRun): Promise<void> {
   state.stage = state.step < config.training.steps ? 'stopped' : 'evaluate-after';
 }
 
+/** Waits while paused (and not asked to stop), with `TbtPaused = true` for the wait. */
+async function waitWhilePaused(run: CampaignRun): Promise<void> {
+  const { state } = run;
+  const waits = state.paused && !state.stopAfterStep;
+  // A run continued as new after pausing itself (a lost step) sets the attribute here.
+  if (waits) flagPaused(true);
+  run.waitingPaused = waits;
+  showDetails(run);
+  await condition(() => !state.paused || state.stopAfterStep);
+  run.waitingPaused = false;
+  showDetails(run);
+}
+
 /** The step's child workflow; a step that lost every group to infrastructure errors yields its reason instead. */
 async function trainingStep(run: CampaignRun, step: number): Promise<{ record?: StepRecord; lost?: string }> {
   const { input, state } = run;
@@ -339,6 +392,12 @@ async function trainingStep(run: CampaignRun, step: number): Promise<{ record?: 
   let lost: string | undefined;
   const record = await executeChild(trainingStepWorkflow, {
     workflowId: `${campaignId}/step-${step}`,
+    staticSummary: trainingStepSummary(
+      step,
+      config.training.steps,
+      config.training.groups_per_step,
+      config.training.group_size,
+    ),
     typedSearchAttributes: campaignAttributes(campaignId, 'train', step),
     args: [
       {
@@ -372,6 +431,8 @@ async function report(run: CampaignRun): Promise<void> {
   const { campaignId, config } = input;
   const stopped = state.stage === 'stopped';
   enter(run, 'report');
+  // Stopped while paused, or a pause requested with no training step left: nothing waits for a resume any more.
+  if (state.paused) flagPaused(false);
   const costs = input.pricesFile
     ? await bookkeeping.campaignCosts({
         campaignId,

@@ -24,6 +24,11 @@ export class ConcurrencySlots {
     });
   }
 
+  /** Slots held now. */
+  get inFlight(): number {
+    return this.held;
+  }
+
   release(): void {
     this.held -= 1;
   }

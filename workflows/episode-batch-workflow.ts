@@ -16,10 +16,12 @@ export interface EpisodeBatchInput {
 export async function runEpisodeBatch(input: EpisodeBatchInput): Promise<EpisodeSummary[]> {
   const results: EpisodeSummary[] = new Array(input.episodes.length);
   let next = 0;
+  // Episode ids double as activity ids only when the caller's list repeats none.
+  const uniqueIds = new Set(input.episodes.map((e) => e.episodeId)).size === input.episodes.length;
   const lane = async () => {
     while (next < input.episodes.length) {
       const i = next++;
-      results[i] = await runEpisodeOrInfraError(input.rolloutQueue, input.episodes[i]!);
+      results[i] = await runEpisodeOrInfraError(input.rolloutQueue, input.episodes[i]!, uniqueIds);
     }
   };
   await Promise.all(Array.from({ length: Math.max(1, Math.min(input.concurrency, input.episodes.length)) }, lane));

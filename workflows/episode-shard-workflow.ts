@@ -1,8 +1,9 @@
-import { sleep } from '@temporalio/workflow';
+import { setCurrentDetails, sleep } from '@temporalio/workflow';
 import { infraBackoffMs } from './activity-options.ts';
 import { ConcurrencySlots } from './concurrency-slots.ts';
 import type { ShardInput, ShardSummary } from './keyed-episode-types.ts';
 import { runEpisodeOrInfraError } from './one-episode.ts';
+import { episodeProgress } from './ui-text.ts';
 
 /**
  * One shard of a probe or evaluation stage (keyed-episodes.ts): keys `keyOffset .. keyOffset + keyCount - 1`
@@ -21,14 +22,27 @@ export async function episodeShardWorkflow(input: ShardInput): Promise<ShardSumm
     uncoveredSamples: [],
     peakInFlight: 0,
   };
+  let done = 0;
+  const showProgress = () =>
+    setCurrentDetails(
+      episodeProgress({
+        done,
+        keys: input.keyCount,
+        inFlight: slots.inFlight,
+        reruns: summary.reruns,
+        uncovered: summary.uncovered,
+      }),
+    );
+  showProgress();
   const runKey = async (index: number): Promise<void> => {
     const uid = input.uids[Math.floor(index / input.repeats)]!;
     const repetition = index % input.repeats;
     const key = `${uid}#${repetition}`;
     for (let attempt = 0; ; attempt += 1) {
       if (attempt > 0) await sleep(infraBackoffMs(attempt, input.infraBackoff));
-      const final = await slots.run(() =>
-        runEpisodeOrInfraError(input.rolloutQueue, {
+      const final = await slots.run(() => {
+        showProgress();
+        return runEpisodeOrInfraError(input.rolloutQueue, {
           episodeId: `${input.idPrefix}/${key}${attempt ? `~retry-${attempt}` : ''}`,
           suiteDir: input.suiteDir,
           taskUid: uid,
@@ -36,10 +50,12 @@ export async function episodeShardWorkflow(input: ShardInput): Promise<ShardSumm
           campaign: input.campaignId,
           repetition,
           config: input.episode,
-        }),
-      );
+        });
+      });
       summary.episodes += 1;
       if (attempt > 0) summary.reruns += 1;
+      if (final.outcome !== 'infrastructure_error' || attempt >= input.maxReruns) done += 1;
+      showProgress();
       if (final.outcome !== 'infrastructure_error') return;
       if (attempt >= input.maxReruns) {
         summary.uncovered += 1;

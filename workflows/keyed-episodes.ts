@@ -1,7 +1,8 @@
-import { executeChild, workflowInfo } from '@temporalio/workflow';
+import { executeChild, setCurrentDetails, workflowInfo } from '@temporalio/workflow';
 import { episodeShardWorkflow } from './episode-shard-workflow.ts';
 import type { KeyedEpisodesInput, ShardSummary } from './keyed-episode-types.ts';
 import { campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
+import { shardSummary, thousands } from './ui-text.ts';
 
 /**
  * The one sharded episode runner of probing and evaluation. A stage of `uids x repeats` keys (`uid#rep`,
@@ -43,12 +44,22 @@ export async function runShardedEpisodes(input: KeyedEpisodesInput): Promise<Sta
   };
   const parent = workflowInfo().typedSearchAttributes;
   const ranges = shardRanges(uids.length * repeats, shardSize ?? defaultShardSize);
+  const keys = uids.length * repeats;
+  const stageName = input.stage ?? input.purpose;
   for (const [i, [firstKey, keyCount]] of ranges.entries()) {
+    setCurrentDetails(
+      `shard ${i + 1} of ${ranges.length} running; ${thousands(total.keys)}/${thousands(keys)} keys done, ` +
+        `${total.reruns} re-runs, ${total.uncovered} uncovered`,
+    );
     // Only the uids this shard touches travel in its input.
     const firstUid = Math.floor(firstKey / repeats);
     const lastUid = Math.floor((firstKey + keyCount - 1) / repeats);
     const summary = await executeChild(episodeShardWorkflow, {
       workflowId: `${input.idPrefix}/shard-${i}`,
+      staticSummary: shardSummary(stageName, i, ranges.length, firstKey, keyCount, keys),
+      staticDetails:
+        `tasks ${uids[firstUid]} .. ${uids[lastUid]} x ${repeats} episodes, at most ${common.concurrency} in ` +
+        `flight on task queue ${common.rolloutQueue}; episode ids ${input.idPrefix}/<uid>#<rep>[~retry-<n>]`,
       args: [
         {
           ...common,
@@ -72,5 +83,6 @@ export async function runShardedEpisodes(input: KeyedEpisodesInput): Promise<Sta
     total.peakInFlight = Math.max(total.peakInFlight, summary.peakInFlight);
     total.uncoveredSamples.push(...summary.uncoveredSamples.slice(0, 3 - total.uncoveredSamples.length));
   }
+  setCurrentDetails(`${thousands(total.keys)}/${thousands(keys)} keys done in ${total.shards} shards; aggregating`);
   return total;
 }

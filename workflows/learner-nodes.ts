@@ -2,6 +2,7 @@ import { proxyActivities } from '@temporalio/workflow';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import { gpuOptions } from './activity-options.ts';
+import { withMissingPollerNamed } from './missing-poller.ts';
 
 /**
  * The nodes after node 0 of a multi-node learner: each one's GPU worker (its own task queue) starts that node's
@@ -15,10 +16,11 @@ export async function startLearnerNodes(
 ): Promise<void> {
   if (!nodeQueues || nodeQueues.length < 2 || input.learner.attach_url !== undefined) return;
   await Promise.all(
-    nodeQueues
-      .slice(1)
-      .map((queue, i) =>
-        proxyActivities<GpuActivities>(gpuOptions(queue, '10 minutes')).startLearnerNode({ ...input, nodeRank: i + 1 }),
-      ),
+    nodeQueues.slice(1).map((queue, i) =>
+      withMissingPollerNamed(proxyActivities<GpuActivities>(gpuOptions(queue, '10 minutes')), queue).startLearnerNode({
+        ...input,
+        nodeRank: i + 1,
+      }),
+    ),
   );
 }

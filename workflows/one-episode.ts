@@ -1,4 +1,4 @@
-import { ActivityFailure, ApplicationFailure, proxyActivities } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, patched, proxyActivities } from '@temporalio/workflow';
 import type { EpisodeActivities, EpisodeActivityInput } from '../activities/episode-activities.ts';
 import type { EpisodeSummary } from '../rollout/episode-store.ts';
 import { isBadInputType } from '../core/errors.ts';
@@ -10,17 +10,39 @@ export function episodeActivities(rolloutQueue: string, wallClockMs: number) {
 }
 
 /**
+ * The line the Temporal UI shows beside an episode activity: what it is for and which key it runs
+ * (`probe · task-7#2 ~retry-1`, `step 3 · task-7#9`), so a shard's pending rows can be told apart.
+ */
+export function episodeActivitySummary(input: EpisodeActivityInput): string {
+  const retry = /~retry-\d+$/.exec(input.episodeId)?.[0] ?? '';
+  const what = input.step !== undefined ? `step ${input.step}` : input.purpose;
+  return `${what} · ${input.taskUid}#${input.repetition ?? 0}${retry ? ` ${retry}` : ''}`;
+}
+
+/**
  * Runs one episode; an activity that still fails after its retries (worker crashes, heartbeat timeouts,
  * control-database outages) becomes an infrastructure-error summary, so refill and re-run logic handle it
- * instead of failing the whole step. Bad input still fails at once.
+ * instead of failing the whole step. Bad input still fails at once. `uniqueIds`: the caller's episode ids are
+ * unique within this workflow, so each activity takes its episode id as activity id (the server refuses a second
+ * pending activity with the same id).
  */
 export async function runEpisodeOrInfraError(
   rolloutQueue: string,
   input: EpisodeActivityInput,
+  uniqueIds = true,
 ): Promise<EpisodeSummary> {
   const { runEpisode } = episodeActivities(rolloutQueue, input.config.limits.wall_clock_ms);
+  // Histories recorded before episode-named activities scheduled them with sequence-number ids: replay keeps those.
+  const named = uniqueIds && patched('episode-named-activities');
   try {
-    return await runEpisode(input);
+    return await runEpisode.executeWithOptions(
+      {
+        ...episodeActivityOptions(rolloutQueue, input.config.limits.wall_clock_ms),
+        summary: episodeActivitySummary(input),
+        ...(named ? { activityId: input.episodeId } : {}),
+      },
+      [input],
+    );
   } catch (err) {
     if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && isBadInputType(err.cause.type))
       throw err;

@@ -4,6 +4,8 @@ import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow.ts';
 import { campaignAttributes } from './search-attribute-keys.ts';
+import { withMissingPollerNamed } from './missing-poller.ts';
+import { evaluationSummary } from './ui-text.ts';
 import { bookkeepingOptions, defaultMaxReruns, gpuOptions } from './activity-options.ts';
 
 /**
@@ -30,7 +32,10 @@ const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('10 m
 export async function scheduledEvaluationWorkflow(
   input: ScheduledEvaluationInput,
 ): Promise<EvaluationResult & { step: number }> {
-  const gpu = proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '1 hour'));
+  const gpu = withMissingPollerNamed(
+    proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '1 hour')),
+    input.queues.gpu,
+  );
   const latest = await bookkeeping.latestCheckpoint({ campaignId: input.campaignId, needPool: !input.uids });
   let episode = input.config.episode;
   if (episode.policy.base_url === 'embedded') {
@@ -49,13 +54,19 @@ export async function scheduledEvaluationWorkflow(
   }
   // The whole run id: its first characters are a timestamp (UUIDv7) shared by runs started close together.
   const label = `${input.labelPrefix ?? 'scheduled'}-step${latest.step}-${workflowInfo().runId}`;
+  const uids = input.uids ?? latest.pool;
   const result = await executeChild(evaluationWorkflow, {
     workflowId: `${input.campaignId}/eval-${label}`,
+    staticSummary: evaluationSummary(
+      `${input.labelPrefix ?? 'scheduled'} evaluation of step ${latest.step}`,
+      uids.length,
+      input.repeats,
+    ),
     typedSearchAttributes: campaignAttributes(input.campaignId, 'evaluate-scheduled', latest.step),
     args: [
       {
         label,
-        uids: input.uids ?? latest.pool,
+        uids,
         repeats: input.repeats,
         suiteDir: input.suiteDir,
         episode,

@@ -1,4 +1,12 @@
-import { ApplicationFailure, condition, log, patched, proxyActivities, sleep } from '@temporalio/workflow';
+import {
+  ApplicationFailure,
+  condition,
+  log,
+  patched,
+  proxyActivities,
+  setCurrentDetails,
+  sleep,
+} from '@temporalio/workflow';
 import type { CampaignActivities, StepRecord } from '../activities/campaign-activities.ts';
 import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
 import type { EpisodeSummary } from '../rollout/episode-store.ts';
@@ -18,6 +26,7 @@ import { ConcurrencySlots } from './concurrency-slots.ts';
 import { selectGroups, type DrawnGroup, type GroupSelection } from './group-selection.ts';
 import { startLearnerNodes } from './learner-nodes.ts';
 import { runEpisodeOrInfraError } from './one-episode.ts';
+import { withMissingPollerNamed } from './missing-poller.ts';
 
 /**
  * One GRPO training step (child workflow `<campaign>/step-<n>`): seeded task choice, groups of G episodes,
@@ -69,6 +78,7 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
   const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('10 minutes', 10));
   // Steps started before the slots, refill backoff and step retries replay their recorded commands.
   const current = patched('step-slots-backoff');
+  setCurrentDetails(`sampling groups of ${t.group_size} for step ${input.step}`);
   const selection = await drawTrainedGroups(input, current);
   if (selection.informative.length < t.groups_per_step)
     log.warn('fewer informative groups than configured', {
@@ -77,6 +87,10 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<St
       wanted: t.groups_per_step,
       fallback: selection.fallback,
     });
+  setCurrentDetails(
+    `learner update on ${selection.trained.length} groups (${selection.informative.length} informative), ` +
+      `then export and weight sync`,
+  );
   const policy = await updatePolicy(input, advantageItems(selection.trained, t.normalize_std));
   const record = stepRecord(input, selection, policy);
   await bookkeeping.recordStep(record);
@@ -98,10 +112,17 @@ function groupRunner(input: TrainingStepInput, current: boolean, attempt: { retr
   // Episodes in flight across all groups of this step, bounded by training.concurrency.
   const slots = new ConcurrencySlots(t.concurrency);
   let inFlight = 0;
+  let done = 0;
+  const showSampling = () =>
+    setCurrentDetails(
+      `sampling step ${input.step}: ${done} episodes done, ${inFlight} in flight` +
+        (attempt.retry ? ` (step retry ${attempt.retry})` : ''),
+    );
   const episode = async (uid: string, rep: number): Promise<EpisodeSummary> => {
     if (current) await slots.acquire();
     else await condition(() => inFlight < t.concurrency);
     inFlight += 1;
+    showSampling();
     try {
       const retry = attempt.retry ? `~retry-${attempt.retry}` : '';
       const activityInput: EpisodeActivityInput = {
@@ -117,6 +138,8 @@ function groupRunner(input: TrainingStepInput, current: boolean, attempt: { retr
       return await runEpisodeOrInfraError(input.rolloutQueue, activityInput);
     } finally {
       inFlight -= 1;
+      done += 1;
+      showSampling();
       if (current) slots.release();
     }
   };
@@ -203,7 +226,10 @@ function advantageItems(trained: GroupResult[], normalizeStd: boolean): { episod
 
 /** The learner update, the export of its weights, and their sync to every policy server. */
 async function updatePolicy(input: TrainingStepInput, items: { episodeId: string; advantage: number }[]) {
-  const gpu = proxyActivities<GpuActivities>(gpuOptions(input.gpuQueue, '4 hours'));
+  const gpu = withMissingPollerNamed(
+    proxyActivities<GpuActivities>(gpuOptions(input.gpuQueue, '4 hours')),
+    input.gpuQueue,
+  );
   // Steps started by older code carry policyBaseUrl: they keep working after a deploy.
   const policyServers = input.policyServers ?? (input.policyBaseUrl ? [input.policyBaseUrl] : []);
   const stepId = input.step;

@@ -10,7 +10,7 @@ import {
 import path from 'node:path';
 import { repoRoot } from '../../config/environment.ts';
 import { temporalBinary } from '../../infra/temporal-dev-server.ts';
-import { campaignKey, stageKey, stepKey } from '../../workflows/search-attribute-keys.ts';
+import { tbtSearchAttributeKeys } from '../../workflows/search-attribute-keys.ts';
 
 /**
  * Workflow tests with mocked activities (test/unit): a throw-away Temporal dev server started from the project's
@@ -29,7 +29,7 @@ export async function startWorkflowTestEnv(): Promise<TestWorkflowEnvironment> {
   return TestWorkflowEnvironment.createLocal({
     server: {
       executable: { type: 'existing-path', path: temporalBinary },
-      searchAttributes: [campaignKey, stageKey, stepKey],
+      searchAttributes: tbtSearchAttributeKeys,
       extraArgs: ['--log-level', 'error'],
     },
   });
