@@ -1,5 +1,4 @@
 import type { LogLevel, LogMetadata, Logger } from '@temporalio/common';
-import { Runtime } from '@temporalio/worker';
 import type pino from 'pino';
 
 /**
@@ -29,9 +28,4 @@ export class PinoTemporalLogger implements Logger {
   error(message: string, meta?: LogMetadata): void {
     this.log('ERROR', message, meta);
   }
-}
-
-/** Installs the routing once per process, before any worker is created. */
-export function installTemporalLogger(logger: pino.Logger): void {
-  Runtime.install({ logger: new PinoTemporalLogger(logger.child({ component: 'temporal' })) });
 }

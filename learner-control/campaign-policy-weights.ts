@@ -1,5 +1,6 @@
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import type { PolicyEngine } from '../infra/embedded-policy-server.ts';
+import { metrics } from '../infra/metrics.ts';
 import { smallModelDir } from '../infra/python-env.ts';
 import { ensureEmbeddedPolicyServer, type PolicyServerAddress } from './campaign-policy-server.ts';
 import { learnerFiles } from './learner-process.ts';
@@ -65,8 +66,12 @@ export async function syncStepWeights(
 ): Promise<{ weightVersion: number; servers: { baseUrl: string; seconds: number }[] }> {
   const files = learnerFiles(stateDir, input.campaignId);
   const label = weightLabel(input.campaignId, input.weightVersion);
-  const sync = (baseUrl: string) =>
-    syncPolicyWeights(baseUrl, input.weightsPath, label, input.deadlineMs, policySyncToken(files.dir, baseUrl));
+  const sync = async (baseUrl: string) => {
+    const token = policySyncToken(files.dir, baseUrl);
+    const r = await syncPolicyWeights(baseUrl, input.weightsPath, label, input.deadlineMs, token);
+    metrics.weightSynced(r.seconds, 'step');
+    return r;
+  };
   const done: { baseUrl: string; seconds: number }[] = [];
   for (const baseUrl of input.servers) {
     try {
@@ -94,7 +99,8 @@ async function bringToVersion(
   if ((await reportedWeightLabel(baseUrl)) === label) return;
   const folder = want.weightsPath ?? (want.basePath === 'embedded' ? smallModelDir() : want.basePath);
   try {
-    await syncPolicyWeights(baseUrl, folder, label, want.deadlineMs, policySyncToken(campaignDir, baseUrl));
+    const r = await syncPolicyWeights(baseUrl, folder, label, want.deadlineMs, policySyncToken(campaignDir, baseUrl));
+    metrics.weightSynced(r.seconds, 'catch_up');
   } catch (err) {
     if (after) throw new InfrastructureError(`${errorMessage(err)} (after a restart; first failure: ${after})`);
     throw err;

@@ -1,4 +1,5 @@
 import type { CampaignConfig } from '../config/campaign-config.ts';
+import { metrics } from '../infra/metrics.ts';
 import { defaultRetention, pruneLearnerFolder } from '../infra/retention.ts';
 import { campaignLearner } from './campaign-learner.ts';
 import { learnerRequest, rethrowRefusalAsBadInput } from './learner-client.ts';
@@ -64,13 +65,15 @@ export async function trainLearnerStep(
         ),
         cancelled,
       ]);
+      const seconds = (Date.now() - started) / 1000;
       watch.log.info('learner step done', {
         campaignId: input.campaignId,
         stepId: answer.step_id,
         repeated: answer.repeated,
         episodes: input.items.length,
-        seconds: (Date.now() - started) / 1000,
+        seconds,
       });
+      metrics.learnerStepFinished(seconds, answer.repeated);
       // Retention: batches of committed steps and all but the last exports go (tbt gc does the same).
       pruneLearnerFolder(dir, defaultRetention);
       return {

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { withPooledClient } from '../infra/control-database.ts';
+import { metrics } from '../infra/metrics.ts';
 import { taskDomain } from '../task-suites/task-suite-loader.ts';
 import { checkEpisodeKeys } from './api-key.ts';
 import type { EpisodeTask } from './episode-environment.ts';
@@ -75,6 +76,8 @@ export async function recordEpisode(
   );
   if (!saved) return storedByAnotherAttempt(controlUrl, request.episodeId);
   logOutcome(attempt, request.episodeId, record);
+  const { outcome, cause, timings } = record;
+  metrics.episodeFinished({ outcome, cause, purpose: request.purpose, seconds: timings.totalMs / 1000 });
   return summarize(request.episodeId, record);
 }
 

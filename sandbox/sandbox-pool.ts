@@ -12,6 +12,7 @@ import {
   withDatabase,
   withRole,
 } from '../infra/control-database.ts';
+import { metrics } from '../infra/metrics.ts';
 import { SandboxRecycler } from './sandbox-recycler.ts';
 
 /**
@@ -262,7 +263,9 @@ export class SandboxPool {
          RETURNING name`,
         [template, owner, this.leaseMs / 1000],
       );
-      const name = leased.rows[0]?.name ?? (await this.clone(template, 'leased', owner));
+      const warm = leased.rows[0]?.name;
+      const name = warm ?? (await this.clone(template, 'leased', owner));
+      metrics.sandboxAcquired(warm ? 'warm' : 'cold');
       this.holdLease(name);
       void this.refill(template); // never rejects: a failed refill only costs latency
       const sandbox = this.sandbox(name, scenario.name);
@@ -298,6 +301,7 @@ export class SandboxPool {
               `NULL`,
             [template],
           );
+          metrics.sandboxWarmClones(template, Number(rows[0]!.n));
           if (Number(rows[0]!.n) >= this.warm) return;
           await this.clone(template, 'ready', null);
         }
@@ -326,11 +330,13 @@ export class SandboxPool {
     }, this.leaseMs / 3);
     timer.unref();
     this.renewals.set(name, timer);
+    metrics.sandboxLeased(this.renewals.size);
   }
 
   private stopRenewing(name: string): void {
     clearInterval(this.renewals.get(name));
     this.renewals.delete(name);
+    metrics.sandboxLeased(this.renewals.size);
   }
 
   /** Gives a used sandbox back: reset and returned to the pool when recycling, else dropped. */

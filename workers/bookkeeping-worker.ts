@@ -4,11 +4,9 @@ import { createCampaignActivities } from '../activities/campaign-activities.ts';
 import { createSmokeActivities } from '../activities/smoke-activities.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
-import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
+import { installWorkerRuntime } from '../infra/worker-runtime.ts';
 
 const log = createServiceLogger('bookkeeping-worker');
-// Activity and worker logs (Temporal's `log`) go through this logger and its redaction.
-installTemporalLogger(log);
 
 /**
  * Bookkeeping worker: the campaign's bookkeeping activities (ingest, select, record, aggregate, report) and the
@@ -21,6 +19,8 @@ installTemporalLogger(log);
 
 async function run(): Promise<void> {
   const env = readEnvironment();
+  // Activity and worker logs (Temporal's `log`) go through this logger; metrics when TBT_METRICS_PORT is set.
+  installWorkerRuntime(log, 'bookkeeping', env);
   await ensureControlDatabase(env);
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });
   const taskQueue = taskQueues(env).bookkeeping;

@@ -3,7 +3,7 @@ import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../co
 import { createGpuActivities } from '../activities/gpu-activities.ts';
 import { gpuHost } from '../config/gpu-host.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
-import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
+import { installWorkerRuntime } from '../infra/worker-runtime.ts';
 
 /**
  * GPU worker: one per GPU host, polling that host's own task queue (`<prefix>-gpu-<host>`, host from
@@ -12,11 +12,11 @@ import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
  */
 
 let log = createServiceLogger('gpu-worker');
-// Activity and worker logs (Temporal's `log`) go through this logger and its redaction.
-installTemporalLogger(log);
 
 async function run(): Promise<void> {
   const env = readEnvironment();
+  // Activity and worker logs (Temporal's `log`) go through this logger; metrics when TBT_METRICS_PORT is set.
+  installWorkerRuntime(log, 'gpu', env);
   const host = gpuHost(env);
   const taskQueue = taskQueues(env).gpu(host);
   log = log.child({ host });

@@ -3,7 +3,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { readEnvironment, repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
-import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
+import { installWorkerRuntime } from '../infra/worker-runtime.ts';
 
 /**
  * Orchestrator worker: runs the (deterministic) workflows and nothing else. It registers no activity on purpose:
@@ -13,11 +13,11 @@ import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
  */
 
 const log = createServiceLogger('orchestrator-worker');
-// Activity and worker logs (Temporal's `log`) go through this logger and its redaction.
-installTemporalLogger(log);
 
 async function run(): Promise<void> {
   const env = readEnvironment();
+  // Activity and worker logs (Temporal's `log`) go through this logger; metrics when TBT_METRICS_PORT is set.
+  installWorkerRuntime(log, 'orchestrator', env);
   await ensureControlDatabase(env);
   const connection = await NativeConnection.connect({ address: temporalAddress(env) });
   try {

@@ -7,7 +7,7 @@ import { SandboxPool } from '../sandbox/sandbox-pool.ts';
 import { TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
-import { installTemporalLogger } from '../infra/temporal-pino-logger.ts';
+import { installWorkerRuntime } from '../infra/worker-runtime.ts';
 import { forwardTypesense } from '../infra/typesense-standin.ts';
 
 /**
@@ -17,11 +17,11 @@ import { forwardTypesense } from '../infra/typesense-standin.ts';
  */
 
 const log = createServiceLogger('rollout-worker', { host: os.hostname() });
-// Activity and worker logs (Temporal's `log`) go through this logger and its redaction.
-installTemporalLogger(log);
 
 async function run(): Promise<void> {
   const env = readEnvironment();
+  // Activity and worker logs (Temporal's `log`) go through this logger; metrics when TBT_METRICS_PORT is set.
+  installWorkerRuntime(log, 'rollout', env);
   const controlUrl = databaseUrl(env);
   await ensureControlDatabase(env);
   const pool = new SandboxPool({
