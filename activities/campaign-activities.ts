@@ -4,10 +4,11 @@ import { writeCampaignCosts, type CampaignCostsInput } from '../campaign-records
 import { writeCampaignReport, type CampaignReportInput } from '../campaign-records/campaign-report.ts';
 import { writeCampaignManifest } from '../campaign-records/campaign-run-folder.ts';
 import { aggregateEvaluation, type EvaluationAggregationInput } from '../campaign-records/evaluation-aggregation.ts';
+import { trackEvaluation, trackOrWarn, trackStep, trackingAttempts } from '../campaign-records/experiment-tracking.ts';
 import { latestCheckpoint } from '../campaign-records/latest-checkpoint.ts';
 import { selectPool, type PoolSelectionInput } from '../campaign-records/pool-selection.ts';
 import type { StepRecord } from '../campaign-records/step-record.ts';
-import { saveStepRecord, stepRecordsInOrder } from '../campaign-records/step-records.ts';
+import { latestStepRecord, saveStepRecord, stepRecordsInOrder } from '../campaign-records/step-records.ts';
 import { stepsFile, writeStepsFile } from '../campaign-records/steps-file.ts';
 import { ingestCandidates, type CandidateIngestInput } from '../campaign-records/training-candidates.ts';
 
@@ -40,6 +41,11 @@ function withHeartbeats<T extends Record<string, (...args: never[]) => Promise<u
 export function createCampaignActivities(deps: { controlUrl: string; stateDir: string }) {
   // A cancelled (or timed-out) activity ends the `tbt` subprocess it runs, so a retry never runs beside an orphan.
   const withSignal = () => ({ ...deps, signal: currentActivity()?.cancellationSignal });
+  // Experiment trackers (campaign-records/experiment-tracking.ts): retried by the first attempts, then a warning.
+  const tracked = (work: () => Promise<unknown>) =>
+    trackOrWarn(work, currentActivity()?.info.attempt ?? trackingAttempts, (message, attributes) =>
+      (currentActivity()?.log ?? console).warn(message, attributes),
+    );
 
   return withHeartbeats({
     /**
@@ -63,11 +69,15 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
       await saveStepRecord(deps.controlUrl, record);
       const steps = stepsFile(deps.stateDir, record.campaignId);
       writeStepsFile(steps, await stepRecordsInOrder(deps.controlUrl, record.campaignId));
+      await tracked(() => trackStep(withSignal(), record));
     },
 
     /** Coverage-gated aggregation of an evaluation, by `tbt eval aggregate`. */
     async aggregateEvaluation(input: EvaluationAggregationInput): Promise<{ aggregate: string; summary: string }> {
-      return aggregateEvaluation(withSignal(), input);
+      const result = await aggregateEvaluation(withSignal(), input);
+      const stepsTrained = (await latestStepRecord(deps.controlUrl, input.campaignId))?.step ?? 0;
+      await tracked(() => trackEvaluation(withSignal(), { ...input, aggregate: result.aggregate, stepsTrained }));
+      return result;
     },
 
     /** Probing and training cost of a campaign (evaluation cost is in the evaluation aggregates). */

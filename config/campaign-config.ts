@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import { z } from 'zod';
 import { episodeConfigSchema } from './episode-config.ts';
 import { checkLearnerTopology } from './learner-topology.ts';
+import { trackingConfigSchema } from './tracking-config.ts';
 import { formatProblem, parseYamlFile } from './yaml-file.ts';
 
 /**
@@ -220,6 +221,9 @@ export const campaignConfigSchema = z
       })
       .strict()
       .prefault({}),
+    tracking: trackingConfigSchema
+      .optional()
+      .describe('Experiment trackers (MLflow, W&B) for every step and evaluation; off unless set'),
   })
   .strict();
 

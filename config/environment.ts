@@ -83,6 +83,17 @@ export const environmentSchema = z.object({
   TBT_TASK_QUEUE_PREFIX: queueName.default('tbt').describe('Prefix of every task queue name'),
   TBT_SANDBOX_WARM: count(0, 64).default(2).describe('Ready sandbox clones each worker keeps per template'),
   TBT_ROLLOUT_CONCURRENCY: count(1, 256).default(4).describe('Episodes one rollout worker runs at once'),
+  TBT_METRICS_PORT: z
+    .string()
+    .regex(/^$|^(([A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]):)?\d{1,5}$/, 'expected PORT or HOST:PORT (e.g. 9464)')
+    .refine((s) => s === '' || (Number(s.split(':').at(-1)) >= 1 && Number(s.split(':').at(-1)) <= 65532), {
+      message: 'port 1-65532: each worker kind uses it plus its offset (0-3)',
+    })
+    .optional()
+    .describe(
+      "Workers' Prometheus metrics: orchestrator on PORT, bookkeeping +1, rollout +2, gpu +3 (HOST:PORT binds " +
+        'HOST, else all interfaces); unset or empty = off (docs/metrics.md)',
+    ),
   TBT_GPU_HOST: queueName
     .default(
       os
@@ -113,6 +124,10 @@ export const environmentSchema = z.object({
     .optional()
     .describe('Tests only: the public ThinkingBox data folder (test/thinkingbox-bench-subset.test.ts)'),
   TBT_VLLM_VENV: z.string().optional().describe("vLLM's CPU-build Python environment (scripts/setup.sh creates it)"),
+  TBT_TRACKING_VENV: z
+    .string()
+    .optional()
+    .describe('Python environment of the experiment trackers, mlflow and wandb (scripts/setup.sh creates it)'),
   TBT_VLLM_MAX_MODEL_LEN: count(256, 1_048_576)
     .default(4096)
     .describe('Context length (--max-model-len) of the embedded vLLM policy server'),
@@ -223,4 +238,5 @@ export const searchAttributes = {
   TbtCampaign: 'Keyword',
   TbtStage: 'Keyword',
   TbtStep: 'Int',
+  TbtPaused: 'Bool',
 } as const;

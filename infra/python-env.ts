@@ -24,6 +24,17 @@ export function vllmPythonBinary(): string {
   return python;
 }
 
+/** The experiment-tracking environment (mlflow, wandb) scripts/setup.sh prepared (recorded in .tools/tracking-venv). */
+export function trackingPythonBinary(): string {
+  const marker = path.join(repoRoot, '.tools', 'tracking-venv');
+  const python = fs.existsSync(marker) ? path.join(fs.readFileSync(marker, 'utf8').trim(), 'bin', 'python') : '';
+  if (!python || !fs.existsSync(python))
+    throw new Error(`tracking environment not set up (${marker} missing or stale): run \`bash scripts/setup.sh\``);
+  return python;
+}
+
+export const trackingPackageDir = path.join(repoRoot, 'tracking');
+
 export const gpuLearnerDir = path.join(repoRoot, 'gpu-learner');
 
 /** Folder of the bundled small model (converted once by scripts/setup.sh; instant afterwards). */

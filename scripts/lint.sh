@@ -12,12 +12,14 @@ check() { # $1: label, rest: command
 check "prettier" prettier --check --log-level warn .
 check "eslint" eslint --max-warnings 0 .
 check "tsc" tsc -p tsconfig.json --noEmit
-check "ruff check" "$ruff" check -q gpu-learner thinkingbox
-check "ruff format" "$ruff" format --check -q gpu-learner thinkingbox
+check "ruff check" "$ruff" check -q gpu-learner thinkingbox tracking
+check "ruff format" "$ruff" format --check -q gpu-learner thinkingbox tracking
 check "pyright gpu-learner" pyright --pythonpath "$(cat .tools/python-venv)/bin/python" -p gpu-learner/pyproject.toml \
   gpu-learner/tbt_gpu
 check "pyright thinkingbox" pyright --pythonpath "$(cat .tools/thinkingbox-venv)/bin/python" \
   -p thinkingbox/pyproject.toml thinkingbox/tbt_thinkingbox
+check "pyright tracking" pyright --pythonpath "$(cat .tools/tracking-venv)/bin/python" -p tracking/pyproject.toml \
+  tracking/tbt_tracking tracking/tests
 # Prettier leaves long strings and comments alone; the team's limit is 120 characters in every source file we write
 # (dataset fixtures under examples/ and test fixtures keep the shape of the files they imitate).
 long_lines() {

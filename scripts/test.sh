@@ -56,6 +56,12 @@ if [ "$tier" != unit ]; then
     f=$(grep -oE '[0-9]+ (failed|error)' .state/python-tests.log | awk '{s+=$1} END {print s+0}')
     [ -z "$p" ] && [ "${f:-0}" = 0 ] && f=1
     pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
+    # The tracking package lives in its own venv (mlflow, wandb) without pytest: the standard library runner.
+    (cd tracking && "$(cat ../.tools/tracking-venv)/bin/python" -m unittest discover -s tests -t . 2>&1) |
+      tee .state/tracking-tests.log
+    ran=$(grep -oE '^Ran [0-9]+ test' .state/tracking-tests.log | awk '{print $2}')
+    bad=$(grep -oE '(failures|errors)=[0-9]+' .state/tracking-tests.log | awk -F= '{s+=$2} END {print s+0}')
+    if grep -qE '^OK' .state/tracking-tests.log; then pass=$((pass + ${ran:-0})); else fail=$((fail + ${bad:-1})); fi
   fi
 fi
 echo "$pass passed, $fail failed"
