@@ -54,7 +54,9 @@ export function flattenParams(value: unknown, prefix = '', out: Record<string, s
   if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
     for (const [k, v] of Object.entries(value)) flattenParams(v, prefix ? `${prefix}.${k}` : k, out);
   } else if (prefix && value !== undefined) {
-    out[prefix.replace(/[^\w./ -]/g, '_')] = (typeof value === 'string' ? value : JSON.stringify(value)).slice(0, 6000);
+    // Params are stored in clear (and uploaded when W&B is online): a URI with a password must not be among them.
+    const text = redactSecretsInText(typeof value === 'string' ? value : JSON.stringify(value));
+    out[prefix.replace(/[^\w./ -]/g, '_')] = text.slice(0, 6000);
   }
   return out;
 }

@@ -14,7 +14,7 @@ export const trackingConfigSchema = z
           .optional()
           .describe(
             'MLflow tracking server or store URI; unset = MLFLOW_TRACKING_URI, else a SQLite store under the ' +
-              'state folder (mlflow/mlflow.db)',
+              'state folder (tracking/mlflow.db)',
           ),
         experiment: z.string().min(1).default('thinkingbox-temporal').describe('MLflow experiment of the runs'),
       })

@@ -54,6 +54,11 @@ export async function startTemporal(env: Environment): Promise<boolean> {
   if (env.TBT_TEMPORAL_ADDRESS) {
     if (!(await temporalReachable(env.TBT_TEMPORAL_ADDRESS)))
       throw new Error(`TBT_TEMPORAL_ADDRESS=${env.TBT_TEMPORAL_ADDRESS} is not reachable`);
+    // A campaign upserting an attribute the server lacks fails its workflow task in a loop: add what is missing.
+    await registerMissingSearchAttributes(env).catch((err: unknown) => {
+      const names = Object.keys(searchAttributes).join(', ');
+      console.warn(`tbt: could not register the search attributes ${names} on ${env.TBT_TEMPORAL_ADDRESS}: ${err}`);
+    });
     return false;
   }
   const f = files(env);

@@ -39,7 +39,14 @@ function startRolloutWorker(): RolloutProcess {
   // pid we hold is the worker's own, the one its episodes report as host:pid.
   const child = spawn(process.execPath, ['--import', 'tsx', 'workers/rollout-worker.ts'], {
     cwd: repoRoot,
-    env: { ...process.env, TBT_TASK_QUEUE_PREFIX: prefix, TBT_ROLLOUT_CONCURRENCY: '1', TBT_SANDBOX_WARM: '1' },
+    // Metrics off: two workers on one host would both bind TBT_METRICS_PORT + 2.
+    env: {
+      ...process.env,
+      TBT_TASK_QUEUE_PREFIX: prefix,
+      TBT_ROLLOUT_CONCURRENCY: '1',
+      TBT_SANDBOX_WARM: '1',
+      TBT_METRICS_PORT: '',
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const output: string[] = [];

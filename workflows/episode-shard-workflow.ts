@@ -34,6 +34,8 @@ export async function episodeShardWorkflow(input: ShardInput): Promise<ShardSumm
       }),
     );
   showProgress();
+  // A uid listed twice gives two episodes one id; their activities then keep sequence-number ids.
+  const uniqueIds = new Set(input.uids).size === input.uids.length;
   const runKey = async (index: number): Promise<void> => {
     const uid = input.uids[Math.floor(index / input.repeats)]!;
     const repetition = index % input.repeats;
@@ -42,15 +44,19 @@ export async function episodeShardWorkflow(input: ShardInput): Promise<ShardSumm
       if (attempt > 0) await sleep(infraBackoffMs(attempt, input.infraBackoff));
       const final = await slots.run(() => {
         showProgress();
-        return runEpisodeOrInfraError(input.rolloutQueue, {
-          episodeId: `${input.idPrefix}/${key}${attempt ? `~retry-${attempt}` : ''}`,
-          suiteDir: input.suiteDir,
-          taskUid: uid,
-          purpose: input.purpose,
-          campaign: input.campaignId,
-          repetition,
-          config: input.episode,
-        });
+        return runEpisodeOrInfraError(
+          input.rolloutQueue,
+          {
+            episodeId: `${input.idPrefix}/${key}${attempt ? `~retry-${attempt}` : ''}`,
+            suiteDir: input.suiteDir,
+            taskUid: uid,
+            purpose: input.purpose,
+            campaign: input.campaignId,
+            repetition,
+            config: input.episode,
+          },
+          uniqueIds,
+        );
       });
       summary.episodes += 1;
       if (attempt > 0) summary.reruns += 1;

@@ -107,6 +107,8 @@ function sampledWeightVersion(input: TrainingStepInput): number {
  * whose fresh episode ids the episodes take.
  */
 function groupRunner(input: TrainingStepInput, current: boolean, attempt: { retry: number }) {
+  // A pool listing a uid twice could draw it twice in one step: then activities keep sequence-number ids.
+  const uniqueIds = new Set(input.pool).size === input.pool.length;
   const t = input.training;
   const sampledVersion = sampledWeightVersion(input);
   // Episodes in flight across all groups of this step, bounded by training.concurrency.
@@ -135,7 +137,7 @@ function groupRunner(input: TrainingStepInput, current: boolean, attempt: { retr
         repetition: rep,
         config: input.episode,
       };
-      return await runEpisodeOrInfraError(input.rolloutQueue, activityInput);
+      return await runEpisodeOrInfraError(input.rolloutQueue, activityInput, uniqueIds);
     } finally {
       inFlight -= 1;
       done += 1;

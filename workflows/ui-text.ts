@@ -31,7 +31,8 @@ export function shardSummary(
   keys: number,
 ) {
   const last = firstKey + keyCount - 1;
-  return `${stage} shard ${shard + 1} of ${shards}: keys ${thousands(firstKey)}-${thousands(last)} of ${thousands(keys)}`;
+  const range = `${thousands(firstKey)}-${thousands(last)}`;
+  return `${stage} shard ${shard + 1} of ${shards}: keys ${range} of ${thousands(keys)}`;
 }
 
 /** A shard's or stage's progress: `340/507 keys done · 12 in flight · 3 re-runs`. */

@@ -347,6 +347,9 @@ async function evaluationUids(tasks: string, suiteDir: string): Promise<string[]
   const unknown = uids.filter((u) => !known.includes(u));
   if (uids.length === 0) throw new UsageError(`--tasks ${tasks}: the list is empty`);
   if (unknown.length) throw new UsageError(`--tasks ${tasks}: not in ${suiteDir}: ${unknown.slice(0, 10).join(', ')}`);
+  const twice = uids.filter((u, i) => uids.indexOf(u) !== i);
+  // Each task runs --repeats times already; a uid listed twice would be two episodes with one id.
+  if (twice.length) throw new UsageError(`--tasks ${tasks}: listed more than once: ${twice.slice(0, 10).join(', ')}`);
   return uids;
 }
 

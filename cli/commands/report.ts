@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { BadInputError } from '../../core/errors.ts';
+import { BadInputError, errorMessage } from '../../core/errors.ts';
 import {
   parseCosts,
   parseEvalAggregate,
@@ -112,10 +112,17 @@ export async function report(args: string[], io: CommandIo = consoleIo): Promise
     const input = loadReportInput(files);
     if (files.episodePages && !evaluations(input).length)
       throw new UsageError('--episode-pages needs an evaluation (--eval or --before/--after)');
-    const pages = files.episodePages ? await addEpisodePages(input, files, out) : 0;
+    // The pages read the control database; an outage there must not cost a finished campaign its report.
+    const pages = files.episodePages
+      ? await addEpisodePages(input, files, out).catch((err: unknown) => {
+          io.err(`tbt report: warning: no episode pages (${errorMessage(err)}); the report is written without them`);
+          return undefined;
+        })
+      : 0;
     const written = writeReport(input, out);
     io.out(`wrote ${written.html}\nwrote ${written.markdown}`);
-    if (files.episodePages) io.out(`wrote ${pages} episode pages in ${path.join(out, 'episodes')}`);
+    if (pages !== undefined && files.episodePages)
+      io.out(`wrote ${pages} episode pages in ${path.join(out, 'episodes')}`);
     return 0;
   } catch (err) {
     return commandErrorExit(err, reportCommand, io);

@@ -174,7 +174,7 @@ test('a re-run after an infrastructure error is named `~retry-1` in its activity
   );
 });
 
-test('a campaign: the probe child has a static summary, the details say it probes, a pause is flagged at once', async () => {
+test('a campaign: the probe child has a summary, the details say it probes, a pause is flagged at once', async () => {
   hanging.add('ui-probe');
   const campaign = await env.client.workflow.start(campaignWorkflow, {
     taskQueue: queue,

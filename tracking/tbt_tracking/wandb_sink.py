@@ -35,7 +35,11 @@ def read_run_log(file: Path) -> list[dict[str, Any]]:
     """The records of one `.wandb` file as W&B's own reader prints them (one JSON object per record)."""
     wandb_cli = Path(sys.executable).parent / "wandb"
     out = subprocess.run(
-        [str(wandb_cli), "leet", "inspect", str(file), "--json"], capture_output=True, text=True, check=True
+        [str(wandb_cli), "leet", "inspect", str(file), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,  # a hung reader must not hold the bookkeeping activity to its own timeout
     ).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
