@@ -1,10 +1,10 @@
 import { pathToFileURL } from 'node:url';
 import { Connection } from '@temporalio/client';
-import { encodeSearchAttributeIndexedValueType } from '@temporalio/common/lib/search-attributes.js';
 import { msToTs } from '@temporalio/common/lib/time.js';
 import type pino from 'pino';
-import { readEnvironment, searchAttributes, temporalAddress, type Environment } from '../config/environment.ts';
+import { readEnvironment, temporalAddress, type Environment } from '../config/environment.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
+import { ensureSearchAttributes, grpcAlreadyExists, grpcCode, grpcNotFound } from '../infra/search-attributes.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 
 /**
@@ -15,8 +15,6 @@ import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 
 /** Closed workflows stay visible in the UI this long; campaigns run for days. */
 const namespaceRetention = '30 days';
-const grpcNotFound = 5;
-const grpcAlreadyExists = 6;
 
 export interface SetupResult {
   namespaceCreated: boolean;
@@ -24,12 +22,6 @@ export interface SetupResult {
 }
 
 type Log = Pick<pino.Logger, 'info' | 'warn'>;
-
-function grpcCode(err: unknown): number | undefined {
-  return typeof err === 'object' && err !== null && 'code' in err && typeof err.code === 'number'
-    ? err.code
-    : undefined;
-}
 
 async function retry<T>(
   what: string,
@@ -69,29 +61,6 @@ async function ensureNamespace(connection: Connection, namespace: string): Promi
   return true;
 }
 
-async function ensureSearchAttributes(connection: Connection, namespace: string, log: Log): Promise<string[]> {
-  const { customAttributes } = await connection.operatorService.listSearchAttributes({ namespace });
-  const missing: Record<string, number> = {};
-  for (const [name, type] of Object.entries(searchAttributes)) {
-    const wanted = encodeSearchAttributeIndexedValueType(type.toUpperCase() as 'KEYWORD' | 'INT' | 'BOOL')!;
-    const existing = customAttributes?.[name];
-    if (existing === undefined || existing === null) missing[name] = wanted;
-    else if (existing !== wanted)
-      throw new Error(
-        `search attribute ${name} exists on namespace ${namespace} with another type (${existing}); wanted ${type}`,
-      );
-  }
-  const names = Object.keys(missing);
-  if (names.length === 0) return [];
-  try {
-    await connection.operatorService.addSearchAttributes({ namespace, searchAttributes: missing });
-  } catch (err) {
-    if (grpcCode(err) !== grpcAlreadyExists) throw err;
-  }
-  log.info({ namespace, added: names }, 'search attributes registered');
-  return names;
-}
-
 /** Idempotent: a second run changes nothing and reports nothing added. */
 export async function setUpDeployment(env: Environment, log: Log, timeoutMs = 5 * 60_000): Promise<SetupResult> {
   const deadline = Date.now() + timeoutMs;
@@ -114,7 +83,11 @@ export async function setUpDeployment(env: Environment, log: Log, timeoutMs = 5 
       `search attributes on ${namespace}`,
       deadline,
       log,
-      () => ensureSearchAttributes(connection, namespace, log),
+      async () => {
+        const added = await ensureSearchAttributes(connection, namespace);
+        if (added.length > 0) log.info({ namespace, added }, 'search attributes registered');
+        return added;
+      },
       (err) => grpcCode(err) === grpcNotFound,
     );
     await retry('control database', deadline, log, () => ensureControlDatabase(env));

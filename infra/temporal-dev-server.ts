@@ -1,9 +1,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
-import { encodeSearchAttributeIndexedValueType } from '@temporalio/common/lib/search-attributes.js';
 import { repoRoot, searchAttributes, temporalAddress, temporalUiUrl, type Environment } from '../config/environment.ts';
 import { portInUse, readPid, spawnDetached, stopPid, waitFor } from './daemon.ts';
+import { ensureSearchAttributes } from './search-attributes.ts';
 
 /** The official Temporal CLI dev server, installed by scripts/setup.sh into .tools/, with SQLite persistence. */
 
@@ -109,16 +109,7 @@ export async function startTemporal(env: Environment): Promise<boolean> {
 export async function registerMissingSearchAttributes(env: Environment): Promise<string[]> {
   const connection = await Connection.connect({ address: temporalAddress(env), connectTimeout: 5000 });
   try {
-    const namespace = env.TBT_TEMPORAL_NAMESPACE;
-    const { customAttributes } = await connection.operatorService.listSearchAttributes({ namespace });
-    const missing = Object.fromEntries(
-      Object.entries(searchAttributes)
-        .filter(([name]) => customAttributes?.[name] === undefined)
-        .map(([name, type]) => [name, encodeSearchAttributeIndexedValueType(type.toUpperCase() as 'BOOL')!]),
-    );
-    if (Object.keys(missing).length > 0)
-      await connection.operatorService.addSearchAttributes({ namespace, searchAttributes: missing });
-    return Object.keys(missing);
+    return await ensureSearchAttributes(connection, env.TBT_TEMPORAL_NAMESPACE);
   } finally {
     await connection.close();
   }

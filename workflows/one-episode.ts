@@ -4,11 +4,6 @@ import type { EpisodeSummary } from '../rollout/episode-store.ts';
 import { isBadInputType } from '../core/errors.ts';
 import { episodeActivityOptions } from './activity-options.ts';
 
-/** The episode activities on the rollout queue, with a start-to-close limit sized to the episode's wall clock. */
-export function episodeActivities(rolloutQueue: string, wallClockMs: number) {
-  return proxyActivities<EpisodeActivities>(episodeActivityOptions(rolloutQueue, wallClockMs));
-}
-
 /**
  * The line the Temporal UI shows beside an episode activity: what it is for and which key it runs
  * (`probe · task-7#2 ~retry-1`, `step 3 · task-7#9`), so a shard's pending rows can be told apart.
@@ -31,18 +26,16 @@ export async function runEpisodeOrInfraError(
   input: EpisodeActivityInput,
   uniqueIds = true,
 ): Promise<EpisodeSummary> {
-  const { runEpisode } = episodeActivities(rolloutQueue, input.config.limits.wall_clock_ms);
   // Histories recorded before episode-named activities scheduled them with sequence-number ids: replay keeps those.
   const named = uniqueIds && patched('episode-named-activities');
   try {
-    return await runEpisode.executeWithOptions(
-      {
-        ...episodeActivityOptions(rolloutQueue, input.config.limits.wall_clock_ms),
-        summary: episodeActivitySummary(input),
-        ...(named ? { activityId: input.episodeId } : {}),
-      },
-      [input],
-    );
+    // Options per call: the queue, limits sized to this episode's wall clock, its summary and id.
+    const { runEpisode } = proxyActivities<EpisodeActivities>({
+      ...episodeActivityOptions(rolloutQueue, input.config.limits.wall_clock_ms),
+      summary: episodeActivitySummary(input),
+      ...(named ? { activityId: input.episodeId } : {}),
+    });
+    return await runEpisode(input);
   } catch (err) {
     if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && isBadInputType(err.cause.type))
       throw err;
