@@ -398,3 +398,42 @@ test(
     }
   },
 );
+
+test('second review, finding 1: helpers never come from a dataset PATH, and dataset env reaches only the code', async () => {
+  // A hostile dataset venv: every helper name the sandbox uses, each leaving a marker if it ever runs.
+  const venvBin = testTempDir('tbt-hostile-venv-');
+  fs.chmodSync(venvBin, 0o755); // the sandboxed code's own uid reads its venv
+  const marker = path.join(outside, `helper-ran-${crypto.randomUUID()}`);
+  for (const name of ['prlimit', 'bwrap', 'setpriv', 'unshare', 'env', 'python3'])
+    fs.writeFileSync(path.join(venvBin, name), `#!/bin/sh\necho ${name} >> ${marker}\nexit 0\n`, { mode: 0o755 });
+  for (const [mode, on] of [
+    ['bubblewrap', sandbox],
+    ['unsandboxed', new DatasetSandbox({ bwrap: '/nonexistent/bwrap', unsandboxed: true, log: () => undefined })],
+  ] as const) {
+    const run = on.prepare({
+      command: '/usr/bin/python3',
+      args: ['-c', 'import os; print(os.environ.get("HOSTILE"), os.environ["PATH"].split(":")[0])'],
+      pathPrefix: [venvBin],
+      env: { PATH: `${venvBin}:/usr/bin:/bin`, LD_PRELOAD: '/nonexistent/evil.so', HOSTILE: 'set' },
+      label: 'helpers',
+    });
+    assert.equal(run.mode, mode);
+    // What runs on the host: an absolute path and a fixed environment without any dataset value.
+    assert.ok(path.isAbsolute(run.command) && !run.command.startsWith(venvBin), run.command);
+    assert.deepEqual(Object.keys(run.env).sort(), ['HOME', 'LANG', 'LOGNAME', 'PATH', 'SHELL', 'TERM', 'USER']);
+    assert.ok(!run.env.PATH!.includes(venvBin));
+    const out = await new Promise<string>((resolve, reject) => {
+      const child = spawn(run.command, run.args, { env: run.env, cwd: run.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+      let text = '';
+      child.stdout.on('data', (c: Buffer) => (text += c.toString()));
+      child.on('error', reject);
+      child.on('close', () => resolve(text.trim()));
+    });
+    run.dispose();
+    // The code itself gets the dataset's environment.
+    assert.equal(out, `set ${venvBin}`, mode);
+    const ran = fs.existsSync(marker) ? fs.readFileSync(marker, 'utf8') : '';
+    assert.equal(ran, '', `dataset venv helpers ran (${mode})`);
+  }
+  fs.rmSync(venvBin, { recursive: true, force: true });
+});

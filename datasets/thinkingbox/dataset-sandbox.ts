@@ -128,6 +128,33 @@ const ETC_FILES = [
   'os-release',
 ];
 const SAFE_PATH = '/usr/local/bin:/usr/bin:/bin';
+/** Where host-side helpers (prlimit, bwrap, setpriv, unshare, env, python3) are looked up: never a dataset PATH. */
+const SYSTEM_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+const variableName = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/**
+ * A host program by absolute path, looked up once in the fixed system PATH. Spawning a helper by name with the
+ * sandbox's environment would find it through a PATH that the dataset's venv and servers.yaml `env` control (a
+ * `prlimit` console script in the venv then runs on the host, as the worker).
+ */
+export const hostProgram = (() => {
+  const found = new Map<string, string>();
+  return (name: string): string => {
+    const known = found.get(name);
+    if (known) return known;
+    for (const dir of SYSTEM_PATH.split(':')) {
+      const candidate = path.join(dir, name);
+      try {
+        fs.accessSync(candidate, fs.constants.X_OK);
+        found.set(name, candidate);
+        return candidate;
+      } catch {
+        // not in this folder
+      }
+    }
+    throw new Error(`${name}: not found in ${SYSTEM_PATH} (the dataset sandbox needs it)`);
+  };
+})();
 
 /** Our helper package (the test runner, the loopback relay), which the sandbox needs to see. */
 export const helperPackageDir = path.join(repoRoot, 'thinkingbox');
@@ -234,7 +261,15 @@ export class DatasetSandbox {
     this.scratchRoot = path.resolve(
       options.scratchRoot ?? path.join(readEnvironment().TBT_STATE_DIR, 'dataset-scratch'),
     );
-    this.bwrap = options.bwrap ?? 'bwrap';
+    this.bwrap =
+      options.bwrap ??
+      (() => {
+        try {
+          return hostProgram('bwrap');
+        } catch {
+          return 'bwrap'; // the probe below then reports it missing
+        }
+      })();
     this.loopback = options.loopback ?? [];
     const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
     const problem = this.probe();
@@ -298,7 +333,8 @@ export class DatasetSandbox {
 
   private wrap(code: DatasetCommand, scratch: { dir: string; uid: number }, mode: SandboxMode, relayDir?: string) {
     const pathPrefix = code.pathPrefix ?? [];
-    const env: Record<string, string> = {
+    const cwd = code.cwd ? path.resolve(code.cwd) : scratch.dir;
+    const codeEnv: Record<string, string> = {
       PATH: [...pathPrefix, SAFE_PATH].join(path.delimiter),
       HOME: scratch.dir,
       TMPDIR: path.join(scratch.dir, 'tmp'),
@@ -309,16 +345,39 @@ export class DatasetSandbox {
       TERM: 'dumb',
       USER: 'sandbox',
       LOGNAME: 'sandbox',
+      PWD: cwd, // as bwrap's --chdir sets it, which --clearenv no longer passes on
       ...code.env,
     };
-    const cwd = code.cwd ? path.resolve(code.cwd) : scratch.dir;
+    for (const name of Object.keys(codeEnv))
+      if (!variableName.test(name)) throw new Error(`${code.label}: env name '${name}' is not a variable name`);
+    // The helpers on the host (prlimit, bwrap) and the ones in the sandbox before the code (setpriv, unshare, the
+    // relay) run with this fixed environment: no dataset value (PATH, LD_PRELOAD, ...) reaches them. The code's
+    // own environment is set by `env -i` as the last step before it.
+    const env: Record<string, string> = {
+      PATH: SYSTEM_PATH,
+      HOME: scratch.dir,
+      LANG: 'C.UTF-8',
+      SHELL: '/bin/sh',
+      TERM: 'dumb',
+      USER: 'sandbox',
+      LOGNAME: 'sandbox',
+    };
+    const withCodeEnv = [
+      hostProgram('env'),
+      '-i',
+      '--',
+      ...Object.entries(codeEnv).map(([k, v]) => `${k}=${v}`),
+      code.command,
+      ...code.args,
+    ];
+    const prlimit = hostProgram('prlimit');
     if (mode === 'unsandboxed')
-      return { command: 'prlimit', args: [...limitArgs(this.limits), '--', code.command, ...code.args], env, cwd };
+      return { command: prlimit, args: [...limitArgs(this.limits), '--', ...withCodeEnv], env, cwd };
     const readOnly = [...(code.readOnly ?? []), ...pathPrefix, ...(code.cwd ? [cwd] : [])];
     // The relay runs first inside the sandbox: it binds the loopback ports, forks, and execs the code.
     const relay = relayDir
       ? [
-          'python3',
+          hostProgram('python3'),
           '-I',
           path.join(helperPackageDir, 'tbt_thinkingbox', 'loopback_forward.py'),
           ...this.loopback.map((f) => `${f.port}=${path.join(relayDir, `${f.port}.sock`)}`),
@@ -331,7 +390,7 @@ export class DatasetSandbox {
     const inner = this.asRoot
       ? [
           // Drop to the sandbox's own uid with no capabilities, then enter a user namespace as that uid.
-          'setpriv',
+          hostProgram('setpriv'),
           `--reuid=${scratch.uid}`,
           `--regid=${scratch.uid}`,
           '--clear-groups',
@@ -339,7 +398,7 @@ export class DatasetSandbox {
           '--inh-caps=-all',
           '--no-new-privs',
           '--',
-          'unshare',
+          hostProgram('unshare'),
           '--user',
           '--map-current-user',
           '--',
@@ -350,6 +409,7 @@ export class DatasetSandbox {
       '--',
       this.bwrap,
       '--die-with-parent',
+      '--clearenv',
       '--new-session',
       ...(this.asRoot ? [] : ['--unshare-user', '--cap-drop', 'ALL']),
       '--unshare-pid',
@@ -365,11 +425,10 @@ export class DatasetSandbox {
       '--',
       ...inner,
       ...relay,
-      code.command,
-      ...code.args,
+      ...withCodeEnv,
     ];
-    // bwrap itself gets only the allow-list too: its init (pid 1 inside) is what /proc/1/environ shows.
-    return { command: 'prlimit', args, env, cwd: '/' };
+    // bwrap itself gets only the fixed environment too: its init (pid 1 inside) is what /proc/1/environ shows.
+    return { command: prlimit, args, env, cwd: '/' };
   }
 
   /** The command line that runs `code` in this sandbox, with a fresh scratch folder. */
