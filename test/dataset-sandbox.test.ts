@@ -399,7 +399,7 @@ test(
   },
 );
 
-test('second review, finding 1: helpers never come from a dataset PATH, and dataset env reaches only the code', async () => {
+test('second review, finding 1: no helper from a dataset PATH; the dataset env reaches the code only', async () => {
   // A hostile dataset venv: every helper name the sandbox uses, each leaving a marker if it ever runs.
   const venvBin = testTempDir('tbt-hostile-venv-');
   fs.chmodSync(venvBin, 0o755); // the sandboxed code's own uid reads its venv
