@@ -1,4 +1,5 @@
 import type { EpisodeView, GradeView, ToolCallView, TranscriptEntry } from './episode-view.ts';
+import { htmlPageHead } from './html-page.ts';
 import { escapeXml as escape } from './svg-charts.ts';
 
 /**
@@ -212,16 +213,7 @@ export function renderEpisodePage(v: EpisodeView, options: EpisodePageOptions = 
       `<strong>cause:</strong> ${escape(v.cause)}</div>`
     : '';
   const back = options.back ? `<a href="${escape(options.back.href)}">← ${escape(options.back.label)}</a>` : '';
-  return `<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
-<title>${escape(`Episode ${v.id}`)}</title>
-<style>${CSS}</style>
-</head>
-<body>
+  return `${htmlPageHead(`Episode ${v.id}`, CSS)}
 <header>
 ${back}
 <h1>${escape(v.taskUid)} · ${escape(outcome)}</h1>

@@ -1,4 +1,5 @@
 import type { Figure, ReportModel, Section, Table } from './report-model.ts';
+import { htmlPageHead } from './html-page.ts';
 import { escapeXml as escape } from './svg-charts.ts';
 
 /**
@@ -99,16 +100,7 @@ export function renderHtml(model: ReportModel): string {
   const campaign = model.campaign ? `campaign <code>${escape(model.campaign)}</code> · ` : '';
   const sections = `${model.sections.length} section${model.sections.length === 1 ? '' : 's'}`;
   const inputs = `${model.sources.length} input file${model.sources.length === 1 ? '' : 's'}`;
-  return `<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
-<title>${escape(model.title)}</title>
-<style>${CSS}</style>
-</head>
-<body>
+  return `${htmlPageHead(model.title, CSS)}
 <header>
 <h1>${escape(model.title)}</h1>
 <p class="meta">${campaign}${sections} from ${inputs}</p>
