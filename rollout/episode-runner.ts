@@ -8,6 +8,7 @@ import {
 } from '../core/agent-prompt.ts';
 import { BadInputError, ContextOverflowError, InfrastructureError, errorMessage } from '../core/errors.ts';
 import { interpretCompletion, interpretNativeMessage, type Interpretation } from '../core/interpret/index.ts';
+import type { SystemMessageHandling } from '../core/system-message-merge.ts';
 import type { VisibleTurn } from '../core/user-simulator-prompt.ts';
 import type { Judge } from './judge-client.ts';
 import type { EpisodeEnvironment, EpisodeTask, OpenedEnvironment } from './episode-environment.ts';
@@ -108,6 +109,11 @@ export interface EpisodeRecord {
   worker?: string;
   /** Weight version of the policy server(s) it sampled from (set in campaigns; 0 = the base weights). */
   weightVersion?: number;
+  /**
+   * Set when the opening had several system messages: `merged` when the policy's chat template takes only one
+   * and got them as one (`messages` keeps them apart, as the agent's tests read them).
+   */
+  systemMessages?: SystemMessageHandling;
   /** The policy server's refusal, when the episode ended with `context_overflow`. */
   contextOverflow?: string;
   /** NUL characters and lone surrogates replaced by U+FFFD so that Postgres could store the record. */
@@ -297,7 +303,8 @@ async function startConversation(
         type: 'function',
         function: { name: t.name, description: t.description, parameters: t.inputSchema },
       }));
-  await timed('toolMs', () => deps.policy.start(record.messages, serverTools));
+  const started = await timed('toolMs', () => deps.policy.start(record.messages, serverTools));
+  if (started.systemMessages) record.systemMessages = started.systemMessages;
   return {
     ...setup,
     typingSpecs,

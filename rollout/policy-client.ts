@@ -61,6 +61,29 @@ function serverRoot(endpoint: Endpoint): string {
   return endpoint.baseUrl.replace(/\/v1\/?$/, '');
 }
 
+/** A POST answered with any HTTP status; only a failure to reach the server throws (an InfrastructureError). */
+async function postRaw(
+  endpoint: Endpoint,
+  url: string,
+  body: unknown,
+  what: string,
+  timeoutMs?: number,
+): Promise<{ status: number; ok: boolean; text: string }> {
+  const key = resolveApiKey(endpoint);
+  const authorization: Record<string, string> = key ? { authorization: `Bearer ${key}` } : {};
+  try {
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...authorization },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(timeoutMs ?? endpoint.timeoutMs ?? 300_000),
+    });
+    return { status: response.status, ok: response.ok, text: await response.text() };
+  } catch (err) {
+    throw new InfrastructureError(`policy server ${what}: ${errorMessage(err)}`, { cause: err });
+  }
+}
+
 async function postJson<T>(
   endpoint: Endpoint,
   url: string,
@@ -68,23 +91,10 @@ async function postJson<T>(
   what: string,
   timeoutMs?: number,
 ): Promise<T> {
-  const key = resolveApiKey(endpoint);
-  const authorization: Record<string, string> = key ? { authorization: `Bearer ${key}` } : {};
-  let response: Response;
-  try {
-    response = await fetch(url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...authorization },
-      body: JSON.stringify(body),
-      signal: AbortSignal.timeout(timeoutMs ?? endpoint.timeoutMs ?? 300_000),
-    });
-  } catch (err) {
-    throw new InfrastructureError(`policy server ${what}: ${errorMessage(err)}`, { cause: err });
-  }
-  const text = await response.text();
-  if (!response.ok) {
-    const message = `policy server ${what}: HTTP ${response.status}: ${text.slice(0, 500)}`;
-    if (response.status === 400 && isContextOverflowText(text)) throw new ContextOverflowError(message);
+  const { status, ok, text } = await postRaw(endpoint, url, body, what, timeoutMs);
+  if (!ok) {
+    const message = `policy server ${what}: HTTP ${status}: ${text.slice(0, 500)}`;
+    if (status === 400 && isContextOverflowText(text)) throw new ContextOverflowError(message);
     throw new InfrastructureError(message);
   }
   return JSON.parse(text) as T;
@@ -204,6 +214,23 @@ export async function tokenizeMessages(
     'tokenize',
   );
   return body.tokens;
+}
+
+/**
+ * Renders `messages` with the server's chat template (`/tokenize`) and reports the HTTP status instead of
+ * throwing on it: a template that raises answers 400, a server without the route 404.
+ */
+export async function tryRenderMessages(
+  endpoint: Endpoint,
+  messages: ChatMessage[],
+): Promise<{ status: number; ok: boolean; text: string }> {
+  return postRaw(
+    endpoint,
+    `${serverRoot(endpoint)}/tokenize`,
+    { model: endpoint.model, messages, add_generation_prompt: true },
+    'tokenize',
+    Math.min(endpoint.timeoutMs ?? 60_000, 60_000),
+  );
 }
 
 export async function tokenizeText(endpoint: Endpoint, text: string): Promise<number[]> {

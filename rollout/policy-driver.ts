@@ -1,4 +1,5 @@
 import { InfrastructureError } from '../core/errors.ts';
+import { mergeSystemMessages, systemMessageCount, type SystemMessageHandling } from '../core/system-message-merge.ts';
 import {
   chatComplete,
   completeTokens,
@@ -9,12 +10,15 @@ import {
   type Endpoint,
   type SamplingParams,
 } from './policy-client.ts';
+import { systemMessageDecision } from './system-message-handling.ts';
 
 /**
  * How an episode talks to the policy. `chat`: messages in, text out (evaluation against any OpenAI-compatible
  * API). `tokens`: token ids in, token ids out (training): the prompt and every observation are rendered by
  * the server's own tokenizer and chat template; each observation delta is rendered behind a fixed anchor
  * conversation whose tokens are checked, so the learner trains on exactly the ids that were sampled.
+ * In both modes, an opening with several system messages is merged into one when the server's template takes
+ * only one (rollout/system-message-handling.ts).
  */
 
 export interface Generation {
@@ -33,17 +37,32 @@ export interface Trajectory {
   logprobs: number[];
 }
 
+/** How the opening was sent: `systemMessages` is set when it had several system messages. */
+export interface PromptStart {
+  systemMessages?: SystemMessageHandling;
+}
+
 export interface PolicyDriver {
   /**
    * `tools` (OpenAI function specs) go to the server, whose chat template renders them; omit when the prompt lists
    * them.
    */
-  start(messages: ChatMessage[], tools?: unknown[]): Promise<void>;
+  start(messages: ChatMessage[], tools?: unknown[]): Promise<PromptStart>;
   generate(sampling: SamplingParams): Promise<Generation>;
   /** Appends what the agent observes after its turn: tool results and/or the user's reply. */
   observe(messages: ChatMessage[]): Promise<void>;
   contextTokens(): number;
   trajectory(): Trajectory | undefined;
+}
+
+/**
+ * The opening as this policy takes it: several system messages merged into one when its template refuses a
+ * second (the caller's conversation is left as it is: ThinkingBox tests read the reference's two messages).
+ */
+async function openingFor(endpoint: Endpoint, initial: ChatMessage[]): Promise<PromptStart & { sent: ChatMessage[] }> {
+  if (systemMessageCount(initial) <= 1) return { sent: initial };
+  const { systemMessages } = await systemMessageDecision(endpoint);
+  return { sent: systemMessages === 'merged' ? mergeSystemMessages(initial) : initial, systemMessages };
 }
 
 export function createChatDriver(endpoint: Endpoint): PolicyDriver {
@@ -53,7 +72,9 @@ export function createChatDriver(endpoint: Endpoint): PolicyDriver {
   return {
     async start(initial, offered) {
       tools = offered;
-      messages.push(...initial);
+      const { sent, ...start } = await openingFor(endpoint, initial);
+      messages.push(...sent);
+      return start;
     },
     async generate(sampling) {
       const result = await chatComplete(endpoint, messages, sampling, tools);
@@ -139,9 +160,11 @@ export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
   return {
     async start(initial, offered) {
       tools = offered;
-      push(await tokenizeMessages(endpoint, initial, { addGenerationPrompt: true, tools }), 0);
+      const { sent, ...start } = await openingFor(endpoint, initial);
+      push(await tokenizeMessages(endpoint, sent, { addGenerationPrompt: true, tools }), 0);
       anchorTokens = await tokenizeMessages(endpoint, ANCHOR, { addGenerationPrompt: false, tools });
       terminator = await assistantTerminator(endpoint, tools);
+      return start;
     },
     async generate(sampling) {
       const prompt = ids.length;

@@ -5,6 +5,7 @@ import { after, test } from 'node:test';
 import { repoRoot } from '../config/environment.ts';
 import { detokenize, tokenizeMessages, type ChatMessage, type Endpoint } from '../rollout/policy-client.ts';
 import { createTokenDriver } from '../rollout/policy-driver.ts';
+import { systemMessageDecision } from '../rollout/system-message-handling.ts';
 import { interpretCompletion } from '../core/interpret/index.ts';
 import { startPolicyServer, type PolicyServerHandle } from '../infra/embedded-policy-server.ts';
 
@@ -82,6 +83,8 @@ async function twoTurns(endpoint: Endpoint) {
 test('Qwen3 (Hermes JSON tool calls): system + user anchor, two turns with tool results token-exact', async () => {
   const endpoint = await serve('qwen3.jinja');
   const { text, promptText, first, second } = await twoTurns(endpoint);
+  // Rendered with two system messages, the template takes them: ThinkingBox openings go unmerged.
+  assert.deepEqual(await systemMessageDecision(endpoint), { systemMessages: 'separate', rendered: true });
   assert.match(promptText, /# Tools[\s\S]*"name": "set_power"[\s\S]*<\|im_start\|>assistant\n$/);
   assert.equal(
     text,
@@ -119,6 +122,8 @@ test('Qwen3 (Hermes JSON tool calls): system + user anchor, two turns with tool 
 test('Qwen3-Coder (XML tool calls): system + user anchor, two turns with tool results token-exact', async () => {
   const endpoint = await serve('qwen3-coder.jinja');
   const { text, promptText, first, second } = await twoTurns(endpoint);
+  // Rendered with two system messages, the template takes them: ThinkingBox openings go unmerged.
+  assert.deepEqual(await systemMessageDecision(endpoint), { systemMessages: 'separate', rendered: true });
   assert.match(promptText, /<function>\n<name>set_power<\/name>[\s\S]*<\|im_start\|>assistant\n$/);
   assert.equal(
     text,

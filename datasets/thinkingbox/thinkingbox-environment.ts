@@ -32,7 +32,10 @@ export function botInstructions(scenario: ImportedScenario, task: ImportedTask):
   return [scenario.bot_instructions.trim(), task.bot_instructions?.trim() ?? ''].filter(Boolean).join('\n\n');
 }
 
-/** The reference's system messages: the agent's system instructions, then the domain's (each only when set). */
+/**
+ * The reference's system messages: the agent's system instructions, then the domain's (each only when set).
+ * A policy whose chat template takes one system message gets them merged (rollout/system-message-handling.ts).
+ */
 export function agentSystemMessages(agentPrompt: string, domain: string): string[] {
   return [agentPrompt.trim(), domain].filter(Boolean);
 }

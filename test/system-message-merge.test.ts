@@ -1,0 +1,129 @@
+import assert from 'node:assert/strict';
+import os from 'node:os';
+import path from 'node:path';
+import { after, test } from 'node:test';
+import { repoRoot } from '../config/environment.ts';
+import type { EpisodeEnvironment, EpisodeTask } from '../rollout/episode-environment.ts';
+import { playEpisode, type EpisodeOptions } from '../rollout/episode-runner.ts';
+import { detokenize, type Endpoint } from '../rollout/policy-client.ts';
+import { createChatDriver, createTokenDriver, type PolicyDriver } from '../rollout/policy-driver.ts';
+import { createSimulatedUser } from '../rollout/simulated-user.ts';
+import { systemMessageDecision } from '../rollout/system-message-handling.ts';
+import { ungradedReport } from '../sandbox/terminal-state-grader.ts';
+import { startPolicyServer, type PolicyServerHandle } from '../infra/embedded-policy-server.ts';
+import { OpenAIWireProtocolDouble } from './helpers/openai-wire-double.ts';
+
+/**
+ * ThinkingBox episodes send two system messages (the agent's, then the domain's). A template that raises on a
+ * system message after index 0 (as Qwen3.5's does) must get them merged into one, in token and in chat mode;
+ * the fixture `qwen3-system-first.jinja` is Qwen3's template with that check (test/fixtures/chat-templates/).
+ * The same check on the unmodified Qwen3 templates ("separate") is in chat-templates-token-mode.test.ts.
+ */
+
+const fixtures = path.join(repoRoot, 'test', 'fixtures', 'chat-templates');
+const servers = new Map<string, PolicyServerHandle>();
+after(async () => {
+  for (const s of servers.values()) await s.stop();
+});
+
+async function serve(template: string): Promise<Endpoint> {
+  let server = servers.get(template);
+  if (!server) {
+    server = await startPolicyServer({
+      engine: 'builtin',
+      chatTemplate: path.join(fixtures, template),
+      logFile: path.join(os.tmpdir(), `tbt-system-merge-${template}.log`),
+    });
+    servers.set(template, server);
+  }
+  return { baseUrl: server.baseUrl, model: server.model };
+}
+
+const AGENT = 'You are a careful agent.';
+const DOMAIN = 'You help the customers of a small bakery.';
+
+/** An imported-suite environment with the reference's two system messages and no tools; grading is a stub. */
+const environment: EpisodeEnvironment = {
+  systemMessages: [AGENT, DOMAIN],
+  examples: [],
+  gradeTimeoutMs: 10_000,
+  async open() {
+    return {
+      tools: { listTools: async () => [], callTool: async () => ({ text: '', isError: true }), close: async () => {} },
+      grade: async () => ({ ...ungradedReport(), cause: 'stub grading' }),
+      close: async () => {},
+    };
+  },
+};
+const task: EpisodeTask = {
+  uid: 'merge/one',
+  query: 'Is there rye bread today?',
+  limits: { max_user_turns: 0, max_agent_turns: 1 },
+};
+const options: EpisodeOptions = {
+  sampling: { temperature: 0, topP: 1 },
+  limits: { maxAgentTurns: 1, maxTokensPerTurn: 8, episodeTokenBudget: 4096, wallClockMs: 120_000 },
+  prompt: { toolsInPrompt: false, example: false },
+};
+
+function episode(policy: PolicyDriver) {
+  return playEpisode(
+    { environment, policy, user: createSimulatedUser({ mode: 'scripted' }, task) },
+    task,
+    'test:system-merge',
+    options,
+  );
+}
+
+test('token mode, a template refusing two system messages: the prompt renders one merged system message', async () => {
+  const endpoint = await serve('qwen3-system-first.jinja');
+  const record = await episode(createTokenDriver(endpoint));
+  assert.notEqual(record.outcome, 'infrastructure_error', record.cause);
+  assert.equal(record.systemMessages, 'merged');
+  const t = record.trajectory!;
+  const prompt = await detokenize(endpoint, t.tokenIds.slice(0, t.lossMask.indexOf(1)));
+  assert.equal(prompt.split('<|im_start|>system').length - 1, 1, prompt);
+  assert.ok(prompt.startsWith(`<|im_start|>system\n${AGENT}\n\n${DOMAIN}<|im_end|>\n<|im_start|>user\n`), prompt);
+  // The conversation as the agent's tests read it (`x.messages`) keeps the reference's two messages.
+  assert.deepEqual(
+    record.messages.filter((m) => m.role === 'system').map((m) => m.content),
+    [AGENT, DOMAIN],
+  );
+});
+
+test('chat mode, template that rejects a second system message: the episode completes', async () => {
+  const endpoint = await serve('qwen3-system-first.jinja');
+  const record = await episode(createChatDriver(endpoint));
+  assert.notEqual(record.outcome, 'infrastructure_error', record.cause);
+  assert.equal(record.systemMessages, 'merged');
+  assert.equal(record.completions.length, 1);
+});
+
+test('the rendering check refuses two system messages on the strict template: merged, with its refusal', async () => {
+  const strict = await systemMessageDecision(await serve('qwen3-system-first.jinja'));
+  assert.equal(strict.systemMessages, 'merged');
+  assert.match(strict.detail ?? '', /HTTP 400: .*System message must be at the beginning/);
+});
+
+test('a chat API without /tokenize gets the two system messages as they are, and no extra request', async () => {
+  const api = new OpenAIWireProtocolDouble(() => 'We have rye bread until noon.');
+  const baseUrl = await api.start();
+  try {
+    const record = await episode(createChatDriver({ baseUrl, model: 'hosted-double' }));
+    assert.notEqual(record.outcome, 'infrastructure_error', record.cause);
+    assert.equal(record.systemMessages, 'separate');
+    assert.equal(api.requests.length, 1);
+    assert.deepEqual(
+      api.requests[0]!.messages.map((m) => [m.role, m.content]),
+      [
+        ['system', AGENT],
+        ['system', DOMAIN],
+        ['user', task.query],
+      ],
+    );
+    const decision = await systemMessageDecision({ baseUrl, model: 'hosted-double' });
+    assert.equal(decision.rendered, false);
+  } finally {
+    await api.stop();
+  }
+});
