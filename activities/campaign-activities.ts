@@ -1,6 +1,7 @@
 import { currentActivity, heartbeating } from './activity-heartbeat.ts';
 import { withFailureMapping } from './temporal-failure.ts';
 import { writeCampaignCosts, type CampaignCostsInput } from '../campaign-records/campaign-costs.ts';
+import { keepCampaignFile } from '../campaign-records/campaign-files.ts';
 import { writeCampaignReport, type CampaignReportInput } from '../campaign-records/campaign-report.ts';
 import { writeCampaignManifest } from '../campaign-records/campaign-run-folder.ts';
 import { aggregateEvaluation, type EvaluationAggregationInput } from '../campaign-records/evaluation-aggregation.ts';
@@ -18,7 +19,9 @@ export type { StepRecord } from '../campaign-records/step-record.ts';
  * Bookkeeping activities of a campaign (orchestrator queue): ingest candidates, select the pool from
  * probe episodes, record steps, aggregate evaluations and write the report. Selection, aggregation and
  * reporting run the same `tbt prepare` / `tbt eval aggregate` / `tbt report` commands users run
- * (campaign-records/ holds the work; these functions only hand it their inputs).
+ * (campaign-records/ holds the work; these functions only hand it their inputs). Any bookkeeping worker may run
+ * any of them: what a later stage reads is kept in the control database (campaign-records/campaign-files.ts),
+ * and `stateDir` holds this worker's copies and the report.
  */
 
 /**
@@ -97,8 +100,11 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
       return latestCheckpoint(deps, input);
     },
 
+    /** Kept in the control database too: tracking reads it on whichever bookkeeping worker logs a step. */
     async writeManifest(input: { campaignId: string; manifest: Record<string, unknown> }): Promise<string> {
-      return writeCampaignManifest(deps.stateDir, input.campaignId, input.manifest);
+      const file = writeCampaignManifest(deps.stateDir, input.campaignId, input.manifest);
+      await keepCampaignFile(deps, input.campaignId, file);
+      return file;
     },
   });
 }

@@ -7,6 +7,7 @@ import { campaignCost } from '../core/metrics.ts';
 import { withClient } from '../infra/control-database.ts';
 import { resultLine } from '../rollout/episode-result-line.ts';
 import type { EpisodeRecord } from '../rollout/episode-runner.ts';
+import { keepCampaignFile } from './campaign-files.ts';
 import { campaignRunDir } from './campaign-run-folder.ts';
 import { learnerSeconds } from './step-records.ts';
 
@@ -29,7 +30,8 @@ interface CostRow {
 /**
  * What the reference leaves out: probing cost (probe episode tokens x prices) and training cost (training
  * episode tokens x prices + learner process-seconds x the hourly price). Evaluation cost comes from the
- * evaluation aggregates. Writes `costs.json` in the campaign's run folder; returns its path.
+ * evaluation aggregates. Writes `costs.json` in the campaign's run folder (kept in the control database for the
+ * report, which may run on another bookkeeping worker); returns its path.
  */
 export async function writeCampaignCosts(
   deps: { controlUrl: string; stateDir: string },
@@ -61,5 +63,6 @@ export async function writeCampaignCosts(
   };
   const file = path.join(campaignRunDir(deps.stateDir, input.campaignId), 'costs.json');
   fs.writeFileSync(file, `${JSON.stringify(costs, null, 2)}\n`);
+  await keepCampaignFile(deps, input.campaignId, file);
   return file;
 }

@@ -1,7 +1,10 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { restoreCampaignFile } from './campaign-files.ts';
 import { campaignRunDir } from './campaign-run-folder.ts';
-import { stepsFile } from './steps-file.ts';
+import { restoreEvaluationAggregate } from './evaluation-aggregation.ts';
+import { stepRecordsInOrder } from './step-records.ts';
+import { stepsFile, writeStepsFile } from './steps-file.ts';
 import { tbt } from './tbt-command.ts';
 
 export interface CampaignReportInput {
@@ -16,14 +19,28 @@ export interface CampaignReportInput {
 /**
  * The campaign's report, by `tbt report`, in `report/` of its run folder: its steps (when any were recorded),
  * probe, costs and evaluations (before and after training, or the one after), with the pages of a few episodes
- * per evaluated task in `report/episodes/` (docs/episode-viewer.md).
+ * per evaluated task in `report/episodes/` (docs/episode-viewer.md). The stages before may have run on other
+ * bookkeeping workers: their files are restored from the control database and the steps file is written from
+ * the recorded steps, so a fresh worker with an empty state folder writes the same report.
  */
 export async function writeCampaignReport(
-  deps: { stateDir: string; signal: AbortSignal | undefined },
-  input: CampaignReportInput,
+  deps: { controlUrl: string; stateDir: string; signal: AbortSignal | undefined },
+  given: CampaignReportInput,
 ): Promise<{ html: string; markdown: string }> {
-  const out = path.join(campaignRunDir(deps.stateDir, input.campaignId), 'report');
-  const steps = stepsFile(deps.stateDir, input.campaignId);
+  const campaignId = given.campaignId;
+  const file = (recorded?: string) => recorded && restoreCampaignFile(deps, campaignId, recorded);
+  const evaluation = (recorded?: string) => recorded && restoreEvaluationAggregate(deps, campaignId, recorded);
+  const input = {
+    ...given,
+    probe: await file(given.probe),
+    costs: await file(given.costs),
+    before: await evaluation(given.before),
+    after: await evaluation(given.after),
+  };
+  const out = path.join(campaignRunDir(deps.stateDir, campaignId), 'report');
+  const steps = stepsFile(deps.stateDir, campaignId);
+  const records = await stepRecordsInOrder(deps.controlUrl, campaignId);
+  if (records.length) writeStepsFile(steps, records);
   await tbt(
     [
       'report',

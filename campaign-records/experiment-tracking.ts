@@ -4,6 +4,7 @@ import path from 'node:path';
 import { trackingConfigSchema, type TrackingConfig } from '../config/tracking-config.ts';
 import { redactSecretsInText } from '../core/secret-text.ts';
 import { trackingPackageDir, trackingPythonBinary } from '../infra/python-env.ts';
+import { restoreCampaignFileByName } from './campaign-files.ts';
 import { campaignRunDir } from './campaign-run-folder.ts';
 import { trackingEntryOfEvaluation, trackingEntryOfStep, type TrackingEntry } from './tracking-metrics.ts';
 import type { StepRecord } from './step-record.ts';
@@ -61,12 +62,20 @@ export function flattenParams(value: unknown, prefix = '', out: Record<string, s
   return out;
 }
 
-/** Logs one entry to the campaign's trackers; undefined when it has none. Throws when a tracker failed. */
+/** What tracking reads: the state folder, and the control database the manifest is restored from when given. */
+type TrackingDeps = { stateDir: string; controlUrl?: string; signal?: AbortSignal };
+
+/**
+ * Logs one entry to the campaign's trackers; undefined when it has none. Throws when a tracker failed. With a
+ * control URL the manifest comes from the control database: this bookkeeping worker may not be the one that wrote it.
+ */
 export async function trackCampaignEntry(
-  deps: { stateDir: string; signal?: AbortSignal },
+  deps: TrackingDeps,
   campaignId: string,
   entry: TrackingEntry,
 ): Promise<TrackingOutcome | undefined> {
+  if (deps.controlUrl)
+    await restoreCampaignFileByName({ ...deps, controlUrl: deps.controlUrl }, campaignId, 'manifest.json');
   const found = campaignTracking(deps.stateDir, campaignId);
   if (!found) return undefined;
   const { mlflow, wandb } = found.tracking;
@@ -115,13 +124,13 @@ function runTracker(request: object, signal: AbortSignal | undefined): Promise<T
 }
 
 /** A training step's metrics, logged at its step number. */
-export function trackStep(deps: { stateDir: string; signal?: AbortSignal }, record: StepRecord) {
+export function trackStep(deps: TrackingDeps, record: StepRecord) {
   return trackCampaignEntry(deps, record.campaignId, trackingEntryOfStep(record));
 }
 
 /** An evaluation's metrics (its `tbt eval aggregate` file), logged at the number of steps trained before it. */
 export function trackEvaluation(
-  deps: { stateDir: string; signal?: AbortSignal },
+  deps: TrackingDeps,
   input: { campaignId: string; aggregate: string; stepsTrained: number },
 ) {
   const aggregate = JSON.parse(fs.readFileSync(input.aggregate, 'utf8')) as Record<string, unknown>;

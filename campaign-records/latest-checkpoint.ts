@@ -1,4 +1,4 @@
-import { readSelectedPool, selectedPoolFile } from './pool-selection.ts';
+import { campaignPool } from './pool-selection.ts';
 import { latestStepRecord } from './step-records.ts';
 
 export interface LatestCheckpoint {
@@ -13,9 +13,8 @@ export async function latestCheckpoint(
   input: { campaignId: string; needPool: boolean },
 ): Promise<LatestCheckpoint> {
   const latest = await latestStepRecord(deps.controlUrl, input.campaignId);
-  const selected = selectedPoolFile(deps.stateDir, input.campaignId);
   const step = latest?.step ?? 0;
   const exportPath = latest?.record.exportPath ?? null;
   if (!input.needPool) return { step, exportPath, pool: [] };
-  return { step, exportPath, pool: readSelectedPool(input.campaignId, selected) };
+  return { step, exportPath, pool: await campaignPool(deps, input.campaignId) };
 }

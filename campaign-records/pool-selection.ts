@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { readYamlValue } from '../config/yaml-file.ts';
 import { BadInputError } from '../core/errors.ts';
+import { keepCampaignFile, restoreCampaignFileByName } from './campaign-files.ts';
 import { campaignRunDir } from './campaign-run-folder.ts';
 import { writeResultLines } from './episode-result-lines.ts';
 import { tbt } from './tbt-command.ts';
@@ -23,7 +24,8 @@ export interface PoolSelection {
 
 /**
  * Difficulty selection over this campaign's probe episodes, by `tbt prepare` (reference semantics): its output
- * (`selected.yaml`, `aggregates.jsonl`) lands in `prepare/` of the campaign's run folder.
+ * (`selected.yaml`, `aggregates.jsonl`) lands in `prepare/` of the campaign's run folder and in the control
+ * database, where the report and scheduled evaluations find them on any bookkeeping worker.
  */
 export async function selectPool(
   deps: { controlUrl: string; stateDir: string; signal: AbortSignal | undefined },
@@ -58,18 +60,33 @@ export async function selectPool(
     ],
     deps.signal,
   );
-  const pool = (readYamlValue(path.join(out, 'selected.yaml')) as string[]) ?? [];
+  const selected = path.join(out, 'selected.yaml');
+  const aggregates = path.join(out, 'aggregates.jsonl');
+  for (const file of [selected, aggregates]) await keepCampaignFile(deps, input.campaignId, file);
+  const pool = (readYamlValue(selected) as string[]) ?? [];
   const bands: Record<string, number> = {};
-  for (const line of fs.readFileSync(path.join(out, 'aggregates.jsonl'), 'utf8').split('\n').filter(Boolean)) {
+  for (const line of fs.readFileSync(aggregates, 'utf8').split('\n').filter(Boolean)) {
     const d = (JSON.parse(line) as { difficulty: string }).difficulty;
     bands[d] = (bands[d] ?? 0) + 1;
   }
-  return { pool, bands, aggregates: path.join(out, 'aggregates.jsonl') };
+  return { pool, bands, aggregates };
 }
 
 /** Where `selectPool` leaves a campaign's selected pool. */
 export function selectedPoolFile(stateDir: string, campaignId: string): string {
   return path.join(campaignRunDir(stateDir, campaignId), 'prepare', 'selected.yaml');
+}
+
+/**
+ * The pool a campaign's probe selected, from the control database (any worker), else from this worker's run
+ * folder (a campaign probed before the database kept it); bad input when it was never probed.
+ */
+export async function campaignPool(
+  deps: { controlUrl: string; stateDir: string },
+  campaignId: string,
+): Promise<string[]> {
+  const stored = await restoreCampaignFileByName(deps, campaignId, path.join('prepare', 'selected.yaml'));
+  return readSelectedPool(campaignId, stored ?? selectedPoolFile(deps.stateDir, campaignId));
 }
 
 /** The pool a campaign's probe selected; bad input when it was never probed. */

@@ -8,14 +8,15 @@ const run = promisify(execFile);
 
 /**
  * Runs a `tbt` command (the same one users run) and returns its stdout. `signal` is the activity's cancellation
- * signal: a cancelled (or timed-out) activity ends its subprocess, so a retry never runs beside an orphan.
+ * signal: a cancelled (or timed-out) activity ends its subprocess, so a retry never runs beside an orphan. `cwd`:
+ * where relative paths among `args` start.
  */
-export async function tbt(args: string[], signal: AbortSignal | undefined): Promise<string> {
+export async function tbt(args: string[], signal: AbortSignal | undefined, cwd?: string): Promise<string> {
   try {
     const { stdout } = await run(
       path.join(repoRoot, 'node_modules', '.bin', 'tsx'),
       [path.join(repoRoot, 'cli', 'tbt.ts'), ...args],
-      { maxBuffer: 64 << 20, timeout: 30 * 60_000, signal },
+      { maxBuffer: 64 << 20, timeout: 30 * 60_000, signal, cwd },
     );
     return stdout;
   } catch (err) {

@@ -69,3 +69,13 @@ CREATE TABLE IF NOT EXISTS campaign_steps (
   recorded_at timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (campaign, step)
 );
+-- A campaign's small records that a later stage reads, possibly on another bookkeeping worker: the selected pool,
+-- probe and evaluation aggregates, evaluation result lines, costs and the manifest (campaign-records/
+-- campaign-files.ts). `name` is the file's path in the campaign's run folder; `content` is gzip-compressed.
+CREATE TABLE IF NOT EXISTS campaign_files (
+  campaign    text NOT NULL,
+  name        text NOT NULL,
+  content     bytea NOT NULL,
+  written_at  timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (campaign, name)
+);
