@@ -5,7 +5,7 @@ import {
   DEFAULT_SEED,
   DEFAULT_TEST_FRACTION,
 } from '../core/difficulty.ts';
-import { defaultRetention } from '../infra/retention.ts';
+import { defaultRetention, defaultTemplateMaxAgeDays } from '../infra/retention.ts';
 import { workerKinds } from '../infra/local-workers.ts';
 import { defineCommand, type CommandDefinition, type FlagDefinition } from './command-definition.ts';
 
@@ -93,9 +93,25 @@ export const tasksImportThinkingboxCommand = defineCommand({
 export const tasksPrepareEnvCommand = defineCommand({
   path: 'tasks prepare-env',
   summary: "build (once, cached) an imported dataset's Python environment",
-  details: "Installs its server packages' dependencies, pinned by thinkingbox/dataset-env/constraints.txt.",
+  details:
+    "Installs its server packages' dependencies, pinned by thinkingbox/dataset-env/constraints.txt, inside the " +
+    'dataset sandbox (network only to the package index): each must be a PEP 508 requirement (no pip options), ' +
+    'and only wheels install unless --allow-sdist names the projects whose build code may run (in the sandbox). ' +
+    'See docs/dataset-sandbox.md for what this trusts.',
   positionals: [{ name: 'SUITE_DIR', description: "an imported suite's folder" }],
-  flags: noFlags,
+  flags: {
+    'allow-sdist': {
+      type: 'string',
+      value: 'NAME',
+      multiple: true,
+      description: "project that may be built from its sdist, in the sandbox (':all:' for any; e.g. sly)",
+    },
+    'allow-urls': {
+      type: 'boolean',
+      default: false,
+      description: 'allow `name @ https://...` requirements (wheels only, unless --allow-sdist)',
+    },
+  },
 });
 
 export const prepareCommand = defineCommand({
@@ -429,7 +445,7 @@ export const trainCommand = defineCommand({
 
 export const campaignCommand = defineCommand({
   path: 'campaign',
-  summary: 'status, pause, resume, stop or follow a running campaign',
+  summary: 'status, pause, resume, stop, terminate or follow a running campaign',
   flags: noFlags,
 });
 
@@ -467,6 +483,22 @@ export const campaignStopCommand = defineCommand({
   flags: noFlags,
 });
 
+export const campaignTerminateCommand = defineCommand({
+  path: 'campaign terminate',
+  summary: "end the campaign now: its workflow and running children, and this host's learner and policy server",
+  details:
+    'Temporal terminates the current run with the reason (its children go with it: parent close policy ' +
+    'TERMINATE). A terminated campaign cannot be resumed yet; its recorded steps and checkpoints are kept.',
+  positionals: [campaignId],
+  flags: {
+    reason: {
+      type: 'string',
+      value: 'TEXT',
+      description: 'why, recorded in the workflow history (default: who terminated it and when)',
+    },
+  },
+});
+
 export const campaignFollowCommand = defineCommand({
   path: 'campaign follow',
   summary: 'follow the campaign with a progress line until it ends',
@@ -476,7 +508,9 @@ export const campaignFollowCommand = defineCommand({
 
 export const gcCommand = defineCommand({
   path: 'gc',
-  summary: 'prune old weight exports and batch files of committed steps, rotate big logs (docs/operations.md)',
+  summary:
+    'prune old weight exports, batch files of committed steps and unused template databases, rotate big logs ' +
+    '(docs/operations.md)',
   flags: {
     'keep-exports': {
       type: 'string',
@@ -489,6 +523,17 @@ export const gcCommand = defineCommand({
       value: 'N',
       defaultText: String(defaultRetention.maxLogBytes / 1024 / 1024),
       description: 'logs over N MB are rotated (>= 1)',
+    },
+    'templates-older-than': {
+      type: 'string',
+      value: 'DAYS',
+      defaultText: String(defaultTemplateMaxAgeDays),
+      description: 'template databases no sandbox uses are dropped once this old (a replaced one at once; >= 1)',
+    },
+    'episodes-older-than': {
+      type: 'string',
+      value: 'DAYS',
+      description: 'also delete episode and campaign step rows with no activity for DAYS (>= 1; never by default)',
     },
     'dry-run': { type: 'boolean', default: false, description: 'list what would go; remove nothing' },
   },
@@ -561,6 +606,7 @@ export const tbtCommands: readonly CommandDefinition[] = [
   campaignPauseCommand,
   campaignResumeCommand,
   campaignStopCommand,
+  campaignTerminateCommand,
   campaignFollowCommand,
   gcCommand,
   workersCommand,

@@ -26,12 +26,15 @@ export interface EvaluationResult {
 
 const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('30 minutes', 5));
 
+/** The failure type of an evaluation whose keys still end in infrastructure errors after every re-run. */
+export const coverageGateFailureType = 'CoverageGate';
+
 function coverageGate(label: string, uncovered: number, keys: number, maxReruns: number, samples: string[]): void {
   if (uncovered === 0) return;
   throw ApplicationFailure.nonRetryable(
     `coverage gate failed for evaluation ${label}: ${uncovered} of ${keys} keys still end in infrastructure errors ` +
       `after ${maxReruns} re-runs (e.g. ${samples.join('; ')}); no score is reported`,
-    'CoverageGate',
+    coverageGateFailureType,
   );
 }
 

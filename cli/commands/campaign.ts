@@ -46,8 +46,10 @@ import {
   type CampaignStatus,
 } from '../../workflows/campaign-workflow.ts';
 import { campaignFileName } from '../../core/campaign-id.ts';
+import { explainedWorkflowFailure, workflowFailureText } from '../workflow-failure-text.ts';
+import { terminateCampaign } from './campaign-terminate.ts';
 
-/** `tbt train` and `tbt campaign status|pause|resume|stop`. */
+/** `tbt train`, `tbt eval run|schedule` and `tbt campaign status|pause|resume|stop|terminate|follow`. */
 
 async function connect(env: Environment): Promise<{ client: Client; close: () => Promise<void> }> {
   const connection = await Connection.connect({ address: temporalAddress(env) });
@@ -219,8 +221,16 @@ async function episodeCount(campaignId: string, env: Environment): Promise<numbe
   ).catch(() => -1);
 }
 
-/** Follows a campaign until it ends, redrawing one progress line (stage, step bar, episodes). */
-export async function follow(client: Client, env: Environment, workflowId: string): Promise<CampaignStatus> {
+/**
+ * Follows a campaign until it ends, redrawing one progress line (stage, step bar, episodes). A campaign that ends
+ * otherwise than completed is explained (cli/workflow-failure-text.ts); `again` is the command that starts it anew.
+ */
+export async function follow(
+  client: Client,
+  env: Environment,
+  workflowId: string,
+  again?: string,
+): Promise<CampaignStatus> {
   const handle = client.workflow.getHandle(workflowId);
   const tty = process.stdout.isTTY;
   let last = '';
@@ -237,9 +247,8 @@ export async function follow(client: Client, env: Environment, workflowId: strin
     const description = await handle.describe();
     if (description.status.name !== 'RUNNING') {
       if (tty) process.stdout.write('\n');
-      if (description.status.name !== 'COMPLETED' && description.status.name !== 'CONTINUED_AS_NEW')
-        throw new Error(`campaign ${workflowId} ended ${description.status.name}: see ${workflowUrl(env, workflowId)}`);
-      return (await handle.result()) as CampaignStatus;
+      const waited = { kind: 'campaign', workflowId, again, uiUrl: workflowUrl(env, workflowId) } as const;
+      return (await explainedWorkflowFailure(handle.result(), waited)) as CampaignStatus;
     }
     const s = await handle.query(statusQuery).catch(() => undefined);
     if (s) {
@@ -311,7 +320,8 @@ export async function startCampaign(
     }
     console.log(`campaign workflow: ${workflowId}`);
     console.log(`Temporal UI:       ${workflowUrl(env, workflowId)}`);
-    const status = options.wait ? await follow(client, env, workflowId) : undefined;
+    const again = `tbt train --config ${shellWord(configFile)}`;
+    const status = options.wait ? await follow(client, env, workflowId, again) : undefined;
     return { workflowId, status };
   } finally {
     await close();
@@ -383,13 +393,24 @@ export async function runEvaluation(args: string[]): Promise<number> {
         },
       ],
     });
-    const result = await waitForResult(handle);
+    const waited = {
+      kind: 'evaluation',
+      workflowId,
+      again: ['tbt', 'eval', 'run', ...args].map(shellWord).join(' '),
+      uiUrl: workflowUrl(env, workflowId),
+    } as const;
+    const result = await explainedWorkflowFailure(waitForResult(handle), waited);
     console.log(result.summary);
     console.log(`aggregate: ${result.aggregate}`);
     return 0;
   } finally {
     await close();
   }
+}
+
+/** A command-line word as a shell reads it back (quoted only when it needs to be). */
+function shellWord(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
 }
 
 /**
@@ -477,11 +498,21 @@ export async function campaign(args: string[]): Promise<number> {
       // stderr: stdout stays the JSON alone.
       if (status.paused)
         console.error(`paused: ${status.pauseReason ?? 'pause requested'} (resume: tbt campaign resume ${id})`);
+      // A campaign that ended otherwise than completed: why, and what to do (stdout stays the JSON).
+      if (!['RUNNING', 'COMPLETED'].includes((await handle.describe()).status.name))
+        await handle.result().catch((err: unknown) => {
+          console.error(workflowFailureText(err, { kind: 'campaign', workflowId: id, uiUrl: workflowUrl(env, id) }));
+        });
     } else if (sub === 'pause') {
       const given = line.values.reason;
       const reason = typeof given === 'string' ? given : `paused by tbt campaign pause at ${new Date().toISOString()}`;
       await handle.signal(pauseSignal, { reason });
       console.log(`pause sent to ${id}`);
+    } else if (sub === 'terminate') {
+      const given = line.values.reason;
+      const reason =
+        typeof given === 'string' ? given : `terminated by tbt campaign terminate at ${new Date().toISOString()}`;
+      return await terminateCampaign(client, env, id, reason);
     } else if (sub === 'follow') console.log(JSON.stringify(await follow(client, env, id), null, 2));
     else {
       await handle.signal(sub === 'resume' ? resumeSignal : stopAfterStepSignal);

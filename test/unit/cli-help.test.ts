@@ -102,8 +102,9 @@ test('--help anywhere on a command line prints that command help and runs nothin
     ['train', '--config', 'config/local.yaml', '--help', '--wait'],
     ['eval', 'no-such-subcommand', '--help'],
     ['campaign', 'stop', 'some-campaign', '-h'],
+    ['campaign', 'terminate', 'some-campaign', '--reason', 'wrong model', '--help'],
   ];
-  const expected = ['tasks validate', 'down', 'workers up', 'train', 'eval', 'campaign stop'];
+  const expected = ['tasks validate', 'down', 'workers up', 'train', 'eval', 'campaign stop', 'campaign terminate'];
   const runs = await tbtAll(lines);
   runs.forEach((r, i) => {
     assert.equal(r.status, 0, `${lines[i]!.join(' ')}: ${r.stderr}`);
