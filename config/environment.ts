@@ -45,7 +45,8 @@ const postgresUrl = z.string().superRefine((text, ctx) => {
 });
 
 /** `NAME_API_KEY=host,host;OTHER_API_KEY=host`: the hosts each API key may be sent to. */
-const keyHostsEntry = String.raw`[A-Z][A-Z0-9_]*_API_KEY=[A-Za-z0-9.:\[\]-]+(,[A-Za-z0-9.:\[\]-]+)*`;
+const keyOrigin = String.raw`(https?://)?[A-Za-z0-9.:\[\]-]+`;
+const keyHostsEntry = String.raw`[A-Z][A-Z0-9_]*_API_KEY=${keyOrigin}(,${keyOrigin})*`;
 const keyHostsList = new RegExp(String.raw`^\s*(${keyHostsEntry})?(\s*;\s*${keyHostsEntry})*\s*$`);
 
 /** host:port of a gRPC frontend. */
@@ -75,11 +76,11 @@ export const environmentSchema = z.object({
   TBT_AGENT_DB_PASSWORD: z
     .string()
     .optional()
-    .describe('Password of the tool-handler role tbt_agent, when the server needs one'),
+    .describe("Password of the deployment's tool-handler role tbt_agent_<tag>, when the server needs one"),
   TBT_READER_DB_PASSWORD: z
     .string()
     .optional()
-    .describe('Password of the read-only checking role tbt_reader, when the server needs one'),
+    .describe("Password of the deployment's read-only checking role tbt_reader_<tag>, when the server needs one"),
   TBT_TASK_QUEUE_PREFIX: queueName.default('tbt').describe('Prefix of every task queue name'),
   TBT_SANDBOX_WARM: count(0, 64).default(2).describe('Ready sandbox clones each worker keeps per template'),
   TBT_ROLLOUT_CONCURRENCY: count(1, 256).default(4).describe('Episodes one rollout worker runs at once'),
@@ -148,7 +149,11 @@ export const environmentSchema = z.object({
     .describe('Tests only: JSON that switches on fault points in the Python learner'),
   TBT_API_KEY_HOSTS: z
     .string()
-    .regex(keyHostsList, 'expected NAME_API_KEY=host,host;OTHER_API_KEY=host')
+    .regex(
+      keyHostsList,
+      'expected NAME_API_KEY=origin,origin;OTHER_API_KEY=origin ' +
+        '(host[:port], https://host[:port] or http://host[:port])',
+    )
     .default('')
     .describe('Hosts each API key variable may be sent to, added to the built-in ties (docs/security.md)'),
   TBT_POLICY_SYNC_TOKEN_FILE: z

@@ -26,10 +26,13 @@ export const endpointSchema = z
 
 export const thinkingboxSettingsSchema = z
   .object({
+    // Each warm process is a started sandbox (up to its memory total) held on every worker for every server of
+    // every imported suite: a typo like 2000 would exhaust the worker's memory and processes before any episode.
     warm_processes: z
       .number()
       .int()
       .min(0)
+      .max(16)
       .default(2)
       .describe('Started tool-server processes kept ready per server (imported ThinkingBox tasks)'),
     server_start_timeout_ms: z
@@ -38,10 +41,13 @@ export const thinkingboxSettingsSchema = z
       .min(1)
       .default(30_000)
       .describe('Spawn to MCP initialize; longer is an infrastructure error'),
+    // 15 min, the sandbox's default CPU limit per process: a longer test holds its sandbox (and the grading
+    // activity) with no progress, and above 2^31-1 ms Node's timer fires at once instead of never.
     test_timeout_ms: z
       .number()
       .int()
       .min(1)
+      .max(900_000)
       .default(60_000)
       .describe('Test-code run limit; longer is an infrastructure error'),
     native_grading: z

@@ -2,15 +2,18 @@ import { pathToFileURL } from 'node:url';
 import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common/lib/time.js';
 import type pino from 'pino';
-import { readEnvironment, temporalAddress, type Environment } from '../config/environment.ts';
+import { databaseUrl, readEnvironment, temporalAddress, type Environment } from '../config/environment.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
+import { ensureRestrictedAdmin, readSetupEnvironment } from './control-db-admin.ts';
 import { ensureSearchAttributes, grpcAlreadyExists, grpcCode, grpcNotFound } from '../infra/search-attributes.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 
 /**
  * One-shot set-up of a deployment (the compose `setup` service; safe to run again at any time): the Temporal
  * namespace, our search attributes on it, and the control database (roles and tables). The local dev server
- * gets its search attributes from `tbt up`; a Temporal cluster gets them here.
+ * gets its search attributes from `tbt up`; a Temporal cluster gets them here. Given the control server's
+ * superuser URL (compose passes it to this service alone), it first makes DATABASE_URL's role the workers'
+ * non-superuser admin (docker/control-db-admin.ts).
  */
 
 /** Closed workflows stay visible in the UI this long; campaigns run for days. */
@@ -62,7 +65,12 @@ async function ensureNamespace(connection: Connection, namespace: string): Promi
 }
 
 /** Idempotent: a second run changes nothing and reports nothing added. */
-export async function setUpDeployment(env: Environment, log: Log, timeoutMs = 5 * 60_000): Promise<SetupResult> {
+export async function setUpDeployment(
+  env: Environment,
+  log: Log,
+  timeoutMs = 5 * 60_000,
+  superuserUrl?: string,
+): Promise<SetupResult> {
   const deadline = Date.now() + timeoutMs;
   const address = temporalAddress(env);
   const connection = await retry(`Temporal at ${address}`, deadline, log, async () => {
@@ -90,6 +98,8 @@ export async function setUpDeployment(env: Environment, log: Log, timeoutMs = 5 
       },
       (err) => grpcCode(err) === grpcNotFound,
     );
+    if (superuserUrl)
+      await retry('control database admin', deadline, log, () => ensureRestrictedAdmin(superuserUrl, databaseUrl(env)));
     await retry('control database', deadline, log, () => ensureControlDatabase(env));
     return { namespaceCreated, searchAttributesAdded };
   } finally {
@@ -99,8 +109,9 @@ export async function setUpDeployment(env: Environment, log: Log, timeoutMs = 5 
 
 async function run(): Promise<void> {
   const env = readEnvironment();
+  const { TBT_CONTROL_DB_SUPERUSER_URL } = readSetupEnvironment();
   const log = createServiceLogger('setup');
-  const result = await setUpDeployment(env, log);
+  const result = await setUpDeployment(env, log, undefined, TBT_CONTROL_DB_SUPERUSER_URL);
   log.info({ namespace: env.TBT_TEMPORAL_NAMESPACE, ...result }, 'deployment ready');
 }
 

@@ -3,16 +3,33 @@ import fs from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
 import { databaseUrl, repoRoot, type Environment } from '../config/environment.ts';
+import { InfrastructureError } from '../core/errors.ts';
 
 /**
- * The control database and the three restricted roles every sandbox grants to: `tbt_agent` (tool handlers:
- * read and write their own sandbox's tables, nothing else), `tbt_reader` (checks: read-only sessions) and
- * `tbt_owner` (owns the scenario tables: runs schema, seed and data patches, without superuser rights).
+ * The control database and the three restricted roles every sandbox of a deployment grants to: the agent role
+ * (tool handlers: read and write their own sandbox's tables, nothing else), the reader role (checks: read-only
+ * sessions) and the owner role (owns the scenario tables: runs schema, seed and data patches, without superuser
+ * rights). Roles are server-wide in Postgres, so their names carry the deployment's tag: deployments sharing a
+ * server never reset each other's passwords or reach each other's sandboxes through a shared role.
  */
 
-export const agentRole = 'tbt_agent';
-export const readerRole = 'tbt_reader';
-export const ownerRole = 'tbt_owner';
+export interface DeploymentRoles {
+  agent: string;
+  reader: string;
+  owner: string;
+}
+
+export function deploymentRoles(tag: string): DeploymentRoles {
+  return { agent: `tbt_agent_${tag}`, reader: `tbt_reader_${tag}`, owner: `tbt_owner_${tag}` };
+}
+
+/** This deployment's tag (`deployment.tag`: random, 8 hex), part of every database and role name it creates. */
+export async function readDeploymentTag(db: Pick<pg.ClientBase, 'query'>): Promise<string> {
+  const { rows } = await db.query<{ tag: string }>('SELECT tag FROM deployment');
+  const tag = rows[0]?.tag;
+  if (!tag || !/^[0-9a-f]{8}$/.test(tag)) throw new InfrastructureError('control database has no deployment tag');
+  return tag;
+}
 
 /**
  * A restricted role's password derived from the admin password in the control URL (HMAC), so every worker
@@ -96,55 +113,62 @@ export async function withPooledClient<T>(url: string, fn: (c: pg.PoolClient) =>
   }
 }
 
-/** Creates the control database (if missing), the restricted roles and the control tables. Idempotent. */
+/**
+ * Creates the control database (if missing), its tables and this deployment's restricted roles. Idempotent.
+ * Roles named before the tag was part of their names (`tbt_agent`, `tbt_reader`, `tbt_owner`) are left alone:
+ * another deployment on the server may still use them (docs/operations.md says how to drop them).
+ */
 export async function ensureControlDatabase(env: Environment): Promise<void> {
   const url = databaseUrl(env);
   const name = databaseName(url);
   await withClient(withDatabase(url, 'postgres'), async (c) => {
-    // Every worker runs this at start, several at once: two ALTER ROLEs on one role at the same moment fail with
-    // 'tuple concurrently updated' (a bookkeeping worker died of it and its campaign waited). One at a time.
+    // Every worker runs this at start, several at once: one at a time (concurrent REVOKEs on one database fail
+    // with 'tuple concurrently updated').
     await c.query('SELECT pg_advisory_lock(7233000)');
     try {
-      await ensureDatabaseAndRoles(c);
+      const exists = await c.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
+      if (exists.rowCount === 0) {
+        await c.query(`CREATE DATABASE ${quoteIdent(name)}`).catch((err: { code?: string }) => {
+          if (err.code !== '42P04') throw err; // created concurrently
+        });
+      }
+      // Restricted roles must never reach the control database or the maintenance databases.
+      await c.query(`REVOKE CONNECT ON DATABASE ${quoteIdent(name)} FROM PUBLIC`);
+      for (const db of ['postgres', 'template1']) {
+        // An external server's admin may not own these; the role attributes still keep tools out.
+        await c.query(`REVOKE CONNECT ON DATABASE ${db} FROM PUBLIC`).catch(() => undefined);
+      }
     } finally {
       await c.query('SELECT pg_advisory_unlock(7233000)');
     }
   });
-  async function ensureDatabaseAndRoles(c: pg.Client): Promise<void> {
-    const exists = await c.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
-    if (exists.rowCount === 0) {
-      await c.query(`CREATE DATABASE ${quoteIdent(name)}`).catch((err: { code?: string }) => {
-        if (err.code !== '42P04') throw err; // created concurrently
-      });
-    }
-    for (const [role, password] of [
-      [agentRole, rolePassword(url, agentRole, env.TBT_AGENT_DB_PASSWORD)],
-      [readerRole, rolePassword(url, readerRole, env.TBT_READER_DB_PASSWORD)],
-      [ownerRole, rolePassword(url, ownerRole, undefined)],
-    ] as const) {
-      await c.query(`DO $$ BEGIN
-        CREATE ROLE ${role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT CONNECTION LIMIT 500;
-        EXCEPTION WHEN duplicate_object THEN NULL; END $$`);
-      if (password) await c.query(`ALTER ROLE ${role} PASSWORD ${pg.escapeLiteral(password)}`);
-    }
-    await c.query(`ALTER ROLE ${readerRole} SET default_transaction_read_only = on`);
-    // A non-superuser admin (CREATEDB, CREATEROLE) must be a member of tbt_owner to hand it the public schema of
-    // each template; a superuser needs nothing, and a server that refuses leaves the template build to say so.
-    await c.query(`GRANT ${ownerRole} TO CURRENT_USER`).catch(() => undefined);
-    // Restricted roles must never reach the control database or the maintenance databases.
-    await c.query(`REVOKE CONNECT ON DATABASE ${quoteIdent(name)} FROM PUBLIC`);
-    for (const db of ['postgres', 'template1']) {
-      // An external server's admin may not own these; the role attributes above still keep tools out.
-      await c.query(`REVOKE CONNECT ON DATABASE ${db} FROM PUBLIC`).catch(() => undefined);
-    }
-  }
   const schema = fs.readFileSync(path.join(repoRoot, 'infra', 'control-schema.sql'), 'utf8');
   await withClient(url, async (c) => {
+    // Locks of the control database: they serialize this deployment's workers only, and its roles are its own.
     await c.query('SELECT pg_advisory_lock(7233001)');
     try {
       await c.query(schema);
+      await ensureRoles(c, deploymentRoles(await readDeploymentTag(c)));
     } finally {
       await c.query('SELECT pg_advisory_unlock(7233001)');
     }
   });
+  async function ensureRoles(c: pg.Client, roles: DeploymentRoles): Promise<void> {
+    // Two ALTER ROLEs on one role at the same moment fail with 'tuple concurrently updated' (a bookkeeping worker
+    // died of it and its campaign waited): the caller holds the lock.
+    for (const [role, password] of [
+      [roles.agent, rolePassword(url, roles.agent, env.TBT_AGENT_DB_PASSWORD)],
+      [roles.reader, rolePassword(url, roles.reader, env.TBT_READER_DB_PASSWORD)],
+      [roles.owner, rolePassword(url, roles.owner, undefined)],
+    ] as const) {
+      await c.query(`DO $$ BEGIN
+        CREATE ROLE ${quoteIdent(role)} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT CONNECTION LIMIT 500;
+        EXCEPTION WHEN duplicate_object THEN NULL; END $$`);
+      if (password) await c.query(`ALTER ROLE ${quoteIdent(role)} PASSWORD ${pg.escapeLiteral(password)}`);
+    }
+    await c.query(`ALTER ROLE ${quoteIdent(roles.reader)} SET default_transaction_read_only = on`);
+    // A non-superuser admin (CREATEDB, CREATEROLE) must be a member of the owner role to hand it the public schema
+    // of each template; a superuser needs nothing, and a server that refuses leaves the template build to say so.
+    await c.query(`GRANT ${quoteIdent(roles.owner)} TO CURRENT_USER`).catch(() => undefined);
+  }
 }

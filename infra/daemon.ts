@@ -2,25 +2,20 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
+import { exitedBy, isAlive, readPidRecord, writePidFile } from './pid-identity.ts';
 
-/** Small helpers for background servers the project manages itself: pid files, ports, waiting. */
+/**
+ * Small helpers for background servers the project manages itself: pid files, ports, waiting. Code that signals
+ * a pid from a file checks first that it is still the process we started (infra/pid-identity.ts, which also
+ * holds the liveness checks re-exported here).
+ */
 
-export function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
+export { exitedBy, isAlive };
 
+/** The live pid a pid file names, unverified: use `verifiedPid` before signalling it. */
 export function readPid(pidFile: string): number | undefined {
-  try {
-    const pid = Number(fs.readFileSync(pidFile, 'utf8').trim());
-    return Number.isInteger(pid) && pid > 0 && isAlive(pid) ? pid : undefined;
-  } catch {
-    return undefined;
-  }
+  const pid = readPidRecord(pidFile)?.pid;
+  return pid !== undefined && isAlive(pid) ? pid : undefined;
 }
 
 export function portInUse(port: number, host = '127.0.0.1'): Promise<boolean> {
@@ -72,14 +67,8 @@ export function spawnDetached(
   fs.closeSync(out);
   if (child.pid === undefined) throw new Error(`could not start ${command}`);
   child.unref();
-  fs.writeFileSync(pidFile, String(child.pid));
+  writePidFile(pidFile, child.pid);
   return child.pid;
-}
-
-/** Waits until `pid` is gone or `deadline` (epoch ms) passes; true when it is gone. */
-export async function exitedBy(pid: number, deadline: number): Promise<boolean> {
-  while (isAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-  return !isAlive(pid);
 }
 
 export async function stopPid(pid: number, timeoutMs = 15_000): Promise<void> {

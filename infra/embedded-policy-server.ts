@@ -5,6 +5,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { readEnvironment } from '../config/environment.ts';
 import { waitFor } from './daemon.ts';
+import type { ExpectedProcess } from './pid-identity.ts';
 import { gpuLearnerDir, pythonBinary, smallModelDir, vllmPythonBinary } from './python-env.ts';
 
 /**
@@ -16,6 +17,15 @@ import { gpuLearnerDir, pythonBinary, smallModelDir, vllmPythonBinary } from './
  */
 
 export type PolicyEngine = 'vllm' | 'builtin';
+
+/**
+ * What the pid of a server started here runs, one entry per engine: whoever records that pid in a file checks
+ * it against these before signalling it (infra/pid-identity.ts), so a stale pid file kills nothing else.
+ */
+export const policyServerProcesses: readonly ExpectedProcess[] = [
+  { argvIncludes: ['tbt_gpu.policy_server'] },
+  { argvIncludes: ['vllm.entrypoints.openai.api_server'] },
+];
 
 export interface PolicyServerHandle {
   baseUrl: string;

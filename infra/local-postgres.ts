@@ -7,6 +7,7 @@ import pg from 'pg';
 import { databaseUrl, readEnvironment, type Environment } from '../config/environment.ts';
 import { localPasswordFile, readLocalPassword } from '../config/local-database-password.ts';
 import { portInUse, waitFor } from './daemon.ts';
+import { identityMismatch } from './pid-identity.ts';
 import type { ServiceStatus } from './temporal-dev-server.ts';
 
 /**
@@ -141,16 +142,22 @@ export async function postgresReachable(url: string): Promise<boolean> {
   }
 }
 
+/**
+ * Whether the server of `data` runs: postmaster.pid's first line must name a live `postgres -D <data>` of the
+ * data folder's owner. A stale file naming an unrelated process is not a server (`pg_ctl stop` would signal it).
+ */
 function serverRunning(data: string): boolean {
   const pidFile = path.join(data, 'postmaster.pid');
-  if (!fs.existsSync(pidFile)) return false;
-  const pid = Number(fs.readFileSync(pidFile, 'utf8').split('\n')[0]);
+  let pid: number;
+  let owner: number;
   try {
-    process.kill(pid, 0);
-    return true;
+    pid = Number(fs.readFileSync(pidFile, 'utf8').split('\n')[0]);
+    owner = fs.statSync(data).uid;
   } catch {
     return false;
   }
+  if (!Number.isSafeInteger(pid) || pid <= 0) return false;
+  return identityMismatch(pid, [{ argvIncludes: [data], uid: owner }]) === undefined;
 }
 
 export async function postgresStatus(env: Environment): Promise<ServiceStatus> {

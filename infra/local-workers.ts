@@ -1,7 +1,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { repoRoot, type Environment } from '../config/environment.ts';
-import { readPid, spawnDetached, stopPid } from './daemon.ts';
+import { spawnDetached } from './daemon.ts';
+import { stopVerifiedProcess, verifiedPid, type ExpectedProcess } from './pid-identity.ts';
 
 /** The four workers as local background processes (the embedded default runs all of them on one machine). */
 
@@ -13,8 +14,13 @@ function files(env: Environment, kind: WorkerKind) {
   return { dir, pid: path.join(dir, `${kind}.pid`), log: path.join(dir, `${kind}.log`) };
 }
 
+/** What a worker's pid must run: its script, by absolute path (a pid file naming anything else is not ours). */
+function workerProcess(kind: WorkerKind): ExpectedProcess {
+  return { argvIncludes: [path.join(repoRoot, 'workers', `${kind}-worker.ts`)] };
+}
+
 export function workerPid(env: Environment, kind: WorkerKind): number | undefined {
-  return readPid(files(env, kind).pid);
+  return verifiedPid(files(env, kind).pid, workerProcess(kind));
 }
 
 /**
@@ -43,7 +49,7 @@ export function startWorkers(env: Environment, kinds: readonly WorkerKind[] = wo
   const started: WorkerKind[] = [];
   for (const kind of kinds) {
     const f = files(env, kind);
-    if (readPid(f.pid) !== undefined) continue;
+    if (verifiedPid(f.pid, workerProcess(kind)) !== undefined) continue;
     fs.mkdirSync(f.dir, { recursive: true });
     // `node --import tsx` keeps the worker in this pid (the tsx launcher would add a relay process).
     spawnDetached(
@@ -65,11 +71,7 @@ export async function stopWorkers(env: Environment, kinds: readonly WorkerKind[]
   const stopped: WorkerKind[] = [];
   for (const kind of kinds) {
     const f = files(env, kind);
-    const pid = readPid(f.pid);
-    if (pid !== undefined) {
-      await stopPid(pid, 40_000);
-      stopped.push(kind);
-    }
+    if (await stopVerifiedProcess(f.pid, [workerProcess(kind)], { timeoutMs: 40_000 })) stopped.push(kind);
     fs.rmSync(f.pid, { force: true }); // a pid file left behind means the worker exited on its own
   }
   return stopped;
@@ -79,7 +81,7 @@ export async function stopWorkers(env: Environment, kinds: readonly WorkerKind[]
 export function exitedWorkers(env: Environment): { kind: WorkerKind; log: string }[] {
   return workerKinds
     .map((kind) => ({ kind, ...files(env, kind) }))
-    .filter((f) => fs.existsSync(f.pid) && readPid(f.pid) === undefined)
+    .filter((f) => fs.existsSync(f.pid) && verifiedPid(f.pid, workerProcess(f.kind)) === undefined)
     .map(({ kind, log }) => ({ kind, log }));
 }
 

@@ -1,13 +1,15 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { withClient } from './control-database.ts';
 
 /**
- * What the state folder may forget, with defaults that lose nothing a resume needs: per campaign learner
- * folder (`learners/<campaign>/`), weight exports beyond the last `keepExports`, and batch files of steps
+ * What a deployment may forget. In the state folder, with defaults that lose nothing a resume needs: per campaign
+ * learner folder (`learners/<campaign>/`), weight exports beyond the last `keepExports`, and batch files of steps
  * that a committed checkpoint already contains (a retried step rewrites its batch). Checkpoints themselves
  * are pruned by the learner (`learner.keep_checkpoints`), unless the policy sets `keepCheckpoints` for a
  * finished run. Logs over `maxLogBytes` are rotated (copy, then truncate in place, so a daemon appending to it
- * keeps writing), one previous generation kept as `.1`.
+ * keeps writing), one previous generation kept as `.1`. In the control database: episode records only when
+ * asked (`pruneEpisodeRecords`); unused template databases are the sandbox pool's to drop (`pruneTemplates`).
  */
 
 export interface RetentionPolicy {
@@ -21,6 +23,9 @@ export interface RetentionPolicy {
 }
 
 export const defaultRetention: RetentionPolicy = { keepExports: 2, maxLogBytes: 64 * 1024 * 1024 };
+
+/** `tbt gc` drops an unused template database once it is this old (an older one of the same scenario at once). */
+export const defaultTemplateMaxAgeDays = 30;
 
 export interface GcReport {
   removed: string[];
@@ -115,4 +120,61 @@ export function collectGarbage(stateDir: string, policy: RetentionPolicy, dryRun
   for (const name of list(learners)) pruneLearnerFolder(path.join(learners, name), policy, dryRun, report);
   rotateLogs(stateDir, policy, dryRun, report);
   return report;
+}
+
+export interface RecordPruneReport {
+  episodes: number;
+  campaignSteps: number;
+  /** Stored campaign files (selected pool, aggregates, costs, manifest: campaign-records/campaign-files.ts). */
+  campaignFiles: number;
+  /** Campaigns whose every record went. */
+  campaigns: string[];
+}
+
+/**
+ * Episode records are the deployment's record of what ran, so they are pruned only when the operator asks
+ * (`tbt gc --episodes-older-than DAYS`), never by default. A campaign goes whole, episodes, step rows and files together,
+ * once nothing of it (no episode started or finished, no step or file recorded) is newer than the bound: a report or a
+ * resume never sees half a campaign. An episode of no campaign goes once it finished (or, never finished, started)
+ * before the bound. One transaction; with `dryRun`, counts only.
+ */
+export async function pruneEpisodeRecords(
+  controlUrl: string,
+  options: { olderThanDays: number; dryRun?: boolean },
+): Promise<RecordPruneReport> {
+  return withClient(controlUrl, async (c) => {
+    await c.query('BEGIN');
+    try {
+      const cutoff = [options.olderThanDays];
+      const idle = await c.query<{ campaign: string }>(
+        `SELECT campaign FROM (
+           SELECT campaign, coalesce(finished_at, started_at) AS at FROM episodes WHERE campaign IS NOT NULL
+           UNION ALL SELECT campaign, recorded_at FROM campaign_steps
+           UNION ALL SELECT campaign, written_at FROM campaign_files) activity
+         GROUP BY campaign HAVING max(at) < now() - make_interval(days => $1) ORDER BY campaign`,
+        cutoff,
+      );
+      const campaigns = idle.rows.map((r) => r.campaign);
+      const episodes = `FROM episodes WHERE campaign = ANY($2) OR (campaign IS NULL
+        AND coalesce(finished_at, started_at) < now() - make_interval(days => $1))`;
+      const steps = 'FROM campaign_steps WHERE campaign = ANY($1)';
+      const count = async (from: string, values: unknown[]) => {
+        const sql = options.dryRun
+          ? `SELECT count(*)::int AS n ${from}`
+          : `WITH gone AS (DELETE ${from} RETURNING 1) SELECT count(*)::int AS n FROM gone`;
+        return (await c.query<{ n: number }>(sql, values)).rows[0]!.n;
+      };
+      const report = {
+        episodes: await count(episodes, [...cutoff, campaigns]),
+        campaignSteps: await count(steps, [campaigns]),
+        campaignFiles: await count('FROM campaign_files WHERE campaign = ANY($1)', [campaigns]),
+        campaigns,
+      };
+      await c.query('COMMIT');
+      return report;
+    } catch (err) {
+      await c.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    }
+  });
 }

@@ -9,10 +9,15 @@ import { REDACTED, redactSecretsInText } from '../core/secret-text.ts';
 
 const secretKeys = [
   'password',
+  'PGPASSWORD',
   'apiKey',
   'api_key',
+  'apikey',
+  'API_KEY',
   'token',
+  'secret',
   'authorization',
+  'Authorization',
   'connectionString',
   'controlUrl',
   'databaseUrl',
@@ -34,6 +39,15 @@ function scrubError(err: unknown): Record<string, unknown> {
   return out;
 }
 
+/** String values of a log object scrubbed like messages (plain objects and arrays, `depth` levels down). */
+function scrubStrings(value: unknown, depth: number): unknown {
+  if (typeof value === 'string') return redactSecretsInText(value);
+  if (depth <= 0 || value === null || typeof value !== 'object') return value;
+  if (Array.isArray(value)) return value.map((v) => scrubStrings(v, depth - 1));
+  if (Object.getPrototypeOf(value) !== Object.prototype) return value;
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, scrubStrings(v, depth - 1)]));
+}
+
 export function createServiceLogger(
   name: string,
   base: Record<string, unknown> = {},
@@ -44,6 +58,7 @@ export function createServiceLogger(
     base: { pid: process.pid, ...base },
     redact: { paths: redactedPaths, censor: REDACTED },
     serializers: { err: scrubError },
+    formatters: { log: (object) => scrubStrings(object, 3) as Record<string, unknown> },
     hooks: {
       logMethod(args, method) {
         method.apply(

@@ -2,7 +2,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
 import { repoRoot, searchAttributes, temporalAddress, temporalUiUrl, type Environment } from '../config/environment.ts';
-import { portInUse, readPid, spawnDetached, stopPid, waitFor } from './daemon.ts';
+import { portInUse, spawnDetached, waitFor } from './daemon.ts';
+import { stopVerifiedProcess, verifiedPid, type ExpectedProcess } from './pid-identity.ts';
 import { ensureSearchAttributes } from './search-attributes.ts';
 
 /** The official Temporal CLI dev server, installed by scripts/setup.sh into .tools/, with SQLite persistence. */
@@ -17,6 +18,11 @@ function files(env: Environment) {
     log: path.join(dir, 'server.log'),
     pid: path.join(dir, 'server.pid'),
   };
+}
+
+/** The dev server of this state folder: our Temporal CLI binary, on this folder's database file. */
+function serverProcess(env: Environment): ExpectedProcess {
+  return { argvIncludes: [temporalBinary, files(env).db] };
 }
 
 export async function temporalReachable(address: string): Promise<boolean> {
@@ -42,7 +48,7 @@ export interface ServiceStatus {
 
 export async function temporalStatus(env: Environment): Promise<ServiceStatus> {
   const address = temporalAddress(env);
-  const pid = env.TBT_TEMPORAL_ADDRESS ? undefined : readPid(files(env).pid);
+  const pid = env.TBT_TEMPORAL_ADDRESS ? undefined : verifiedPid(files(env).pid, serverProcess(env));
   const running = await temporalReachable(address);
   const managed = !env.TBT_TEMPORAL_ADDRESS;
   const detail = managed ? `${address} (pid ${pid ?? '-'}, UI ${temporalUiUrl(env)})` : `${address} (external)`;
@@ -62,7 +68,7 @@ export async function startTemporal(env: Environment): Promise<boolean> {
     return false;
   }
   const f = files(env);
-  if (readPid(f.pid) !== undefined) {
+  if (verifiedPid(f.pid, serverProcess(env)) !== undefined) {
     await waitFor('Temporal dev server', () => temporalReachable(temporalAddress(env)), 60_000, f.log);
     await registerMissingSearchAttributes(env);
     return false;
@@ -116,8 +122,5 @@ export async function registerMissingSearchAttributes(env: Environment): Promise
 }
 
 export async function stopTemporal(env: Environment): Promise<boolean> {
-  const pid = readPid(files(env).pid);
-  if (pid === undefined) return false;
-  await stopPid(pid);
-  return true;
+  return stopVerifiedProcess(files(env).pid, [serverProcess(env)]);
 }

@@ -1,7 +1,8 @@
 import net from 'node:net';
 import path from 'node:path';
 import { repoRoot, type Environment } from '../config/environment.ts';
-import { portInUse, readPid, spawnDetached, stopPid, waitFor } from './daemon.ts';
+import { portInUse, spawnDetached, waitFor } from './daemon.ts';
+import { stopVerifiedProcess, verifiedPid, type ExpectedProcess } from './pid-identity.ts';
 import type { ServiceStatus } from './temporal-dev-server.ts';
 
 /**
@@ -20,6 +21,11 @@ function files(env: Environment) {
   return { log: path.join(dir, 'standin.log'), pid: path.join(dir, 'standin.pid') };
 }
 
+/** The stand-in `startTypesense` runs: its module, on our port. */
+const standinProcess: ExpectedProcess = {
+  argvIncludes: ['tbt_thinkingbox.typesense_standin', '--port', String(TYPESENSE_PORT)],
+};
+
 export async function typesenseHealthy(port = TYPESENSE_PORT, timeoutMs = 2000): Promise<boolean> {
   try {
     const res = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(timeoutMs) });
@@ -30,7 +36,7 @@ export async function typesenseHealthy(port = TYPESENSE_PORT, timeoutMs = 2000):
 }
 
 export async function typesenseStatus(env: Environment): Promise<ServiceStatus> {
-  const pid = readPid(files(env).pid);
+  const pid = verifiedPid(files(env).pid, standinProcess);
   const running = await typesenseHealthy();
   const detail =
     `127.0.0.1:${TYPESENSE_PORT} (${pid ? `stand-in pid ${pid}` : running ? 'shared, not ours' : '-'}; ` +
@@ -65,10 +71,7 @@ export async function startTypesense(env: Environment): Promise<boolean> {
 }
 
 export async function stopTypesense(env: Environment): Promise<boolean> {
-  const pid = readPid(files(env).pid);
-  if (pid === undefined) return false;
-  await stopPid(pid);
-  return true;
+  return stopVerifiedProcess(files(env).pid, [standinProcess]);
 }
 
 /**

@@ -1,14 +1,21 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { readEnvironment } from '../config/environment.ts';
+import { urlMatchesOrigin } from '../core/endpoint-origin.ts';
 import { BadInputError, errorMessage } from '../core/errors.ts';
+import { keyOrigins } from '../rollout/api-key.ts';
+
+/** The variable whose ties (rollout/api-key.ts) name the policy servers trusted with the external token. */
+const POLICY_KEY = 'TBT_POLICY_API_KEY';
 
 /**
  * Bearer tokens for the built-in policy server's weight-sync routes, read from their files at call time so
  * that they never enter a Temporal payload, an activity result or a log. The campaign's embedded server gets
- * the token the GPU worker wrote at its start, and no other server does. Every other (external) server gets
- * the token in the file TBT_POLICY_SYNC_TOKEN_FILE names, when that is set: the operator starts those servers
- * with the same file. vLLM's dev-mode routes take no token (vLLM checks its API key on inference routes only).
+ * the token the GPU worker wrote at its start, and no other server does. An external server gets the token in
+ * the file TBT_POLICY_SYNC_TOKEN_FILE names, when that is set (the operator starts those servers with the same
+ * file), and only at an origin the operator trusts with the policy key: TBT_POLICY_API_KEY's ties (loopback
+ * and http://policy-server:8000 built in, more in TBT_API_KEY_HOSTS), never wherever a campaign's
+ * `sync_instances` point. vLLM's dev-mode routes take no token (vLLM checks its API key on inference routes only).
  */
 
 /** The embedded policy server's token file in a campaign folder (written 0600 at each server start). */
@@ -35,8 +42,11 @@ export function policySyncToken(
     const tokenFile = policyTokenFile(campaignDir);
     return fs.existsSync(tokenFile) ? fs.readFileSync(tokenFile, 'utf8').trim() : undefined;
   }
-  const external = readEnvironment(env).TBT_POLICY_SYNC_TOKEN_FILE;
-  return external ? readTokenFile(external) : undefined;
+  const settings = readEnvironment(env);
+  const external = settings.TBT_POLICY_SYNC_TOKEN_FILE;
+  if (!external) return undefined;
+  const trusted = keyOrigins(settings.TBT_API_KEY_HOSTS).get(POLICY_KEY) ?? [];
+  return urlMatchesOrigin(baseUrl, trusted) ? readTokenFile(external) : undefined;
 }
 
 /** A 0600 token file's content; a missing, group- or world-readable or empty file is bad input (named, not shown). */

@@ -3,14 +3,14 @@ import pg from 'pg';
 import type { Scenario } from '../config/task-schema.ts';
 import { InfrastructureError, errorMessage, isInfrastructureSqlState } from '../core/errors.ts';
 import {
-  agentRole,
-  ownerRole,
+  deploymentRoles,
   quoteIdent,
-  readerRole,
+  readDeploymentTag,
   rolePassword,
   withClient,
   withDatabase,
   withRole,
+  type DeploymentRoles,
 } from '../infra/control-database.ts';
 import { metrics } from '../infra/metrics.ts';
 import { SandboxRecycler } from './sandbox-recycler.ts';
@@ -21,17 +21,18 @@ import { SandboxRecycler } from './sandbox-recycler.ts';
  * path. Every sandbox row carries a lease expiry, renewed while this process holds the lease, so `sweep()`
  * can drop what crashed workers left behind.
  *
- * Several deployments (control databases) may share one Postgres server. Every database this pool creates
- * carries its deployment's tag in its name (`tbt_sbx_<tag>_...`, `tbt_tpl_<tag>_...`), and the sweeper only
- * ever considers names with its own tag, matched as a plain prefix (no LIKE wildcards).
+ * Several deployments (control databases) may share one Postgres server. Every database and role this pool
+ * creates or grants to carries its deployment's tag in its name (`tbt_sbx_<tag>_...`, `tbt_tpl_<tag>_...`,
+ * `tbt_owner_<tag>`, ...), and the sweeper only ever considers names with its own tag, matched as a plain prefix
+ * (no LIKE wildcards).
  */
 
 export interface Sandbox {
   name: string;
   scenario: string;
-  /** Tool handlers connect with this: the sandbox's own login role (a member of tbt_agent), this database only. */
+  /** Tool handlers connect with this: the sandbox's own login role (a member of the agent role), this database only. */
   agentUrl: string;
-  /** Checks connect with this: role tbt_reader, read-only sessions. */
+  /** Checks connect with this: the deployment's reader role, read-only sessions. */
   readerUrl: string;
   /** Owner of the scenario tables (no superuser rights): data patches run with this. */
   ownerUrl: string;
@@ -62,7 +63,8 @@ export interface SandboxPoolOptions {
   recycle?: boolean;
 }
 
-const GRANTS_VERSION = 3; // 3: per-clone tool roles, no PUBLIC CONNECT/TEMP, tables owned by tbt_owner
+// 3: per-clone tool roles, no PUBLIC CONNECT/TEMP, tables owned by tbt_owner; 4: roles named after the deployment
+const GRANTS_VERSION = 4;
 
 export function templateFingerprint(scenario: Scenario): string {
   return createHash('sha256')
@@ -75,8 +77,22 @@ export function templateFingerprint(scenario: Scenario): string {
 export function sandboxPrefix(tag: string): string {
   return `tbt_sbx_${tag}_`;
 }
+export function templatePrefix(tag: string): string {
+  return `tbt_tpl_${tag}_`;
+}
 export function templateName(scenario: Scenario, tag: string): string {
-  return `tbt_tpl_${tag}_${scenario.name.slice(0, 30)}_${templateFingerprint(scenario)}`;
+  return `${templatePrefix(tag)}${scenario.name.slice(0, 30)}_${templateFingerprint(scenario)}`;
+}
+
+/** The advisory lock (control database) held while a template is built or dropped: key from its fingerprint. */
+function templateLock(fingerprint: string): number {
+  return Number.parseInt(fingerprint.slice(0, 8), 16);
+}
+
+/** SQLSTATEs of a clone whose template is gone: its database (3D000) or its row (23503, the foreign key). */
+function isTemplateGone(err: unknown): boolean {
+  const code = (err as { code?: string }).code;
+  return code === '3D000' || code === '23503';
 }
 
 function isConnectionError(err: unknown): boolean {
@@ -110,32 +126,34 @@ export class SandboxPool {
         admin: this.admin,
         strategy: this.strategy,
         // Task SQL (the seed the reset reruns) runs as the non-superuser owner; scratch clones carry our tag.
-        ownerUrl: (name) => this.sandbox(name, '').ownerUrl,
+        ownerUrl: async (name) => (await this.sandbox(name, '')).ownerUrl,
         scratchPrefix: async () => sandboxPrefix(await this.deploymentTag()),
       });
   }
 
   /** This deployment's tag, read once from its control database. */
   deploymentTag(): Promise<string> {
-    this.tagQuery ??= this.admin.query<{ tag: string }>('SELECT tag FROM deployment').then((r) => {
-      const tag = r.rows[0]?.tag;
-      if (!tag || !/^[0-9a-f]{8}$/.test(tag)) throw new InfrastructureError('control database has no deployment tag');
-      return tag;
-    });
+    this.tagQuery ??= readDeploymentTag(this.admin);
     this.tagQuery.catch(() => (this.tagQuery = undefined));
     return this.tagQuery;
   }
 
-  private sandbox(name: string, scenario: string): Sandbox {
+  /** This deployment's restricted roles (ensureControlDatabase creates them). */
+  async roles(): Promise<DeploymentRoles> {
+    return deploymentRoles(await this.deploymentTag());
+  }
+
+  private async sandbox(name: string, scenario: string): Promise<Sandbox> {
     const admin = withDatabase(this.options.controlUrl, name);
     const url = this.options.controlUrl;
+    const roles = await this.roles();
     return {
       name,
       scenario,
       adminUrl: admin,
-      ownerUrl: withRole(admin, ownerRole, rolePassword(url, ownerRole, undefined)),
-      agentUrl: withRole(admin, name, this.toolRolePassword(name)),
-      readerUrl: withRole(admin, readerRole, rolePassword(url, readerRole, this.options.readerPassword)),
+      ownerUrl: withRole(admin, roles.owner, rolePassword(url, roles.owner, undefined)),
+      agentUrl: withRole(admin, name, this.toolRolePassword(name, roles)),
+      readerUrl: withRole(admin, roles.reader, rolePassword(url, roles.reader, this.options.readerPassword)),
     };
   }
 
@@ -156,8 +174,8 @@ export class SandboxPool {
    * A clone's tool role's password, derived (HMAC) from the shared tool password, so any worker of this
    * deployment can open any of its sandboxes for an episode, while the credential of one opens no other.
    */
-  private toolRolePassword(name: string): string | undefined {
-    const key = rolePassword(this.options.controlUrl, agentRole, this.options.agentPassword);
+  private toolRolePassword(name: string, roles: DeploymentRoles): string | undefined {
+    const key = rolePassword(this.options.controlUrl, roles.agent, this.options.agentPassword);
     return key === undefined ? undefined : createHmac('sha256', key).update(`sandbox tool role:${name}`).digest('hex');
   }
 
@@ -173,8 +191,9 @@ export class SandboxPool {
   }
 
   private async buildTemplate(scenario: Scenario, name: string): Promise<string> {
+    const roles = await this.roles();
     const client = await this.admin.connect();
-    const lock = Number.parseInt(templateFingerprint(scenario).slice(0, 8), 16);
+    const lock = templateLock(templateFingerprint(scenario));
     try {
       await client.query('SELECT pg_advisory_lock($1)', [lock]);
       const known = await client.query(
@@ -185,12 +204,12 @@ export class SandboxPool {
       await client.query(`DROP DATABASE IF EXISTS ${quoteIdent(name)}`);
       await client.query(`CREATE DATABASE ${quoteIdent(name)}`);
       try {
-        await this.restrictDatabase(name, [ownerRole]);
+        await this.restrictDatabase(name, [roles.owner]);
         // The owner role owns the public schema and so every scenario table; task files never run as admin.
         await withClient(withDatabase(this.options.controlUrl, name), (c) =>
-          c.query(`ALTER SCHEMA public OWNER TO ${ownerRole}`),
+          c.query(`ALTER SCHEMA public OWNER TO ${quoteIdent(roles.owner)}`),
         );
-        await withClient(this.sandbox(name, scenario.name).ownerUrl, async (c) => {
+        await withClient((await this.sandbox(name, scenario.name)).ownerUrl, async (c) => {
           await c.query(scenario.schema);
           if (scenario.seed.trim()) await c.query(scenario.seed);
           const noKey = await c.query<{ table_name: string }>(`
@@ -202,13 +221,14 @@ export class SandboxPool {
               `table ${noKey.rows.map((r) => r.table_name).join(', ')} has no primary key (state is compared row by ` +
                 `row by key)`,
             );
+          const [agent, reader] = [quoteIdent(roles.agent), quoteIdent(roles.reader)];
           await c.query(`
             REVOKE ALL ON SCHEMA public FROM PUBLIC;
-            GRANT USAGE ON SCHEMA public TO ${agentRole}, ${readerRole};
-            GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${agentRole};
-            GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO ${agentRole};
-            GRANT SELECT ON ALL TABLES IN SCHEMA public TO ${readerRole};
-            GRANT SELECT ON ALL SEQUENCES IN SCHEMA public TO ${readerRole};`);
+            GRANT USAGE ON SCHEMA public TO ${agent}, ${reader};
+            GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${agent};
+            GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO ${agent};
+            GRANT SELECT ON ALL TABLES IN SCHEMA public TO ${reader};
+            GRANT SELECT ON ALL SEQUENCES IN SCHEMA public TO ${reader};`);
         });
       } catch (err) {
         await client.query(`DROP DATABASE IF EXISTS ${quoteIdent(name)}`);
@@ -216,8 +236,10 @@ export class SandboxPool {
       }
       // No connections to a template: CREATE DATABASE ... TEMPLATE requires it.
       await client.query(`ALTER DATABASE ${quoteIdent(name)} WITH ALLOW_CONNECTIONS false IS_TEMPLATE true`);
+      // A rebuild (its database was gone) counts as new: `pruneTemplates` goes by age.
       await client.query(
-        `INSERT INTO sandbox_templates (name, scenario, fingerprint) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING`,
+        `INSERT INTO sandbox_templates (name, scenario, fingerprint) VALUES ($1, $2, $3)
+         ON CONFLICT (name) DO UPDATE SET created_at = now()`,
         [name, scenario.name, templateFingerprint(scenario)],
       );
       return name;
@@ -229,25 +251,52 @@ export class SandboxPool {
 
   private async clone(template: string, state: 'ready' | 'leased', owner: string | null): Promise<string> {
     const name = `${sandboxPrefix(await this.deploymentTag())}${randomBytes(6).toString('hex')}`;
-    const expiresMs = state === 'ready' ? 24 * 3600_000 : this.leaseMs;
-    // The row exists before the database, so a crash in between leaves something the sweeper can find.
+    const roles = await this.roles();
+    // The row exists before the database, so a crash in between leaves something the sweeper can find. While
+    // 'creating' it holds a lease like a leased sandbox: a crashed worker's row lapses one lease after it (and
+    // from then on no longer counts as warm), not 24 h after.
     await this.admin.query(
       `INSERT INTO sandboxes (name, template, state, owner, leased_at, expires_at) VALUES ($1, $2, 'creating', $3, ` +
         `now(), now() + make_interval(secs => $4))`,
-      [name, template, owner, expiresMs / 1000],
+      [name, template, owner, this.leaseMs / 1000],
     );
-    await this.admin.query(
-      `CREATE DATABASE ${quoteIdent(name)} TEMPLATE ${quoteIdent(template)} STRATEGY ${this.strategy}`,
-    );
-    // The clone's own tool role: tbt_agent's table privileges (membership), CONNECT on this database only.
-    const password = this.toolRolePassword(name);
-    await this.admin.query(
-      `CREATE ROLE ${quoteIdent(name)} LOGIN INHERIT NOSUPERUSER NOCREATEDB NOCREATEROLE CONNECTION LIMIT 20
-       ${password === undefined ? '' : `PASSWORD ${pg.escapeLiteral(password)}`} IN ROLE ${agentRole}`,
-    );
-    await this.restrictDatabase(name, [name, readerRole, ownerRole]);
-    await this.admin.query(`UPDATE sandboxes SET state = $2 WHERE name = $1`, [name, state]);
+    try {
+      await this.admin.query(
+        `CREATE DATABASE ${quoteIdent(name)} TEMPLATE ${quoteIdent(template)} STRATEGY ${this.strategy}`,
+      );
+      // The clone's own tool role: the agent role's table privileges (membership), CONNECT on this database only.
+      const password = this.toolRolePassword(name, roles);
+      await this.admin.query(
+        `CREATE ROLE ${quoteIdent(name)} LOGIN INHERIT NOSUPERUSER NOCREATEDB NOCREATEROLE CONNECTION LIMIT 20
+         ${password === undefined ? '' : `PASSWORD ${pg.escapeLiteral(password)}`} IN ROLE ${quoteIdent(roles.agent)}`,
+      );
+      await this.restrictDatabase(name, [name, roles.reader, roles.owner]);
+      const expiresMs = state === 'ready' ? 24 * 3600_000 : this.leaseMs;
+      const created = await this.admin.query(
+        `UPDATE sandboxes SET state = $2, expires_at = now() + make_interval(secs => $3)
+         WHERE name = $1 AND state = 'creating'`,
+        [name, state, expiresMs / 1000],
+      );
+      // Swept meanwhile (its lease lapsed): a database without a row would be dropped as an orphan later.
+      if (created.rowCount !== 1) throw new InfrastructureError(`sandbox ${name} lost its row while being created`);
+    } catch (err) {
+      // A failed clone leaves nothing behind: no database, no role, no 'creating' row counted as warm.
+      await this.dropDatabase(name).catch(() => undefined);
+      await this.admin.query(`DELETE FROM sandboxes WHERE name = $1`, [name]).catch(() => undefined);
+      throw err;
+    }
     return name;
+  }
+
+  /** A cold clone; a template dropped under this process (`tbt gc`, a restore) is built again, once. */
+  private async cloneLeased(scenario: Scenario, template: string, owner: string): Promise<string> {
+    try {
+      return await this.clone(template, 'leased', owner);
+    } catch (err) {
+      if (!isTemplateGone(err)) throw err;
+      this.templates.delete(template);
+      return this.clone(await this.ensureTemplate(scenario), 'leased', owner);
+    }
   }
 
   /** Leases a fresh sandbox for `scenario`: a warm one if ready, else a cold clone. Refills in the background. */
@@ -264,11 +313,11 @@ export class SandboxPool {
         [template, owner, this.leaseMs / 1000],
       );
       const warm = leased.rows[0]?.name;
-      const name = warm ?? (await this.clone(template, 'leased', owner));
+      const name = warm ?? (await this.cloneLeased(scenario, template, owner));
       metrics.sandboxAcquired(warm ? 'warm' : 'cold');
       this.holdLease(name);
       void this.refill(template); // never rejects: a failed refill only costs latency
-      const sandbox = this.sandbox(name, scenario.name);
+      const sandbox = await this.sandbox(name, scenario.name);
       if (options.dataPatch?.trim()) {
         try {
           await withClient(sandbox.ownerUrl, (c) => c.query(options.dataPatch!));
@@ -296,17 +345,19 @@ export class SandboxPool {
       try {
         for (;;) {
           if (this.closed) return;
+          // A lapsed row is no clone to count on: a crashed worker's 'creating' row, a ready one about to be swept.
           const { rows } = await this.admin.query<{ n: string }>(
             `SELECT count(*) AS n FROM sandboxes WHERE template = $1 AND state IN ('ready', 'creating') AND owner IS ` +
-              `NULL`,
+              `NULL AND expires_at > now()`,
             [template],
           );
           metrics.sandboxWarmClones(template, Number(rows[0]!.n));
           if (Number(rows[0]!.n) >= this.warm) return;
           await this.clone(template, 'ready', null);
         }
-      } catch {
-        // A failed refill only costs latency: the next acquire clones cold and refills again.
+      } catch (err) {
+        // A failed refill only costs latency: the next acquire clones cold (building a vanished template again).
+        if (isTemplateGone(err)) this.templates.delete(template);
       } finally {
         this.refills.delete(template);
       }
@@ -414,6 +465,72 @@ export class SandboxPool {
         `= s.name)`,
     );
     return { dropped };
+  }
+
+  /**
+   * Drops this deployment's template databases that nothing uses (`tbt gc`): no sandbox row names them, and a newer
+   * template of the same scenario replaced them (the suite or the grants changed) or they are older than
+   * `olderThanMs`; and own-tag template databases without a row (a build that died). Each is claimed under the
+   * lock its build holds, with new clones held off, so a template being built or cloned is never dropped; a worker
+   * that still knows a dropped name builds it again at its next acquire. Returns the names dropped (would be, with
+   * `dryRun`).
+   */
+  async pruneTemplates(options: { olderThanMs: number; dryRun?: boolean }): Promise<string[]> {
+    const { rows } = await this.admin.query<{ name: string }>(
+      `SELECT t.name FROM sandbox_templates t
+       WHERE starts_with(t.name, $1) AND NOT EXISTS (SELECT 1 FROM sandboxes s WHERE s.template = t.name)
+         AND (t.created_at < now() - make_interval(secs => $2)
+              OR EXISTS (SELECT 1 FROM sandbox_templates n
+                         WHERE n.scenario = t.scenario AND n.created_at > t.created_at))
+       UNION
+       SELECT d.datname FROM pg_database d
+       WHERE starts_with(d.datname, $1) AND NOT EXISTS (SELECT 1 FROM sandbox_templates t WHERE t.name = d.datname)
+       ORDER BY 1`,
+      [templatePrefix(await this.deploymentTag()), options.olderThanMs / 1000],
+    );
+    const dropped: string[] = [];
+    for (const { name } of rows) {
+      const fingerprint = /_([0-9a-f]{12})$/.exec(name)?.[1];
+      if (!fingerprint) continue; // not a name this pool builds: not ours to judge
+      if (options.dryRun || (await this.dropUnusedTemplate(name, fingerprint))) dropped.push(name);
+    }
+    return dropped;
+  }
+
+  /** Drops one template unless it is being built or a sandbox row names it; false = kept. */
+  private async dropUnusedTemplate(name: string, fingerprint: string): Promise<boolean> {
+    const client = await this.admin.connect();
+    const lock = templateLock(fingerprint);
+    try {
+      const { rows } = await client.query<{ free: boolean }>('SELECT pg_try_advisory_lock($1) AS free', [lock]);
+      if (!rows[0]!.free) return false; // a build of it (or of a namesake fingerprint) is running
+      try {
+        await client.query('BEGIN');
+        // A clone inserts its row first; with the table locked none starts now, and later ones fail on the
+        // foreign key (the template row is gone) and rebuild the template.
+        await client.query('LOCK TABLE sandboxes IN SHARE ROW EXCLUSIVE MODE');
+        const used = await client.query('SELECT 1 FROM sandboxes WHERE template = $1', [name]);
+        if (used.rowCount) {
+          await client.query('ROLLBACK');
+          return false;
+        }
+        await client.query('DELETE FROM sandbox_templates WHERE name = $1', [name]);
+        await client.query('COMMIT');
+        const exists = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
+        if (exists.rowCount) {
+          await client.query(`ALTER DATABASE ${quoteIdent(name)} WITH IS_TEMPLATE false`);
+          await client.query(`DROP DATABASE IF EXISTS ${quoteIdent(name)} WITH (FORCE)`);
+        }
+        return true;
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        throw err;
+      } finally {
+        await client.query('SELECT pg_advisory_unlock($1)', [lock]);
+      }
+    } finally {
+      client.release();
+    }
   }
 
   /** Waits for background refills, then closes the admin connections. Ready clones stay for the next run. */

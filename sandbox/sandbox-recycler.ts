@@ -55,7 +55,7 @@ export interface SandboxRecyclerOptions {
   admin: pg.Pool;
   strategy: string;
   /** Connection string of the sandbox's non-superuser owner role: the reset and the seed run as it. */
-  ownerUrl: (sandbox: string) => string;
+  ownerUrl: (sandbox: string) => Promise<string>;
   /** Name prefix of this deployment's sandboxes, so a scratch clone left by a crash is swept. */
   scratchPrefix: () => Promise<string>;
 }
@@ -122,7 +122,7 @@ export class SandboxRecycler {
         `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`,
         [name],
       );
-      await withClient(this.options.ownerUrl(name), (db) => resetToSeed(db, scenario));
+      await withClient(await this.options.ownerUrl(name), (db) => resetToSeed(db, scenario));
       const actual = await withClient(withDatabase(this.options.controlUrl, name), sandboxStateFingerprint);
       if (actual !== expected) {
         this.mismatches.set(template, (this.mismatches.get(template) ?? 0) + 1);

@@ -12,6 +12,7 @@ import { DatasetSandbox } from '../datasets/thinkingbox/dataset-sandbox.ts';
 import { StdioServerPool } from '../datasets/thinkingbox/stdio-server-pool.ts';
 import { runTestCase, type TestContext } from '../datasets/thinkingbox/test-case-runner.ts';
 import { testTempDir } from './helpers/temp-dir.ts';
+import { delegatedCgroup, pythonBases, runAsUnprivilegedUser, unreadableBy } from './helpers/unprivileged-user.ts';
 
 /**
  * One test per way out of the dataset sandbox (docs/dataset-sandbox.md), each tried by hostile dataset code
@@ -46,7 +47,9 @@ before(async () => {
     process.env[k] = v;
   }
   sandbox = new DatasetSandbox({
-    limits: { processes: 40, memoryMb: 1024, cpuSeconds: 30 },
+    limits: { processes: 40, memoryMb: 1024, cpuSeconds: 30, totalMemoryMb: 256, scratchMb: 32 },
+    // Set when this file is re-run as a non-root user (last test): a cgroup root delegated to that user.
+    cgroupParent: process.env.TBT_TEST_CGROUP_PARENT || undefined,
     log: (l) => logged.push(l),
   });
   listener = net.createServer((socket) => {
@@ -144,7 +147,8 @@ function assertNoSecret(where: string, text: string): void {
     assert.ok(!text.includes(value), `${where} shows the worker's ${name}`);
 }
 
-test('without bubblewrap dataset code is refused unless --unsandboxed is given; the mode is always logged', () => {
+test('without bubblewrap dataset code is refused unless --unsandboxed is given; the mode is always logged', (t) => {
+  t.diagnostic(logged.join(' '));
   assert.match(logged.join('\n'), /\[dataset-sandbox\] mode=bubblewrap: user, pid, network, mount/);
   assert.throws(
     () => new DatasetSandbox({ bwrap: '/nonexistent/bwrap', log: () => undefined }),
@@ -437,3 +441,199 @@ test('second review, finding 1: no helper from a dataset PATH; the dataset env r
   }
   fs.rmSync(venvBin, { recursive: true, force: true });
 });
+
+/** Whether `on` bounds each sandbox as a whole with a cgroup (else the documented fallback applies). */
+const hasCgroups = (on: DatasetSandbox) => !/per-sandbox limits: none/.test(on.describe());
+
+test(
+  'second review, finding 6: a fork bomb is bounded per sandbox, and another sandbox still starts meanwhile',
+  { timeout: 60_000 },
+  async (t) => {
+    const token = `tbt-forkbomb6-${crypto.randomUUID()}`;
+    let most = 0;
+    const sampler = setInterval(() => (most = Math.max(most, processesWith(token).length)), 50);
+    const bomb = runTestCase({
+      file: hostileTests,
+      function: 'test_fork_bomb',
+      context: ctx({ token }),
+      timeoutMs: 8_000,
+      python: datasetPython(),
+      sandbox,
+    }).then(
+      () => undefined,
+      (err: Error) => err,
+    );
+    let other = '';
+    try {
+      assert.ok(await waitFor(() => processesWith(token).length >= 10, 6_000), 'the bomb did not run');
+      // Full: the count has stopped growing (the bomb retries every 50 ms once a fork is refused).
+      let seen = -1;
+      let steady = 0;
+      await waitFor(() => {
+        const now = processesWith(token).length;
+        steady = now === seen ? steady + 1 : 0;
+        seen = now;
+        return steady >= 10;
+      }, 6_000);
+      // While the bomb holds its sandbox's whole budget, a sandbox beside it (same worker, same uid when the
+      // worker is not root) starts and runs.
+      other = await runPython(sandbox, 'print("alive")', 'none');
+    } finally {
+      clearInterval(sampler);
+    }
+    assert.match(String((await bomb)?.message), /did not finish within 8000 ms/);
+    assert.equal(other, 'alive');
+    t.diagnostic(`most bomb processes at once: ${most} (sandbox limit ${sandbox.limits.processes})`);
+    assert.ok(most <= sandbox.limits.processes, `${most} processes > limit ${sandbox.limits.processes}`);
+    assert.ok(await waitFor(() => processesWith(token).length === 0, 3_000), `left: ${processesWith(token).length}`);
+  },
+);
+
+test(
+  'second review, finding 6: a memory balloon spread over many processes is stopped at the sandbox total',
+  { timeout: 90_000 },
+  async (t) => {
+    const total = (sandbox.limits as { totalMemoryMb?: number }).totalMemoryMb ?? 256;
+    const each = 48 * 1024 * 1024; // far under the per-process limit (memoryMb 1024)
+    const count = 8; // 384 MiB of balloons against a 256 MiB sandbox
+    const outcome = await runTestCase({
+      file: hostileTests,
+      function: 'test_memory_balloon',
+      context: ctx({ each_bytes: each, count }),
+      timeoutMs: 60_000,
+      python: datasetPython(),
+      sandbox,
+    });
+    assert.equal(outcome.status, 'fail', outcome.message);
+    const found = JSON.parse(outcome.message) as { rss_bytes: number; killed: number; died: number };
+    t.diagnostic(`balloons: ${JSON.stringify(found)}, sandbox total ${total} MiB; ${sandbox.describe()}`);
+    if (!hasCgroups(sandbox)) {
+      // The fallback bounds each process only (RLIMIT_AS), and the mode line says so.
+      assert.match(sandbox.describe(), /memory per process only/);
+      return;
+    }
+    assert.ok(found.killed >= 1, `no balloon was killed: ${JSON.stringify(found)}`);
+    assert.ok(found.rss_bytes <= total * 1024 * 1024, `the balloons hold ${found.rss_bytes} bytes > ${total} MiB`);
+  },
+);
+
+/** Fills HOME, TMPDIR and /tmp of a sandboxed process until refused; the host's view of its scratch folder
+ * is taken while the process still runs. */
+async function fillScratch(on: DatasetSandbox, upTo: number) {
+  const code = [
+    'import errno, json, os, sys',
+    'found = {}',
+    'for d in (os.environ["HOME"], os.environ["TMPDIR"], "/tmp"):',
+    '    written, error, i = 0, None, 0',
+    '    try:',
+    '        while written < int(sys.argv[1]):',
+    '            with open(os.path.join(d, f"fill-{i}"), "wb") as f:',
+    '                for _ in range(4):',
+    '                    f.write(b"x" * (1 << 20)); f.flush(); written += 1 << 20',
+    '            i += 1',
+    '    except OSError as e:',
+    '        error = errno.errorcode.get(e.errno, str(e.errno))',
+    '    found[d] = {"written": written, "error": error}',
+    'print(json.dumps(found), flush=True)',
+    'sys.stdin.read()',
+  ].join('\n');
+  const run = on.prepare({
+    command: 'python3',
+    args: ['-c', code, String(upTo)],
+    pathPrefix: datasetPathPrefix(),
+    label: 'fill',
+  });
+  const child = spawn(run.command, run.args, { env: run.env, cwd: run.cwd, stdio: ['pipe', 'pipe', 'pipe'] });
+  let err = '';
+  child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+  const closed = new Promise<void>((resolve) => child.on('close', () => resolve()));
+  const line = await new Promise<string>((resolve) => {
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => {
+      out += c.toString();
+      if (out.includes('\n')) resolve(out.split('\n')[0]!);
+    });
+    child.on('close', () => resolve(out));
+  });
+  const hostBytes = (dir: string): number =>
+    fs.existsSync(dir)
+      ? fs
+          .readdirSync(dir, { withFileTypes: true, recursive: true })
+          .filter((e) => e.isFile())
+          .reduce((sum, e) => sum + fs.statSync(path.join(e.parentPath, e.name)).size, 0)
+      : 0;
+  const onHost = hostBytes(run.scratch);
+  child.stdin.end();
+  await closed;
+  run.dispose();
+  assert.ok(line.startsWith('{'), `no result: ${line} ${err}`);
+  return { found: JSON.parse(line) as Record<string, { written: number; error: string | null }>, onHost };
+}
+
+test(
+  'second review, finding 6: scratch space filled past its cap is refused (ENOSPC); the host disk is untouched',
+  { timeout: 60_000 },
+  async (t) => {
+    const cap = ((sandbox.limits as { scratchMb?: number }).scratchMb ?? 32) * 1024 * 1024;
+    const { found, onHost } = await fillScratch(sandbox, 3 * cap);
+    t.diagnostic(`filled: ${JSON.stringify(found)}; bytes in the host's scratch folder: ${onHost}`);
+    const home = Object.keys(found)[0]!;
+    const tmpdir = Object.keys(found)[1]!;
+    for (const [dir, r] of Object.entries(found)) assert.equal(r.error, 'ENOSPC', `${dir}: ${JSON.stringify(r)}`);
+    // HOME and TMPDIR share the scratch folder's cap; /tmp has one of its own.
+    assert.ok(found[home]!.written + found[tmpdir]!.written <= cap, JSON.stringify(found));
+    assert.ok(found['/tmp']!.written <= cap, JSON.stringify(found));
+    assert.equal(onHost, 0, 'the scratch files were written to the host disk');
+  },
+);
+
+test('second review, finding 6: without cgroups the mode line states the weaker fallback', async () => {
+  const lines: string[] = [];
+  const fallback = new DatasetSandbox({
+    limits: { processes: 40, scratchMb: 16 },
+    cgroups: false,
+    log: (l) => lines.push(l),
+  } as ConstructorParameters<typeof DatasetSandbox>[0]);
+  assert.match(lines.join('\n'), /per-sandbox limits: none \(cgroups off\): processes by RLIMIT_NPROC/);
+  assert.match(lines.join('\n'), /memory per process only/);
+  // The scratch cap does not need cgroups.
+  const { found } = await fillScratch(fallback, 3 * 16 * 1024 * 1024);
+  assert.equal(Object.values(found)[0]!.error, 'ENOSPC');
+});
+
+const asUnprivileged = process.env.TBT_TEST_AS_UNPRIVILEGED === '1';
+
+test(
+  'second review, non-root: the hostile tests of this file pass as an unprivileged user too',
+  { timeout: 400_000, skip: asUnprivileged || process.getuid?.() !== 0 ? 'already not root' : false },
+  async (t) => {
+    const python = datasetPython();
+    const venv = path.dirname(path.dirname(python));
+    const needed = [repoRoot, process.execPath, venv, ...pythonBases(venv)];
+    const unreadable = unreadableBy(needed);
+    t.diagnostic(`not readable by uid 65534 (exposed for the run): ${JSON.stringify(unreadable)}`);
+    const cgroup = delegatedCgroup();
+    try {
+      const run = await runAsUnprivilegedUser(
+        [process.execPath, '--import', 'tsx', '--test', '--test-reporter=tap', 'test/dataset-sandbox.test.ts'],
+        {
+          cwd: repoRoot,
+          env: { TBT_TEST_AS_UNPRIVILEGED: '1', ...(cgroup ? { TBT_TEST_CGROUP_PARENT: cgroup.parent } : {}) },
+          expose: unreadable.map((u) => u.path),
+          timeoutMs: 380_000,
+        },
+      );
+      const summary = ['tests', 'pass', 'fail', 'skipped']
+        .map((k) => new RegExp(`^# ${k} \\d+$`, 'm').exec(run.output)?.[0])
+        .join(', ');
+      t.diagnostic(`as uid 65534 (${cgroup ? 'delegated cgroup' : 'no cgroup'}): ${summary}`);
+      for (const line of run.output.match(/^\s*# (most bomb|balloons|filled).*$/gm) ?? []) t.diagnostic(line.trim());
+      assert.match(run.output, /^# fail 0$/m, run.output.slice(-6000));
+      assert.match(run.output, /^# pass (1\d|[2-9]\d)$/m, summary);
+      assert.match(run.output, /mode=bubblewrap: user, pid/, 'the child did not run sandboxed');
+      assert.equal(run.code, 0, summary);
+    } finally {
+      cgroup?.remove();
+    }
+  },
+);

@@ -7,6 +7,7 @@ import { Connection } from '@temporalio/client';
 import { encodeSearchAttributeIndexedValueType } from '@temporalio/common/lib/search-attributes.js';
 import { parse } from 'yaml';
 import { environmentSchema, repoRoot, searchAttributes, temporalAddress } from '../config/environment.ts';
+import { setupEnvironmentSchema } from '../docker/control-db-admin.ts';
 import { setUpDeployment } from '../docker/setup.ts';
 import { env } from './helpers/stack.ts';
 
@@ -65,7 +66,7 @@ function sourceFiles(dir: string): string[] {
 
 /** Every variable a source file reads by name, plus the keys of the environment schema. */
 function variablesReadByCode(): Set<string> {
-  const names = new Set(Object.keys(environmentSchema.shape));
+  const names = new Set([...Object.keys(environmentSchema.shape), ...Object.keys(setupEnvironmentSchema.shape)]);
   const patterns = [
     /process\.env\.([A-Z][A-Z0-9_]*)/g,
     /process\.env\[\s*['"]([A-Z][A-Z0-9_]*)['"]\s*\]/g,
@@ -333,13 +334,15 @@ test(
     assert.deepEqual(Object.keys(volumes ?? {}).sort(), [
       'control-db-data',
       'tbt-checkpoints',
+      'tbt-datasets',
       'tbt-models',
+      'tbt-state',
       'temporal-db-data',
       'typesense-data',
     ]);
-    // The ThinkingBox bench servers' knowledge base; rollout workers forward 127.0.0.1:8108 to it.
+    // The ThinkingBox bench servers' knowledge base; the sandbox's loopback relay connects 127.0.0.1:8108 to it.
     assert.match(services.typesense!.image, /^typesense\/typesense:30\./);
-    assert.equal(services['rollout-worker']!.environment.TBT_TYPESENSE_ADDRESS, 'typesense:8108');
+    assert.equal(withDefaults(services['rollout-worker']!.environment.TBT_SANDBOX_LOOPBACK), '8108=typesense:8108');
 
     const rollout = services['rollout-worker']!;
     assert.ok(Number.isInteger(rollout.deploy?.replicas) && rollout.deploy.replicas >= 1, 'deploy.replicas');
@@ -363,7 +366,7 @@ test(
       assert.deepEqual(device?.capabilities, ['gpu']);
     }
     for (const name of Object.keys(services))
-      if (!['gpu-worker', 'policy-server'].includes(name))
+      if (!['gpu-worker', 'policy-server', 'tbt'].includes(name))
         assert.equal(services[name]!.profiles, undefined, `${name} runs without a profile`);
 
     const vllm = services['policy-server']!;
@@ -486,4 +489,301 @@ test('the setup entry point registers the namespace, search attributes and contr
   } finally {
     await connection.close();
   }
+});
+
+/** The image's non-root user: the last USER line of the worker Dockerfile, as uid[:gid]. */
+function workerImageUser(): string | undefined {
+  const dockerfile = fs.readFileSync(path.join(dockerDir, 'worker.Dockerfile'), 'utf8');
+  return [...dockerfile.matchAll(/^USER\s+(\S+)\s*$/gm)].at(-1)?.[1];
+}
+
+test('second review, finding 8: the worker image installs Python, bubblewrap, the dataset env by script', () => {
+  const dockerfile = fs.readFileSync(path.join(dockerDir, 'worker.Dockerfile'), 'utf8');
+  const script = 'docker/worker-image-setup.sh';
+  assert.ok(fs.existsSync(path.join(repoRoot, script)), `${script} exists`);
+  assert.match(dockerfile, new RegExp(`^COPY ${script} `, 'm'), 'the Dockerfile copies the install script');
+  for (const step of ['system-packages', 'helper-venv', 'check'])
+    assert.match(dockerfile, new RegExp(`^RUN .*${script} ${step}\\b`, 'm'), `the Dockerfile runs its ${step} step`);
+  // The check runs last, on the finished tree: the helper package and the marker the code reads are in place.
+  assert.ok(
+    dockerfile.lastIndexOf(`${script} check`) > dockerfile.lastIndexOf('COPY . .'),
+    'the check runs after the repository is copied',
+  );
+  const user = workerImageUser();
+  assert.ok(user && /^[1-9]\d*:[1-9]\d*$/.test(user), `USER is a numeric non-root uid:gid (got ${user})`);
+  for (const name of ['TBT_STATE_DIR', 'TBT_DATASET_ENV_DIR'])
+    assert.match(dockerfile, new RegExp(`^ENV ${name}=/`, 'm'), `the image sets ${name}`);
+});
+
+test('second review, finding 8: compose gives the rollout worker what bubblewrap needs, without --privileged', () => {
+  const { services, volumes } = loadCompose();
+  const rollout = services['rollout-worker']!;
+  assert.notEqual(rollout.privileged, true, 'never --privileged');
+  assert.deepEqual(rollout.cap_add ?? [], [], 'no added capability (bubblewrap gets its own in a user namespace)');
+  assert.deepEqual(rollout.cap_drop, ['ALL'], 'every capability dropped');
+  assert.ok(rollout.user === undefined || rollout.user === workerImageUser(), 'runs as the image user');
+  const options = (rollout.security_opt ?? []) as string[];
+  const seccomp = options.find((o) => o.startsWith('seccomp='))?.slice('seccomp='.length);
+  assert.ok(seccomp && seccomp !== 'unconfined', `a seccomp profile file, not unconfined (got ${seccomp})`);
+  assert.ok(fs.existsSync(path.resolve(dockerDir, seccomp)), `${seccomp} exists beside compose.yaml`);
+  assert.equal(path.relative(dockerDir, path.resolve(dockerDir, seccomp)), 'seccomp-bubblewrap.json');
+  // /proc with Docker's masked paths on top cannot be mounted again in a user namespace (bwrap --proc).
+  assert.ok(options.includes('systempaths=unconfined'), 'systempaths=unconfined');
+  assert.ok(options.includes('no-new-privileges:true'), 'no-new-privileges:true');
+  assert.ok(
+    options.some((o) => o.startsWith('apparmor=')),
+    'an AppArmor profile that allows mount (docker-default denies it)',
+  );
+  // The CLI service runs dataset code too (tasks validate, prepare-env): the same settings; every other one keeps
+  // Docker's defaults.
+  assert.deepEqual([services.tbt?.security_opt, services.tbt?.cap_drop], [rollout.security_opt, rollout.cap_drop]);
+  for (const [name, service] of Object.entries(services)) {
+    if (name === 'rollout-worker' || name === 'tbt') continue;
+    const opts = ((service.security_opt ?? []) as string[]).join(' ');
+    assert.doesNotMatch(opts, /seccomp|systempaths|apparmor/, `${name} keeps Docker's defaults`);
+  }
+  const environment = rollout.environment as Record<string, unknown>;
+  assert.equal(environment.TBT_UNSANDBOXED, undefined, 'dataset code is never run unsandboxed');
+  // The relay connects each sandbox port straight to the search service (no listener on the worker's loopback).
+  const loopback = withDefaults(String(environment.TBT_SANDBOX_LOOPBACK ?? ''));
+  assert.equal(loopback, '8108=typesense:8108');
+  assert.ok(services.typesense, 'the search service the relay names is in the file');
+  // Imported suites, their data and their Python environments: one volume, read-only for the workers.
+  const mount = (rollout.volumes as string[]).find((v) => v.startsWith('tbt-datasets:'));
+  assert.equal(mount, 'tbt-datasets:/var/lib/tbt/datasets:ro');
+  assert.ok(volumes && 'tbt-datasets' in volumes, 'tbt-datasets is declared');
+  const cli = services.tbt!;
+  assert.deepEqual(cli?.profiles, ['cli'], 'the CLI service (import, prepare-env) runs only when asked');
+  assert.ok((cli.volumes as string[]).includes('tbt-datasets:/var/lib/tbt/datasets'), 'the CLI writes the volume');
+});
+
+test('second review, finding 7 (compose superuser): workers connect as a restricted admin, not the superuser', () => {
+  const { services } = loadCompose();
+  const control = services['control-db']!.environment as Record<string, string>;
+  const superuser = control.POSTGRES_USER;
+  const superPassword = /\$\{([A-Z0-9_]+)/.exec(control.POSTGRES_PASSWORD ?? '')?.[1];
+  assert.ok(superuser && superPassword, 'control-db names its superuser and password variable');
+  for (const [name, service] of Object.entries(services)) {
+    const environment = JSON.stringify(service.environment ?? {});
+    const url = (service.environment as Record<string, string> | undefined)?.DATABASE_URL;
+    if (url) {
+      assert.notEqual(decodeURIComponent(/^postgres:\/\/([^:@]+)/.exec(url)?.[1] ?? ''), superuser, `${name} user`);
+    }
+    if (name !== 'control-db' && name !== 'setup')
+      assert.ok(!environment.includes(superPassword), `${name} never gets ${superPassword}`);
+  }
+  const setupEnv = services.setup!.environment as Record<string, string>;
+  assert.match(
+    setupEnv.TBT_CONTROL_DB_SUPERUSER_URL ?? '',
+    new RegExp(`^postgres://${superuser}:\\$\\{${superPassword}`),
+  );
+});
+
+test('second review, finding 7 (compose superuser): setup makes a non-superuser admin fit for workers', async () => {
+  const { ensureRestrictedAdmin } = await import('../docker/control-db-admin.ts');
+  const { databaseUrl } = await import('../config/environment.ts');
+  const pg = (await import('pg')).default;
+  const superUrl = databaseUrl(env);
+  const tag = `tbt_admin_test_${process.pid}_${Date.now() % 100_000}`;
+  const adminUrl = (password: string, role = tag, database = tag) => {
+    const u = new URL(superUrl);
+    u.username = role;
+    u.password = password;
+    u.pathname = `/${database}`;
+    return u.toString();
+  };
+  const asSuper = new pg.Client({ connectionString: superUrl });
+  await asSuper.connect();
+  const former = `${tag}_former`;
+  try {
+    await ensureRestrictedAdmin(superUrl, adminUrl('first-password'));
+    await ensureRestrictedAdmin(superUrl, adminUrl('second-password')); // again: idempotent, new password
+    const role = await asSuper.query(
+      `SELECT rolsuper, rolcreatedb, rolcreaterole, rolcanlogin, rolreplication, rolbypassrls,
+              pg_has_role($1, 'pg_signal_backend', 'member') AS signal,
+              (SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = $1) AS owner
+         FROM pg_roles WHERE rolname = $1`,
+      [tag],
+    );
+    assert.deepEqual(role.rows[0], {
+      rolsuper: false,
+      rolcreatedb: true,
+      rolcreaterole: true,
+      rolcanlogin: true,
+      rolreplication: false,
+      rolbypassrls: false,
+      signal: true,
+      owner: tag,
+    });
+
+    // What infra/control-database.ts and the sandbox pool do as the admin: roles, memberships, databases,
+    // and DROP DATABASE ... WITH (FORCE) over a session of a role it created.
+    const admin = new pg.Client({ connectionString: adminUrl('second-password') });
+    await admin.connect();
+    const clone = `${tag}_clone`;
+    try {
+      await assert.rejects(
+        new pg.Client({ connectionString: adminUrl('first-password') }).connect(),
+        /password authentication failed/,
+      );
+      await admin.query(`CREATE ROLE ${clone} LOGIN NOSUPERUSER PASSWORD 'clone-password'`);
+      await admin.query(`GRANT ${clone} TO CURRENT_USER`);
+      await admin.query(`CREATE DATABASE ${clone}`);
+      await admin.query(`GRANT CONNECT ON DATABASE ${clone} TO ${clone}`);
+      const session = new pg.Client({ connectionString: adminUrl('clone-password', clone, clone) });
+      await session.connect();
+      session.on('error', () => undefined);
+      await admin.query(`DROP DATABASE ${clone} WITH (FORCE)`);
+      await session.end().catch(() => undefined);
+      await admin.query(`DROP ROLE ${clone}`);
+      // Not a superuser: the server's programs and files stay out of reach.
+      await assert.rejects(admin.query(`COPY (SELECT 1) TO PROGRAM 'true'`), /superuser|pg_execute_server_program/);
+      await assert.rejects(admin.query(`ALTER ROLE ${tag} SUPERUSER`), /superuser|permission denied/);
+    } finally {
+      await admin.end();
+      await asSuper.query(`DROP DATABASE IF EXISTS ${clone} WITH (FORCE)`);
+      await asSuper.query(`DROP ROLE IF EXISTS ${clone}`);
+    }
+
+    // A deployment from before, whose admin was the superuser: setup takes superuser away from it.
+    await asSuper.query(`CREATE ROLE ${former} LOGIN SUPERUSER`);
+    await ensureRestrictedAdmin(superUrl, adminUrl('former-password', former));
+    const demoted = await asSuper.query('SELECT rolsuper, rolcreatedb FROM pg_roles WHERE rolname = $1', [former]);
+    assert.deepEqual(demoted.rows[0], { rolsuper: false, rolcreatedb: true });
+    await assert.rejects(ensureRestrictedAdmin(superUrl, superUrl), /must not be the superuser/);
+  } finally {
+    for (const role of [tag, former]) {
+      await asSuper.query(`DROP DATABASE IF EXISTS ${tag} WITH (FORCE)`);
+      const exists = await asSuper.query('SELECT 1 FROM pg_roles WHERE rolname = $1', [role]);
+      if (exists.rowCount) {
+        await asSuper.query(`DROP OWNED BY ${role}`);
+        await asSuper.query(`DROP ROLE ${role}`);
+      }
+    }
+    await asSuper.end();
+  }
+});
+
+test("second review, finding 8: docker/seccomp-bubblewrap.json is Docker's default plus what bubblewrap calls", () => {
+  type Rule = { names: string[]; action: string; args?: unknown[]; includes?: object; excludes?: object };
+  type Profile = { syscalls: Rule[] } & Record<string, unknown>;
+  const read = (file: string) => JSON.parse(fs.readFileSync(file, 'utf8')) as Profile;
+  const ours = read(path.join(dockerDir, 'seccomp-bubblewrap.json'));
+  const base = read(path.join(repoRoot, 'test', 'fixtures', 'docker-seccomp', 'moby-default.json'));
+  const { syscalls: _ours, ...oursTop } = ours;
+  const { syscalls: _base, ...baseTop } = base;
+  assert.deepEqual(oursTop, baseTop, 'default action, errno and architectures as Docker has them');
+  const key = (r: Rule) => JSON.stringify(r);
+  const baseKeys = new Set(base.syscalls.map(key));
+  const oursKeys = new Set(ours.syscalls.map(key));
+  const removed = base.syscalls.filter((r) => !oursKeys.has(key(r)));
+  const added = ours.syscalls.filter((r) => !baseKeys.has(key(r)));
+  // Only the rules that allow clone without namespace flags go (replaced by an unconditional clone).
+  assert.deepEqual(
+    removed.map((r) => [r.names, r.action, (r.excludes as { caps?: string[] } | undefined)?.caps]),
+    [
+      [['clone'], 'SCMP_ACT_ALLOW', ['CAP_SYS_ADMIN']],
+      [['clone'], 'SCMP_ACT_ALLOW', ['CAP_SYS_ADMIN']],
+    ],
+  );
+  assert.equal(added.length, 1, 'one added rule');
+  const rule = added[0]!;
+  assert.equal(rule.action, 'SCMP_ACT_ALLOW');
+  assert.equal(rule.args, undefined);
+  assert.equal(rule.includes, undefined);
+  assert.equal(rule.excludes, undefined);
+  // What bwrap calls (test/worker-image.test.ts loads the profile; without sethostname or umount2 it fails).
+  assert.deepEqual([...rule.names].sort(), ['clone', 'mount', 'pivot_root', 'sethostname', 'umount2', 'unshare']);
+});
+
+/** A service's volume mounts in the short syntax (`source:target[:ro]`); an anonymous one has no source. */
+function mounts(service: Record<string, any>): { source?: string; target: string; readOnly: boolean }[] {
+  return ((service.volumes ?? []) as string[]).map((v) => {
+    const parts = withDefaults(v).split(':');
+    const readOnly = parts.length > 1 && parts.at(-1) === 'ro';
+    if (readOnly || (parts.length > 2 && parts.at(-1) === 'rw')) parts.pop();
+    return parts.length === 1 ? { target: parts[0]!, readOnly } : { source: parts[0], target: parts[1]!, readOnly };
+  });
+}
+
+const within = (dir: string, parent: string) => dir === parent || dir.startsWith(`${parent.replace(/\/$/, '')}/`);
+
+/**
+ * Where a worker keeps its durable state (issue 21, "Workers are cattle"): TBT_STATE_DIR set to an absolute path,
+ * writable, on a named volume the file declares, so a recreated container finds it again and every replica of the
+ * service mounts the same one (an anonymous volume is one per container). Also the volume readers of it mount.
+ */
+function stateVolumeProblems(doc: { services: Record<string, Record<string, any>>; volumes?: object }): string[] {
+  const problems: string[] = [];
+  const stateVolume = (name: string): { source: string; target: string } | undefined => {
+    const service = doc.services[name];
+    if (!service) return void problems.push(`service ${name} is missing`);
+    const dir = withDefaults(String((service.environment as Record<string, unknown> | undefined)?.TBT_STATE_DIR ?? ''));
+    if (!path.posix.isAbsolute(dir)) return void problems.push(`service ${name}: TBT_STATE_DIR is not set to a path`);
+    const mount = mounts(service).find((m) => within(dir, m.target));
+    if (!mount) return void problems.push(`service ${name}: TBT_STATE_DIR ${dir} is on no volume (container layer)`);
+    if (!mount.source) problems.push(`service ${name}: ${mount.target} is an anonymous volume, one per container`);
+    else if (!(mount.source in (doc.volumes ?? {})))
+      problems.push(`service ${name}: ${mount.source} is not a named volume the file declares`);
+    if (mount.readOnly) problems.push(`service ${name}: ${mount.target} is mounted read-only`);
+    if (service.container_name !== undefined) problems.push(`service ${name}: a container name forbids replicas`);
+    return mount.source ? { source: mount.source, target: mount.target } : undefined;
+  };
+  const gpu = stateVolume('gpu-worker');
+  stateVolume('bookkeeping-worker');
+  // The policy server loads the exports the learner returns: the same volume, at the same path, read-only.
+  const policy = doc.services['policy-server'];
+  if (gpu && policy && !mounts(policy).some((m) => m.source === gpu.source && m.target === gpu.target && m.readOnly))
+    problems.push(`service policy-server: does not mount ${gpu.source} read-only at ${gpu.target}`);
+  return problems;
+}
+
+test('issue 21: the GPU and bookkeeping workers keep their state on a declared volume, the same for replicas', () => {
+  const compose = loadCompose();
+  assert.deepEqual(stateVolumeProblems(compose), []);
+  const { services } = compose;
+  assert.equal(services['gpu-worker']!.environment.TBT_STATE_DIR, '/checkpoints');
+  assert.ok(mounts(services['gpu-worker']!).some((m) => m.source === 'tbt-checkpoints' && m.target === '/checkpoints'));
+  assert.ok(
+    mounts(services['bookkeeping-worker']!).some((m) => m.source === 'tbt-state' && m.target === '/var/lib/tbt/state'),
+  );
+  // The images create the folders as their non-root user: a fresh named volume takes the owner of the image's folder.
+  const images = {
+    'gpu-worker.Dockerfile': '/checkpoints',
+    'worker.Dockerfile': '/var/lib/tbt/state',
+  };
+  for (const [file, dir] of Object.entries(images)) {
+    const text = fs.readFileSync(path.join(dockerDir, file), 'utf8');
+    assert.ok(
+      [...text.matchAll(/mkdir -p ([^\n;&]+)/g)].some((m) => m[1]!.split(/\s+/).includes(dir)),
+      `${file}: ${dir}`,
+    );
+    const chowned = [...text.matchAll(/chown -R \S+ ([^\n;&]+)/g)].flatMap((m) => m[1]!.trim().split(/\s+/));
+    assert.ok(
+      chowned.some((owned) => within(dir, owned)),
+      `${file} gives ${dir} to its user`,
+    );
+  }
+
+  // What the file had before: the GPU worker on its container layer, one bookkeeping folder per container.
+  const broken = loadCompose();
+  delete broken.services['gpu-worker']!.environment.TBT_STATE_DIR;
+  broken.services['bookkeeping-worker']!.volumes = ['/var/lib/tbt/state'];
+  broken.services['policy-server']!.volumes = ['tbt-models:/models:ro'];
+  assert.deepEqual(stateVolumeProblems(broken), [
+    'service gpu-worker: TBT_STATE_DIR is not set to a path',
+    'service bookkeeping-worker: /var/lib/tbt/state is an anonymous volume, one per container',
+  ]);
+  broken.services['gpu-worker']!.environment.TBT_STATE_DIR = '/var/lib/tbt/learners';
+  broken.services['bookkeeping-worker']!.volumes = ['tbt-undeclared:/var/lib/tbt/state:ro'];
+  assert.deepEqual(stateVolumeProblems(broken), [
+    'service gpu-worker: TBT_STATE_DIR /var/lib/tbt/learners is on no volume (container layer)',
+    'service bookkeeping-worker: tbt-undeclared is not a named volume the file declares',
+    'service bookkeeping-worker: /var/lib/tbt/state is mounted read-only',
+  ]);
+  broken.services['gpu-worker']!.environment.TBT_STATE_DIR = '/checkpoints';
+  assert.equal(
+    stateVolumeProblems(broken).at(-1),
+    'service policy-server: does not mount tbt-checkpoints read-only at /checkpoints',
+  );
 });

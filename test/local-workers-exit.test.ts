@@ -4,7 +4,7 @@ import { once } from 'node:events';
 import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
-import type { Environment } from '../config/environment.ts';
+import { repoRoot, type Environment } from '../config/environment.ts';
 import { exitedWorkers, stopWorkers } from '../infra/local-workers.ts';
 import { testTempDir } from './helpers/temp-dir.ts';
 
@@ -20,7 +20,14 @@ test('a worker that exited on its own is reported; one stopped by workers down i
   fs.mkdirSync(dir, { recursive: true });
   const dead = spawn('true');
   await once(dead, 'exit');
-  const alive = spawn('sleep', ['300'], { stdio: 'ignore' });
+  // A process whose arguments name the worker script, as a real worker's do (the pid check needs that marker).
+  const alive = spawn(
+    process.execPath,
+    ['-e', 'setInterval(() => {}, 1000)', path.join(repoRoot, 'workers', 'rollout-worker.ts')],
+    {
+      stdio: 'ignore',
+    },
+  );
   fs.writeFileSync(path.join(dir, 'bookkeeping.pid'), String(dead.pid));
   fs.writeFileSync(path.join(dir, 'rollout.pid'), String(alive.pid));
   try {

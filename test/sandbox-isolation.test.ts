@@ -108,12 +108,9 @@ test(
 );
 
 test('the tool role cannot connect to the control database, and the checking role cannot write', async () => {
+  const { agent } = await pool.roles();
   const agentOnControl = new pg.Client({
-    connectionString: withRole(
-      controlUrl,
-      'tbt_agent',
-      rolePassword(controlUrl, 'tbt_agent', process.env.TBT_AGENT_DB_PASSWORD),
-    ),
+    connectionString: withRole(controlUrl, agent, rolePassword(controlUrl, agent, process.env.TBT_AGENT_DB_PASSWORD)),
   });
   await assert.rejects(agentOnControl.connect(), /permission denied for database/);
   await agentOnControl.end().catch(() => undefined);
@@ -176,6 +173,49 @@ test(
       assert.equal(left.rowCount, 0);
     } finally {
       await warm.close();
+    }
+  },
+);
+
+test(
+  "second review, finding 7 (creating rows): a failed clone leaves no 'creating' row, and a lapsed one is not " +
+    'counted as warm',
+  async () => {
+    const creating = scenarioSchema.parse({ ...scenario, name: 'notes_creating' });
+    const failing = newPool({ warm: 1 });
+    const refilling = newPool({ warm: 1 });
+    const rowsOf = async (template: string, state: string) =>
+      withClient(controlUrl, (c) =>
+        c.query<{ name: string }>(`SELECT name FROM sandboxes WHERE template = $1 AND state = $2`, [template, state]),
+      );
+    let template = '';
+    try {
+      template = await failing.ensureTemplate(creating);
+      for (const state of ['ready', 'creating', 'leased'])
+        for (const { name } of (await rowsOf(template, state)).rows) await failing.drop({ name }); // earlier runs
+      // The template database vanishes under the pool (a restore, an operator): the refill's clone fails.
+      await withClient(controlUrl, async (c) => {
+        await c.query(`ALTER DATABASE ${template} WITH IS_TEMPLATE false`);
+        await c.query(`DROP DATABASE ${template}`);
+      });
+      await failing.refill(template);
+      assert.deepEqual((await rowsOf(template, 'creating')).rows, [], 'a failed clone leaves no creating row');
+      // A crashed worker's 'creating' row whose lease lapsed: not warm, so the refill still clones.
+      await withClient(controlUrl, async (c) =>
+        c.query(
+          `INSERT INTO sandboxes (name, template, state, expires_at)
+           VALUES ($1, $2, 'creating', now() - interval '1 s')`,
+          [`${sandboxPrefix(await refilling.deploymentTag())}f7_crashed`, template],
+        ),
+      );
+      assert.equal(await refilling.ensureTemplate(creating), template, 'the template is rebuilt under its name');
+      await refilling.refill(template);
+      assert.equal((await rowsOf(template, 'ready')).rowCount, 1, 'one ready clone despite the lapsed creating row');
+    } finally {
+      for (const state of ['ready', 'creating', 'leased'])
+        for (const { name } of (await rowsOf(template, state)).rows) await refilling.drop({ name });
+      await failing.close();
+      await refilling.close();
     }
   },
 );

@@ -11,8 +11,9 @@ import { databaseUrl, readEnvironment, repoRoot } from '../config/environment.ts
 import { localPasswordFile } from '../config/local-database-password.ts';
 import { scenarioSchema } from '../config/task-schema.ts';
 import { openToolSession } from '../rollout/mcp-tool-session.ts';
-import { sandboxPrefix, type SandboxPool } from '../sandbox/sandbox-pool.ts';
+import { sandboxPrefix, type Sandbox, type SandboxPool } from '../sandbox/sandbox-pool.ts';
 import { ensureControlDatabase, withClient, withDatabase, withRole } from '../infra/control-database.ts';
+import { pruneEpisodeRecords } from '../infra/retention.ts';
 import { postgresFiles, postgresReachable, startPostgres, stopPostgres } from '../infra/local-postgres.ts';
 import { controlReady, newPool } from './helpers/stack.ts';
 import { testTempDir } from './helpers/temp-dir.ts';
@@ -87,10 +88,8 @@ test("finding 1: sweeper keeps another deployment's live sandbox (and LIKE wildc
   } finally {
     await other.close();
     await pool.release(live);
-    await withClient(controlUrl, async (c) => {
-      await c.query(`DROP DATABASE IF EXISTS ${lookalike}`);
-      await c.query(`DROP DATABASE IF EXISTS ${new URL(otherControl).pathname.slice(1)} WITH (FORCE)`);
-    });
+    await withClient(controlUrl, (c) => c.query(`DROP DATABASE IF EXISTS ${lookalike}`));
+    await dropDeployment(otherControl); // its roles too: they are named after its tag
   }
 });
 
@@ -261,3 +260,188 @@ test('finding 7: tbt up as root works from a mode-700 folder (mktemp -d)', async
     fs.rmSync(postgresFiles(e).dir, { recursive: true, force: true });
   }
 });
+
+/** Drops what a test deployment left on the server: its databases (templates too), its roles, its control database. */
+async function dropDeployment(otherControl: string): Promise<void> {
+  const control = new URL(otherControl).pathname.slice(1);
+  await withClient(controlUrl, async (c) => {
+    const known = await c.query('SELECT 1 FROM pg_database WHERE datname = $1', [control]);
+    const tag = known.rowCount
+      ? await withClient(
+          withDatabase(controlUrl, control),
+          async (d) => (await d.query('SELECT tag FROM deployment')).rows[0]?.tag,
+        )
+      : undefined;
+    if (tag) {
+      const dbs = await c.query<{ name: string }>(
+        `SELECT datname AS name FROM pg_database WHERE starts_with(datname, $1) OR starts_with(datname, $2)`,
+        [`tbt_sbx_${tag}_`, `tbt_tpl_${tag}_`],
+      );
+      for (const { name } of dbs.rows) {
+        await c.query(`ALTER DATABASE ${name} WITH IS_TEMPLATE false`);
+        await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      }
+    }
+    await c.query(`DROP DATABASE IF EXISTS ${control} WITH (FORCE)`);
+    // Only roles named after this deployment's tag: never the shared ones another deployment still uses.
+    if (tag) {
+      const roles = await c.query<{ name: string }>(
+        `SELECT rolname AS name FROM pg_roles WHERE starts_with(rolname, $1) OR rolname LIKE $2`,
+        [`tbt_sbx_${tag}_`, `tbt\\_%\\_${tag}`],
+      );
+      for (const { name } of roles.rows) await c.query(`DROP ROLE IF EXISTS ${name}`);
+    }
+  });
+}
+
+/** The roles a sandbox's connections log in as, and the role its tool role inherits table rights from. */
+async function rolesOf(sandbox: Sandbox): Promise<string[]> {
+  const tool = await withClient(controlUrl, (c) =>
+    c.query<{ name: string }>(
+      `SELECT g.rolname AS name FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid
+       JOIN pg_roles u ON u.oid = m.member WHERE u.rolname = $1`,
+      [sandbox.name],
+    ),
+  );
+  const login = (url: string) => decodeURIComponent(new URL(url).username);
+  return [login(sandbox.ownerUrl), login(sandbox.readerUrl), login(sandbox.agentUrl), ...tool.rows.map((r) => r.name)];
+}
+
+test(
+  "second review, finding 5: deployments with different admins keep each other's role passwords and " +
+    'sandboxes apart',
+  async () => {
+    const suffix = crypto.randomBytes(3).toString('hex');
+    const adminB = `f5b_admin_${suffix}`;
+    const passwordB = crypto.randomBytes(12).toString('hex');
+    // Deployment B: another control database on this server, run by a non-superuser admin of its own.
+    await withClient(controlUrl, async (c) => {
+      await c.query(`CREATE ROLE ${adminB} LOGIN CREATEDB CREATEROLE PASSWORD '${passwordB}'`);
+      await c.query(`GRANT CONNECT ON DATABASE postgres TO ${adminB}`);
+    });
+    const controlB = withRole(withDatabase(controlUrl, `tbt_f5_b_${suffix}`), adminB, passwordB);
+    const sandboxA = await pool.acquire(scenario, 'test:second-5-a');
+    let poolB: SandboxPool | undefined;
+    let sandboxB: Sandbox | undefined;
+    try {
+      const rolesA = await rolesOf(sandboxA);
+      // Compared as digests of the stored verifiers, so a failure prints no password material.
+      const passwords = (roles: string[]) =>
+        withClient(controlUrl, async (c) =>
+          (
+            await c.query(`SELECT rolname, rolpassword FROM pg_authid WHERE rolname = ANY($1) ORDER BY 1`, [roles])
+          ).rows.map((r) => `${r.rolname}:${crypto.createHash('sha256').update(String(r.rolpassword)).digest('hex')}`),
+        );
+      const passwordsA = await passwords(rolesA);
+      await ensureControlDatabase(readEnvironment({ ...process.env, DATABASE_URL: controlB }));
+      poolB = newPool({ controlUrl: controlB });
+      sandboxB = await poolB.acquire(scenario, 'test:second-5-b');
+      assert.deepEqual(await passwords(rolesA), passwordsA, "starting deployment B changes none of A's passwords");
+      for (const url of [sandboxA.ownerUrl, sandboxA.readerUrl]) await withClient(url, (c) => c.query('SELECT 1'));
+      const session = await openToolSession(scenario, sandboxA);
+      try {
+        assert.deepEqual(JSON.parse((await session.callTool('count_notes', {})).text), { n: 1 }, "A's tools log in");
+      } finally {
+        await session.close();
+      }
+      const rolesB = await rolesOf(sandboxB);
+      const templateA = await pool.ensureTemplate(scenario);
+      const templateB = await poolB.ensureTemplate(scenario);
+      for (const [roles, sandbox, template, urls] of [
+        [rolesA, sandboxB, templateB, [sandboxA.ownerUrl, sandboxA.readerUrl]],
+        [rolesB, sandboxA, templateA, [sandboxB.ownerUrl, sandboxB.readerUrl]],
+      ] as const) {
+        for (const role of roles)
+          for (const db of [sandbox.name, template]) {
+            const { rows } = await withClient(controlUrl, (c) =>
+              c.query(`SELECT has_database_privilege($1, $2, 'CONNECT') AS ok`, [role, db]),
+            );
+            assert.equal(rows[0].ok, false, `role ${role} may not connect to the other deployment's ${db}`);
+          }
+        for (const url of urls) {
+          const across = new pg.Client({ connectionString: withDatabase(url, sandbox.name) });
+          across.on('error', () => undefined);
+          await assert.rejects(across.connect(), /permission denied for database|authentication failed/);
+          await across.end().catch(() => undefined);
+        }
+      }
+    } finally {
+      await pool.release(sandboxA);
+      if (sandboxB) await poolB!.release(sandboxB).catch(() => undefined);
+      await poolB?.close();
+      await dropDeployment(controlB);
+      await withClient(controlUrl, async (c) => {
+        await c.query(`REVOKE CONNECT ON DATABASE postgres FROM ${adminB}`);
+        await c.query(`DROP ROLE IF EXISTS ${adminB}`);
+      });
+    }
+  },
+);
+
+test(
+  'second review, finding 7 (retention): gc drops unused superseded or old templates, never one in use, and ' +
+    'episode records only when asked',
+  async () => {
+    const control = withDatabase(controlUrl, `tbt_f7r_${crypto.randomBytes(3).toString('hex')}`);
+    await ensureControlDatabase(readEnvironment({ ...process.env, DATABASE_URL: control }));
+    const deployment = newPool({ controlUrl: control });
+    const sql = (text: string, values: unknown[] = []) => withClient(control, (c) => c.query(text, values));
+    const backdate = (name: string, age: string) =>
+      sql(`UPDATE sandbox_templates SET created_at = now() - $2::interval WHERE name = $1`, [name, age]);
+    const exists = async (name: string) =>
+      (await withClient(controlUrl, (c) => c.query('SELECT 1 FROM pg_database WHERE datname = $1', [name])))
+        .rowCount === 1;
+    let leased: Sandbox | undefined;
+    try {
+      const v1 = scenarioSchema.parse({ ...scenario, name: 'retention_notes' });
+      const superseded = await deployment.ensureTemplate(v1);
+      await backdate(superseded, '1 hour');
+      const current = await deployment.ensureTemplate({ ...v1, seed: "INSERT INTO notes VALUES (1, 'beta');" });
+      const aged = await deployment.ensureTemplate({ ...v1, name: 'retention_aged' });
+      await backdate(aged, '40 days');
+      const inUse = scenarioSchema.parse({ ...v1, name: 'retention_in_use' });
+      leased = await deployment.acquire(inUse, 'test:finding-7-retention');
+      const used = await deployment.ensureTemplate(inUse);
+      await backdate(used, '40 days');
+      const crashed = `tbt_tpl_${await deployment.deploymentTag()}_crashed_0123456789ab`; // a build that died
+      await withClient(controlUrl, (c) => c.query(`CREATE DATABASE ${crashed}`));
+
+      const month = 30 * 24 * 3600_000;
+      const expected = [aged, crashed, superseded].sort();
+      assert.deepEqual((await deployment.pruneTemplates({ olderThanMs: month, dryRun: true })).sort(), expected);
+      assert.ok(await exists(superseded), 'a dry run drops nothing');
+      assert.deepEqual((await deployment.pruneTemplates({ olderThanMs: month })).sort(), expected);
+      for (const name of expected) assert.ok(!(await exists(name)), `${name} is dropped`);
+      for (const name of [current, used]) assert.ok(await exists(name), `${name} is kept`);
+      // A worker that still holds the dropped template's name rebuilds it instead of failing its episodes.
+      await deployment.release(await deployment.acquire(v1, 'test:finding-7-rebuilt'));
+
+      // Records: an old ad hoc episode, a campaign idle for 40 days, a campaign with a recent step.
+      const episode = (id: string, campaign: string | null, age: string) =>
+        sql(
+          `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, status, started_at,
+             finished_at) VALUES ($1, 't', 's', 'sc', 'd', 'eval', $2, 'success', now() - $3::interval,
+             now() - $3::interval)`,
+          [id, campaign, age],
+        );
+      await episode('old-adhoc', null, '40 days');
+      await episode('new-adhoc', null, '1 day');
+      await episode('idle-1', 'idle', '40 days');
+      await episode('live-1', 'live', '40 days');
+      await sql(`INSERT INTO campaign_steps (campaign, step, record, recorded_at)
+                 VALUES ('idle', 1, '{}', now() - interval '40 days'), ('live', 1, '{}', now())`);
+      const ids = async () => (await sql('SELECT id FROM episodes ORDER BY id')).rows.map((r) => r.id);
+      const dry = await pruneEpisodeRecords(control, { olderThanDays: 30, dryRun: true });
+      assert.deepEqual(dry, { episodes: 2, campaignSteps: 1, campaignFiles: 0, campaigns: ['idle'] });
+      assert.deepEqual(await ids(), ['idle-1', 'live-1', 'new-adhoc', 'old-adhoc'], 'a dry run deletes nothing');
+      assert.deepEqual(await pruneEpisodeRecords(control, { olderThanDays: 30 }), dry);
+      assert.deepEqual(await ids(), ['live-1', 'new-adhoc'], 'a campaign with recent activity keeps all its rows');
+      const steps = await sql('SELECT campaign FROM campaign_steps ORDER BY 1');
+      assert.deepEqual(steps.rows, [{ campaign: 'live' }]);
+    } finally {
+      if (leased) await deployment.release(leased);
+      await deployment.close();
+      await dropDeployment(control);
+    }
+  },
+);

@@ -71,7 +71,7 @@ before(async () => {
   assert.equal(code, 0, lines.join('\n'));
   assert.match(lines.join('\n'), /imported 7 of 7 listed tasks \(5 scenarios/);
   suite = loadImportedSuite(imported).suite!;
-  prepareDatasetEnvironment(suite.imported.server_packages, (l) => console.log(l));
+  prepareDatasetEnvironment(suite.imported.server_packages, (l) => console.log(l), { allowSdist: ['sly'] });
   await startTypesense(env);
 });
 after(async () => {

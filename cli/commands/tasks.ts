@@ -11,6 +11,8 @@ import { validateImportedTask } from '../../datasets/thinkingbox/imported-task-v
 import { importThinkingboxDataset } from '../../datasets/thinkingbox/dataset-importer.ts';
 import { datasetEnvironment, prepareDatasetEnvironment } from '../../datasets/thinkingbox/dataset-environment.ts';
 import { loadImportedSuite } from '../../datasets/thinkingbox/imported-suite.ts';
+import { isProjectName } from '../../datasets/thinkingbox/requirement-specs.ts';
+import { BadInputError, InfrastructureError } from '../../core/errors.ts';
 import { IMPORTED_SUITE_FILE } from '../../config/thinkingbox-schema.ts';
 import {
   commandErrorExit,
@@ -153,14 +155,25 @@ function writeSchemas(args: string[]): number {
 /** Builds the Python environment of an imported suite's dataset (cached; a second run returns at once). */
 export function prepareEnv(args: string[], io: CommandIo = consoleIo): number {
   try {
-    const dir = parseCommandLine(tasksPrepareEnvCommand, args).positionals[0]!;
-    const { suite, problems } = loadImportedSuite(dir);
+    const { positionals, values } = parseCommandLine(tasksPrepareEnvCommand, args);
+    const allowSdist = values['allow-sdist'] ?? [];
+    const badName = allowSdist.find((n) => !isProjectName(n));
+    if (badName) throw new UsageError(`--allow-sdist ${badName}: not a project name (or ':all:')`);
+    const { suite, problems } = loadImportedSuite(positionals[0]!);
     if (!suite) throw new InputError(problems.map(formatProblem).join('\n'));
     const started = Date.now();
-    const env = prepareDatasetEnvironment(suite.imported.server_packages, (line) => io.out(line));
+    const env = prepareDatasetEnvironment(suite.imported.server_packages, (line) => io.out(line), {
+      allowSdist,
+      allowUrls: values['allow-urls'],
+    });
     io.out(`dataset environment ready: ${env.venv} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
     return 0;
   } catch (err) {
+    // A bad requirement names its file and line; a failed install says why: both are the command's answer.
+    if (err instanceof BadInputError || err instanceof InfrastructureError) {
+      io.err(err.message);
+      return 1;
+    }
     return commandErrorExit(err, tasksPrepareEnvCommand, io);
   }
 }

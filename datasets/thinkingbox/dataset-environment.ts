@@ -5,6 +5,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { readEnvironment, repoRoot } from '../../config/environment.ts';
 import { BadInputError, InfrastructureError } from '../../core/errors.ts';
+import { DatasetSandbox, helperPackageDir, hostProgram, pythonRoots } from './dataset-sandbox.ts';
+import { hostPort, startIndexProxy } from './index-proxy.ts';
+import { readPipIndexConfig } from './pip-index-config.ts';
+import { readDeclaredRequirements, type DeclaredRequirement } from './requirement-specs.ts';
 
 /**
  * The Python environment a ThinkingBox-format dataset's code runs in (its tool servers and its test files):
@@ -46,7 +50,12 @@ export function declaredDependencies(packages: string[]): string[] {
     '        sys.exit(p+"/pyproject.toml: project.dependencies must be a list of strings")\n' +
     '    out+=deps\n' +
     'print(json.dumps(sorted(set(out))))\n';
-  const run = spawnSync('python3', ['-c', script], { input: JSON.stringify(packages), encoding: 'utf8' });
+  const run = spawnSync('python3', ['-c', script], {
+    input: JSON.stringify(packages),
+    encoding: 'utf8',
+    timeout: 60_000,
+    killSignal: 'SIGKILL',
+  });
   if (run.status !== 0) throw new BadInputError(`cannot read server packages: ${(run.stderr || '').trim()}`);
   return JSON.parse(run.stdout) as string[];
 }
@@ -84,31 +93,182 @@ export function datasetEnvironment(packages: string[], suiteDir?: string): Datas
   return env;
 }
 
-/** Builds (once) the venv: `pip install -c constraints.txt <declared dependencies>`. */
-export function prepareDatasetEnvironment(packages: string[], log: (line: string) => void): DatasetEnvironment {
-  const { venv, dependencies } = venvFor(packages);
+export interface PrepareOptions {
+  /** `name @ https://...` requirements allowed (`--allow-urls`). */
+  allowUrls?: boolean;
+  /** Projects that may be built from an sdist, inside the sandbox (`--allow-sdist NAME`); `:all:` for any. */
+  allowSdist?: string[];
+  /** The sandbox to install in (default: one made here, `--unsandboxed` honoured). */
+  sandbox?: DatasetSandbox;
+}
+
+const VENV_TIMEOUT_MS = 120_000;
+const INSTALL_TIMEOUT_MS = 30 * 60_000;
+/** Inside the sandbox, the loopback port the relay gives the index proxy. */
+const PROXY_PORT = 3128;
+/** A larger budget than a test run's: an install unpacks many files and builds what --allow-sdist allows. */
+const INSTALL_LIMITS = { cpuSeconds: 1800, fileSizeMb: 1024, scratchMb: 2048, totalMemoryMb: 6144 };
+
+/** The names that make `python` resolve to another interpreter or base: checked unchanged after the install. */
+function interpreterSnapshot(venv: string): string {
+  const bin = path.join(venv, 'bin');
+  const links = fs
+    .readdirSync(bin)
+    .filter((n) => n.startsWith('python'))
+    .map((n) => {
+      const stat = fs.lstatSync(path.join(bin, n));
+      return `${n}:${stat.isSymbolicLink() ? fs.readlinkSync(path.join(bin, n)) : `${stat.ino}:${stat.size}`}`;
+    });
+  return JSON.stringify([fs.readFileSync(path.join(venv, 'pyvenv.cfg'), 'utf8'), links.sort()]);
+}
+
+/**
+ * Gives the tree to `uid` (before the sandbox writes it) or back to us with fixed modes (after): never following
+ * a symbolic link, dropping set-id bits and group/other write, leaving it readable by others (the code of later
+ * sandboxes runs as other uids).
+ */
+function setOwner(root: string, uid: number, gid: number, settle: boolean): void {
+  const visit = (p: string) => {
+    const stat = fs.lstatSync(p);
+    fs.lchownSync(p, uid, gid);
+    if (stat.isSymbolicLink()) return;
+    if (settle) fs.chmodSync(p, stat.isDirectory() ? 0o755 : (stat.mode & 0o755) | 0o644);
+    if (stat.isDirectory()) for (const name of fs.readdirSync(p)) visit(path.join(p, name));
+  };
+  visit(root);
+}
+
+/** Why pip failed, with the hint a missing wheel needs. */
+function installFailure(output: string, refusals: string[]): InfrastructureError {
+  const missing = [...output.matchAll(/No matching distribution found for (\S+)/g)].map((m) => m[1]);
+  const hint = missing.length
+    ? `\n${missing.join(', ')}: no wheel fits this Python and platform (only wheels are installed by default). ` +
+      'If it has only an sdist, its build code must run: pass --allow-sdist NAME to build it inside the sandbox.'
+    : '';
+  const refused = refusals.length ? `\nthe index proxy refused: ${refusals.slice(0, 5).join('; ')}` : '';
+  return new InfrastructureError(`pip install (in the sandbox) failed: ${output.trim().slice(-1500)}${hint}${refused}`);
+}
+
+/**
+ * `pip install` of the validated requirements into `venv`, inside the dataset sandbox: the venv is its one
+ * writable host folder, the operator's pip settings (no secrets) its configuration, and an HTTP proxy that reaches
+ * only the index hosts its one way out. Wheels only, unless `allowSdist` names the projects whose build may run.
+ */
+function installInSandbox(
+  venv: string,
+  requirements: DeclaredRequirement[],
+  options: PrepareOptions,
+  log: (line: string) => void,
+): void {
+  const python = path.join(venv, 'bin', 'python');
+  const index = readPipIndexConfig(python);
+  const sandbox =
+    options.sandbox ??
+    new DatasetSandbox({ unsandboxed: readEnvironment().TBT_UNSANDBOXED === '1', log, limits: INSTALL_LIMITS });
+  const allowSdist = options.allowSdist ?? [];
+  const formats = allowSdist.includes(':all:')
+    ? ['--prefer-binary']
+    : ['--only-binary', ':all:', ...(allowSdist.length ? ['--no-binary', allowSdist.join(',')] : [])];
+  const pipArgs = [
+    ...['-I', '-m', 'pip', 'install', '--no-input', '--disable-pip-version-check', '--no-cache-dir'],
+    ...['--progress-bar', 'off', '-c', CONSTRAINTS_FILE, ...formats, '--'],
+    ...requirements.map((r) => r.requirement),
+  ];
+  const work = fs.mkdtempSync(path.join(path.dirname(venv), '.prepare-'));
+  fs.chmodSync(work, 0o755);
+  // Unsandboxed (the operator's --unsandboxed), pip shares the host's network anyway: no proxy to go through.
+  const hosts = [...index.hosts, ...requirements.flatMap((r) => (r.url ? [hostPort(new URL(r.url))] : []))];
+  const proxy = sandbox.mode === 'bubblewrap' ? startIndexProxy(path.join(work, 'proxy'), hosts) : undefined;
+  const relay = path.join(helperPackageDir, 'tbt_thinkingbox', 'loopback_forward.py');
+  const proxyUrl = `http://127.0.0.1:${PROXY_PORT}`;
+  const before = interpreterSnapshot(venv);
+  // With the proxy, our loopback relay runs first: it listens on PROXY_PORT inside, then execs pip.
+  const throughRelay = proxy ? ['-I', relay, `${PROXY_PORT}=${proxy.socket}`, '--', python, ...pipArgs] : [];
+  const run = sandbox.prepare({
+    ...(proxy ? { command: hostProgram('python3'), args: throughRelay } : { command: python, args: pipArgs }),
+    env: {
+      ...index.env,
+      PIP_CONFIG_FILE: '/dev/null', // no config file of the sandbox's view; the settings above are all
+      ...(proxy ? { HTTPS_PROXY: proxyUrl, HTTP_PROXY: proxyUrl, https_proxy: proxyUrl, http_proxy: proxyUrl } : {}),
+    },
+    readOnly: [
+      CONSTRAINTS_FILE,
+      ...index.readOnly,
+      ...pythonRoots(python).filter((r) => r !== venv),
+      ...(proxy ? [relay, path.dirname(proxy.socket)] : []),
+    ],
+    writable: [venv],
+    label: 'prepare-env',
+  });
+  const ours = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+  const sandboxUid = fs.statSync(run.scratch).uid;
+  let failure: Error | undefined;
+  try {
+    if (sandboxUid !== ours.uid) setOwner(venv, sandboxUid, sandboxUid, false);
+    log(`pip install in the sandbox (${run.mode}): ${requirements.map((r) => r.requirement).join(' ')}`);
+    const result = spawnSync(run.command, run.args, {
+      env: run.env,
+      cwd: run.cwd,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: INSTALL_TIMEOUT_MS,
+      killSignal: 'SIGKILL',
+      maxBuffer: 64 * 1024 * 1024,
+    });
+    if (result.error) failure = new InfrastructureError(`pip install (in the sandbox): ${result.error.message}`);
+    else if (result.status !== 0)
+      failure = installFailure(`${result.stdout ?? ''}\n${result.stderr ?? ''}`, proxy?.refusals() ?? []);
+  } finally {
+    run.dispose();
+    proxy?.stop();
+    fs.rmSync(work, { recursive: true, force: true });
+    setOwner(venv, ours.uid, ours.gid, true);
+  }
+  // The venv's interpreter links and pyvenv.cfg decide what later sandboxes bind: the install may not move them.
+  if (!failure && interpreterSnapshot(venv) !== before)
+    failure = new InfrastructureError(`the install changed ${venv}'s interpreter or pyvenv.cfg; refused`);
+  if (failure) {
+    fs.rmSync(venv, { recursive: true, force: true });
+    throw failure;
+  }
+}
+
+/**
+ * Builds (once) the venv: `python3 -m venv` on the host (our interpreter only), then the dataset's declared
+ * requirements, validated as PEP 508 (requirement-specs.ts), installed inside the sandbox (installInSandbox).
+ * No dataset-controlled code runs on the host.
+ */
+export function prepareDatasetEnvironment(
+  packages: string[],
+  log: (line: string) => void,
+  options: PrepareOptions = {},
+): DatasetEnvironment {
+  const allowSdist = options.allowSdist ?? [];
+  const requirements = readDeclaredRequirements(packages, {
+    allowUrls: options.allowUrls ?? false,
+    allowSourceUrls: allowSdist.length > 0,
+  });
+  const { venv } = venvFor(packages);
   if (!ready(venv)) {
-    log(`creating the dataset Python environment at ${venv}: ${dependencies.join(' ') || '(no dependencies)'}`);
+    log(
+      `creating the dataset Python environment at ${venv}: ` +
+        `${requirements.map((r) => r.requirement).join(' ') || '(no dependencies)'}`,
+    );
     fs.rmSync(venv, { recursive: true, force: true });
     fs.mkdirSync(path.dirname(venv), { recursive: true });
-    const steps: [string, string[]][] = [
-      ['python3', ['-m', 'venv', venv]],
-      ...(dependencies.length
-        ? ([[path.join(venv, 'bin', 'pip'), ['install', '-q', '-c', CONSTRAINTS_FILE, ...dependencies]]] as [
-            string,
-            string[],
-          ][])
-        : []),
-    ];
-    for (const [command, args] of steps) {
-      const run = spawnSync(command, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-      if (run.status !== 0)
-        throw new InfrastructureError(
-          `${path.basename(command)} ${args.slice(0, 2).join(' ')} failed: ` +
-            `${(run.stderr || run.stdout || '').trim().slice(-1500)}`,
-        );
-    }
-    fs.writeFileSync(path.join(venv, '.tbt-ready'), `${dependencies.join('\n')}\n`);
+    const made = spawnSync('python3', ['-m', 'venv', venv], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: VENV_TIMEOUT_MS,
+      killSignal: 'SIGKILL',
+    });
+    if (made.status !== 0)
+      throw new InfrastructureError(`python3 -m venv failed: ${(made.stderr || made.error?.message || '').trim()}`);
+    if (requirements.length) installInSandbox(venv, requirements, options, log);
+    // Written by us, never through a name the install could have planted (a link would write elsewhere).
+    const marker = path.join(venv, '.tbt-ready');
+    fs.rmSync(marker, { force: true });
+    fs.writeFileSync(marker, `${requirements.map((r) => r.requirement).join('\n')}\n`, { flag: 'wx' });
   }
   return datasetEnvironment(packages);
 }

@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import path from 'node:path';
 import {
   testListSchema,
@@ -7,6 +8,7 @@ import {
   type ServerSpec,
 } from '../../config/thinkingbox-schema.ts';
 import { parseYamlFile, type TaskFileProblem } from '../../config/yaml-file.ts';
+import { isInside, outwardLinks } from './dataset-paths.ts';
 import { readAgent, readScenarios } from './dataset-scenarios.ts';
 import { readDatasetServers, serverPackagesIn, serversFileFor } from './dataset-servers.ts';
 import { listedTests, type ListedTest } from './listed-tests.ts';
@@ -18,7 +20,8 @@ import { readMeta, type TestMeta } from './test-meta-file.ts';
  * `tbt tasks import-thinkingbox`: reads a ThinkingBox-format dataset (docs/thinkingbox-datasets.md) into an
  * imported suite. Test files are read by Python's own parser (thinkingbox/tbt_thinkingbox/parse_test_files.py); their
  * `!` YAML is parsed here with line numbers mapped back into the .py file. Every file or task that cannot be
- * imported is reported with file and line, and the rest still import.
+ * imported is reported with file and line, and the rest still import. Every path the dataset names resolves
+ * (links followed) inside the dataset folder, or the servers folder for servers.yaml's (dataset-paths.ts).
  */
 
 export interface ImportRequest {
@@ -82,7 +85,7 @@ function convertListedTasks(wanted: ListedTest[], sources: TaskSources): Importe
         );
       continue;
     }
-    if (!metas.has(w.file)) metas.set(w.file, readMeta(w.file));
+    if (!metas.has(w.file)) metas.set(w.file, readMeta(w.file, dataDir));
     const task = importTask({
       uid: w.uid,
       file: w.file,
@@ -105,7 +108,7 @@ function convertListedTasks(wanted: ListedTest[], sources: TaskSources): Importe
 function importedSuite(
   request: ImportRequest,
   dataDir: string,
-  serversFile: string,
+  serverPackages: string[],
   sources: Pick<TaskSources, 'scenarios' | 'servers'>,
   tasks: ImportedTask[],
 ): ImportedSuite {
@@ -117,7 +120,7 @@ function importedSuite(
       request.name ??
       path.basename(dataDir === path.join(path.dirname(dataDir), 'dataset') ? path.dirname(dataDir) : dataDir),
     dataset_dir: dataDir,
-    server_packages: serverPackagesIn(path.dirname(serversFile)),
+    server_packages: serverPackages,
     servers: Object.fromEntries(Object.entries(sources.servers).filter(([name]) => usedServers.has(name))),
     scenarios: Object.fromEntries(Object.entries(sources.scenarios).filter(([name]) => usedScenarios.has(name))),
     tasks,
@@ -131,14 +134,23 @@ export function importThinkingboxDataset(request: ImportRequest): ImportResult {
   const list = parseYamlFile(request.listFile, testListSchema);
   problems.push(...list.problems);
   const serversFile = serversFileFor(dataDir, request.serversFile);
-  const servers = readDatasetServers(serversFile, problems);
+  const { servers, dir: serversDir } = readDatasetServers(serversFile, problems);
+  // Links leading out of what dataset code sees (the dataset folder, the servers folder mounted as a server's
+  // cwd) are problems even where nothing names them.
+  const realDataDir = fs.existsSync(dataDir) ? fs.realpathSync(dataDir) : dataDir;
+  const outward = [
+    ...outwardLinks(realDataDir),
+    ...(serversDir && !isInside(serversDir, realDataDir) ? outwardLinks(serversDir) : []),
+  ];
+  problems.push(...outward);
   const agent = readAgent(dataDir, request.agent, problems);
-  const scenarios = readScenarios(dataDir, agent, servers, serversFile, problems);
+  const scenarios = readScenarios(dataDir, agent, servers, serversFile.file, problems);
   const wanted = listedTests(list, request.listFile, dataDir, problems);
   const sources: TaskSources = { request, dataDir, scenarios, servers, problems, warnings };
   const tasks = convertListedTasks(wanted, sources);
+  const serverPackages = serversDir ? serverPackagesIn(serversDir, outward, problems) : [];
   return {
-    suite: importedSuite(request, dataDir, serversFile, sources, tasks),
+    suite: importedSuite(request, dataDir, serverPackages, sources, tasks),
     problems,
     warnings,
     listed: wanted.length,

@@ -5,6 +5,9 @@ import net from 'node:net';
 import path from 'node:path';
 import { readEnvironment, repoRoot } from '../../config/environment.ts';
 import { BadInputError, InfrastructureError } from '../../core/errors.ts';
+import { isInside } from './dataset-paths.ts';
+import { connectTrustedService } from './search-service-check.ts';
+import { sandboxCgroups, type SandboxCgroup, type SandboxCgroups } from './sandbox-cgroups.ts';
 
 /**
  * The sandbox every piece of dataset code runs in (ThinkingBox tool servers and test functions): third-party
@@ -13,8 +16,10 @@ import { BadInputError, InfrastructureError } from '../../core/errors.ts';
  *
  * Defence, under bubblewrap (`bwrap`): new pid, network, mount, ipc and uts namespaces and a user namespace;
  * a root filesystem built from read-only binds of the system folders, the Python environment and the
- * dataset's folders, with one writable scratch folder; an environment holding only an allow-list; rlimits
- * on CPU, memory, processes, file size and open files; and the whole process tree killed with the sandbox
+ * dataset's folders, with one writable scratch folder (a tmpfs of a fixed size); an environment holding only an
+ * allow-list; rlimits on CPU, memory, processes, file size and open files; a cgroup of its own bounding the
+ * processes and memory of the whole sandbox (sandbox-cgroups.ts; where there is none, the mode line says which
+ * weaker bound applies); and the whole process tree killed with the sandbox
  * (its pid namespace dies with its init, which dies with the worker-side `bwrap` process).
  * When this host's worker runs as root, the code also runs as a fresh unprivileged uid per sandbox (so the
  * process limit counts this sandbox alone and no root-owned file is readable through uid 0).
@@ -30,8 +35,13 @@ export interface SandboxLimits {
   cpuSeconds: number;
   /** Address space per process in MiB (RLIMIT_AS). */
   memoryMb: number;
-  /** Processes and threads of the sandbox together (RLIMIT_NPROC of its own uid). */
+  /** Processes and threads of the whole sandbox (pids.max of its cgroup; without one, RLIMIT_NPROC of its uid,
+   * which is the sandbox's own only when the worker runs as root). */
   processes: number;
+  /** Memory of the whole sandbox in MiB: RAM of all its processes plus its scratch files (memory cgroup). */
+  totalMemoryMb: number;
+  /** Size in MiB of the scratch folder (HOME, TMPDIR), a tmpfs; /tmp is another of the same size. */
+  scratchMb: number;
   /** Largest file it may write, MiB (RLIMIT_FSIZE). */
   fileSizeMb: number;
   /** Open file descriptors per process (RLIMIT_NOFILE). */
@@ -42,6 +52,8 @@ export const defaultSandboxLimits: Readonly<SandboxLimits> = Object.freeze({
   cpuSeconds: 900,
   memoryMb: 4096,
   processes: 256,
+  totalMemoryMb: 4096,
+  scratchMb: 1024,
   fileSizeMb: 512,
   openFiles: 1024,
 });
@@ -58,6 +70,8 @@ export interface DatasetCommand {
   readOnly?: string[];
   /** Folders put first on PATH (made visible read-only): the dataset's Python environment. */
   pathPrefix?: string[];
+  /** Host folders bound read-write (only `tbt tasks prepare-env`'s venv being built); the caller owns them. */
+  writable?: string[];
   /** Short name for the scratch folder and messages. */
   label: string;
   /** 'loopback': the sandbox's configured loopback ports reach their host services (tool servers); default none. */
@@ -108,6 +122,11 @@ export interface DatasetSandboxOptions {
   log?: (line: string) => void;
   /** Loopback ports that code asking for `network: 'loopback'` may reach, each relayed to one host address. */
   loopback?: LoopbackForward[];
+  /** false: no per-sandbox cgroups even where the host has them (the fallback, for tests). */
+  cgroups?: boolean;
+  /** Cgroup to make the sandboxes' groups under (absolute, or relative to this process's own cgroup), e.g. a
+   * subtree delegated to the worker's user; default `<own cgroup>/tbt-sandboxes`. */
+  cgroupParent?: string;
 }
 
 const SYSTEM_FOLDERS = ['/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
@@ -178,13 +197,12 @@ export function pythonRoots(python: string): string[] {
   return [...roots].filter((r) => r !== '/' && fs.existsSync(r));
 }
 
-function isInside(child: string, parent: string): boolean {
-  const rel = path.relative(parent, child);
-  return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
-}
-
-/** bwrap arguments that build the root filesystem: system folders, read-only binds and the scratch folder. */
-function filesystemArgs(readOnly: string[], scratch: string): string[] {
+/**
+ * bwrap arguments that build the root filesystem: system folders, read-only binds, and the scratch folder and
+ * /tmp as two tmpfs of `scratchBytes` each (their pages count in the sandbox's memory cgroup too). Nothing the
+ * code writes reaches the host's disk.
+ */
+function filesystemArgs(readOnly: string[], scratch: string, scratchBytes: number, binds: string[] = []): string[] {
   const args: string[] = [];
   for (const folder of SYSTEM_FOLDERS) {
     const stat = fs.lstatSync(folder, { throwIfNoEntry: false });
@@ -192,11 +210,14 @@ function filesystemArgs(readOnly: string[], scratch: string): string[] {
     if (stat.isSymbolicLink()) args.push('--symlink', fs.readlinkSync(folder), folder);
     else args.push('--ro-bind', folder, folder);
   }
+  // Made first and world-traversable: bwrap would create it 0700 as root, hiding these entries from the code's uid.
+  args.push('--perms', '0755', '--dir', '/etc');
   for (const name of ETC_FILES) args.push('--ro-bind-try', `/etc/${name}`, `/etc/${name}`);
   // Parents are mounted before what lies inside them (a dataset under /tmp stays visible over the scratch /tmp).
   const mounts = [
     { source: scratch, dest: scratch, writable: true },
-    { source: path.join(scratch, 'tmp'), dest: '/tmp', writable: true },
+    { source: '', dest: '/tmp', writable: true },
+    ...binds.map((p) => ({ source: path.resolve(p), dest: path.resolve(p), writable: true, bind: true })),
     ...[...new Set(readOnly.map((p) => path.resolve(p)))]
       .filter((p) => fs.existsSync(p) && !SYSTEM_FOLDERS.some((s) => isInside(p, s)))
       .map((p) => ({ source: p, dest: p, writable: false })),
@@ -215,11 +236,16 @@ function filesystemArgs(readOnly: string[], scratch: string): string[] {
       made.add(d);
       args.push('--perms', '0755', '--dir', d);
     }
-    args.push(m.writable ? '--bind' : '--ro-bind', m.source, m.dest);
+    if ('bind' in m) args.push('--bind', m.source, m.dest);
+    // 1777: as root the code's uid is not the tmpfs's owner (root); only the sandbox's processes see them.
+    else if (m.writable) args.push('--perms', '1777', '--size', String(scratchBytes), '--tmpfs', m.dest);
+    else args.push('--ro-bind', m.source, m.dest);
+    if (m.dest === scratch) args.push('--perms', '1777', '--dir', path.join(scratch, 'tmp'));
     mounted.push({ dest: m.dest, writable: m.writable });
     made.add(m.dest);
   }
-  args.push('--proc', '/proc', '--dev', '/dev', '--remount-ro', '/');
+  // /dev is a tmpfs of bwrap's: read-only, so its shm folder is no uncapped scratch space (device nodes work).
+  args.push('--proc', '/proc', '--dev', '/dev', '--remount-ro', '/dev', '--remount-ro', '/');
   return args;
 }
 
@@ -235,12 +261,14 @@ function readableByOthers(p: string, label: string): void {
     );
 }
 
-function limitArgs(limits: SandboxLimits): string[] {
+/** prlimit arguments; `nproc` false where a pids cgroup bounds the sandbox and its uid is the worker's (there
+ * RLIMIT_NPROC would count the worker and every other sandbox against this one's budget). */
+function limitArgs(limits: SandboxLimits, nproc: boolean): string[] {
   const both = (v: number) => `${v}:${v}`;
   return [
     `--cpu=${both(limits.cpuSeconds)}`,
     `--as=${both(limits.memoryMb * 1024 * 1024)}`,
-    `--nproc=${both(limits.processes)}`,
+    ...(nproc ? [`--nproc=${both(limits.processes)}`] : []),
     `--fsize=${both(limits.fileSizeMb * 1024 * 1024)}`,
     `--nofile=${both(limits.openFiles)}`,
     '--core=0:0',
@@ -254,6 +282,9 @@ export class DatasetSandbox {
   private readonly bwrap: string;
   private readonly loopback: LoopbackForward[];
   private readonly asRoot = process.getuid?.() === 0;
+  /** Per-sandbox cgroups, or why there are none. */
+  private readonly cgroups: SandboxCgroups | undefined;
+  private readonly cgroupProblem: string | undefined;
 
   /** Checks that bubblewrap works here; refuses (throws) when it does not, unless `unsandboxed` is set. */
   constructor(options: DatasetSandboxOptions = {}) {
@@ -271,6 +302,10 @@ export class DatasetSandbox {
         }
       })();
     this.loopback = options.loopback ?? [];
+    const cgroups =
+      options.cgroups === false ? 'cgroups off' : sandboxCgroups({ parent: options.cgroupParent || undefined });
+    this.cgroups = typeof cgroups === 'string' ? undefined : cgroups;
+    this.cgroupProblem = typeof cgroups === 'string' ? cgroups : undefined;
     const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
     const problem = this.probe();
     if (!problem) {
@@ -287,7 +322,8 @@ export class DatasetSandbox {
     this.mode = 'unsandboxed';
     log(
       `[dataset-sandbox] mode=UNSANDBOXED (--unsandboxed; ${problem}): dataset code runs with no namespaces and ` +
-        'no filesystem isolation; only the environment allow-list and the rlimits apply',
+        'no filesystem isolation; only the environment allow-list and the rlimits apply; scratch not capped; ' +
+        this.describeTotals(),
     );
   }
 
@@ -295,11 +331,27 @@ export class DatasetSandbox {
     const l = this.limits;
     return (
       `user, pid, network, mount, ipc and uts namespaces${this.asRoot ? ', a fresh unprivileged uid' : ''}; ` +
-      `read-only filesystem but a scratch folder; limits cpu=${l.cpuSeconds}s memory=${l.memoryMb}MiB ` +
-      `processes=${l.processes} file=${l.fileSizeMb}MiB files=${l.openFiles}; tool servers reach ` +
+      `read-only filesystem but a scratch folder (tmpfs ${l.scratchMb}MiB, /tmp another); limits per process ` +
+      `cpu=${l.cpuSeconds}s memory=${l.memoryMb}MiB file=${l.fileSizeMb}MiB files=${l.openFiles}; ` +
+      `${this.describeTotals()}; tool servers reach ` +
       (this.loopback.length
         ? this.loopback.map((f) => `127.0.0.1:${f.port} -> ${f.host}:${f.hostPort}`).join(', ')
         : 'no network')
+    );
+  }
+
+  /** What bounds the sandbox as a whole: its cgroup, or the fallback (stated, as it is weaker). */
+  private describeTotals(): string {
+    const l = this.limits;
+    if (this.cgroups)
+      return (
+        `per-sandbox limits: ${this.cgroups.describe()}: processes=${l.processes} memory=${l.totalMemoryMb}MiB ` +
+        '(with its scratch files)'
+      );
+    return (
+      `per-sandbox limits: none (${this.cgroupProblem}): processes by RLIMIT_NPROC=${l.processes} of the code's uid ` +
+      `(${this.asRoot ? "the sandbox's own" : "the worker's, shared with the worker and its other sandboxes"}), ` +
+      `memory per process only (${l.processes} x ${l.memoryMb}MiB at worst)`
     );
   }
 
@@ -331,7 +383,13 @@ export class DatasetSandbox {
     return { dir, uid };
   }
 
-  private wrap(code: DatasetCommand, scratch: { dir: string; uid: number }, mode: SandboxMode, relayDir?: string) {
+  private wrap(
+    code: DatasetCommand,
+    scratch: { dir: string; uid: number },
+    mode: SandboxMode,
+    relayDir?: string,
+    group?: SandboxCgroup,
+  ) {
     const pathPrefix = code.pathPrefix ?? [];
     const cwd = code.cwd ? path.resolve(code.cwd) : scratch.dir;
     const codeEnv: Record<string, string> = {
@@ -370,9 +428,13 @@ export class DatasetSandbox {
       code.command,
       ...code.args,
     ];
+    // The first process joins the sandbox's cgroup, then execs prlimit (and so everything after it).
+    const join = group && this.cgroups ? this.cgroups.joinCommand(group) : [];
     const prlimit = hostProgram('prlimit');
-    if (mode === 'unsandboxed')
-      return { command: prlimit, args: [...limitArgs(this.limits), '--', ...withCodeEnv], env, cwd };
+    const command = join[0] ?? prlimit;
+    const head = join.length ? [...join.slice(1), prlimit] : [];
+    const limits = limitArgs(this.limits, !group || this.asRoot);
+    if (mode === 'unsandboxed') return { command, args: [...head, ...limits, '--', ...withCodeEnv], env, cwd };
     const readOnly = [...(code.readOnly ?? []), ...pathPrefix, ...(code.cwd ? [cwd] : [])];
     // The relay runs first inside the sandbox: it binds the loopback ports, forks, and execs the code.
     const relay = relayDir
@@ -405,7 +467,8 @@ export class DatasetSandbox {
         ]
       : [];
     const args = [
-      ...limitArgs(this.limits),
+      ...head,
+      ...limits,
       '--',
       this.bwrap,
       '--die-with-parent',
@@ -419,7 +482,7 @@ export class DatasetSandbox {
       '--unshare-cgroup-try',
       '--hostname',
       'sandbox',
-      ...filesystemArgs(readOnly, scratch.dir),
+      ...filesystemArgs(readOnly, scratch.dir, this.limits.scratchMb * 1024 * 1024, code.writable),
       '--chdir',
       cwd,
       '--',
@@ -428,7 +491,7 @@ export class DatasetSandbox {
       ...withCodeEnv,
     ];
     // bwrap itself gets only the fixed environment too: its init (pid 1 inside) is what /proc/1/environ shows.
-    return { command: prlimit, args, env, cwd: '/' };
+    return { command, args, env, cwd: '/' };
   }
 
   /** The command line that runs `code` in this sandbox, with a fresh scratch folder. */
@@ -440,7 +503,18 @@ export class DatasetSandbox {
       code.network === 'loopback' && this.mode === 'bubblewrap' && this.loopback.length
         ? this.startRelays(`${scratch.dir}.net`)
         : undefined;
-    const run = this.wrap(code, scratch, this.mode, relays?.dir);
+    let group: SandboxCgroup | undefined;
+    try {
+      group = this.cgroups?.create({
+        processes: this.limits.processes,
+        memoryBytes: this.limits.totalMemoryMb * 1024 * 1024,
+      });
+    } catch (err) {
+      relays?.close();
+      fs.rmSync(scratch.dir, { recursive: true, force: true });
+      throw new InfrastructureError(`${code.label}: cannot make the sandbox's cgroup: ${(err as Error).message}`);
+    }
+    const run = this.wrap(code, scratch, this.mode, relays?.dir, group);
     let disposed = false;
     return {
       ...run,
@@ -449,6 +523,7 @@ export class DatasetSandbox {
       dispose: () => {
         if (disposed) return;
         disposed = true;
+        group?.remove();
         relays?.close();
         fs.rmSync(scratch.dir, { recursive: true, force: true });
       },
@@ -460,7 +535,7 @@ export class DatasetSandbox {
     const servers = this.loopback.map((f) => {
       const socketPath = path.join(dir, `${f.port}.sock`);
       const server = net.createServer((inside) => {
-        const host = net.connect(f.hostPort, f.host);
+        const host = connectTrustedService(f.host, f.hostPort);
         inside.pipe(host).pipe(inside);
         const end = () => {
           inside.destroy();

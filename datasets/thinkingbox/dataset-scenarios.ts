@@ -8,11 +8,12 @@ import {
   type ServerSpec,
 } from '../../config/thinkingbox-schema.ts';
 import { parseYamlFile, type TaskFileProblem } from '../../config/yaml-file.ts';
+import { containedPath } from './dataset-paths.ts';
 
 /**
  * A dataset's scenarios as imported: each scenario/<name>.yaml combined with the chosen agent/<name>.yaml (its
  * system instructions and builtin tools). A scenario whose servers are not defined, or whose visible tool has
- * a builtin tool's name, is a problem (and left out).
+ * a builtin tool's name, is a problem (and left out); so is a file that resolves outside the dataset folder.
  */
 
 type AgentFile = z.infer<typeof agentFileSchema>;
@@ -24,13 +25,20 @@ export interface DatasetAgent {
   value: AgentFile;
 }
 
-function yamlFilesIn(dir: string): string[] {
+/** The YAML files of `dataDir/<folder>`; one that resolves (links followed) outside `dataDir` is a problem. */
+function yamlFilesIn(dataDir: string, folder: string, problems: TaskFileProblem[]): string[] {
+  const dir = path.join(dataDir, folder);
   if (!fs.existsSync(dir)) return [];
   return fs
     .readdirSync(dir)
     .filter((f) => /\.ya?ml$/.test(f))
     .sort()
-    .map((f) => path.join(dir, f));
+    .map((f) => path.join(dir, f))
+    .filter((file) => {
+      const contained = containedPath(dataDir, file, { file, line: 1, field: '' });
+      if (contained.problem) problems.push(contained.problem);
+      return !contained.problem;
+    });
 }
 
 const stem = (file: string) => path.basename(file).replace(/\.ya?ml$/, '');
@@ -42,7 +50,7 @@ export function readAgent(
   problems: TaskFileProblem[],
 ): DatasetAgent | undefined {
   const agents = new Map<string, { file: string; value: AgentFile }>();
-  for (const file of yamlFilesIn(path.join(dataDir, 'agent'))) {
+  for (const file of yamlFilesIn(dataDir, 'agent', problems)) {
     const r = parseYamlFile(file, agentFileSchema);
     problems.push(...r.problems);
     if (r.value) agents.set(stem(file), { file, value: r.value });
@@ -96,7 +104,7 @@ export function readScenarios(
   problems: TaskFileProblem[],
 ): Record<string, ImportedScenario> {
   const scenarios: Record<string, ImportedScenario> = {};
-  for (const file of yamlFilesIn(path.join(dataDir, 'scenario'))) {
+  for (const file of yamlFilesIn(dataDir, 'scenario', problems)) {
     const r = parseYamlFile(file, scenarioFileSchema);
     problems.push(...r.problems);
     if (!r.value || !agent) continue;

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { TaskFileProblem } from '../../config/yaml-file.ts';
+import { containedPath } from './dataset-paths.ts';
 
 /**
  * The test list of a dataset (`- file.py:function` entries) resolved to test files under test_case/. An entry
@@ -36,7 +37,10 @@ export function findTestFile(testRoot: string, entry: string): { file?: string; 
   return { tried };
 }
 
-/** Which functions of which files the list selects, in list order. */
+/**
+ * Which functions of which files the list selects, in list order. A test file must resolve (links followed)
+ * inside the dataset folder: an entry with `..` or a test file linked outside is a problem at its list line.
+ */
 export function listedTests(
   list: { value?: string[]; lineOf: (p: PropertyKey[]) => number },
   listFile: string,
@@ -44,18 +48,25 @@ export function listedTests(
   problems: TaskFileProblem[],
 ): ListedTest[] {
   const testRoot = path.join(dataDir, 'test_case');
-  const wanted = (list.value ?? []).map((uid, i) => {
+  return (list.value ?? []).map((uid, i) => {
     const [rel, fn] = [uid.slice(0, uid.lastIndexOf(':')), uid.slice(uid.lastIndexOf(':') + 1)];
+    const listed = { uid, tried: [] as string[], fn, listLine: list.lineOf([i]) };
+    const where = { file: listFile, line: listed.listLine, field: `[${i}]` };
+    const refuse = (problem: TaskFileProblem) => {
+      problems.push({ ...problem, message: `${uid}: the test file ${problem.message}` });
+      return listed;
+    };
+    // Checked before looking: nothing outside the dataset is even tested for existence.
+    const entry = containedPath(dataDir, `test_case/${rel}`, where);
+    if (entry.problem) return refuse(entry.problem);
     const found = findTestFile(testRoot, rel);
-    return { uid, file: found.file, tried: found.tried, fn, listLine: list.lineOf([i]) };
+    if (!found.file) {
+      const tried = found.tried.map((t) => path.relative(dataDir, t)).join(', ');
+      problems.push({ ...where, field: '', message: `${uid}: no such test file (looked for ${tried})` });
+      return { ...listed, tried: found.tried };
+    }
+    const file = containedPath(dataDir, path.relative(dataDir, found.file), where);
+    if (file.problem) return refuse(file.problem);
+    return { ...listed, file: file.path, tried: found.tried };
   });
-  for (const w of wanted)
-    if (!w.file)
-      problems.push({
-        file: listFile,
-        line: w.listLine,
-        field: '',
-        message: `${w.uid}: no such test file (looked for ${w.tried.map((t) => path.relative(dataDir, t)).join(', ')})`,
-      });
-  return wanted;
 }

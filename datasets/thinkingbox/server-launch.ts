@@ -1,6 +1,9 @@
 import path from 'node:path';
 import { PYTHON_PLACEHOLDER, type StdioServerSpec } from '../../config/thinkingbox-schema.ts';
+import { BadInputError } from '../../core/errors.ts';
 import type { DatasetEnvironment } from './dataset-environment.ts';
+import { unchangedPath } from './dataset-paths.ts';
+import { refusedEnvName } from './dataset-servers.ts';
 
 /**
  * What starts one dataset tool server: the argv and the environment, before any sandbox wraps it. The
@@ -22,20 +25,25 @@ export interface LaunchSpec {
 }
 
 export function serverLaunchSpec(spec: StdioServerSpec, dataset: DatasetEnvironment): LaunchSpec {
+  // The importer refuses these; a suite imported by an older version may still carry them.
+  for (const name of Object.keys(spec.env)) {
+    const refused = refusedEnvName(name);
+    if (refused) throw new BadInputError(`server ${spec.command}: env: ${refused}`);
+  }
   const resolve = (arg: string) => arg.replaceAll(PYTHON_PLACEHOLDER, dataset.python);
   return {
     command: resolve(spec.command),
     args: spec.args.map(resolve),
     env: {
+      ...spec.env,
       PATH: [path.dirname(dataset.python), '/usr/local/bin', '/usr/bin', '/bin'].join(path.delimiter),
       PYTHONPATH: dataset.packages.join(path.delimiter),
       // Bytecode is cached in the venv, never beside the dataset's sources (read in place, never written).
       PYTHONPYCACHEPREFIX: path.join(dataset.venv, 'pycache'),
       PYTHONUNBUFFERED: '1',
       LANG: 'C.UTF-8',
-      ...spec.env,
     },
-    cwd: spec.cwd,
+    cwd: unchangedPath(spec.cwd, `server ${spec.command}: cwd`),
     readOnly: dataset.packages,
     pathPrefix: [path.dirname(dataset.python)],
   };

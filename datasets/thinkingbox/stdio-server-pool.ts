@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { canonicalJson } from '../../core/canonical-json.ts';
 import { InfrastructureError, errorMessage } from '../../core/errors.ts';
+import { CappedStdioTransport } from './capped-stdio-transport.ts';
 import { datasetSandbox, type DatasetSandbox, type SandboxMode } from './dataset-sandbox.ts';
 import type { LaunchSpec } from './server-launch.ts';
 
@@ -11,9 +11,12 @@ import type { LaunchSpec } from './server-launch.ts';
  * the isolation). Their start-up (an interpreter and the MCP SDK: about a second each) is hidden by a warm
  * pool of started, initialised processes per server; a process is used by one episode and then stopped,
  * never reused. Each process runs in the dataset sandbox (dataset-sandbox.ts) with its own scratch folder,
- * removed when it stops. A server that does not start, dies or does not answer within its timeout is an
- * infrastructure error, never an agent failure.
+ * removed when it stops. A server that does not start, dies, does not answer within its timeout or writes more
+ * than its output caps is an infrastructure error, never an agent failure.
  */
+
+/** Bytes of stderr kept per process for error messages (its tail). */
+const STDERR_KEPT = 4000;
 
 export interface StartedServer {
   name: string;
@@ -52,20 +55,14 @@ async function startServer(name: string, spec: LaunchSpec, options: StdioServerP
     label: name,
     network: 'loopback',
   });
-  const transport = new StdioClientTransport({
-    command: sandboxed.command,
-    args: sandboxed.args,
-    env: sandboxed.env,
-    cwd: sandboxed.cwd,
-    stderr: 'pipe',
-  });
   let stderr = '';
-  transport.stderr?.on('data', (chunk: Buffer) => {
-    stderr = (stderr + chunk.toString('utf8')).slice(-4000);
+  const transport = new CappedStdioTransport(name, sandboxed, (chunk: Buffer) => {
+    // Only each chunk's tail is decoded: a long line on stderr never becomes a long string.
+    stderr = (stderr + chunk.subarray(-STDERR_KEPT).toString('utf8')).slice(-STDERR_KEPT);
   });
   const stderrTail = () => stderr.trim().split('\n').slice(-5).join(' | ');
   const client = new Client({ name: 'tbt-thinkingbox', version: '1.0.0' });
-  // The SDK's close ends stdin, then sends SIGTERM and SIGKILL to the process it spawned; under the sandbox
+  // The transport's close ends stdin, then sends SIGTERM and SIGKILL to the process it spawned; under the sandbox
   // that process's death takes the sandbox's pid namespace, and so every process the server started, with it.
   const stop = async () => {
     await client.close().catch(() => undefined);

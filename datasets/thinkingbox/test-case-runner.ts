@@ -1,11 +1,12 @@
 import { spawn } from 'node:child_process';
 import path from 'node:path';
-import readline from 'node:readline';
 import { BadInputError, errorMessage, InfrastructureError } from '../../core/errors.ts';
 import { judgeSaysYes } from '../../core/judge-verdict.ts';
 import type { Judge, JudgeVerdict } from '../../rollout/judge-client.ts';
+import { MiB, readCappedLines, type OutputCaps } from './capped-lines.ts';
 import { SHIM_DIR } from './dataset-environment.ts';
 import { datasetSandbox, helperPackageDir, type DatasetSandbox } from './dataset-sandbox.ts';
+import { unchangedPath } from './dataset-paths.ts';
 
 /**
  * Runs a ThinkingBox test function in a Python subprocess: returning None or a number = pass (the number is
@@ -14,8 +15,19 @@ import { datasetSandbox, helperPackageDir, type DatasetSandbox } from './dataset
  * filesystem but a scratch folder, limits); our `thinkingbox.common` shim (thinkingbox/shim) is on its
  * PYTHONPATH and mounted read-only. `judge(...)` calls in the test come back over stdout as requests answered
  * by our judge client. A test that does not finish within the timeout is killed with every process it
- * started (the sandbox's pid namespace goes with it).
+ * started (the sandbox's pid namespace goes with it), and so is one that writes more than TEST_OUTPUT_CAPS.
  */
+
+/**
+ * Caps on the protocol output of test code (what it prints goes to stderr, of which only a tail is kept). A line
+ * is held whole before it is parsed: without a cap one 700 MB assertion message grew a string past V8's limit
+ * and crashed the worker. 16 MiB holds any real result or judge request; a test writes a few such lines, so
+ * 64 MiB in all bounds the time a flood of short lines can take.
+ */
+export const TEST_OUTPUT_CAPS: OutputCaps = { lineBytes: 16 * MiB, totalBytes: 64 * MiB, unit: 'line' };
+
+/** Bytes of stderr kept for error messages (its tail). */
+const STDERR_KEPT = 4000;
 
 /** The `x` of a ThinkingBox test (thinkingbox.common.TestContext). */
 export interface TestContext {
@@ -53,6 +65,8 @@ export interface TestCaseRequest {
 }
 
 export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
+  // The importer checked this path; a link put into the dataset since would mount another folder.
+  unchangedPath(path.resolve(request.file), `test ${request.file}`);
   const sandboxed = (request.sandbox ?? datasetSandbox()).prepare({
     command: request.python,
     args: ['-m', 'tbt_thinkingbox.run_test_case'],
@@ -71,7 +85,8 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
   const verdicts: JudgeVerdict[] = [];
   let stderr = '';
   child.stderr.on('data', (c: Buffer) => {
-    stderr = (stderr + c.toString('utf8')).slice(-4000);
+    // Only each chunk's tail is decoded: a long printed line never becomes a long string.
+    stderr = (stderr + c.subarray(-STDERR_KEPT).toString('utf8')).slice(-STDERR_KEPT);
   });
   const where = `${request.file}:${request.function}`;
 
@@ -102,8 +117,7 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
     );
     child.stdin.on('error', () => undefined); // a dead child shows up as 'close'
 
-    const lines = readline.createInterface({ input: child.stdout });
-    lines.on('line', (line) => {
+    const onLine = (line: string) => {
       if (settled) return;
       let message: {
         type?: string;
@@ -160,7 +174,10 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
           ),
         );
       }
-    });
+    };
+    readCappedLines(child.stdout, TEST_OUTPUT_CAPS, onLine, (reason) =>
+      finish(new InfrastructureError(`test ${where} wrote ${reason}; it was stopped`)),
+    );
     child.stdin.write(
       `${JSON.stringify({ file: request.file, function: request.function, context: request.context })}\n`,
     );

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { testMetaFileSchema } from '../../config/thinkingbox-schema.ts';
 import { parseYamlFile, type TaskFileProblem } from '../../config/yaml-file.ts';
+import { containedPath } from './dataset-paths.ts';
 
 /**
  * `<file>.meta.yaml` beside a test file (either `x.meta.yaml` or `x.py.meta.yaml`): the `$history` conversations
@@ -16,10 +17,13 @@ export interface TestMeta {
   problems: TaskFileProblem[];
 }
 
-export function readMeta(testFile: string): TestMeta {
+/** The meta file of `testFile`; one that resolves (links followed) outside `dataDir` is a problem, not read. */
+export function readMeta(testFile: string, dataDir: string): TestMeta {
   const candidates = [testFile.replace(/\.py$/, '.meta.yaml'), `${testFile}.meta.yaml`];
   const file = candidates.find((c) => fs.existsSync(c));
   if (!file) return { history: {}, problems: [] };
+  const contained = containedPath(dataDir, file, { file, line: 1, field: '' });
+  if (contained.problem) return { file, history: {}, problems: [contained.problem] };
   const r = parseYamlFile(file, testMetaFileSchema);
   return {
     file,

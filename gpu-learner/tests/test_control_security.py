@@ -1,9 +1,12 @@
 """Finding 15: the learner's control endpoint and the policy server's weight reload are not open to every
 local process (per-run bearer token, paths restricted to the campaign's folders), and RNG state loads with
-torch.load(weights_only=True)."""
+torch.load(weights_only=True). Second review, finding 7: a resume unpickles nothing a crafted checkpoint file
+could make run code (`.metadata`, non-tensor values in the shards)."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import pathlib
 import pickle
@@ -13,7 +16,10 @@ import stat
 import torch
 from learner_support import Learner, make_tiny_model, random_batch, write_config
 
-from tbt_gpu.learner.checkpoint import _rng_state, load_rng_file
+from tbt_gpu.learner.checkpoint import MANIFEST, Checkpointer, _rng_state, _sha256, load_rng_file
+from tbt_gpu.learner.config import LearnerConfig
+from tbt_gpu.learner.distributed import init_distributed
+from tbt_gpu.learner.trainer import Trainer
 
 
 def test_finding_15_learner_control_needs_the_run_token_and_campaign_batches(tmp_path: pathlib.Path) -> None:
@@ -69,3 +75,71 @@ def test_finding_15_rng_state_loads_with_weights_only(tmp_path: pathlib.Path) ->
         pickle.dump({"python": _RunsCode()}, f)
     assert load_rng_file(crafted) is False
     assert not os.path.exists(_RunsCode.marker), "a crafted RNG file ran code"
+
+
+def _checkpointed_step(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A real one-step checkpoint of a tiny model (its folder)."""
+    model = make_tiny_model(tmp_path / "model")
+    trainer, ckpt = _build(tmp_path, model)
+    trainer.train_step(1, trainer.load_batch(str(random_batch(tmp_path / "b1.jsonl", seed=1))))
+    return ckpt.save()
+
+
+def _build(tmp_path: pathlib.Path, model: pathlib.Path) -> tuple[Trainer, Checkpointer]:
+    config = write_config(tmp_path / "learner.json", model=model, checkpoint_dir=tmp_path / "ckpt")
+    trainer = Trainer(init_distributed(LearnerConfig.load(config)))
+    return trainer, Checkpointer(trainer)
+
+
+def _reseal(folder: pathlib.Path) -> None:
+    """What an attacker who can write the folder can do too: make the manifest match the changed files."""
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    for name in manifest["files"]:
+        path = folder / name
+        manifest["files"][name] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+    (folder / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+
+
+def _resume(tmp_path: pathlib.Path) -> object:
+    """A fresh trainer's resume: the step it resumed from, None, or the error it raised."""
+    _, fresh = _build(tmp_path, tmp_path / "model")
+    try:
+        return fresh.load_latest()
+    except BaseException as err:  # torch's CheckpointException is a BaseException
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        return err
+
+
+def test_second_review_finding_7_checkpoint_metadata_pickle_never_runs(tmp_path: pathlib.Path) -> None:
+    """second review, finding 7 (checkpoint .metadata): a crafted `.metadata` is refused and never unpickled."""
+    step = _checkpointed_step(tmp_path)
+    _RunsCode.marker = str(tmp_path / "ran-metadata")
+    (step / ".metadata").write_bytes(pickle.dumps(_RunsCode()))
+    _reseal(step)
+    outcome = _resume(tmp_path)
+    assert not os.path.exists(_RunsCode.marker), "a crafted .metadata ran code on resume"
+    assert outcome is None, f"the only checkpoint is refused as invalid, got {outcome!r}"
+
+
+def test_second_review_finding_7_checkpoint_shard_values_load_weights_only(tmp_path: pathlib.Path) -> None:
+    """second review, finding 7 (checkpoint shards): a non-tensor value in a shard is loaded as plain types only."""
+    step = _checkpointed_step(tmp_path)
+    with (step / ".metadata").open("rb") as fh:
+        metadata = pickle.load(fh)  # our own, just written
+    key = next(k for k, v in metadata.state_dict_metadata.items() if type(v).__name__ == "BytesStorageMetadata")
+    index = next(i for i in metadata.storage_data if i.fqn == key)
+    info = metadata.storage_data[index]
+    _RunsCode.marker = str(tmp_path / "ran-shard")
+    payload = io.BytesIO()
+    torch.save(_RunsCode(), payload)
+    shard = step / info.relative_path
+    info.offset, info.length = shard.stat().st_size, len(payload.getvalue())
+    with shard.open("ab") as fh:
+        fh.write(payload.getvalue())
+    with (step / ".metadata").open("wb") as fh:
+        pickle.dump(metadata, fh)
+    _reseal(step)
+    outcome = _resume(tmp_path)
+    assert not os.path.exists(_RunsCode.marker), f"a crafted shard value ({key}) ran code on resume"
+    assert isinstance(outcome, Exception) and "needs more than plain types" in str(outcome), outcome

@@ -4,6 +4,8 @@ import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { episodeConfigSchema } from '../../config/episode-config.ts';
 import { chatComplete, tokenizeText } from '../../rollout/policy-client.ts';
+import { keyOrigins, resolveApiKey } from '../../rollout/api-key.ts';
+import { formatOrigin } from '../../core/endpoint-origin.ts';
 
 /** A loopback stand-in for a policy server speaking the tokenize wire format; it records what it was sent. */
 async function recordingServer() {
@@ -68,27 +70,79 @@ test('finding 13: a key goes only to its tied hosts; an unset key is an error; n
         // A config that bypassed the schema still cannot send the control database URL.
         await assert.rejects(tokenizeText(endpoint('DATABASE_URL'), 'x'), { name: 'BadInputError' });
         // OpenAI's key goes to api.openai.com only, never to whatever base_url a config names.
-        await assert.rejects(tokenizeText(endpoint('OPENAI_API_KEY'), 'x'), /not tied to host 127\.0\.0\.1/);
+        await assert.rejects(tokenizeText(endpoint('OPENAI_API_KEY'), 'x'), /not tied to http:\/\/127\.0\.0\.1:/);
         await assert.rejects(
           chatComplete(endpoint('OPENAI_API_KEY'), [{ role: 'user', content: 'hi' }], {
             temperature: 0,
             topP: 1,
             maxTokens: 1,
           }),
-          /not tied to host/,
+          /not tied to/,
         );
         // A named but unset variable is a configuration error, not the placeholder 'not-needed'.
         await assert.rejects(
           tokenizeText(endpoint('TBT_POLICY_API_KEY'), 'x'),
           /TBT_POLICY_API_KEY: the variable is not set/,
         );
+        // Tied to https://127.0.0.1 only (a bare host): not sent to this http server.
+        await assert.rejects(tokenizeText(endpoint('TBT_JUDGE_API_KEY'), 'x'), /not tied to/);
         assert.deepEqual(server.seen, [], 'no request carried any of those');
-        // Tied by TBT_API_KEY_HOSTS: sent. No api_key_env (embedded / loopback server): no key at all.
-        assert.deepEqual(await tokenizeText(endpoint('TBT_JUDGE_API_KEY'), 'x'), [1, 2]);
+        // No api_key_env (embedded / loopback server): no key at all.
         assert.deepEqual(await tokenizeText(endpoint(), 'x'), [1, 2]);
-        assert.deepEqual(server.seen, ['Bearer judge-secret', undefined]);
       },
     );
+    // Tied (built in: the policy key to loopback on any port): sent.
+    await withEnv({ TBT_POLICY_API_KEY: 'policy-secret' }, async () => {
+      assert.deepEqual(await tokenizeText(endpoint('TBT_POLICY_API_KEY'), 'x'), [1, 2]);
+    });
+    assert.deepEqual(server.seen, [undefined, 'Bearer policy-secret']);
+  } finally {
+    await server.close();
+  }
+});
+
+test('second review, finding 7 (api key origins): a key goes only to its scheme, host and port', async () => {
+  const env = {
+    OPENAI_API_KEY: 'sk-openai-secret',
+    TBT_POLICY_API_KEY: 'policy-secret',
+    TBT_JUDGE_API_KEY: 'judge-secret',
+    TBT_API_KEY_HOSTS: 'TBT_JUDGE_API_KEY=judge.example.com;TBT_GRADER_API_KEY=grader.example.com:8443',
+    TBT_GRADER_API_KEY: 'grader-secret',
+  };
+  const key = (name: string, baseUrl: string) => resolveApiKey({ baseUrl, apiKeyEnv: name }, env);
+  assert.equal(key('OPENAI_API_KEY', 'https://api.openai.com/v1'), 'sk-openai-secret');
+  // The https key must not go in clear text, nor to another port of the same host.
+  for (const url of ['http://api.openai.com/v1', 'http://api.openai.com:8080/v1', 'https://api.openai.com:8443/v1'])
+    assert.throws(() => key('OPENAI_API_KEY', url), /OPENAI_API_KEY: not tied to/, url);
+  // A bare host in TBT_API_KEY_HOSTS is https on 443; host:port is https on that port.
+  assert.equal(key('TBT_JUDGE_API_KEY', 'https://judge.example.com/v1'), 'judge-secret');
+  assert.throws(() => key('TBT_JUDGE_API_KEY', 'http://judge.example.com:8000/v1'), /not tied to/);
+  assert.equal(key('TBT_GRADER_API_KEY', 'https://grader.example.com:8443/v1'), 'grader-secret');
+  assert.throws(() => key('TBT_GRADER_API_KEY', 'http://grader.example.com:8443/v1'), /not tied to/);
+  // Built in: the compose vLLM on http://policy-server:8000 and loopback on any port (embedded servers).
+  assert.equal(key('TBT_POLICY_API_KEY', 'http://policy-server:8000/v1'), 'policy-secret');
+  assert.equal(key('TBT_POLICY_API_KEY', 'http://127.0.0.1:41234/v1'), 'policy-secret');
+  assert.equal(key('TBT_POLICY_API_KEY', 'http://[::1]:8000/v1'), 'policy-secret');
+  assert.throws(() => key('TBT_POLICY_API_KEY', 'http://policy-server:9000/v1'), /not tied to/);
+});
+
+test('second review, finding 7 (api key origins): TBT_API_KEY_HOSTS names http origins with scheme and port', () => {
+  const ties = keyOrigins('TBT_JUDGE_API_KEY=http://judge.internal:8000,https://judge.example.com:8443');
+  assert.deepEqual(ties.get('TBT_JUDGE_API_KEY')?.map(formatOrigin), [
+    'http://judge.internal:8000',
+    'https://judge.example.com:8443',
+  ]);
+  assert.throws(() => keyOrigins('TBT_JUDGE_API_KEY=ftp://judge'), /TBT_API_KEY_HOSTS: TBT_JUDGE_API_KEY=ftp:/);
+});
+
+test('second review, finding 7 (api key origins): a bare host tie does not send the key over http', async () => {
+  const server = await recordingServer();
+  try {
+    await withEnv({ TBT_JUDGE_API_KEY: 'judge-secret', TBT_API_KEY_HOSTS: 'TBT_JUDGE_API_KEY=127.0.0.1' }, async () => {
+      const endpoint = { baseUrl: server.baseUrl, model: 'm', apiKeyEnv: 'TBT_JUDGE_API_KEY' };
+      await assert.rejects(tokenizeText(endpoint, 'x'), /TBT_JUDGE_API_KEY: not tied to http:\/\/127\.0\.0\.1:/);
+      assert.deepEqual(server.seen, [], 'the key was not sent');
+    });
   } finally {
     await server.close();
   }

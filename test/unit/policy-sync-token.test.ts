@@ -53,3 +53,21 @@ test('the file TBT_POLICY_SYNC_TOKEN_FILE names must exist, be private and not e
     /TBT_POLICY_SYNC_TOKEN_FILE/,
   );
 });
+
+test('second review, finding 7 (sync token origins): the external token goes only to tied policy servers', () => {
+  const dir = campaignDir();
+  const externalFile = writeRunToken(path.join(dir, 'external.token'));
+  const external = fs.readFileSync(externalFile, 'utf8');
+  const env = { TBT_POLICY_SYNC_TOKEN_FILE: externalFile };
+  // A campaign's sync_instances may name any URL: the operator's token goes only where the operator tied it.
+  for (const url of ['http://attacker.example:8000/v1', 'https://10.0.0.9/v1', 'http://policy-server:9000/v1'])
+    assert.equal(policySyncToken(dir, url, env), undefined, url);
+  // Built in: loopback on any port and the compose policy server; more through TBT_API_KEY_HOSTS.
+  assert.equal(policySyncToken(dir, externalUrl, env), external);
+  assert.equal(policySyncToken(dir, 'http://policy-server:8000/v1', env), external);
+  const tied = { ...env, TBT_API_KEY_HOSTS: 'TBT_POLICY_API_KEY=gpu-host:8000' };
+  assert.equal(policySyncToken(dir, 'https://gpu-host:8000/v1', tied), external);
+  assert.equal(policySyncToken(dir, 'http://gpu-host:8000/v1', tied), undefined, 'https tie, http URL');
+  // The embedded token goes to the embedded server's own address only.
+  assert.equal(policySyncToken(dir, 'http://127.0.0.1:40001/v2', {}), undefined);
+});

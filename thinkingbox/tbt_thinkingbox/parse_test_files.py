@@ -43,10 +43,70 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
+# Nodes that aliases may add to one "!" YAML string once expanded (our JSON output has no aliases). A 323-byte
+# alias bomb (nine levels of nine aliases) expands to 387 million nodes and hung the importer; a document that
+# uses anchors for sharing adds a few hundred at most. (The TypeScript reader refuses more than 100 aliases.)
+MAX_ALIAS_NODES = 10_000
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _alias_growth(root: yaml.Node) -> int | None:
+    """How many nodes the aliases below root add when expanded; None when an alias contains itself.
+
+    The composed graph shares one node per anchor, so sizes are counted once per node (no expansion here)."""
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in _children(node))
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            return None
+        on_path.add(key)
+        stack.append((node, True))
+        for child in _children(node):
+            if id(child) in on_path:
+                return None
+            if id(child) not in size:
+                stack.append((child, False))
+    return size[id(root)] - len(size)
+
+
 def _load(text: str, first_line: int) -> dict[str, Any]:
     """{"value": V} or {"error": {"line": N, "message": M}} (N is a file line)."""
     try:
-        value = yaml.load(text, Loader=_Loader)
+        # yaml.load's own steps, with the alias expansion measured between composing and constructing.
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            # An alias needs an anchor (`&`) and a reference (`*`): most strings have neither, and skip the count.
+            growth = _alias_growth(node) if node is not None and "&" in text and "*" in text else 0
+            if growth is None:
+                return {"error": {"line": first_line, "message": "YAML: an alias refers to a node that holds it"}}
+            if growth > MAX_ALIAS_NODES:
+                return {
+                    "error": {
+                        "line": first_line,
+                        "message": f"YAML: aliases expand to more than {MAX_ALIAS_NODES} nodes (an alias bomb); "
+                        "write the values out or share less",
+                    }
+                }
+            value = None if node is None else loader.construct_document(node)
+        finally:
+            loader.dispose()
         json.dumps(value)
         return {"value": value}
     except yaml.YAMLError as e:

@@ -211,3 +211,62 @@ def test_example_dataset_parses_cleanly():
     assert tasks["circulation.py:test_renew_limit_reached"]["native"]["rubrics"] is True
     assert tasks["circulation.py:test_swap_kuhn_for_le_guin"]["native"]["servers"] == ["loans", "catalog"]
     assert tasks["stacks/stacks_shelving.py:test_move_silent_spring"]["params"] == []
+
+
+def alias_bomb(levels: int) -> str:
+    """A YAML alias bomb: `levels` levels of nine aliases each (nine levels is the 323-byte classic)."""
+    names = "abcdefghi"[:levels]
+    lines = [f"{names[0]}: &{names[0]} [{','.join(['lol'] * 9)}]"]
+    for prev, name in zip(names, names[1:]):
+        lines.append(f"{name}: &{name} [{','.join([f'*{prev}'] * 9)}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_second_review_finding_7_yaml_alias_bomb_moderate_one_is_a_problem_at_its_line():
+    bomb = "\n".join("    " + line for line in alias_bomb(5).splitlines())
+    src = (
+        f'def test_bomb(x):\n    """!\n    query: hi\n{bomb}\n    """\n\n\n'
+        'def test_fine(x):\n    """!\n    query: ok\n    """\n'
+    )
+    out = parse_text(src)
+    tasks = tasks_by_name(out)
+    assert "value" not in tasks["test_bomb"], "the expanded bomb (59,049 nodes) is not passed on"
+    assert tasks["test_bomb"]["error"]["line"] == 2
+    assert "alias" in tasks["test_bomb"]["error"]["message"]
+    assert tasks["test_fine"]["value"] == {"query": "ok"}
+
+
+def test_second_review_finding_7_yaml_alias_bomb_323_bytes_refused_by_the_cli_naming_the_file(tmp_path):
+    bomb = alias_bomb(9)
+    assert len(bomb.encode()) == 324  # the 323 bytes of the report, and a final newline
+    test_file = tmp_path / "bomb.py"
+    test_file.write_text(f'"""!\n{bomb}"""\n\n\ndef test_a(x):\n    """!\n    query: hi\n    """\n')
+
+    def small_memory() -> None:
+        # Without the limit the expansion needs tens of GB: fail fast instead of hurting the machine.
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "tbt_thinkingbox.parse_test_files"],
+        input=json.dumps([str(test_file)]),
+        capture_output=True,
+        text=True,
+        cwd=THINKINGBOX,
+        timeout=120,
+        preexec_fn=small_memory,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    parsed = json.loads(proc.stdout)["files"][0]
+    assert parsed["file"] == str(test_file)
+    assert parsed["defaults"]["error"]["line"] == 1
+    assert "alias bomb" in parsed["defaults"]["error"]["message"]
+    assert len(proc.stdout) < 10_000
+
+
+def test_second_review_finding_7_yaml_anchors_used_for_sharing_still_load():
+    out = parse_text('def test_a(x):\n    """!\n    base: &b {k: 1}\n    other: *b\n    """\n')
+    assert tasks_by_name(out)["test_a"]["value"] == {"base": {"k": 1}, "other": {"k": 1}}
+    loop = parse_text('def test_a(x):\n    """!\n    a: &a [*a]\n    """\n')
+    assert "error" in tasks_by_name(loop)["test_a"]

@@ -24,6 +24,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 from safetensors.torch import save_file
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -34,6 +35,13 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from . import faults
+from .checkpoint_reader import (
+    METADATA_FILE,
+    SafeFileSystemReader,
+    UnsafeCheckpointError,
+    WeightsOnlyLoadPlanner,
+    read_metadata_file,
+)
 from .distributed import barrier, broadcast_object
 from .model import DTYPES
 from .trainer import Trainer, TrainerState
@@ -133,6 +141,12 @@ def verify(folder: pathlib.Path, *, checksums: bool) -> dict[str, Any]:
             raise CheckpointError(f"{folder}: {name} has {path.stat().st_size} bytes, manifest says {meta['size']}")
         if checksums and _sha256(path) != meta["sha256"]:
             raise CheckpointError(f"{folder}: {name} fails its sha256 check")
+    # The manifest lives in the same folder, so it proves nothing against someone who can write there: the
+    # metadata must also be nothing but checkpoint metadata (read without running anything).
+    try:
+        read_metadata_file(folder / METADATA_FILE)
+    except Exception as err:  # whatever the reason (crafted, truncated), the checkpoint is not used
+        raise CheckpointError(f"{folder}: {METADATA_FILE} refused ({err})") from err
     return manifest
 
 
@@ -233,7 +247,13 @@ class Checkpointer:
         folder = self.step_dir(step)
         model_sd, optim_sd = get_state_dict(self.trainer.model, self.trainer.optimizer)
         state = {"model": model_sd, "optimizer": optim_sd}
-        dcp_load(state, checkpoint_id=str(folder))
+        try:
+            dcp_load(state, storage_reader=SafeFileSystemReader(str(folder)), planner=WeightsOnlyLoadPlanner())
+        except CheckpointException as err:  # a BaseException: each rank's failure, wrapped
+            unsafe = [e for e, _ in err.failures.values() if isinstance(e, UnsafeCheckpointError)]
+            if unsafe:
+                raise CheckpointError(f"{folder}: refused, {unsafe[0]}") from err
+            raise
         set_state_dict(
             self.trainer.model,
             self.trainer.optimizer,
