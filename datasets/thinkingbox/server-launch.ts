@@ -8,7 +8,7 @@ import { refusedEnvName } from './dataset-servers.ts';
 /**
  * What starts one dataset tool server: the argv and the environment, before any sandbox wraps it. The
  * environment is an allow-list: the dataset's own `env` from servers.yaml, PATH with the dataset venv first,
- * PYTHONPATH with the server packages, the bytecode cache in the venv, and a UTF-8 locale; nothing of the
+ * PYTHONPATH with the server packages, and a UTF-8 locale; nothing of the
  * worker's own environment (its database URL, API keys) is passed on. The dataset sandbox (dataset-sandbox.ts)
  * runs it contained, with `readOnly` and `pathPrefix` (and the working directory) visible read-only.
  */
@@ -38,8 +38,9 @@ export function serverLaunchSpec(spec: StdioServerSpec, dataset: DatasetEnvironm
       ...spec.env,
       PATH: [path.dirname(dataset.python), '/usr/local/bin', '/usr/bin', '/bin'].join(path.delimiter),
       PYTHONPATH: dataset.packages.join(path.delimiter),
-      // Bytecode is cached in the venv, never beside the dataset's sources (read in place, never written).
-      PYTHONPYCACHEPREFIX: path.join(dataset.venv, 'pycache'),
+      // No PYTHONPYCACHEPREFIX: it would hide the bytecode pip compiled into the venv and recompile every
+      // dependency at each start (6.5 s instead of 2.8 s for a bench server). Nothing is written: the dataset and
+      // the venv are read-only in the sandbox, and the sandbox sets PYTHONDONTWRITEBYTECODE.
       PYTHONUNBUFFERED: '1',
       LANG: 'C.UTF-8',
     },
