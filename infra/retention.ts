@@ -133,10 +133,10 @@ export interface RecordPruneReport {
 
 /**
  * Episode records are the deployment's record of what ran, so they are pruned only when the operator asks
- * (`tbt gc --episodes-older-than DAYS`), never by default. A campaign goes whole, episodes, step rows and files together,
- * once nothing of it (no episode started or finished, no step or file recorded) is newer than the bound: a report or a
- * resume never sees half a campaign. An episode of no campaign goes once it finished (or, never finished, started)
- * before the bound. One transaction; with `dryRun`, counts only.
+ * (`tbt gc --episodes-older-than DAYS`), never by default. A campaign goes whole (episodes, step rows and files
+ * together) once nothing of it (no episode started or finished, no step or file recorded) is newer than the bound:
+ * a report or a resume never sees half a campaign. An episode of no campaign goes once it finished (or, never
+ * finished, started) before the bound. One transaction; with `dryRun`, counts only.
  */
 export async function pruneEpisodeRecords(
   controlUrl: string,
