@@ -7,6 +7,8 @@ import type { EpisodeSummary } from '../rollout/episode-store.ts';
 import type { SandboxPool } from '../sandbox/sandbox-pool.ts';
 import type { TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 import { thinkingboxResourcesFactory } from '../rollout/thinkingbox-resources.ts';
+import { toEndpoint, type EpisodeConfig } from '../config/episode-config.ts';
+import { systemMessageDecision, systemMessagesManifestEntry } from '../rollout/system-message-handling.ts';
 
 /**
  * The episode as a Temporal activity. Its payloads carry only ids and a summary; the episode itself
@@ -39,6 +41,15 @@ export function createEpisodeActivities(deps: {
         });
       } catch (err) {
         Context.current().log.warn('episode attempt failed', { episodeId: input.episodeId, error: errorMessage(err) });
+        throw toTemporalFailure(err);
+      }
+    },
+
+    /** The run manifest's entry for the policy: how its chat template takes system messages. */
+    async policySystemMessages(input: { policy: EpisodeConfig['policy'] }): Promise<Record<string, unknown>> {
+      try {
+        return systemMessagesManifestEntry(await systemMessageDecision(toEndpoint(input.policy)));
+      } catch (err) {
         throw toTemporalFailure(err);
       }
     },

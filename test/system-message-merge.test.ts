@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
+import { createEpisodeActivities } from '../activities/episode-activities.ts';
 import { repoRoot } from '../config/environment.ts';
 import type { EpisodeEnvironment, EpisodeTask } from '../rollout/episode-environment.ts';
 import { playEpisode, type EpisodeOptions } from '../rollout/episode-runner.ts';
@@ -123,6 +124,21 @@ test('a chat API without /tokenize gets the two system messages as they are, and
     );
     const decision = await systemMessageDecision({ baseUrl, model: 'hosted-double' });
     assert.equal(decision.rendered, false);
+  } finally {
+    await api.stop();
+  }
+});
+
+test('the run manifest entry comes from the rollout activity: merged on the strict template, as-is on an API', async () => {
+  const { policySystemMessages } = createEpisodeActivities({} as never);
+  const strict = await serve('qwen3-system-first.jinja');
+  const entry = await policySystemMessages({ policy: { base_url: strict.baseUrl, model: strict.model } as never });
+  assert.deepEqual(entry, { system_messages: 'merged' });
+  const api = new OpenAIWireProtocolDouble(() => 'unused');
+  const baseUrl = await api.start();
+  try {
+    const hosted = await policySystemMessages({ policy: { base_url: baseUrl, model: 'hosted-double-2' } as never });
+    assert.deepEqual(hosted, { system_messages: 'separate', system_messages_rendered: false });
   } finally {
     await api.stop();
   }

@@ -51,6 +51,20 @@ export function episodeActivityOptions(rolloutQueue: string, wallClockMs: number
 }
 
 /**
+ * A one-off question to the policy server from the rollout queue (how its template takes system messages): a
+ * few seconds of work; 10 attempts, 5 s doubling to at most 1 minute, so a server still starting is waited for
+ * (about 6 minutes) before the stage fails with the server's own error.
+ */
+export function policyQuestionOptions(rolloutQueue: string): ActivityOptions {
+  return {
+    taskQueue: rolloutQueue,
+    startToCloseTimeout: '2 minutes',
+    scheduleToStartTimeout: '30 minutes',
+    retry: { maximumAttempts: 10, initialInterval: '5 seconds', maximumInterval: '1 minute', nonRetryableErrorTypes },
+  };
+}
+
+/**
  * Backoff of the workflows' own re-runs: before re-running a key whose episode ended in an infrastructure error,
  * before refilling a group, and before retrying a training step that lost every group. Delay n (n = 1, 2, ...) is
  * initialMs x 2^(n-1), capped at maxMs. With the defaults, 3 re-runs wait 10 + 20 + 40 s after the activity's own

@@ -18,6 +18,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { CampaignActivities, StepRecord } from '../activities/campaign-activities.ts';
+import type { EpisodeActivities } from '../activities/episode-activities.ts';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
@@ -29,7 +30,7 @@ import { withMissingPollerNamed } from './missing-poller.ts';
 import { evaluationSummary, probeSummary as probeStaticSummary, trainingStepSummary } from './ui-text.ts';
 import { startLearnerNodes } from './learner-nodes.ts';
 import { stepLostFailureType, trainingStepWorkflow } from './training-step-workflow.ts';
-import { bookkeepingOptions, defaultMaxReruns, gpuOptions } from './activity-options.ts';
+import { bookkeepingOptions, defaultMaxReruns, gpuOptions, policyQuestionOptions } from './activity-options.ts';
 
 /**
  * The six-stage loop as one durable workflow: ingest -> probe -> select -> training steps -> evaluation ->
@@ -291,12 +292,33 @@ async function ingest(run: CampaignRun): Promise<void> {
   ]);
   state.manifest = await bookkeeping.writeManifest({
     campaignId,
-    manifest: { campaignId, workflowId: workflowInfo().workflowId, config, learner: learner.manifest },
+    manifest: {
+      campaignId,
+      workflowId: workflowInfo().workflowId,
+      config,
+      learner: learner.manifest,
+      ...(await policyManifestEntry(run)),
+    },
   });
   // Configs recorded before probe.enabled existed have no such field: they probed.
   if (config.probe.enabled === false) state.pool = uids;
   else state.pool = await probeCandidates(run, uids);
   state.stage = config.evaluation.before_training ? 'evaluate-before' : 'train';
+}
+
+/**
+ * How the policy's chat template takes system messages (merged when it refuses a second one), asked of the
+ * policy server on the rollout queue, where its API key lives. This starts an embedded server at ingest rather
+ * than at the probe. Campaigns recorded before the entry existed never asked: replay must not see the calls.
+ */
+async function policyManifestEntry(run: CampaignRun): Promise<{ policy?: Record<string, unknown> }> {
+  if (!patched('manifest-system-messages')) return {};
+  const { episode } = await episodeConfig(run);
+  const rollout = withMissingPollerNamed(
+    proxyActivities<EpisodeActivities>(policyQuestionOptions(run.input.queues.rollout)),
+    run.input.queues.rollout,
+  );
+  return { policy: await rollout.policySystemMessages({ policy: episode.policy }) };
 }
 
 async function probeCandidates(run: CampaignRun, uids: string[]): Promise<string[]> {

@@ -49,6 +49,9 @@ const activities = withFailureMapping({
   async ensurePolicyServer() {
     return { baseUrl: 'http://policy/v1', model: 'm' };
   },
+  async policySystemMessages() {
+    return { system_messages: 'separate' };
+  },
   async ensurePolicyWeights() {},
   async stopLearner() {},
 });

@@ -101,11 +101,16 @@ const activities = {
     record(input.campaignId, 'startLearner', input);
     return { controlUrl: 'http://learner', manifest: {} };
   },
-  async writeManifest(input: { campaignId: string }) {
+  async writeManifest(input: { campaignId: string; manifest: Record<string, unknown> }) {
+    record(input.campaignId, 'writeManifest', input);
     return `/manifest/${input.campaignId}.json`;
   },
   async ensurePolicyServer() {
     return { baseUrl: 'http://policy/v1', model: 'm' };
+  },
+  async policySystemMessages(input: { policy: { base_url: string } }) {
+    // The rollout worker asks the server the campaign will use: the embedded one's address, not 'embedded'.
+    return { system_messages: input.policy.base_url === 'http://policy/v1' ? 'merged' : 'unasked-server' };
   },
   async stopLearner(input: { campaignId: string }) {
     record(input.campaignId, 'stopLearner', input);
@@ -498,6 +503,21 @@ test('campaign: a cancelled campaign releases its learner and policy servers', a
   assert.equal((await handle.describe()).status.name, 'CANCELLED');
   assert.deepEqual(
     s.calls.map((c) => c.name),
-    ['ingestCandidates', 'startLearner', 'stopLearner'],
+    ['ingestCandidates', 'startLearner', 'writeManifest', 'stopLearner'],
   );
+});
+
+test('campaign: the run manifest records how the policy template takes system messages', async () => {
+  const s = scenario('manifest-campaign', () => 'success');
+  s.hang = true;
+  const handle = await env.client.workflow.start(campaignWorkflow, {
+    taskQueue: queue,
+    workflowId: 'manifest-campaign',
+    args: campaignArgs('manifest-campaign'),
+  });
+  while (s.inFlight === 0) await delay(50); // the manifest is written before the probe's episodes start
+  await handle.cancel();
+  await assert.rejects(handle.result(), WorkflowFailedError);
+  const written = s.calls.find((c) => c.name === 'writeManifest')!.input as { manifest: Record<string, unknown> };
+  assert.deepEqual(written.manifest.policy, { system_messages: 'merged' });
 });

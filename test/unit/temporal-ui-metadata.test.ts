@@ -55,6 +55,9 @@ const activities = {
   async ensurePolicyServer() {
     return { baseUrl: 'http://policy/v1', model: 'm' };
   },
+  async policySystemMessages() {
+    return { system_messages: 'separate' };
+  },
   async ensurePolicyWeights() {},
   async writeReport() {
     return { html: '/report.html', markdown: '/report.md' };
