@@ -3,10 +3,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { Client, Connection } from '@temporalio/client';
+import { Client } from '@temporalio/client';
 import { stringify } from 'yaml';
 import { loadCampaignConfig } from '../config/campaign-config.ts';
-import { databaseUrl, readEnvironment, repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
+import { databaseUrl, readEnvironment, repoRoot, taskQueues } from '../config/environment.ts';
 import { ensureControlDatabase, withClient } from '../infra/control-database.ts';
 import { nodeWorkerEnv, nodeWorkerFlags, type WorkerKind } from '../infra/local-workers.ts';
 import { up } from '../cli/commands/infra.ts';
@@ -14,6 +14,7 @@ import { OpenAIWireProtocolDouble } from '../test/helpers/openai-wire-double.ts'
 import { campaignAttributes } from '../workflows/search-attribute-keys.ts';
 import type { probeWorkflow } from '../workflows/probe-workflow.ts';
 import { scriptedAnswer, writeScaleSuite } from './scale-suite.ts';
+import { connectTemporalClient } from '../infra/temporal-connection.ts';
 
 /**
  * bench/scale: the reference's sizes on the local stack. An evaluation of 507 distinct task uids x 20 repeats
@@ -146,7 +147,7 @@ const sampler = setInterval(() => {
 }, 1000);
 
 // --- measurements ---------------------------------------------------------------------------------------------
-const connection = await Connection.connect({ address: temporalAddress(env) });
+const connection = await connectTemporalClient(env);
 const client = new Client({ connection, namespace: env.TBT_TEMPORAL_NAMESPACE });
 
 interface HistoryFigures {

@@ -69,6 +69,18 @@ export const environmentSchema = z.object({
   TBT_TEMPORAL_PORT: port.default(7233).describe('gRPC port of the local Temporal dev server'),
   TBT_TEMPORAL_UI_PORT: port.default(8233).describe('Web UI port of the local Temporal dev server'),
   TBT_TEMPORAL_NAMESPACE: z.string().default('default').describe('Temporal namespace of every workflow'),
+  TBT_TEMPORAL_TLS: z
+    .enum(['', 'true', 'false'])
+    .default('')
+    .describe('true = TLS to the Temporal frontend; unset = on when a TLS file or an API key is set'),
+  TBT_TEMPORAL_TLS_CA_FILE: z.string().optional().describe("PEM of the CA that signed the frontend's certificate"),
+  TBT_TEMPORAL_TLS_CERT_FILE: z.string().optional().describe('PEM client certificate for mTLS (with the key file)'),
+  TBT_TEMPORAL_TLS_KEY_FILE: z.string().optional().describe('PEM private key of the mTLS client certificate'),
+  TBT_TEMPORAL_TLS_SERVER_NAME: z.string().optional().describe("Name to check the frontend's certificate against"),
+  TBT_TEMPORAL_API_KEY: z
+    .string()
+    .optional()
+    .describe('API key sent to the Temporal frontend (Temporal Cloud); read at connect time, never logged'),
   DATABASE_URL: postgresUrl
     .optional()
     .describe('Control Postgres (admin role with CREATEDB and CREATEROLE); unset = the local server'),

@@ -1,5 +1,5 @@
 import { pathToFileURL } from 'node:url';
-import { Connection } from '@temporalio/client';
+import type { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common/lib/time.js';
 import type pino from 'pino';
 import { databaseUrl, readEnvironment, temporalAddress, type Environment } from '../config/environment.ts';
@@ -7,6 +7,7 @@ import { ensureControlDatabase } from '../infra/control-database.ts';
 import { ensureRestrictedAdmin, readSetupEnvironment } from './control-db-admin.ts';
 import { ensureSearchAttributes, grpcAlreadyExists, grpcCode, grpcNotFound } from '../infra/search-attributes.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
+import { connectTemporalClient } from '../infra/temporal-connection.ts';
 
 /**
  * One-shot set-up of a deployment (the compose `setup` service; safe to run again at any time): the Temporal
@@ -74,7 +75,7 @@ export async function setUpDeployment(
   const deadline = Date.now() + timeoutMs;
   const address = temporalAddress(env);
   const connection = await retry(`Temporal at ${address}`, deadline, log, async () => {
-    const c = await Connection.connect({ address, connectTimeout: 5000 });
+    const c = await connectTemporalClient(env, 5000);
     try {
       await c.workflowService.getSystemInfo({});
       return c;

@@ -1,10 +1,10 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { Connection } from '@temporalio/client';
 import { repoRoot, searchAttributes, temporalAddress, temporalUiUrl, type Environment } from '../config/environment.ts';
 import { portInUse, spawnDetached, waitFor } from './daemon.ts';
 import { stopVerifiedProcess, verifiedPid, type ExpectedProcess } from './pid-identity.ts';
 import { ensureSearchAttributes } from './search-attributes.ts';
+import { connectTemporalClient } from './temporal-connection.ts';
 
 /** The official Temporal CLI dev server, installed by scripts/setup.sh into .tools/, with SQLite persistence. */
 
@@ -25,9 +25,9 @@ function serverProcess(env: Environment): ExpectedProcess {
   return { argvIncludes: [temporalBinary, files(env).db] };
 }
 
-export async function temporalReachable(address: string): Promise<boolean> {
+export async function temporalReachable(env: Environment): Promise<boolean> {
   try {
-    const connection = await Connection.connect({ address, connectTimeout: 2000 });
+    const connection = await connectTemporalClient(env, 2000);
     try {
       await connection.workflowService.getSystemInfo({});
       return true;
@@ -49,7 +49,7 @@ export interface ServiceStatus {
 export async function temporalStatus(env: Environment): Promise<ServiceStatus> {
   const address = temporalAddress(env);
   const pid = env.TBT_TEMPORAL_ADDRESS ? undefined : verifiedPid(files(env).pid, serverProcess(env));
-  const running = await temporalReachable(address);
+  const running = await temporalReachable(env);
   const managed = !env.TBT_TEMPORAL_ADDRESS;
   const detail = managed ? `${address} (pid ${pid ?? '-'}, UI ${temporalUiUrl(env)})` : `${address} (external)`;
   return { name: 'temporal', running, managed, detail };
@@ -58,7 +58,7 @@ export async function temporalStatus(env: Environment): Promise<ServiceStatus> {
 /** Starts the dev server unless it already runs; idempotent. Returns true when this call started it. */
 export async function startTemporal(env: Environment): Promise<boolean> {
   if (env.TBT_TEMPORAL_ADDRESS) {
-    if (!(await temporalReachable(env.TBT_TEMPORAL_ADDRESS)))
+    if (!(await temporalReachable(env)))
       throw new Error(`TBT_TEMPORAL_ADDRESS=${env.TBT_TEMPORAL_ADDRESS} is not reachable`);
     // A campaign upserting an attribute the server lacks fails its workflow task in a loop: add what is missing.
     await registerMissingSearchAttributes(env).catch((err: unknown) => {
@@ -69,7 +69,7 @@ export async function startTemporal(env: Environment): Promise<boolean> {
   }
   const f = files(env);
   if (verifiedPid(f.pid, serverProcess(env)) !== undefined) {
-    await waitFor('Temporal dev server', () => temporalReachable(temporalAddress(env)), 60_000, f.log);
+    await waitFor('Temporal dev server', () => temporalReachable(env), 60_000, f.log);
     await registerMissingSearchAttributes(env);
     return false;
   }
@@ -104,7 +104,7 @@ export async function startTemporal(env: Environment): Promise<boolean> {
     ...Object.entries(searchAttributes).flatMap(([name, type]) => ['--search-attribute', `${name}=${type}`]),
   ];
   spawnDetached(temporalBinary, args, f.log, f.pid);
-  await waitFor('Temporal dev server', () => temporalReachable(temporalAddress(env)), 90_000, f.log);
+  await waitFor('Temporal dev server', () => temporalReachable(env), 90_000, f.log);
   return true;
 }
 
@@ -113,7 +113,7 @@ export async function startTemporal(env: Environment): Promise<boolean> {
  * a workflow upserting an unregistered attribute fails its task, so they are added before any worker starts.
  */
 export async function registerMissingSearchAttributes(env: Environment): Promise<string[]> {
-  const connection = await Connection.connect({ address: temporalAddress(env), connectTimeout: 5000 });
+  const connection = await connectTemporalClient(env, 5000);
   try {
     return await ensureSearchAttributes(connection, env.TBT_TEMPORAL_NAMESPACE);
   } finally {

@@ -19,8 +19,8 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { Client, Connection } from '@temporalio/client';
-import { databaseUrl, readEnvironment, repoRoot, temporalAddress } from '../config/environment.ts';
+import { Client, type Connection } from '@temporalio/client';
+import { databaseUrl, readEnvironment, repoRoot } from '../config/environment.ts';
 import { loadCampaignConfig } from '../config/campaign-config.ts';
 import type { StepRecord } from '../activities/campaign-activities.ts';
 import { learnerFiles } from '../learner-control/learner-process.ts';
@@ -30,6 +30,7 @@ import { isAlive, readPid } from '../infra/daemon.ts';
 import { workerPid } from '../infra/local-workers.ts';
 import { startCampaign } from '../cli/commands/campaign.ts';
 import { statusQuery, type CampaignStatus } from '../workflows/campaign-workflow.ts';
+import { connectTemporalClient } from '../infra/temporal-connection.ts';
 
 const { values: opts } = parseArgs({
   options: {
@@ -121,7 +122,7 @@ let connection: Connection | undefined;
 let client: Client | undefined;
 async function temporal(): Promise<Client> {
   if (!client) {
-    connection = await Connection.connect({ address: temporalAddress(env), connectTimeout: 3000 });
+    connection = await connectTemporalClient(env, 3000);
     client = new Client({ connection, namespace: env.TBT_TEMPORAL_NAMESPACE });
   }
   return client;

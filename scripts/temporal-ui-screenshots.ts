@@ -1,10 +1,10 @@
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
-import { Client, Connection } from '@temporalio/client';
-import { bundleWorkflowCode, NativeConnection, Worker } from '@temporalio/worker';
+import { Client } from '@temporalio/client';
+import { bundleWorkflowCode, Worker } from '@temporalio/worker';
 import { createCampaignActivities } from '../activities/campaign-activities.ts';
 import { loadCampaignConfig } from '../config/campaign-config.ts';
-import { databaseUrl, readEnvironment, repoRoot, temporalAddress, temporalUiUrl } from '../config/environment.ts';
+import { databaseUrl, readEnvironment, repoRoot, temporalUiUrl } from '../config/environment.ts';
 import { launchChromium } from '../infra/headless-chromium.ts';
 import { registerMissingSearchAttributes } from '../infra/temporal-dev-server.ts';
 import { loadSuites } from '../task-suites/task-suite-loader.ts';
@@ -12,6 +12,7 @@ import { campaignWorkflow, pauseSignal } from '../workflows/campaign-workflow.ts
 import { evaluationWorkflow } from '../workflows/evaluation-workflow.ts';
 import { campaignAttributes } from '../workflows/search-attribute-keys.ts';
 import { evaluationSummary } from '../workflows/ui-text.ts';
+import { connectTemporalClient, connectTemporalWorker } from '../infra/temporal-connection.ts';
 
 /**
  * The Temporal UI screenshots of docs/temporal-ui.md, on the local dev server: an in-process worker on task queues
@@ -41,9 +42,9 @@ async function until<T>(what: string, probe: () => Promise<T | undefined>, timeo
 }
 
 await registerMissingSearchAttributes(env);
-const connection = await Connection.connect({ address: temporalAddress(env) });
+const connection = await connectTemporalClient(env);
 const client = new Client({ connection, namespace: env.TBT_TEMPORAL_NAMESPACE });
-const workerConnection = await NativeConnection.connect({ address: temporalAddress(env) });
+const workerConnection = await connectTemporalWorker(env);
 const worker = await Worker.create({
   connection: workerConnection,
   namespace: env.TBT_TEMPORAL_NAMESPACE,

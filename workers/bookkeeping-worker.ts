@@ -1,10 +1,11 @@
-import { NativeConnection, Worker } from '@temporalio/worker';
-import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../config/environment.ts';
+import { Worker } from '@temporalio/worker';
+import { databaseUrl, readEnvironment, taskQueues } from '../config/environment.ts';
 import { createCampaignActivities } from '../activities/campaign-activities.ts';
 import { createSmokeActivities } from '../activities/smoke-activities.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 import { installWorkerRuntime } from '../infra/worker-runtime.ts';
+import { connectTemporalWorker } from '../infra/temporal-connection.ts';
 
 const log = createServiceLogger('bookkeeping-worker');
 
@@ -22,7 +23,7 @@ async function run(): Promise<void> {
   // Activity and worker logs (Temporal's `log`) go through this logger; metrics when TBT_METRICS_PORT is set.
   installWorkerRuntime(log, 'bookkeeping', env);
   await ensureControlDatabase(env);
-  const connection = await NativeConnection.connect({ address: temporalAddress(env) });
+  const connection = await connectTemporalWorker(env);
   const taskQueue = taskQueues(env).bookkeeping;
   try {
     const worker = await Worker.create({

@@ -1,9 +1,10 @@
-import { NativeConnection, Worker } from '@temporalio/worker';
-import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../config/environment.ts';
+import { Worker } from '@temporalio/worker';
+import { databaseUrl, readEnvironment, taskQueues } from '../config/environment.ts';
 import { createGpuActivities } from '../activities/gpu-activities.ts';
 import { gpuHost } from '../config/gpu-host.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 import { installWorkerRuntime } from '../infra/worker-runtime.ts';
+import { connectTemporalWorker } from '../infra/temporal-connection.ts';
 
 /**
  * GPU worker: one per GPU host, polling that host's own task queue (`<prefix>-gpu-<host>`, host from
@@ -20,7 +21,7 @@ async function run(): Promise<void> {
   const host = gpuHost(env);
   const taskQueue = taskQueues(env).gpu(host);
   log = log.child({ host });
-  const connection = await NativeConnection.connect({ address: temporalAddress(env) });
+  const connection = await connectTemporalWorker(env);
   try {
     const worker = await Worker.create({
       connection,

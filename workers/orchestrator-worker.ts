@@ -1,9 +1,10 @@
 import path from 'node:path';
-import { NativeConnection, Worker } from '@temporalio/worker';
-import { readEnvironment, repoRoot, taskQueues, temporalAddress } from '../config/environment.ts';
+import { Worker } from '@temporalio/worker';
+import { readEnvironment, repoRoot, taskQueues } from '../config/environment.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 import { installWorkerRuntime } from '../infra/worker-runtime.ts';
+import { connectTemporalWorker } from '../infra/temporal-connection.ts';
 
 /**
  * Orchestrator worker: runs the (deterministic) workflows and nothing else. It registers no activity on purpose:
@@ -19,7 +20,7 @@ async function run(): Promise<void> {
   // Activity and worker logs (Temporal's `log`) go through this logger; metrics when TBT_METRICS_PORT is set.
   installWorkerRuntime(log, 'orchestrator', env);
   await ensureControlDatabase(env);
-  const connection = await NativeConnection.connect({ address: temporalAddress(env) });
+  const connection = await connectTemporalWorker(env);
   try {
     const worker = await Worker.create({
       connection,

@@ -1,6 +1,6 @@
 import os from 'node:os';
-import { NativeConnection, Worker } from '@temporalio/worker';
-import { databaseUrl, readEnvironment, taskQueues, temporalAddress } from '../config/environment.ts';
+import { Worker } from '@temporalio/worker';
+import { databaseUrl, readEnvironment, taskQueues } from '../config/environment.ts';
 import { createEpisodeActivities } from '../activities/episode-activities.ts';
 import { thinkingboxResourcesFactory } from '../rollout/thinkingbox-resources.ts';
 import { SandboxPool } from '../sandbox/sandbox-pool.ts';
@@ -9,6 +9,7 @@ import { ensureControlDatabase } from '../infra/control-database.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 import { installWorkerRuntime } from '../infra/worker-runtime.ts';
 import { forwardTypesense } from '../infra/typesense-standin.ts';
+import { connectTemporalWorker } from '../infra/temporal-connection.ts';
 
 /**
  * Rollout worker: runs episodes (CPU activities) from the shared rollout task queue. Start as many as you
@@ -37,7 +38,7 @@ async function run(): Promise<void> {
     () => pool.sweep().catch((err: unknown) => log.warn({ err }, 'sandbox sweep failed')),
     5 * 60_000,
   );
-  const connection = await NativeConnection.connect({ address: temporalAddress(env) });
+  const connection = await connectTemporalWorker(env);
   const thinkingbox = thinkingboxResourcesFactory(); // tool servers of imported ThinkingBox tasks, on first use
   // Dataset tool servers call Typesense at 127.0.0.1:8108; in a container that is the compose service.
   if (env.TBT_TYPESENSE_ADDRESS) await forwardTypesense(env.TBT_TYPESENSE_ADDRESS);
