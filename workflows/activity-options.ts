@@ -85,3 +85,6 @@ export const defaultMaxReruns = 3;
 
 /** Retries of a training step that lost every group to infrastructure errors, before the campaign pauses. */
 export const lostStepRetries = 3;
+
+/** Training steps in a row whose update was skipped as non-finite before the campaign pauses itself. */
+export const nonFiniteStepsBeforePause = 3;

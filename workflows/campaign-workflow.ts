@@ -30,7 +30,13 @@ import { withMissingPollerNamed } from './missing-poller.ts';
 import { evaluationSummary, probeSummary as probeStaticSummary, trainingStepSummary } from './ui-text.ts';
 import { startLearnerNodes } from './learner-nodes.ts';
 import { stepLostFailureType, trainingStepWorkflow } from './training-step-workflow.ts';
-import { bookkeepingOptions, defaultMaxReruns, gpuOptions, policyQuestionOptions } from './activity-options.ts';
+import {
+  bookkeepingOptions,
+  defaultMaxReruns,
+  gpuOptions,
+  nonFiniteStepsBeforePause,
+  policyQuestionOptions,
+} from './activity-options.ts';
 
 /**
  * The six-stage loop as one durable workflow: ingest -> probe -> select -> training steps -> evaluation ->
@@ -66,6 +72,8 @@ export interface CampaignState {
   /** Why the campaign paused itself (a training step lost every group); cleared by resume. */
   pauseReason?: string;
   stopAfterStep: boolean;
+  /** Training steps in a row whose update the learner skipped as non-finite; reset by a finite one or a resume. */
+  nonFiniteInARow?: number;
 }
 
 export interface CampaignInput {
@@ -172,6 +180,7 @@ function setCampaignHandlers(run: CampaignRun): void {
   setHandler(resumeSignal, () => {
     state.paused = false;
     state.pauseReason = undefined;
+    state.nonFiniteInARow = undefined;
     flagPaused(false);
     showDetails(run);
   });
@@ -387,10 +396,31 @@ async function train(run: CampaignRun): Promise<void> {
       fallback: record.fallback,
       loss: record.update.loss,
     };
+    pauseOnNonFiniteRun(run, record);
     // Signals that arrived during the step are part of `state` and survive the continue-as-new.
     await continueAsNew<typeof campaignWorkflow>({ ...input, state });
   }
   state.stage = state.step < config.training.steps ? 'stopped' : 'evaluate-after';
+}
+
+/**
+ * The learner skips an update whose loss or gradient is not finite (the step is recorded, the weights unchanged),
+ * as verl does; a run of them (a NaN in the weights, a learning rate far too high) pauses the campaign with the
+ * reason instead of training on. Learners from before the skip failed such a step, so no recorded history has one.
+ */
+function pauseOnNonFiniteRun(run: CampaignRun, record: StepRecord): void {
+  const { state } = run;
+  state.nonFiniteInARow = record.update.non_finite === true ? (state.nonFiniteInARow ?? 0) + 1 : undefined;
+  const inARow = state.nonFiniteInARow ?? 0;
+  if (inARow < nonFiniteStepsBeforePause) return;
+  state.paused = true;
+  state.pauseReason =
+    `${inARow} training steps in a row (up to step ${state.step}) had a non-finite loss or gradient and ` +
+    `their updates were skipped; check the learning rate, the data and the learner log, then ` +
+    `\`tbt campaign resume\` (or stop)`;
+  flagPaused(true);
+  showDetails(run);
+  log.warn('campaign paused: non-finite updates in a row', { campaignId: run.input.campaignId, inARow });
 }
 
 /** Waits while paused (and not asked to stop), with `TbtPaused = true` for the wait. */

@@ -22,7 +22,7 @@ from tbt_gpu.learner.batch import plan_rank_micro_batches
 from tbt_gpu.learner.checkpoint import Checkpointer, verify
 from tbt_gpu.learner.config import LearnerConfig
 from tbt_gpu.learner.distributed import init_distributed
-from tbt_gpu.learner.errors import NonFiniteError, StepCancelled, StepRefused
+from tbt_gpu.learner.errors import StepCancelled, StepRefused
 from tbt_gpu.learner.loss import token_logprobs
 from tbt_gpu.learner.trainer import Trainer
 
@@ -125,18 +125,21 @@ def test_shared_prompts_give_the_separate_sequences_logprobs_and_update(tmp_path
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
 
 
-def test_non_finite_loss_is_refused_without_a_step(tmp_path, tiny_model) -> None:
+def test_non_finite_loss_skips_the_update_and_records_the_step(tmp_path, tiny_model) -> None:
     trainer, _ = build(tmp_path, tiny_model)
     batch = trainer.load_batch(str(random_batch(tmp_path / "b.jsonl", seed=1)))
     with torch.no_grad():
         norm = trainer.model.model.norm.weight
         norm.copy_(torch.full_like(norm, float("nan")))
     before = weights(trainer)
-    with pytest.raises(NonFiniteError, match="step 1 refused: non-finite loss"):
-        trainer.train_step(1, batch)
+    result = trainer.train_step(1, batch)
+    assert result["skipped"] is True and result["non_finite"] is True
+    assert "step 1 refused: non-finite loss" in result["skip_reason"]
+    assert result["micro_batches"] == 0 and result["step_id"] == 1
+    json.dumps(result, allow_nan=False)  # the control endpoint refuses NaN in an answer
     after = weights(trainer)
     assert all(torch.equal(before[k], after[k]) or torch.isnan(before[k]).all() for k in before)
-    assert trainer.state.last_step == 0 and not trainer.optimizer.state
+    assert trainer.state.last_step == 1 and trainer.state.ledger[1] is result and not trainer.optimizer.state
 
 
 def test_cancel_stops_before_the_optimizer_step(tmp_path, tiny_model) -> None:

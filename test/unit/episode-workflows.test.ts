@@ -11,7 +11,7 @@ import type { StepRecord } from '../../activities/campaign-activities.ts';
 import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
 import { familyStepTaskOrder, stepTaskOrder, taskFamily } from '../../core/seeded-choice.ts';
-import { campaignWorkflow } from '../../workflows/campaign-workflow.ts';
+import { campaignWorkflow, statusQuery, stopAfterStepSignal } from '../../workflows/campaign-workflow.ts';
 import { evaluationWorkflow } from '../../workflows/evaluation-workflow.ts';
 import { shardRanges } from '../../workflows/keyed-episodes.ts';
 import { probeWorkflow } from '../../workflows/probe-workflow.ts';
@@ -82,7 +82,11 @@ const activities = {
   },
   async trainStep(input: { campaignId: string; stepId: number; items: unknown[] }) {
     record(input.campaignId, 'trainStep', input);
-    return { stepId: input.stepId, repeated: false, checkpoint: 'ckpt', metrics: { loss: 0 } };
+    // Campaigns named nonfinite-<k>-...: the learner skips every update from step k on as non-finite.
+    const from = /^nonfinite-(\d+)-/.exec(input.campaignId)?.[1];
+    const skipped = from !== undefined && input.stepId >= Number(from);
+    const metrics = skipped ? { loss: 0, skipped: true, non_finite: true } : { loss: 0.5 };
+    return { stepId: input.stepId, repeated: false, checkpoint: 'ckpt', metrics };
   },
   async exportWeights(input: { campaignId: string; stepId: number }) {
     return { path: `/weights/${input.campaignId}/${input.stepId}` };
@@ -114,6 +118,9 @@ const activities = {
   },
   async stopLearner(input: { campaignId: string }) {
     record(input.campaignId, 'stopLearner', input);
+  },
+  async writeReport() {
+    return { html: '/report.html', markdown: '/report.md' };
   },
 };
 
@@ -520,4 +527,33 @@ test('campaign: the run manifest records how the policy template takes system me
   await assert.rejects(handle.result(), WorkflowFailedError);
   const written = s.calls.find((c) => c.name === 'writeManifest')!.input as { manifest: Record<string, unknown> };
   assert.deepEqual(written.manifest.policy, { system_messages: 'merged' });
+});
+
+test('campaign: non-finite updates are skipped and go on; three in a row pause it with the reason', async () => {
+  const config: CampaignConfig = {
+    ...campaignConfig,
+    probe: { ...campaignConfig.probe, enabled: false },
+    evaluation: { ...campaignConfig.evaluation, before_training: false },
+    training: { ...campaignConfig.training, steps: 6, groups_per_step: 1, group_size: 2, max_replacements: 0 },
+  };
+  const id = 'nonfinite-2-campaign';
+  const s = scenario(id, (i) => ((i.repetition ?? 0) % 2 === 0 ? 'success' : 'agent_failure'), 5);
+  const handle = await env.client.workflow.start(campaignWorkflow, {
+    taskQueue: queue,
+    workflowId: id,
+    args: [{ ...campaignArgs(id)[0], config }],
+  });
+  let status = await handle.query(statusQuery);
+  while (!status.paused) {
+    await delay(100);
+    status = await handle.query(statusQuery);
+  }
+  // Step 1 trained; steps 2, 3 and 4 were skipped as non-finite and recorded; the pause comes after the third.
+  assert.equal(status.step, 4);
+  assert.match(status.pauseReason ?? '', /3 training steps in a row \(up to step 4\) had a non-finite loss/);
+  assert.equal(s.calls.filter((c) => c.name === 'recordStep').length, 4);
+  assert.equal(s.calls.filter((c) => c.name === 'trainStep').length, 4, 'no step trained past the pause');
+  await handle.signal(stopAfterStepSignal);
+  await handle.result();
+  assert.equal(s.calls.filter((c) => c.name === 'trainStep').length, 4);
 });

@@ -89,7 +89,13 @@ class Trainer:
             # Even a zero gradient would move the weights through Adam's momentum, so no step at all.
             result = self._skipped_result(batch)
         else:
-            result = self._update(step_id, batch)
+            try:
+                result = self._update(step_id, batch)
+            except NonFiniteError as err:
+                # As verl does: no optimizer step, the step is recorded as skipped and training goes on. The
+                # campaign pauses after a bounded run of these in a row (a NaN in the weights never recovers).
+                logger.warning("%s", err)
+                result = {**self._skipped_result(batch), "non_finite": True, "skip_reason": str(err)}
         result["time_s"] = round(time.perf_counter() - started, 6)
         result["step_id"] = step_id
         # Lineage: the step these weights were applied on, and which trajectories went in (sorted ids).
