@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import { BadInputError } from '../core/errors.ts';
 
 /**
  * The learner's topology as a campaign states it: `nodes` x `gpus_per_node` ranks (the world size), one GPU
@@ -17,6 +18,47 @@ export interface LearnerTopologyFields {
   attach_token_file?: string | undefined;
 }
 
+/**
+ * A host the operator fills in before anything starts, written `<name>` (lower-case letters, digits, dashes): a
+ * shipped config such as config/reference-q38.yaml cannot know the operator's machines, yet its dry run must show
+ * the whole launch. A config holding one loads and dry-runs; `requireFilledPlaceholders` refuses it at a real start.
+ */
+const hostPlaceholder = /^<[a-z0-9][a-z0-9-]*>$/;
+const rdzvEndpointPattern = /^([A-Za-z0-9.-]+|<[a-z0-9][a-z0-9-]*>):\d{1,5}$/;
+
+export function isHostPlaceholder(host: string): boolean {
+  return hostPlaceholder.test(host);
+}
+
+/** Every learner field that still holds a host placeholder, with its value, in field order. */
+export function learnerPlaceholders(learner: LearnerTopologyFields): { field: string; value: string }[] {
+  const found: { field: string; value: string }[] = [];
+  const endpoint = learner.rdzv_endpoint;
+  if (endpoint !== undefined && isHostPlaceholder(endpoint.replace(/:\d+$/, '')))
+    found.push({ field: 'learner.rdzv_endpoint', value: endpoint });
+  learner.gpu_workers?.forEach((w, i) => {
+    if (isHostPlaceholder(w.host)) found.push({ field: `learner.gpu_workers[${i}].host`, value: w.host });
+  });
+  return found;
+}
+
+/** Bad input naming the first placeholder left in `configFile`: nothing may start on a host nobody named. */
+export function requireFilledPlaceholders(learner: LearnerTopologyFields, configFile: string): void {
+  const left = learnerPlaceholders(learner);
+  if (left.length === 0) return;
+  const { field, value } = left[0]!;
+  throw new BadInputError(
+    `${configFile}: field ${field}: "${value}" is a placeholder: replace it with the real host name` +
+      (left.length > 1
+        ? ` (${left.length - 1} more: ${left
+            .slice(1)
+            .map((p) => p.field)
+            .join(', ')})`
+        : '') +
+      '; `tbt train --dry-run` shows what each host runs',
+  );
+}
+
 export function checkLearnerTopology(learner: LearnerTopologyFields, ctx: z.RefinementCtx): void {
   const problem = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path, message });
   const worldSize = learner.nodes * learner.gpus_per_node;
@@ -24,8 +66,8 @@ export function checkLearnerTopology(learner: LearnerTopologyFields, ctx: z.Refi
   if (learner.world_size !== undefined && learner.world_size !== worldSize)
     problem(['world_size'], `${learner.world_size} ranks, but ${product}`);
   const endpoint = learner.rdzv_endpoint;
-  if (endpoint !== undefined && !/^[A-Za-z0-9.-]+:\d{1,5}$/.test(endpoint))
-    problem(['rdzv_endpoint'], `"${endpoint}" is not host:port`);
+  if (endpoint !== undefined && !rdzvEndpointPattern.test(endpoint))
+    problem(['rdzv_endpoint'], `"${endpoint}" is not host:port (the host may be a placeholder such as <node-0-host>)`);
   if (learner.attach_url !== undefined) {
     // Started outside: no GPU worker launches anything, but every request needs that learner's token.
     if (learner.attach_token_file === undefined)

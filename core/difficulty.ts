@@ -1,10 +1,9 @@
-import { createHash } from 'node:crypto';
 import { inverseRegularizedIncompleteBeta, regularizedIncompleteBeta } from './special-functions.ts';
 
 /**
  * Offline, policy-relative task difficulty (docs/reference-rules.md §1): per-uid probe counts, the Jeffreys
- * posterior over the success probability, five fixed bands, selection and a deterministic stratified
- * train/test split. Pure functions; file reading and writing live in cli/commands/prepare.ts.
+ * posterior over the success probability, five fixed bands and selection (the train/test split is
+ * core/reference-split.ts). Pure functions; file reading and writing live in cli/commands/prepare.ts.
  */
 
 export const BANDS = [
@@ -228,71 +227,6 @@ export function selectTasks(counts: readonly UidCounts[], options: SelectionOpti
 export function datasetGroup(uid: string): string {
   const i = uid.indexOf(':');
   return i < 0 ? '' : uid.slice(0, i);
-}
-
-/** Rank key of a uid under a seed: sha256 of the seed and the uid, so ranks never depend on input order. */
-export function splitRank(seed: number, uid: string): string {
-  return createHash('sha256').update(`${seed}\0${uid}`).digest('hex');
-}
-
-export interface SplitOptions {
-  testFraction?: number;
-  seed?: number;
-}
-
-/**
- * Deterministic stratified train/test split of the selected rows.
- * Per dataset group (uid prefix before ':'): a group of one goes to train; otherwise the group sends
- * target = min(n - 1, max(1, ceil(n * testFraction))) uids to test, apportioned across difficulty bands
- * by largest remainder (ties to the harder band), and within a band the uids with the smallest
- * sha256(seed, uid) go to test. Rows are sorted first, so input order never matters.
- */
-export function stratifiedSplit(
-  rows: readonly Pick<AssessedRow, 'uid' | 'difficulty'>[],
-  options: SplitOptions = {},
-): { train: string[]; test: string[] } {
-  const testFraction = options.testFraction ?? DEFAULT_TEST_FRACTION;
-  const seed = options.seed ?? DEFAULT_SEED;
-  if (!(testFraction > 0 && testFraction < 1))
-    throw new RangeError(`test fraction must be in (0, 1), got ${testFraction}`);
-  if (!Number.isSafeInteger(seed)) throw new RangeError(`seed must be an integer, got ${seed}`);
-  if (rows.length === 0) throw new RangeError('cannot split an empty selection');
-  const groups = new Map<string, Pick<AssessedRow, 'uid' | 'difficulty'>[]>();
-  const seen = new Set<string>();
-  for (const row of rows) {
-    if (seen.has(row.uid)) throw new RangeError(`split input holds uid ${row.uid} twice`);
-    seen.add(row.uid);
-    const key = datasetGroup(row.uid);
-    let group = groups.get(key);
-    if (!group) groups.set(key, (group = []));
-    group.push(row);
-  }
-  const test = new Set<string>();
-  for (const group of groups.values()) {
-    const n = group.length;
-    if (n === 1) continue;
-    const target = Math.min(n - 1, Math.max(1, Math.ceil(n * testFraction)));
-    const strata = BANDS.map((band) => group.filter((r) => r.difficulty === band.name)).filter((s) => s.length > 0);
-    const exact = strata.map((s) => (s.length * target) / n);
-    const quotas = exact.map(Math.floor);
-    let remaining = target - quotas.reduce((sum, q) => sum + q, 0);
-    const byRemainder = strata
-      .map((_, i) => i)
-      .sort((i, j) => exact[j]! - quotas[j]! - (exact[i]! - quotas[i]!) || i - j);
-    for (const i of byRemainder) {
-      if (remaining === 0) break;
-      quotas[i]! += 1;
-      remaining -= 1;
-    }
-    strata.forEach((stratum, i) => {
-      const ranked = stratum
-        .map((r) => ({ uid: r.uid, rank: splitRank(seed, r.uid) }))
-        .sort((x, y) => compareStrings(x.rank, y.rank) || compareStrings(x.uid, y.uid));
-      for (const r of ranked.slice(0, quotas[i])) test.add(r.uid);
-    });
-  }
-  const all = [...seen].sort(compareStrings);
-  return { train: all.filter((u) => !test.has(u)), test: all.filter((u) => test.has(u)) };
 }
 
 /** Code-unit order, independent of locale (the same order Python's sorted() gives for ASCII uids). */

@@ -1,4 +1,4 @@
-import { executeChild, proxyActivities, workflowInfo } from '@temporalio/workflow';
+import { executeChild, patched, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import type { CampaignActivities } from '../activities/campaign-activities.ts';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
@@ -12,7 +12,9 @@ import { bookkeepingOptions, defaultMaxReruns, gpuOptions } from './activity-opt
  * Evaluates a campaign's latest checkpoint, or the base policy when it has none (`tbt eval run`, and a
  * Temporal Schedule made by `tbt eval schedule`). An
  * embedded policy server of its own (`<campaign>-eval`) loads the newest export, so a running campaign's
- * server is never disturbed.
+ * server is never disturbed. An external server (base_url a URL) is synced to the checkpoint through the campaign's
+ * own sync path before it is evaluated; with no checkpoint nothing is loaded, and the result is labelled `external`
+ * (whatever the server serves), never with a step it did not load.
  */
 
 export interface ScheduledEvaluationInput {
@@ -38,6 +40,8 @@ export async function scheduledEvaluationWorkflow(
   );
   const latest = await bookkeeping.latestCheckpoint({ campaignId: input.campaignId, needPool: !input.uids });
   let episode = input.config.episode;
+  // What the result is labelled with: the step whose weights the policy server holds, or `external`.
+  let stepLabel = `step${latest.step}`;
   if (episode.policy.base_url === 'embedded') {
     const server = await gpu.ensurePolicyServer({
       campaignId: `${input.campaignId}-eval`,
@@ -51,14 +55,28 @@ export async function scheduledEvaluationWorkflow(
       ...episode,
       policy: { ...episode.policy, base_url: server.baseUrl, model: server.model, weight_version: latest.step },
     };
+  } else if (patched('external-eval-weights')) {
+    // Evaluations started before this patch labelled an external server with a step it never loaded; replay keeps it.
+    if (latest.exportPath) {
+      await gpu.ensurePolicyWeights({
+        campaignId: input.campaignId,
+        weightVersion: latest.step,
+        weightsPath: latest.exportPath,
+        basePath: input.config.learner.model_path,
+        deadlineMs: episode.policy.sync_deadline_ms,
+        servers: episode.policy.sync_instances ?? [episode.policy.base_url],
+      });
+      episode = { ...episode, policy: { ...episode.policy, weight_version: latest.step } };
+    } else stepLabel = 'external';
   }
   // The whole run id: its first characters are a timestamp (UUIDv7) shared by runs started close together.
-  const label = `${input.labelPrefix ?? 'scheduled'}-step${latest.step}-${workflowInfo().runId}`;
+  const label = `${input.labelPrefix ?? 'scheduled'}-${stepLabel}-${workflowInfo().runId}`;
   const uids = input.uids ?? latest.pool;
+  const evaluated = stepLabel === 'external' ? 'the external policy as served' : `step ${latest.step}`;
   const result = await executeChild(evaluationWorkflow, {
     workflowId: `${input.campaignId}/eval-${label}`,
     staticSummary: evaluationSummary(
-      `${input.labelPrefix ?? 'scheduled'} evaluation of step ${latest.step}`,
+      `${input.labelPrefix ?? 'scheduled'} evaluation of ${evaluated}`,
       uids.length,
       input.repeats,
     ),

@@ -3,23 +3,15 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { Workflow, WorkflowResultType } from '@temporalio/common';
-import {
-  Client,
-  Connection,
-  WorkflowFailedError,
-  WorkflowNotFoundError,
-  type WorkflowHandle,
-} from '@temporalio/client';
-import {
-  readEnvironment,
-  repoRoot,
-  taskQueues,
-  temporalAddress,
-  temporalUiUrl,
-  type Environment,
-} from '../../config/environment.ts';
+import { Client, WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
+import { readEnvironment, repoRoot, taskQueues, temporalUiUrl, type Environment } from '../../config/environment.ts';
 import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
-import { nodeHosts } from '../../config/learner-topology.ts';
+import {
+  isHostPlaceholder,
+  learnerPlaceholders,
+  nodeHosts,
+  requireFilledPlaceholders,
+} from '../../config/learner-topology.ts';
 import { learnerFiles } from '../../learner-control/learner-process.ts';
 import { gpuHost } from '../../config/gpu-host.ts';
 import { BadInputError } from '../../core/errors.ts';
@@ -48,11 +40,12 @@ import {
 import { campaignFileName } from '../../core/campaign-id.ts';
 import { explainedWorkflowFailure, workflowFailureText } from '../workflow-failure-text.ts';
 import { terminateCampaign } from './campaign-terminate.ts';
+import { connectTemporalClient } from '../../infra/temporal-connection.ts';
 
 /** `tbt train`, `tbt eval run|schedule` and `tbt campaign status|pause|resume|stop|terminate|follow`. */
 
 async function connect(env: Environment): Promise<{ client: Client; close: () => Promise<void> }> {
-  const connection = await Connection.connect({ address: temporalAddress(env) });
+  const connection = await connectTemporalClient(env);
   return { client: new Client({ connection, namespace: env.TBT_TEMPORAL_NAMESPACE }), close: () => connection.close() };
 }
 
@@ -64,12 +57,15 @@ function currentFile(env: Environment, name: string): string {
   return path.join(env.TBT_STATE_DIR, 'campaigns', `${name}.current`);
 }
 
+/** The workflow input of a campaign config; host placeholders are allowed only for a dry run (which starts nothing). */
 function campaignInput(
   env: Environment,
   config: CampaignConfig,
   campaignId: string,
   configFile: string,
+  options: { dryRun?: boolean } = {},
 ): CampaignInput {
+  if (!options.dryRun) requireFilledPlaceholders(config.learner, configFile);
   const base = path.dirname(path.resolve(configFile));
   const resolve = (p: string) =>
     [path.resolve(base, p), path.resolve(repoRoot, p)].find((x) => fs.existsSync(x)) ?? path.resolve(repoRoot, p);
@@ -133,6 +129,15 @@ function dryRun(input: CampaignInput, configFile: string): void {
       `training steps x ${t.groups_per_step} groups x ${t.group_size} episodes = ${t.groups_per_step * t.group_size} ` +
       `per update -> evaluate (${c.evaluation.repeats} repeats) -> report`,
   );
+  if (c.evaluation.tasks === 'held_out' && input.excludeUidsFile) {
+    const held = readUidListInput(input.excludeUidsFile).uids.length;
+    console.log(
+      `  evaluation   evaluate on held-out tasks only (${held} uids in ${input.excludeUidsFile}, never trained on)`,
+    );
+  } else
+    console.log(
+      `  evaluation   evaluate on ${c.evaluation.tasks === 'pool' ? 'the training pool' : 'every suite task'}`,
+    );
   console.log(
     `  refill       up to ${t.infra_refill_cap} extra episodes per group for infrastructure errors, then the group ` +
       `is replaced`,
@@ -149,6 +154,15 @@ function dryRun(input: CampaignInput, configFile: string): void {
     `  queues       rollout ${input.queues.rollout}, gpu ${input.queues.gpu}` +
       (input.queues.gpuNodes ? ` (learner nodes: ${input.queues.gpuNodes.join(', ')})` : ''),
   );
+  const placeholders = learnerPlaceholders(c.learner);
+  if (placeholders.length > 0) {
+    const hosts = [...new Set(placeholders.map((p) => p.value.replace(/:\d+$/, '')))];
+    console.log(
+      `  placeholders ${hosts.join(', ')}: hosts the operator fills in ` +
+        `(${placeholders.map((p) => p.field).join(', ')}) in ${configFile}; tbt train starts nothing until they ` +
+        'are real host names',
+    );
+  }
   console.log('  hyperparameters (learner):');
   for (const [k, v] of Object.entries(c.learner)) console.log(`    ${k.padEnd(24)} ${JSON.stringify(v)}`);
   // The learner's own launch plan: exact torchrun command per node and its resolved hyperparameters.
@@ -171,7 +185,8 @@ function dryRun(input: CampaignInput, configFile: string): void {
   else
     for (const [rank, host] of workers.entries()) {
       const queue = taskQueues(readEnvironment()).gpu(host);
-      console.log(`  learner node ${rank}: started by the GPU worker of host ${host} (queue ${queue})`);
+      const where = isHostPlaceholder(host) ? '(placeholder)' : `(queue ${queue})`;
+      console.log(`  learner node ${rank}: started by the GPU worker of host ${host} ${where}`);
     }
   try {
     const plan = execFileSync(
@@ -206,7 +221,6 @@ function dryRun(input: CampaignInput, configFile: string): void {
   } finally {
     fs.rmSync(tmp, { force: true });
   }
-  void configFile;
 }
 
 async function episodeCount(campaignId: string, env: Environment): Promise<number> {
@@ -281,6 +295,7 @@ export async function startCampaign(
     options.seed === undefined
       ? loaded
       : Object.freeze({ ...loaded, seed: options.seed, name: `${loaded.name}-s${options.seed}` });
+  requireFilledPlaceholders(config.learner, configFile);
   const { client, close } = await connect(env);
   try {
     const current = currentFile(env, config.name);
@@ -335,7 +350,10 @@ export async function train(args: string[]): Promise<number> {
   if (values['dry-run']) {
     const env = readEnvironment();
     const config = loadCampaignConfig(values.config);
-    dryRun(campaignInput(env, config, values.id ?? `${config.name}-<timestamp>`, values.config), values.config);
+    const input = campaignInput(env, config, values.id ?? `${config.name}-<timestamp>`, values.config, {
+      dryRun: true,
+    });
+    dryRun(input, values.config);
     return 0;
   }
   const { status } = await startCampaign(values.config, { wait: values.wait, id: values.id });

@@ -11,13 +11,13 @@ import {
   isBandName,
   PRIOR,
   selectTasks,
-  stratifiedSplit,
   type AssessedRow,
   type BandName,
   type ProbeOutcome,
   type SelectionResult,
   type UidCounts,
 } from '../../core/difficulty.ts';
+import { referenceSplit } from '../../core/reference-split.ts';
 import {
   commandErrorExit,
   consoleIo,
@@ -199,7 +199,7 @@ function prepareOutputs(
   const outputs: Record<string, string> = {};
   let split: Split | null = null;
   if (config.mode === 'split') {
-    split = stratifiedSplit(
+    split = referenceSplit(
       selection.rows.filter((r) => r.eligible),
       { testFraction: config.testFraction, seed: config.seed },
     );

@@ -9,7 +9,6 @@ import {
   jeffreysPosterior,
   pickDifficulty,
   selectTasks,
-  stratifiedSplit,
   type BandMasses,
   type ProbeOutcome,
   type UidCounts,
@@ -129,56 +128,4 @@ test('selection options: min clean runs and retained bands', () => {
   assert.deepEqual(selectTasks(rows, { retainedBands: ['too_easy'] }).selected, ['c']);
   assert.throws(() => selectTasks(rows, { minCleanRuns: 0 }), /min clean runs/);
   assert.throws(() => selectTasks(rows, { retainedBands: [] }), /must not be empty/);
-});
-
-function splitRows(): { uid: string; difficulty: 'hard' | 'easy' }[] {
-  const rows: { uid: string; difficulty: 'hard' | 'easy' }[] = [];
-  for (let i = 0; i < 10; i++) rows.push({ uid: `retail.py:h${i}`, difficulty: 'hard' });
-  for (let i = 0; i < 10; i++) rows.push({ uid: `retail.py:e${i}`, difficulty: 'easy' });
-  for (let i = 0; i < 7; i++) rows.push({ uid: `travel.py:t${i}`, difficulty: i % 2 ? 'hard' : 'easy' });
-  rows.push({ uid: 'solo.py:only', difficulty: 'hard' });
-  return rows;
-}
-
-function shuffled<T>(items: T[], seed: number): T[] {
-  const out = [...items];
-  let s = seed;
-  for (let i = out.length - 1; i > 0; i--) {
-    s = (s * 1103515245 + 12345) % 2147483648;
-    const j = s % (i + 1);
-    [out[i], out[j]] = [out[j]!, out[i]!];
-  }
-  return out;
-}
-
-test('split: input order never matters, a group of one goes to train, bands are stratified', () => {
-  const rows = splitRows();
-  const reference = stratifiedSplit(rows);
-  for (const seed of [1, 2, 3]) assert.deepEqual(stratifiedSplit(shuffled(rows, seed)), reference);
-  assert.deepEqual(stratifiedSplit([...rows].reverse()), reference);
-  assert.ok(reference.train.includes('solo.py:only'));
-  // retail: 20 uids -> ceil(20 * 0.2) = 4 to test, 2 hard + 2 easy; travel: 7 -> ceil(1.4) = 2.
-  const retailTest = reference.test.filter((u) => u.startsWith('retail.py:'));
-  assert.equal(retailTest.filter((u) => u.startsWith('retail.py:h')).length, 2);
-  assert.equal(retailTest.filter((u) => u.startsWith('retail.py:e')).length, 2);
-  assert.equal(reference.test.filter((u) => u.startsWith('travel.py:')).length, 2);
-  assert.equal(reference.train.length + reference.test.length, rows.length);
-  assert.deepEqual([...reference.train].sort(), reference.train);
-  assert.equal(new Set([...reference.train, ...reference.test]).size, rows.length);
-});
-
-test('split: the seed decides which uids go to test', () => {
-  const rows = splitRows();
-  const tests = new Set([1, 2, 3, 4, 5].map((seed) => stratifiedSplit(rows, { seed }).test.join(',')));
-  assert.ok(tests.size > 1, 'different seeds should give different test sets');
-  assert.deepEqual(stratifiedSplit(rows, { seed: 7 }), stratifiedSplit(rows, { seed: 7 }));
-  assert.throws(() => stratifiedSplit(rows, { testFraction: 1 }), /test fraction/);
-  assert.throws(
-    () =>
-      stratifiedSplit([
-        { uid: 'a', difficulty: 'hard' },
-        { uid: 'a', difficulty: 'hard' },
-      ]),
-    /twice/,
-  );
 });
