@@ -113,6 +113,13 @@ export const episodeConfigSchema = z
             'Stop strings (token mode), kept in the output; e.g. ["</tool_call>"] for small models that ramble after ' +
               'a call',
           ),
+        parallel_tool_calls: z
+          .boolean()
+          .optional()
+          .describe(
+            'Sent as parallel_tool_calls with every chat request that offers tools (unset: not sent, the ' +
+              "server's default). The reference's client sends false; its agent files' field is not read",
+          ),
       })
       .strict()
       .prefault({}),
@@ -120,11 +127,24 @@ export const episodeConfigSchema = z
       .discriminatedUnion('mode', [
         z.object({ mode: z.literal('scripted') }).strict(),
         z
-          .object({ mode: z.literal('llm'), endpoint: endpointSchema, temperature: z.number().min(0).default(0.3) })
+          .object({
+            mode: z.literal('llm'),
+            endpoint: endpointSchema,
+            temperature: z.number().min(0).default(0.3).describe('Sampling temperature (reference: 0.3)'),
+            max_tokens: z
+              .number()
+              .int()
+              .min(1)
+              .default(4096)
+              .describe("Generation cap per reply (reference: 4,096, its user model's max_completion_tokens)"),
+          })
           .strict(),
       ])
       .default({ mode: 'scripted' })
-      .describe('Simulated user: scripted replies from the task, or an LLM'),
+      .describe(
+        "Simulated user: scripted replies from the task, or an LLM prompted as the reference's user simulator " +
+          '(core/user-simulator-prompt.ts), for every suite',
+      ),
     judge: endpointSchema.optional().describe('Yes/no rubric judge (required for tasks with rubrics)'),
     limits: z
       .object({

@@ -47,7 +47,64 @@ export const scenarioFileSchema = z.looseObject({
   tags: z.array(z.string()).nullish(),
 });
 
-export const historyMessageSchema = z.looseObject({ role: z.enum(['user', 'assistant']), content: z.string() });
+const messageMetadata = json
+  .nullish()
+  .transform((v) => v ?? {})
+  .describe('Framework flags: tag, is_done, error, ...');
+
+const historyToolCallSchema = z.object({
+  T: z.literal('ToolCall'),
+  name: z.string().min(1),
+  arguments: json.nullish().transform((v) => v ?? {}),
+  id: z.string().min(1).optional().describe('Pairs the call with its ToolResponse'),
+  metadata: messageMetadata,
+});
+
+/**
+ * The type a `$history` message without `T` has: the reference validates such a dict against each message type in
+ * turn, and the fields it carries decide which one accepts it.
+ */
+function inferMessageType(raw: unknown): unknown {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw) || 'T' in raw) return raw;
+  const T =
+    'tool_calls' in raw ? 'ParallelToolCall' : 'role' in raw ? 'Text' : 'content' in raw ? 'ToolResponse' : 'ToolCall';
+  return { T, ...raw };
+}
+
+/** A call without an id gets one at import (the reference makes a random one). */
+const callId = z.string().min(1).optional();
+
+/** One message of a `$history` conversation (the reference's history and metadata documentation), told apart by `T`. */
+export const historyMessageSchema = z.preprocess(
+  inferMessageType,
+  z.discriminatedUnion('T', [
+    z.object({
+      T: z.literal('Text'),
+      role: z.enum(['system', 'user', 'assistant']),
+      content: z.string(),
+      metadata: messageMetadata,
+    }),
+    historyToolCallSchema,
+    z.object({
+      T: z.literal('ParallelToolCall'),
+      tool_calls: z.array(z.preprocess(inferMessageType, historyToolCallSchema)),
+      metadata: messageMetadata,
+    }),
+    z.object({
+      T: z.literal('ToolResponse'),
+      name: z.string().min(1),
+      content: z.string(),
+      id: callId,
+      metadata: messageMetadata,
+    }),
+  ]),
+);
+
+/** A `$history` message as written: `message_id` marks the ends `history: key:start:end` names. */
+export const rawHistoryMessageSchema = z.looseObject({
+  T: z.string().optional(),
+  message_id: z.string().optional(),
+});
 
 /** The `!` YAML of a test function, after the module defaults are applied. */
 export const testCaseYamlSchema = z.looseObject({
@@ -62,14 +119,21 @@ export const testCaseYamlSchema = z.looseObject({
   tags: z.array(z.string()).nullish(),
   history: z
     .string()
-    .regex(/^[^:]+(:-?\d*(:-?\d*)?)?$/, 'expected key, key:start or key:start:end')
+    .regex(/^.+:[^:]*:[^:]*$/, "expected 'key:start:end' (start: an index or a message_id; end: a message_id or empty)")
     .nullish()
-    .describe('A conversation kept in <file>.meta.yaml under $history, sliced like Python'),
+    .describe('Earlier turns: conversation `key` of $history in <file>.meta.yaml, from start to before end'),
 });
 
-/** `<file>.py.meta.yaml` or `<file>.meta.yaml` beside a test file. */
+/**
+ * `<stem>.meta.yaml` beside a test file. Only `$history` is read; a group whose key starts with `#` or whose value is
+ * null is skipped, as the reference skips it. Messages are checked when a task takes them (historyMessageSchema).
+ */
 export const testMetaFileSchema = z.looseObject({
-  $history: z.record(z.string(), z.array(historyMessageSchema)).default({}),
+  $history: z
+    .record(z.string(), z.unknown())
+    .nullish()
+    .transform((v) => v ?? {})
+    .describe('conversation key -> list of messages (rawHistoryMessageSchema each)'),
 });
 
 export const datasetServerSchema = z.discriminatedUnion('type', [
@@ -79,12 +143,19 @@ export const datasetServerSchema = z.discriminatedUnion('type', [
     env: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()]).transform(String)).nullish(),
     cwd: z.string().nullish().describe('Relative to servers.yaml (default: its folder)'),
   }),
-  z.looseObject({ type: z.literal('mcp-remote'), url: z.url() }),
+  z.looseObject({
+    type: z.literal('mcp-remote'),
+    endpoint: z.string().min(1).describe("The server's URL (the reference's field name; `url` is not read)"),
+    transport: z.enum(['sse', 'streamable-http']).default('streamable-http'),
+  }),
 ]);
 
 /** servers.yaml; each entry is checked on its own (datasetServerSchema), so one bad server blocks only itself. */
 export const serversFileSchema = z.looseObject({
-  use_internal_servers: z.boolean().nullish(),
+  use_internal_servers: z
+    .boolean()
+    .nullish()
+    .describe("The reference's default (absent) is true: servers it ships itself, thinkingbox/tools/mcp_<name>.py"),
   servers: z.record(z.string(), z.unknown()),
 });
 
@@ -154,6 +225,7 @@ export const importedTaskSchema = z
     world_state: z.record(z.string(), json.nullable()),
     /** query, user_context and bot_instructions are `.format(init=<init result>)`-ed when the episode starts. */
     format_query: z.boolean(),
+    /** Earlier turns shown before the query; their tool calls are replayed into the servers first. */
     history: z.array(historyMessageSchema),
     tags: z.array(z.string()),
     /** Listed in --exclude-uids: may be evaluated, never trained on. */
@@ -179,6 +251,8 @@ export const importedSuiteSchema = z
     dataset_dir: z.string(),
     /** Server package folders (each with a pyproject.toml) the dataset environment installs. */
     server_packages: z.array(z.string()),
+    /** The folder holding dataset/, servers/ and support/ (resolved): THINKINGBOX_DATA of the tool servers. */
+    data_root: z.string().optional().describe('THINKINGBOX_DATA of the tool servers; absent: not set'),
     servers: z.record(z.string(), serverSpecSchema),
     scenarios: z.record(z.string(), importedScenarioSchema),
     tasks: z.array(importedTaskSchema),
@@ -193,3 +267,4 @@ export type ImportedScenario = z.infer<typeof importedScenarioSchema>;
 export type ImportedTask = z.infer<typeof importedTaskSchema>;
 export type ImportedSuite = z.infer<typeof importedSuiteSchema>;
 export type NativeTestPattern = z.infer<typeof nativeTestPatternSchema>;
+export type HistoryMessage = z.infer<typeof historyMessageSchema>;

@@ -6,6 +6,7 @@ import {
   type NativeToolCall,
   type ToolSpecForTyping,
 } from './interpret/index.ts';
+import { THINK_CLOSE, THINK_OPEN } from './interpret/think-blocks.ts';
 
 /**
  * Training/evaluation parity: every recorded model output is interpreted again through the path training
@@ -17,13 +18,20 @@ import {
 export interface RecordedOutput {
   raw: string;
   native?: NativeToolCall[];
+  /** The reasoning a chat server split out of the text (`reasoning_content`), when it did. */
+  reasoning?: string;
   interpretation: Interpretation;
 }
 export type InterpretationPath = (output: RecordedOutput, tools: ToolSpecForTyping[]) => Interpretation;
 
-export const trainingPath: InterpretationPath = (o, tools) => interpretCompletion(o.raw, tools);
+/** The text as sampled: a reasoning the server split out went before the rest, in its think block. */
+export const trainingPath: InterpretationPath = (o, tools) =>
+  interpretCompletion(o.reasoning ? `${THINK_OPEN}${o.reasoning}${THINK_CLOSE}${o.raw}` : o.raw, tools);
 export const evaluationPath: InterpretationPath = (o, tools) =>
-  interpretNativeMessage({ content: o.raw, tool_calls: o.native?.length ? o.native : null }, tools);
+  interpretNativeMessage(
+    { content: o.raw, reasoning_content: o.reasoning ?? null, tool_calls: o.native?.length ? o.native : null },
+    tools,
+  );
 
 export interface ParityDifference {
   episode: string;

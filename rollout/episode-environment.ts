@@ -1,7 +1,9 @@
 import type { Scenario, Task } from '../config/task-schema.ts';
 import type { ExampleExchange } from '../core/agent-prompt.ts';
 import type { Judge } from './judge-client.ts';
-import { openToolSession, type ToolSession } from './mcp-tool-session.ts';
+import { openToolSession, type ToolResult, type ToolSession } from './mcp-tool-session.ts';
+import type { ChatMessage } from './policy-client.ts';
+import type { VisibleTurn } from '../core/user-simulator-prompt.ts';
 import type { SandboxPool } from '../sandbox/sandbox-pool.ts';
 import type { GradeReport, TerminalStateGrader } from '../sandbox/terminal-state-grader.ts';
 
@@ -27,8 +29,30 @@ export interface GradeRequest {
   judge?: Judge;
 }
 
+/**
+ * A tool result that also carries a direct response (a ThinkingBox `direct_response` tool): text the framework
+ * shows as an assistant message once the completion's tool results are in.
+ */
+export type EnvironmentToolResult = ToolResult & { directResponse?: string };
+
+/** Earlier turns of the conversation (a ThinkingBox task's `history`), shown before the query. */
+export interface EpisodeHistory {
+  /** As the policy sees them: texts, tool calls and tool results. */
+  messages: ChatMessage[];
+  /** The visible user and assistant texts, as the simulated user sees them. */
+  transcript: VisibleTurn[];
+  /** The last assistant reply among them: `x.response` when the agent writes none of its own. */
+  lastReply?: string;
+  /** Direct responses among them (the start of `x.tool_direct_responses`). */
+  directResponses: string[];
+  /** Replayed tool calls that failed (the reference's `replay_warnings`; the episode still runs). */
+  replayWarnings?: string[];
+}
+
 export interface OpenedEnvironment {
   tools: ToolSession;
+  /** Earlier turns, already replayed into the backend, to put before the query. */
+  history?: EpisodeHistory;
   /** Query and system messages known only once the backend is open (a ThinkingBox `format_query` task). */
   formatted?: { query: string; systemMessages: string[] };
   grade(request: GradeRequest): Promise<GradeReport>;
@@ -36,11 +60,8 @@ export interface OpenedEnvironment {
   close(): Promise<void>;
 }
 
-/** The task fields the episode loop reads, whatever the task format. */
-export type EpisodeTask = Pick<Task, 'uid' | 'query' | 'user_context' | 'user_replies' | 'limits'> & {
-  /** Earlier turns of the conversation, shown before the query. */
-  history?: { role: 'user' | 'assistant'; content: string }[];
-};
+/** The task fields the episode loop reads, whatever the task format (earlier turns come from the backend). */
+export type EpisodeTask = Pick<Task, 'uid' | 'query' | 'user_context' | 'user_replies' | 'limits'>;
 
 export interface EpisodeEnvironment {
   /** Domain policy appended to our agent system prompt (native suites). */

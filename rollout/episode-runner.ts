@@ -11,7 +11,12 @@ import { interpretCompletion, interpretNativeMessage, type Interpretation } from
 import type { SystemMessageHandling } from '../core/system-message-merge.ts';
 import type { VisibleTurn } from '../core/user-simulator-prompt.ts';
 import type { Judge } from './judge-client.ts';
-import type { EpisodeEnvironment, EpisodeTask, OpenedEnvironment } from './episode-environment.ts';
+import type {
+  EnvironmentToolResult,
+  EpisodeEnvironment,
+  EpisodeTask,
+  OpenedEnvironment,
+} from './episode-environment.ts';
 import type { ChatMessage, SamplingParams } from './policy-client.ts';
 import type { Generation, PolicyDriver, Trajectory } from './policy-driver.ts';
 import type { SimulatedUser } from './simulated-user.ts';
@@ -32,7 +37,6 @@ export type FinishReason =
   | 'user_finished'
   | 'agent_turn_limit'
   | 'token_budget'
-  | 'turn_token_cap'
   | 'context_overflow'
   | 'wall_clock_timeout'
   | 'infrastructure_error';
@@ -50,7 +54,6 @@ const GRADED: ReadonlySet<FinishReason> = new Set([
   'user_finished',
   'agent_turn_limit',
   'token_budget',
-  'turn_token_cap',
   'context_overflow',
 ]);
 
@@ -81,6 +84,8 @@ export interface RecordedCompletion {
   raw: string;
   native?: unknown;
   finishReason: string;
+  /** The reasoning the chat server split out of `raw` (`reasoning_content`), when it did. */
+  reasoning?: string;
   interpretation: Interpretation;
 }
 /** One role's calls and token counts within an episode (policy, simulated user or judge). */
@@ -220,8 +225,8 @@ interface EpisodeInPlay {
   typingSpecs: { name: string; inputSchema: Record<string, unknown> }[];
   /** The conversation as the simulated user sees it. */
   transcript: VisibleTurn[];
-  /** Context tokens of the initial prompt: the episode budget counts what follows it (the reference's rule). */
-  promptTokens: number;
+  /** The last reply the agent wrote to the user (or the history's): `x.response`, and what rubrics judge. */
+  lastReply: string;
   maxAgentTurns: number;
   conversational: boolean;
   userReplies: number;
@@ -286,11 +291,11 @@ async function startConversation(
           hasScenarioExamples: examples.length > 0,
         }),
       ];
-  const history = task.history ?? [];
+  const history = opened.history;
   record.messages.push(
     ...system.map((content) => ({ role: 'system' as const, content })),
     ...exampleTurns(examples),
-    ...history,
+    ...(history?.messages ?? []),
     {
       role: 'user',
       content: query,
@@ -308,10 +313,11 @@ async function startConversation(
   return {
     ...setup,
     typingSpecs,
-    promptTokens: deps.policy.contextTokens(),
-    transcript: [...history.map((m) => ({ role: m.role, text: m.content })), { role: 'user', text: query }],
+    transcript: [...(history?.transcript ?? []), { role: 'user', text: query }],
+    lastReply: history?.lastReply ?? '',
     maxAgentTurns: task.limits.max_agent_turns ?? options.limits.maxAgentTurns ?? Infinity,
-    conversational: task.user_context !== undefined || task.user_replies !== undefined,
+    // As the reference: no simulated user without a (non-empty) context to play from.
+    conversational: Boolean(task.user_context) || task.user_replies !== undefined,
     userReplies: 0,
   };
 }
@@ -321,6 +327,12 @@ async function agentTurn(run: EpisodeInPlay, turn: number): Promise<FinishReason
   const completion = await agentCompletion(run, turn);
   if ('finish' in completion) return completion.finish;
   const { generation, interpretation } = completion;
+  // Visible text is said to the user whether or not tool calls follow it (the reference's transcript and
+  // `x.response` hold it too); a completion showing nothing leaves the last reply as it was.
+  if (interpretation.text !== '') {
+    run.lastReply = interpretation.text;
+    if (interpretation.toolCalls.length > 0) run.transcript.push({ role: 'assistant', text: interpretation.text });
+  }
   const { finish, observations } = await callTools(run, turn, generation, interpretation);
   run.deps.onTurn?.({ turn, toolCalls: run.record.toolCalls.length, userReplies: run.userReplies });
   if (finish) return finish;
@@ -329,18 +341,26 @@ async function agentTurn(run: EpisodeInPlay, turn: number): Promise<FinishReason
     await run.timed('toolMs', () => run.deps.policy.observe(observations));
     return undefined;
   }
+  // Cut at its token cap with nothing visible yet (inside its reasoning), the completion is no message to the
+  // user: the agent goes on, as the reference asks the agent again after a reasoning-only completion.
+  if (generation.finishReason === 'length' && interpretation.text === '') return undefined;
   // A message without tool calls goes to the user.
   return userTurn(run, interpretation.text);
 }
 
-/** The turn's completion, within the turn and token limits, recorded; or the limit that ends the episode. */
+/**
+ * The turn's completion, within the turn and token limits, recorded; or the limit that ends the episode. A
+ * completion cut at its token cap is interpreted like any other (the reference reads whatever came back): a
+ * finished tool call in it runs, an unfinished one comes back as an error; only an exhausted episode budget ends
+ * the episode.
+ */
 async function agentCompletion(
   run: EpisodeInPlay,
   turn: number,
 ): Promise<{ finish: FinishReason } | { generation: Generation; interpretation: Interpretation }> {
   const { deps, options, record } = run;
   if (turn >= run.maxAgentTurns) return { finish: 'agent_turn_limit' };
-  const room = options.limits.episodeTokenBudget - (deps.policy.contextTokens() - run.promptTokens);
+  const room = options.limits.episodeTokenBudget - deps.policy.tokensAfterPrompt();
   if (room <= 0) return { finish: 'token_budget' };
   const maxTokens = Math.min(options.limits.maxTokensPerTurn, room);
   let generation: Generation;
@@ -360,17 +380,19 @@ async function agentCompletion(
     output: record.usage.policy.output + generation.usage.output,
     cached: record.usage.policy.cached + generation.usage.cached,
   });
-  const interpretation = generation.native?.length
-    ? interpretNativeMessage(
-        { content: generation.raw, reasoning_content: generation.reasoning, tool_calls: generation.native },
-        run.typingSpecs,
-      )
-    : interpretCompletion(generation.raw, run.typingSpecs);
+  const interpretation =
+    generation.native?.length || generation.reasoning
+      ? interpretNativeMessage(
+          { content: generation.raw, reasoning_content: generation.reasoning, tool_calls: generation.native },
+          run.typingSpecs,
+        )
+      : interpretCompletion(generation.raw, run.typingSpecs);
   record.completions.push({
     turn,
     raw: generation.raw,
     native: generation.native,
     finishReason: generation.finishReason,
+    ...(generation.reasoning ? { reasoning: generation.reasoning } : {}),
     interpretation,
   });
   record.messages.push({
@@ -378,8 +400,6 @@ async function agentCompletion(
     content: generation.raw,
     ...(generation.native?.length ? { tool_calls: generation.native } : {}),
   });
-  if (generation.finishReason === 'length')
-    return { finish: maxTokens < options.limits.maxTokensPerTurn ? 'token_budget' : 'turn_token_cap' };
   return { generation, interpretation };
 }
 
@@ -391,10 +411,16 @@ async function callTools(
   interpretation: Interpretation,
 ): Promise<{ finish?: FinishReason; observations: ChatMessage[] }> {
   const observations: ChatMessage[] = [];
+  // Direct responses (ThinkingBox `direct_response` tools) follow the results as assistant messages.
+  const directs: ChatMessage[] = [];
+  const withDirects = (finish?: FinishReason) => {
+    for (const d of directs) run.transcript.push({ role: 'assistant', text: d.content });
+    return { ...(finish ? { finish } : {}), observations: [...observations, ...directs] };
+  };
   for (const call of interpretation.toolCalls) {
-    if (call.name === END_TURN_TOOL.name) return { finish: 'end_turn', observations };
+    if (call.name === END_TURN_TOOL.name) return withDirects('end_turn');
     const callId = generation.native?.[call.index]?.id;
-    let result: { text: string; isError: boolean; endTurn?: boolean };
+    let result: EnvironmentToolResult;
     if (call.parseError !== undefined)
       result = { text: `Error: could not parse the tool call: ${call.parseError}`, isError: true };
     else result = await run.timed('toolMs', () => run.opened.tools.callTool(call.name, call.arguments));
@@ -406,9 +432,10 @@ async function callTools(
       isError: result.isError,
     });
     observations.push({ role: 'tool', content: result.text, ...(callId ? { tool_call_id: callId } : {}) });
-    if (result.endTurn) return { finish: 'end_turn', observations };
+    if (result.directResponse !== undefined) directs.push({ role: 'assistant', content: result.directResponse });
+    if (result.endTurn) return withDirects('end_turn');
   }
-  return { observations };
+  return withDirects();
 }
 
 /** The agent's message to the user: it ends the episode (done, single turn, user limits) or the user replies. */
@@ -418,6 +445,8 @@ async function userTurn(run: EpisodeInPlay, text: string): Promise<FinishReason 
   if (text.trimEnd().endsWith(DONE_MARKER)) return 'done';
   if (!run.conversational) return 'single_turn';
   if (run.userReplies >= run.task.limits.max_user_turns) return 'user_turn_limit';
+  // No reply the agent could still answer: spare the simulated user's call.
+  if (deps.policy.tokensAfterPrompt() >= run.options.limits.episodeTokenBudget) return 'token_budget';
   const reply = await run.timed('userMs', () => deps.user.reply(run.transcript, run.userReplies));
   if (!reply) return 'user_finished';
   run.userReplies += 1;
@@ -437,7 +466,7 @@ async function userTurn(run: EpisodeInPlay, text: string): Promise<FinishReason 
 /** Grades the terminal state; grading is not the agent's time and has its own bound. */
 async function gradeEpisode(run: EpisodeInPlay): Promise<void> {
   const { deps, record } = run;
-  const lastAssistantText = run.transcript.filter((t) => t.role === 'assistant').at(-1)?.text ?? '';
+  const lastAssistantText = run.lastReply;
   const grade = await run.timed(
     'gradeMs',
     () =>

@@ -32,6 +32,7 @@ export function episodeRunOptions(config: EpisodeConfig, episodeId = ''): Episod
       topK: config.sampling.top_k,
       seed,
       stop: config.sampling.stop,
+      parallelToolCalls: config.sampling.parallel_tool_calls,
     },
     limits: {
       maxAgentTurns: config.limits.max_agent_turns,
@@ -76,7 +77,12 @@ export function episodeDependencies(
         : createChatDriver(toEndpoint(config.policy)),
     user: createSimulatedUser(
       config.user.mode === 'llm'
-        ? { mode: 'llm', endpoint: toEndpoint(config.user.endpoint), temperature: config.user.temperature }
+        ? {
+            mode: 'llm',
+            endpoint: toEndpoint(config.user.endpoint),
+            temperature: config.user.temperature,
+            maxTokens: config.user.max_tokens,
+          }
         : { mode: 'scripted' },
       task,
     ),

@@ -45,13 +45,14 @@ export interface Judge {
   ): Promise<JudgeCompletion>;
 }
 
+/** The reference's yes/no judge prompt, one sentence a line (the same text as the Python shim's judge). */
 export const JUDGE_SYSTEM_PROMPT =
-  'You are a judge, your task is to read the contents of a message and answer a question about the message. ' +
-  'A message will be presented between <message> and </message> tags, and a question will be asked afterwards. ' +
+  'You are a judge, your task is to read the contents of a message and answer a question about the message.\n' +
+  'A message will be presented between <message> and </message> tags, and a question will be asked afterwards.\n' +
   'Answer the question with a single word: Yes or No.';
 
-/** `<` and `>` (and `&`) HTML-escaped, as Python's html.escape(text, quote=False). */
-const escapeTags = (text: string) => text.replaceAll('&', '&amp;').replaceAll('<', '&lt;').replaceAll('>', '&gt;');
+/** `<` and `>` encoded as the reference does (`&` is left as it is, so an encoded tag stays ambiguous there too). */
+const escapeTags = (text: string) => text.replaceAll('<', '&lt;').replaceAll('>', '&gt;');
 
 export function judgeMessages(question: string, assistantMessage: string): JudgeMessage[] {
   return [

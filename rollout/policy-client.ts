@@ -51,6 +51,8 @@ export interface SamplingParams {
   stop?: string[];
   /** Per-call timeout overriding the endpoint's (the episode passes what is left of its wall clock). */
   timeoutMs?: number;
+  /** `parallel_tool_calls` of a chat request with tools; absent: not sent. */
+  parallelToolCalls?: boolean;
 }
 
 function apiKey(endpoint: Endpoint): string {
@@ -125,13 +127,17 @@ export async function chatComplete(
       max_tokens: sampling.maxTokens,
       ...(sampling.seed === undefined ? {} : { seed: sampling.seed }),
       ...(tools && tools.length ? { tools: tools as OpenAI.Chat.ChatCompletionTool[] } : {}),
+      ...(tools?.length && sampling.parallelToolCalls !== undefined
+        ? { parallel_tool_calls: sampling.parallelToolCalls }
+        : {}),
     });
     const choice = completion.choices[0];
     if (!choice) throw new Error('no choices in the response');
-    const message = choice.message as typeof choice.message & { reasoning_content?: string };
+    // vLLM renamed `reasoning_content` (still what DeepSeek-style APIs send) to `reasoning`: either is the reasoning.
+    const message = choice.message as typeof choice.message & { reasoning_content?: string; reasoning?: string };
     return {
       content: message.content ?? '',
-      reasoning: message.reasoning_content ?? undefined,
+      reasoning: message.reasoning_content ?? message.reasoning ?? undefined,
       nativeToolCalls: (message.tool_calls ?? [])
         .filter((c) => c.type === 'function')
         .map((c) => ({

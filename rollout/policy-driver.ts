@@ -51,7 +51,8 @@ export interface PolicyDriver {
   generate(sampling: SamplingParams): Promise<Generation>;
   /** Appends what the agent observes after its turn: tool results and/or the user's reply. */
   observe(messages: ChatMessage[]): Promise<void>;
-  contextTokens(): number;
+  /** Tokens of the episode after its opening prompt so far, which the episode token budget counts. */
+  tokensAfterPrompt(): number;
   trajectory(): Trajectory | undefined;
 }
 
@@ -65,9 +66,17 @@ async function openingFor(endpoint: Endpoint, initial: ChatMessage[]): Promise<P
   return { sent: systemMessages === 'merged' ? mergeSystemMessages(initial) : initial, systemMessages };
 }
 
+/**
+ * A chat server reports each call's prompt and output tokens. The budget counts every generated token (the
+ * conversation sent back may leave earlier reasoning out, which token mode keeps) plus the growth of the prompt
+ * between calls (tool results and user replies as rendered); the first call's prompt is the opening, not counted.
+ */
 export function createChatDriver(endpoint: Endpoint): PolicyDriver {
   const messages: ChatMessage[] = [];
   let context = 0;
+  let calls = 0;
+  let generated = 0;
+  let observedTokens = 0;
   let tools: unknown[] | undefined;
   return {
     async start(initial, offered) {
@@ -83,6 +92,9 @@ export function createChatDriver(endpoint: Endpoint): PolicyDriver {
         content: result.content,
         ...(result.nativeToolCalls?.length ? { tool_calls: result.nativeToolCalls } : {}),
       });
+      if (calls > 0) observedTokens += Math.max(0, result.usage.input - context);
+      calls += 1;
+      generated += result.usage.output;
       context = result.usage.input + result.usage.output;
       return {
         raw: result.content,
@@ -96,7 +108,7 @@ export function createChatDriver(endpoint: Endpoint): PolicyDriver {
     async observe(observed) {
       messages.push(...observed);
     },
-    contextTokens: () => context,
+    tokensAfterPrompt: () => generated + observedTokens,
     trajectory: () => undefined,
   };
 }
@@ -151,7 +163,9 @@ export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
   const logprobs: number[] = [];
   let anchorTokens: number[] | undefined;
   let terminator: number[] = [];
-  let turnOpen = false; // a sampled turn that ended with a stop token or string, waiting for its observation
+  let opening = 0;
+  // A sampled turn that ended (stop token or string, or cut at its token cap), waiting for its observation.
+  let turnOpen = false;
   const push = (tokens: number[], m: 0 | 1, lp?: number[]) => {
     ids.push(...tokens);
     mask.push(...tokens.map(() => m));
@@ -162,6 +176,7 @@ export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
       tools = offered;
       const { sent, ...start } = await openingFor(endpoint, initial);
       push(await tokenizeMessages(endpoint, sent, { addGenerationPrompt: true, tools }), 0);
+      opening = ids.length;
       anchorTokens = await tokenizeMessages(endpoint, ANCHOR, { addGenerationPrompt: false, tools });
       terminator = await assistantTerminator(endpoint, tools);
       return start;
@@ -170,7 +185,7 @@ export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
       const prompt = ids.length;
       const out = await completeTokens(endpoint, ids, sampling);
       push(out.tokenIds, 1, out.logprobs);
-      turnOpen = out.finishReason === 'stop';
+      turnOpen = out.finishReason === 'stop' || out.finishReason === 'length';
       return {
         raw: out.text,
         finishReason: out.finishReason,
@@ -180,7 +195,9 @@ export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
     },
     async observe(observed) {
       if (!turnOpen)
-        throw new InfrastructureError('observe() needs a sampled turn that ended with a stop token before it');
+        throw new InfrastructureError(
+          'observe() needs a sampled turn that ended with a stop token or at its token cap before it',
+        );
       turnOpen = false;
       const anchor = anchorTokens!;
       const rendered = await tokenizeMessages(endpoint, [...ANCHOR, ...observed], { addGenerationPrompt: true, tools });
@@ -192,11 +209,12 @@ export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
         );
       }
       // The template closes the assistant turn after its content. A turn that ended on the end-of-turn token
-      // sampled it already; one cut by a stop string did not. What was not sampled goes in with mask 0.
+      // sampled it already; one cut by a stop string or the token cap did not. What was not sampled goes in with
+      // mask 0.
       const closing = ids[ids.length - 1] === terminator[0] ? terminator.slice(1) : terminator;
       push([...closing, ...rendered.slice(anchor.length)], 0);
     },
-    contextTokens: () => ids.length,
+    tokensAfterPrompt: () => ids.length - opening,
     trajectory: () => ({ tokenIds: [...ids], lossMask: [...mask], logprobs: [...logprobs] }),
   };
 }

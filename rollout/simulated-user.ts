@@ -1,12 +1,22 @@
 import type { Task } from '../config/task-schema.ts';
-import { buildUserSimulatorPrompt, USER_SIMULATOR_SYSTEM, type VisibleTurn } from '../core/user-simulator-prompt.ts';
+import {
+  buildUserSimulatorPrompt,
+  cleanUserSimulatorReply,
+  USER_SIMULATOR_SYSTEM,
+  type VisibleTurn,
+} from '../core/user-simulator-prompt.ts';
 import { chatComplete, type Endpoint } from './policy-client.ts';
 
 /**
- * The simulated user: `scripted` replays the task's `user_replies` in order (tests, the offline default);
- * `llm` asks an OpenAI-compatible model, statelessly, at temperature 0.3. A null reply ends the episode.
- * An endpoint failure propagates as an InfrastructureError (never graded).
+ * The simulated user: `scripted` replies the task's `user_replies` in order (tests, the offline default);
+ * `llm` asks an OpenAI-compatible model, statelessly, with the reference's prompt (core/user-simulator-prompt.ts),
+ * at the reference's temperature 0.3 and generation cap of 4,096 tokens, and cleans the reply as the reference does.
+ * A null reply ends the episode. An endpoint failure propagates as an InfrastructureError (never graded).
  */
+
+/** The reference's user-model completion cap (its sessions' `max_completion_tokens` default). */
+export const USER_SIMULATOR_MAX_TOKENS = 4096;
+export const USER_SIMULATOR_TEMPERATURE = 0.3;
 
 export type UserSimulatorConfig =
   { mode: 'scripted' } | { mode: 'llm'; endpoint: Endpoint; temperature?: number; maxTokens?: number };
@@ -41,9 +51,13 @@ export function createSimulatedUser(
           { role: 'system', content: USER_SIMULATOR_SYSTEM },
           { role: 'user', content: buildUserSimulatorPrompt(task.user_context ?? '', transcript) },
         ],
-        { temperature: config.temperature ?? 0.3, topP: 1, maxTokens: config.maxTokens ?? 512 },
+        {
+          temperature: config.temperature ?? USER_SIMULATOR_TEMPERATURE,
+          topP: 1,
+          maxTokens: config.maxTokens ?? USER_SIMULATOR_MAX_TOKENS,
+        },
       );
-      return { text: result.content.trim(), modelCall: true, usage: result.usage };
+      return { text: cleanUserSimulatorReply(result.content), modelCall: true, usage: result.usage };
     },
   };
 }

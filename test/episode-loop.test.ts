@@ -62,8 +62,9 @@ async function episode(t: Task, script: DoubleReply[], limits: Record<string, nu
   doubles.push(policy);
   const policyUrl = await policy.start();
   let userConfig: unknown = { mode: 'scripted' };
+  let userDouble: OpenAIWireProtocolDouble | undefined;
   if (user !== undefined) {
-    const userDouble = new OpenAIWireProtocolDouble(() => user);
+    userDouble = new OpenAIWireProtocolDouble(() => user);
     doubles.push(userDouble);
     userConfig = {
       mode: 'llm',
@@ -81,7 +82,7 @@ async function episode(t: Task, script: DoubleReply[], limits: Record<string, nu
     'test:loop',
     episodeRunOptions(config),
   );
-  return { record, policy };
+  return { record, policy, userDouble };
 }
 
 test('a right tool call then <DONE> ends the episode and succeeds', async () => {
@@ -157,25 +158,83 @@ test('the user-turn limit ends a conversation, which is then graded', async () =
   assert.equal(record.outcome, 'success');
 });
 
-test(
-  'a completion cut at the per-turn cap and an exhausted episode budget end the episode, which is ' + 'graded',
-  async () => {
-    const cut = await episode(
-      task,
-      [{ content: 'I will think about this for a very long time', finishReason: 'length' }],
-      { max_tokens_per_turn: 8 },
-    );
-    assert.equal(cut.record.finishReason, 'turn_token_cap');
-    assert.equal(cut.policy.requests[0]!.max_tokens, 8);
-    const budget = await episode(task, [{ content: call('approve', { order_id: 2 }), completionTokens: 40 }], {
-      episode_token_budget: 60,
-    });
-    assert.equal(budget.record.finishReason, 'token_budget');
-    assert.ok(budget.record.grade, 'graded');
-    assert.equal(budget.record.outcome, 'agent_failure', 'the wrong order was approved');
-    assert.equal(budget.policy.requests[1]!.max_tokens, 10, 'the next turn may only use what is left of the budget');
-  },
-);
+test('a completion cut at the per-turn cap is interpreted and the episode goes on (the reference rule)', async () => {
+  // A finished tool call before the cut runs; the agent then carries on.
+  const cut = await episode(
+    task,
+    [`${call('approve', { order_id: 1 })}\nNow let me also explain at great length`, 'Order 1 is approved. <DONE>'],
+    { max_tokens_per_turn: 8 },
+  );
+  assert.equal(cut.record.finishReason, 'done');
+  assert.equal(cut.policy.requests[0]!.max_tokens, 8);
+  assert.equal(cut.record.completions[0]!.finishReason, 'length');
+  assert.deepEqual(
+    cut.record.toolCalls.map((c) => [c.name, c.arguments, c.isError]),
+    [['approve', { order_id: 1 }, false]],
+  );
+  assert.equal(cut.record.outcome, 'success');
+  // Cut inside its reasoning, the completion shows the user nothing: the agent is asked again, the user is not.
+  const thinking = await episode(chatty, [
+    { content: '<think>I will think about this for a very long', finishReason: 'length', completionTokens: 50 },
+    call('approve', { order_id: 1 }),
+    'Done. <DONE>',
+  ]);
+  assert.equal(thinking.record.finishReason, 'done');
+  assert.equal(thinking.policy.requests.length, 3);
+  assert.deepEqual(
+    thinking.record.messages.filter((m) => m.role === 'user').map((m) => m.content),
+    ['Approve order 1.'],
+  );
+  assert.equal(thinking.record.outcome, 'success');
+  // Cut after some visible text, it is a message to the user, who answers it.
+  const talking = await episode(chatty, [
+    { content: 'Let me look into', finishReason: 'length' },
+    call('approve', { order_id: 1 }),
+    'Done. <DONE>',
+  ]);
+  assert.equal(talking.record.finishReason, 'done');
+  assert.deepEqual(
+    talking.record.messages.filter((m) => m.role === 'user').map((m) => m.content),
+    ['Approve order 1.', 'please go on'],
+  );
+});
+
+test('the episode budget counts what follows the prompt; once spent, the episode ends and is graded', async () => {
+  // The double reports 10 prompt tokens on every call: only the 40 generated tokens count, not the prompt.
+  const budget = await episode(task, [{ content: call('approve', { order_id: 2 }), completionTokens: 40 }], {
+    episode_token_budget: 60,
+  });
+  assert.equal(budget.policy.requests[1]!.max_tokens, 20, 'the next turn may only use what is left of the budget');
+  assert.equal(budget.record.finishReason, 'token_budget');
+  assert.equal(budget.record.toolCalls.length, 2, 'the call of the completion cut by the budget ran');
+  assert.ok(budget.record.grade, 'graded');
+  assert.equal(budget.record.outcome, 'agent_failure', 'the wrong order was approved');
+});
+
+test('the simulated user sees each visible assistant text in the reference prompt; its reply is cleaned', async () => {
+  const { record, userDouble } = await episode(
+    chatty,
+    [`Let me check.\n${call('approve', { order_id: 1 })}`, 'Which other order?', 'Done. <DONE>'],
+    {},
+    '"User: Only order 1."',
+  );
+  assert.equal(record.finishReason, 'done');
+  const request = userDouble!.requests[0]!;
+  assert.equal(request.max_tokens, 4096);
+  assert.equal(request.temperature, 0.3);
+  assert.match(request.messages[0]!.content, /^\nYou are the USER in a chat with an assistant\./);
+  assert.match(
+    request.messages[1]!.content,
+    /User: Approve order 1\.\n\nAssistant: Let me check\.\n\nAssistant: Which other order\?\n=== END/,
+  );
+  assert.match(request.messages[1]!.content, /\nUSER_CONTEXT:\nYou want order 1 approved\.\n/);
+  assert.match(request.messages[1]!.content, /\nLAST_ASSISTANT_MESSAGE:\nWhich other order\?\n/);
+  assert.deepEqual(
+    record.messages.filter((m) => m.role === 'user').map((m) => m.content),
+    ['Approve order 1.', 'User: Only order 1.'],
+    'quotes removed after the role-label check, as the reference orders it',
+  );
+});
 
 test('the whole-episode wall-clock limit stops a slow agent', async () => {
   // The first generation alone outlasts the limit, so the deadline passes in the agent's own time (the deadline

@@ -5,7 +5,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { readEnvironment, repoRoot } from '../../config/environment.ts';
 import { BadInputError, InfrastructureError } from '../../core/errors.ts';
+import { isInside, unchangedPath } from './dataset-paths.ts';
 import { DatasetSandbox, helperPackageDir, hostProgram, pythonRoots } from './dataset-sandbox.ts';
+import { loadImportedSuite } from './imported-suite.ts';
 import { hostPort, startIndexProxy } from './index-proxy.ts';
 import { readPipIndexConfig } from './pip-index-config.ts';
 import { readDeclaredRequirements, type DeclaredRequirement } from './requirement-specs.ts';
@@ -13,10 +15,12 @@ import { readDeclaredRequirements, type DeclaredRequirement } from './requiremen
 /**
  * The Python environment a ThinkingBox-format dataset's code runs in (its tool servers and its test files):
  * one cached venv per dataset, keyed by the dependencies its server packages declare in their own
- * pyproject.toml and by the constraints file we keep (thinkingbox/dataset-env/constraints.txt: the declared
- * dependencies float, and the bench servers break with fastmcp 4.x). The packages themselves are not
- * installed: their folders go on PYTHONPATH (installing would build inside the dataset folder, which we
- * read in place and never write). Our `thinkingbox.common` (thinkingbox/shim) goes on PYTHONPATH of test code.
+ * pyproject.toml, by the packages' files, and by the constraints file we keep
+ * (thinkingbox/dataset-env/constraints.txt: the declared dependencies float, and the bench servers break with
+ * fastmcp 4.x). The server packages are installed into it (so a `src/` layout, console scripts and setup.py
+ * dependencies work) from copies kept inside the venv: pip builds in the source folder, and the dataset is read
+ * in place and never written. Our `thinkingbox.common` (thinkingbox/shim) goes on
+ * PYTHONPATH of test code.
  */
 
 export const CONSTRAINTS_FILE = path.join(repoRoot, 'thinkingbox', 'dataset-env', 'constraints.txt');
@@ -25,9 +29,11 @@ export const SHIM_DIR = path.join(repoRoot, 'thinkingbox', 'shim');
 export interface DatasetEnvironment {
   /** The venv's interpreter: what "{python}" in servers.yaml means. */
   python: string;
-  /** Server package folders (on PYTHONPATH of the servers). */
+  /** Server package folders of the dataset (installed into the venv from copies of them). */
   packages: string[];
   venv: string;
+  /** The data root the import recorded (THINKINGBOX_DATA; its support/ is what the servers read), if any. */
+  dataRoot?: string;
 }
 
 function cacheRoot(): string {
@@ -60,10 +66,82 @@ export function declaredDependencies(packages: string[]): string[] {
   return JSON.parse(run.stdout) as string[];
 }
 
-function environmentKey(dependencies: string[]): string {
+/** One entry of a server package as it is copied and hashed: a folder, a file, or a link kept inside it. */
+type PackageEntry =
+  { rel: string; kind: 'dir' } | { rel: string; kind: 'file' } | { rel: string; kind: 'link'; target: string };
+
+/** What a build leaves in a source folder (and a dataset author's own builds): neither copied nor hashed. */
+function isBuildOutput(rel: string, name: string): boolean {
+  if (name === '__pycache__' || name === '.git' || name.endsWith('.pyc') || name.endsWith('.egg-info')) return true;
+  return rel === name && (name === 'build' || name === 'dist');
+}
+
+/**
+ * The entries of a server package folder, sorted; symbolic links are kept as links relative to the package (one
+ * leading out of it is refused: the copy would show its target to the install and the servers). The folder
+ * itself must still be the path the import checked.
+ */
+function packageEntries(pkg: string): PackageEntry[] {
+  const root = unchangedPath(pkg, 'server package');
+  const entries: PackageEntry[] = [];
+  const visit = (dir: string) => {
+    for (const name of fs.readdirSync(dir).sort()) {
+      const full = path.join(dir, name);
+      const rel = path.relative(root, full);
+      if (isBuildOutput(rel, name)) continue;
+      const stat = fs.lstatSync(full);
+      if (stat.isSymbolicLink()) {
+        const target = fs.existsSync(full) ? fs.realpathSync(full) : undefined;
+        if (!target || !isInside(target, root))
+          throw new BadInputError(`server package ${root}: ${rel} is a link that leads out of the package`);
+        entries.push({ rel, kind: 'link', target: path.relative(root, target) });
+      } else if (stat.isDirectory()) {
+        entries.push({ rel, kind: 'dir' });
+        visit(full);
+      } else if (stat.isFile()) entries.push({ rel, kind: 'file' });
+    }
+  };
+  visit(root);
+  return entries;
+}
+
+/** A digest of the packages' files (names, contents, links): an edited server package is another environment. */
+function packagesDigest(packages: string[]): string {
+  const hash = createHash('sha256');
+  for (const pkg of packages) {
+    hash.update(`package\0${pkg}\0`);
+    for (const e of packageEntries(pkg)) {
+      hash.update(`${e.kind}\0${e.rel}\0`);
+      if (e.kind === 'link') hash.update(`${e.target}\0`);
+      if (e.kind === 'file') hash.update(fs.readFileSync(path.join(pkg, e.rel)));
+    }
+  }
+  return hash.digest('hex');
+}
+
+/** Copies each package into `dest` (one folder per package, named after it); returns the copies. */
+function copyPackages(packages: string[], dest: string): string[] {
+  const names = packages.map((p) => path.basename(p));
+  const twice = names.find((n, i) => names.indexOf(n) !== i);
+  if (twice) throw new BadInputError(`two server packages are named ${twice}: ${packages.join(', ')}`);
+  return packages.map((pkg, i) => {
+    const copy = path.join(dest, names[i]!);
+    fs.mkdirSync(copy, { recursive: true });
+    for (const e of packageEntries(pkg)) {
+      const to = path.join(copy, e.rel);
+      if (e.kind === 'dir') fs.mkdirSync(to);
+      else if (e.kind === 'file') fs.copyFileSync(path.join(pkg, e.rel), to);
+      else fs.symlinkSync(path.relative(path.dirname(to), path.join(copy, e.target)), to);
+    }
+    return copy;
+  });
+}
+
+function environmentKey(dependencies: string[], packages: string[]): string {
   const python = spawnSync('python3', ['-c', 'import sys;print(sys.version.split()[0])'], { encoding: 'utf8' });
   return createHash('sha256')
     .update(JSON.stringify({ dependencies, constraints: fs.readFileSync(CONSTRAINTS_FILE, 'utf8') }))
+    .update(packagesDigest(packages))
     .update(python.stdout.trim())
     .digest('hex')
     .slice(0, 16);
@@ -71,15 +149,18 @@ function environmentKey(dependencies: string[]): string {
 
 function venvFor(packages: string[]): { venv: string; dependencies: string[] } {
   const dependencies = declaredDependencies(packages);
-  return { venv: path.join(cacheRoot(), `env-${environmentKey(dependencies)}`), dependencies };
+  return { venv: path.join(cacheRoot(), `env-${environmentKey(dependencies, packages)}`), dependencies };
 }
 
 const ready = (venv: string) => fs.existsSync(path.join(venv, '.tbt-ready'));
 const known = new Map<string, DatasetEnvironment>();
 
-/** The dataset's environment if it has been built, else a clear error naming the command that builds it. */
+/**
+ * The dataset's environment if it has been built, else a clear error naming the command that builds it. With
+ * `suiteDir`, the imported suite there also gives the data root.
+ */
 export function datasetEnvironment(packages: string[], suiteDir?: string): DatasetEnvironment {
-  const cacheKey = JSON.stringify(packages);
+  const cacheKey = JSON.stringify([packages, suiteDir]);
   const cached = known.get(cacheKey);
   if (cached) return cached;
   const { venv } = venvFor(packages);
@@ -88,7 +169,8 @@ export function datasetEnvironment(packages: string[], suiteDir?: string): Datas
       `the Python environment of this dataset is not built (${venv}); run: tbt tasks prepare-env ` +
         `${suiteDir ?? 'SUITE_DIR'}`,
     );
-  const env = { python: path.join(venv, 'bin', 'python'), packages, venv };
+  const dataRoot = suiteDir ? loadImportedSuite(suiteDir).suite?.imported.data_root : undefined;
+  const env = { python: path.join(venv, 'bin', 'python'), packages, venv, ...(dataRoot ? { dataRoot } : {}) };
   known.set(cacheKey, env);
   return env;
 }
@@ -149,14 +231,24 @@ function installFailure(output: string, refusals: string[]): InfrastructureError
   return new InfrastructureError(`pip install (in the sandbox) failed: ${output.trim().slice(-1500)}${hint}${refused}`);
 }
 
+/** Where the venv keeps the copies of the server packages it has installed (editable: they stay in use). */
+const PACKAGE_COPIES = 'server-packages';
+
 /**
- * `pip install` of the validated requirements into `venv`, inside the dataset sandbox: the venv is its one
- * writable host folder, the operator's pip settings (no secrets) its configuration, and an HTTP proxy that reaches
- * only the index hosts its one way out. Wheels only, unless `allowSdist` names the projects whose build may run.
+ * `pip install` of the validated requirements and of the server packages into `venv`, inside the dataset sandbox:
+ * the venv is its one writable host folder, the operator's pip settings (no secrets) its configuration, and an
+ * HTTP proxy that reaches only the index hosts its one way out. Wheels only, unless `allowSdist` names the
+ * projects whose build may run; a server package is the dataset's own code and is built in any case.
+ *
+ * The packages are installed editable from copies inside the venv, in setuptools' `compat` mode (a .pth line
+ * naming the package's folder): a plain install leaves out the data files a package reads beside its modules
+ * when it has no MANIFEST.in (the bench servers' initial_data/), and setuptools' default editable finder is
+ * consulted only after a same-named folder in the server's working directory, which the bench's layout has.
  */
 function installInSandbox(
   venv: string,
   requirements: DeclaredRequirement[],
+  packages: string[],
   options: PrepareOptions,
   log: (line: string) => void,
 ): void {
@@ -169,9 +261,13 @@ function installInSandbox(
   const formats = allowSdist.includes(':all:')
     ? ['--prefer-binary']
     : ['--only-binary', ':all:', ...(allowSdist.length ? ['--no-binary', allowSdist.join(',')] : [])];
+  const copies = copyPackages(packages, path.join(venv, PACKAGE_COPIES));
+  const editable = copies.length
+    ? ['--config-settings', 'editable_mode=compat', ...copies.flatMap((c) => ['--editable', c])]
+    : [];
   const pipArgs = [
     ...['-I', '-m', 'pip', 'install', '--no-input', '--disable-pip-version-check', '--no-cache-dir'],
-    ...['--progress-bar', 'off', '-c', CONSTRAINTS_FILE, ...formats, '--'],
+    ...['--progress-bar', 'off', '-c', CONSTRAINTS_FILE, ...formats, ...editable, '--'],
     ...requirements.map((r) => r.requirement),
   ];
   const work = fs.mkdtempSync(path.join(path.dirname(venv), '.prepare-'));
@@ -205,7 +301,10 @@ function installInSandbox(
   let failure: Error | undefined;
   try {
     if (sandboxUid !== ours.uid) setOwner(venv, sandboxUid, sandboxUid, false);
-    log(`pip install in the sandbox (${run.mode}): ${requirements.map((r) => r.requirement).join(' ')}`);
+    log(
+      `pip install in the sandbox (${run.mode}): ` +
+        [...requirements.map((r) => r.requirement), ...packages.map((p) => path.basename(p))].join(' '),
+    );
     const result = spawnSync(run.command, run.args, {
       env: run.env,
       cwd: run.cwd,
@@ -233,10 +332,47 @@ function installInSandbox(
   }
 }
 
+/** How long a build waits for another one of the same venv (which may be installing for up to its own limit). */
+const LOCK_WAIT_S = INSTALL_TIMEOUT_MS / 1000 + 600;
+
+/**
+ * Runs `build` holding an exclusive lock on `<venv>.lock`, so that two builds of one venv (two prepare-env runs,
+ * two workers) never write it at once: the second waits, then finds it ready. The lock is flock(2) on a
+ * descriptor of ours, taken by flock(1) (Node has no flock): it belongs to the open file, not to the helper, and
+ * goes away with our process, so a builder that dies leaves no stale lock.
+ */
+function holdingBuildLock<T>(venv: string, log: (line: string) => void, build: () => T): T {
+  const lockFile = `${venv}.lock`;
+  fs.mkdirSync(path.dirname(venv), { recursive: true });
+  const fd = fs.openSync(lockFile, 'a', 0o644);
+  try {
+    const take = (wait: string[]) =>
+      spawnSync(hostProgram('flock'), ['--exclusive', ...wait, '3'], {
+        stdio: ['ignore', 'ignore', 'pipe', fd],
+        encoding: 'utf8',
+        timeout: (LOCK_WAIT_S + 60) * 1000,
+        killSignal: 'SIGKILL',
+      });
+    let taken = take(['--nonblock']);
+    if (taken.status === 1) {
+      log(`waiting for another build of ${venv} to finish (${lockFile})`);
+      taken = take(['--wait', String(LOCK_WAIT_S)]);
+    }
+    if (taken.status !== 0)
+      throw new InfrastructureError(
+        `cannot lock ${lockFile} (another build of this environment still runs?): ` +
+          `${(taken.stderr || taken.error?.message || `flock exited ${taken.status}`).trim()}`,
+      );
+    return build();
+  } finally {
+    fs.closeSync(fd); // releases the lock
+  }
+}
+
 /**
  * Builds (once) the venv: `python3 -m venv` on the host (our interpreter only), then the dataset's declared
- * requirements, validated as PEP 508 (requirement-specs.ts), installed inside the sandbox (installInSandbox).
- * No dataset-controlled code runs on the host.
+ * requirements, validated as PEP 508 (requirement-specs.ts), and its server packages, installed inside the
+ * sandbox (installInSandbox). No dataset-controlled code runs on the host. One build at a time per venv.
  */
 export function prepareDatasetEnvironment(
   packages: string[],
@@ -249,26 +385,40 @@ export function prepareDatasetEnvironment(
     allowSourceUrls: allowSdist.length > 0,
   });
   const { venv } = venvFor(packages);
-  if (!ready(venv)) {
-    log(
-      `creating the dataset Python environment at ${venv}: ` +
-        `${requirements.map((r) => r.requirement).join(' ') || '(no dependencies)'}`,
-    );
-    fs.rmSync(venv, { recursive: true, force: true });
-    fs.mkdirSync(path.dirname(venv), { recursive: true });
-    const made = spawnSync('python3', ['-m', 'venv', venv], {
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'pipe'],
-      timeout: VENV_TIMEOUT_MS,
-      killSignal: 'SIGKILL',
+  if (!ready(venv))
+    holdingBuildLock(venv, log, () => {
+      if (!ready(venv)) buildEnvironment(venv, requirements, packages, options, log);
     });
-    if (made.status !== 0)
-      throw new InfrastructureError(`python3 -m venv failed: ${(made.stderr || made.error?.message || '').trim()}`);
-    if (requirements.length) installInSandbox(venv, requirements, options, log);
-    // Written by us, never through a name the install could have planted (a link would write elsewhere).
-    const marker = path.join(venv, '.tbt-ready');
-    fs.rmSync(marker, { force: true });
-    fs.writeFileSync(marker, `${requirements.map((r) => r.requirement).join('\n')}\n`, { flag: 'wx' });
-  }
   return datasetEnvironment(packages);
+}
+
+/** `python3 -m venv`, the install, and the marker that says the venv is complete. */
+function buildEnvironment(
+  venv: string,
+  requirements: DeclaredRequirement[],
+  packages: string[],
+  options: PrepareOptions,
+  log: (line: string) => void,
+): void {
+  log(
+    `creating the dataset Python environment at ${venv}: ` +
+      `${requirements.map((r) => r.requirement).join(' ') || '(no dependencies)'}` +
+      `${packages.length ? `; server packages ${packages.map((p) => path.basename(p)).join(', ')}` : ''}`,
+  );
+  fs.rmSync(venv, { recursive: true, force: true });
+  fs.mkdirSync(path.dirname(venv), { recursive: true });
+  const made = spawnSync('python3', ['-m', 'venv', venv], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+    timeout: VENV_TIMEOUT_MS,
+    killSignal: 'SIGKILL',
+  });
+  if (made.status !== 0)
+    throw new InfrastructureError(`python3 -m venv failed: ${(made.stderr || made.error?.message || '').trim()}`);
+  if (requirements.length || packages.length) installInSandbox(venv, requirements, packages, options, log);
+  // Written by us, never through a name the install could have planted (a link would write elsewhere).
+  const marker = path.join(venv, '.tbt-ready');
+  fs.rmSync(marker, { force: true });
+  const installed = [...requirements.map((r) => r.requirement), ...packages];
+  fs.writeFileSync(marker, `${installed.join('\n')}\n`, { flag: 'wx' });
 }

@@ -8,7 +8,7 @@ import {
   type ServerSpec,
 } from '../../config/thinkingbox-schema.ts';
 import { parseYamlFile, type TaskFileProblem } from '../../config/yaml-file.ts';
-import { isInside, outwardLinks } from './dataset-paths.ts';
+import { containedPath, isInside, outwardLinks } from './dataset-paths.ts';
 import { readAgent, readScenarios } from './dataset-scenarios.ts';
 import { readDatasetServers, serverPackagesIn, serversFileFor } from './dataset-servers.ts';
 import { listedTests, type ListedTest } from './listed-tests.ts';
@@ -90,7 +90,7 @@ function convertListedTasks(wanted: ListedTest[], sources: TaskSources): Importe
       uid: w.uid,
       file: w.file,
       fn,
-      defaults: file.defaults,
+      defaults: file.defaults.slice(0, fn.defaults_before),
       meta: metas.get(w.file)!,
       scenarios: sources.scenarios,
       servers: sources.servers,
@@ -104,6 +104,22 @@ function convertListedTasks(wanted: ListedTest[], sources: TaskSources): Importe
   return tasks;
 }
 
+/**
+ * The data root (THINKINGBOX_DATA, docs/thinkingbox-datasets.md): the folder holding the dataset folder beside
+ * servers/ or support/, as the public data is laid out, resolved. Its support/ is shown to the tool servers, so
+ * it must resolve inside the root and hold no link leading out of it; otherwise the root is not recorded.
+ */
+function dataRootOf(dataDir: string, problems: TaskFileProblem[]): string | undefined {
+  const parent = path.dirname(dataDir);
+  if (!fs.existsSync(path.join(parent, 'servers')) && !fs.existsSync(path.join(parent, 'support'))) return undefined;
+  const root = fs.realpathSync(parent);
+  const where = { file: path.join(root, 'support'), line: 1, field: '' };
+  const support = containedPath(root, 'support', where);
+  const outward = support.path && fs.existsSync(support.path) ? outwardLinks(support.path) : [];
+  problems.push(...(support.problem ? [support.problem] : []), ...outward);
+  return support.problem || outward.length ? undefined : root;
+}
+
 /** The suite keeps what its tasks use (a dataset's other scenarios and servers were still checked). */
 function importedSuite(
   request: ImportRequest,
@@ -111,6 +127,7 @@ function importedSuite(
   serverPackages: string[],
   sources: Pick<TaskSources, 'scenarios' | 'servers'>,
   tasks: ImportedTask[],
+  dataRoot: string | undefined,
 ): ImportedSuite {
   const usedScenarios = new Set(tasks.map((t) => t.scenario));
   const usedServers = new Set(tasks.flatMap((t) => Object.keys(t.world_state)));
@@ -121,6 +138,7 @@ function importedSuite(
       path.basename(dataDir === path.join(path.dirname(dataDir), 'dataset') ? path.dirname(dataDir) : dataDir),
     dataset_dir: dataDir,
     server_packages: serverPackages,
+    ...(dataRoot ? { data_root: dataRoot } : {}),
     servers: Object.fromEntries(Object.entries(sources.servers).filter(([name]) => usedServers.has(name))),
     scenarios: Object.fromEntries(Object.entries(sources.scenarios).filter(([name]) => usedScenarios.has(name))),
     tasks,
@@ -134,7 +152,7 @@ export function importThinkingboxDataset(request: ImportRequest): ImportResult {
   const list = parseYamlFile(request.listFile, testListSchema);
   problems.push(...list.problems);
   const serversFile = serversFileFor(dataDir, request.serversFile);
-  const { servers, dir: serversDir } = readDatasetServers(serversFile, problems);
+  const { servers, dir: serversDir, internal } = readDatasetServers(serversFile, problems);
   // Links leading out of what dataset code sees (the dataset folder, the servers folder mounted as a server's
   // cwd) are problems even where nothing names them.
   const realDataDir = fs.existsSync(dataDir) ? fs.realpathSync(dataDir) : dataDir;
@@ -144,13 +162,14 @@ export function importThinkingboxDataset(request: ImportRequest): ImportResult {
   ];
   problems.push(...outward);
   const agent = readAgent(dataDir, request.agent, problems);
-  const scenarios = readScenarios(dataDir, agent, servers, serversFile.file, problems);
+  const scenarios = readScenarios(dataDir, agent, servers, serversFile.file, problems, internal);
   const wanted = listedTests(list, request.listFile, dataDir, problems);
   const sources: TaskSources = { request, dataDir, scenarios, servers, problems, warnings };
   const tasks = convertListedTasks(wanted, sources);
   const serverPackages = serversDir ? serverPackagesIn(serversDir, outward, problems) : [];
+  const dataRoot = dataRootOf(dataDir, problems);
   return {
-    suite: importedSuite(request, dataDir, serverPackages, sources, tasks),
+    suite: importedSuite(request, dataDir, serverPackages, sources, tasks, dataRoot),
     problems,
     warnings,
     listed: wanted.length,

@@ -9,6 +9,7 @@ import {
 } from '../../config/thinkingbox-schema.ts';
 import { parseYamlFile, type TaskFileProblem } from '../../config/yaml-file.ts';
 import { containedPath } from './dataset-paths.ts';
+import { undefinedServerMessage, type InternalServers } from './dataset-servers.ts';
 
 /**
  * A dataset's scenarios as imported: each scenario/<name>.yaml combined with the chosen agent/<name>.yaml (its
@@ -102,6 +103,7 @@ export function readScenarios(
   servers: Record<string, ServerSpec>,
   serversFile: string,
   problems: TaskFileProblem[],
+  internal?: InternalServers,
 ): Record<string, ImportedScenario> {
   const scenarios: Record<string, ImportedScenario> = {};
   for (const file of yamlFilesIn(dataDir, 'scenario', problems)) {
@@ -115,7 +117,7 @@ export function readScenarios(
         file,
         line: r.lineOf(['world_state', missing[0]!]),
         field: `world_state.${missing[0]}`,
-        message: `server '${missing[0]}' is not defined in ${serversFile}`,
+        message: undefinedServerMessage(missing[0]!, serversFile, internal),
       });
       continue;
     }

@@ -33,8 +33,8 @@ export function serversFileFor(dataDir: string, requested: string | undefined): 
 const VARIABLE_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 /**
  * Names that change which code a program loads or runs before its own: the dynamic loader's, the shells', and
- * the interpreters' start-up hooks. PATH and PYTHONPATH are set by the launcher (the dataset's Python
- * environment, then the system folders; the server packages).
+ * the interpreters' start-up hooks. PATH is set by the launcher (the dataset's Python environment, then the
+ * system folders); server packages are installed into that environment, so nothing needs PYTHONPATH.
  */
 const LOADER_NAMES = new Set([
   'PATH',
@@ -68,7 +68,7 @@ function serverSpec(
   serversDir: string,
   where: { file: string; lineOf: (p: PropertyKey[]) => number },
 ): { spec?: ServerSpec; problems: TaskFileProblem[] } {
-  if (value.type === 'mcp-remote') return { spec: { transport: 'remote', url: value.url }, problems: [] };
+  if (value.type === 'mcp-remote') return { spec: { transport: 'remote', url: value.endpoint }, problems: [] };
   const at = (...p: string[]) => ({
     file: where.file,
     line: where.lineOf(['servers', name, ...p]),
@@ -89,13 +89,34 @@ function serverSpec(
 }
 
 /**
+ * `use_internal_servers` as the reference reads it (absent = true): a server servers.yaml does not define is then
+ * taken from the reference framework's own `thinkingbox/tools/mcp_<name>.py`, which no dataset carries.
+ */
+export interface InternalServers {
+  enabled: boolean;
+  /** Where servers.yaml says so (its first line when the field is absent). */
+  line: number;
+}
+
+/** Why a server that servers.yaml does not define cannot run, naming servers.yaml's `use_internal_servers`. */
+export function undefinedServerMessage(name: string, serversFile: string, internal: InternalServers | undefined) {
+  const base = `server '${name}' is not defined in ${serversFile}`;
+  if (!internal?.enabled) return base;
+  return (
+    `${base}; ${serversFile}:${internal.line}: use_internal_servers is true (absent means true), so the ` +
+    `reference framework would take it from its own thinkingbox/tools/mcp_${name}.py, which is not part of the ` +
+    `dataset: define '${name}' under servers: in servers.yaml`
+  );
+}
+
+/**
  * The servers servers.yaml defines, by name; each one that is not valid is a problem (and left out). `dir` is
  * the servers folder as resolved (where the server packages are), unless servers.yaml lies outside its root.
  */
 export function readDatasetServers(
   where: ServersFile,
   problems: TaskFileProblem[],
-): { servers: Record<string, ServerSpec>; dir?: string } {
+): { servers: Record<string, ServerSpec>; dir?: string; internal?: InternalServers } {
   const serversFile = where.file;
   const contained = containedPath(where.root, serversFile, { file: serversFile, line: 1, field: '' });
   if (contained.problem) {
@@ -116,7 +137,11 @@ export function readDatasetServers(
     problems.push(...server.problems);
     if (server.spec) servers[name] = server.spec;
   }
-  return { servers, dir: serversDir };
+  const flag = serversYaml.value?.use_internal_servers;
+  const internal = serversYaml.value
+    ? { enabled: flag ?? true, line: flag == null ? 1 : serversYaml.lineOf(['use_internal_servers']) }
+    : undefined;
+  return { servers, dir: serversDir, ...(internal ? { internal } : {}) };
 }
 
 /**

@@ -2,12 +2,19 @@ import { createHash } from 'node:crypto';
 import type { ImportedScenario, ImportedTask } from '../../config/thinkingbox-schema.ts';
 import { canonicalJson } from '../../core/canonical-json.ts';
 import { BadInputError, errorMessage } from '../../core/errors.ts';
-import type { GradeRequest } from '../../rollout/episode-environment.ts';
+import { interpretCompletion, interpretNativeMessage, type NativeToolCall } from '../../core/interpret/index.ts';
+import type { GradeRequest, ToolCallMade } from '../../rollout/episode-environment.ts';
 import { ungradedReport, type GradeReport } from '../../sandbox/terminal-state-grader.ts';
 import { gradeNatively } from './native-grading.ts';
 import { serverEffects, type ServerEffects } from './reserved-tools.ts';
 import type { StartedServer } from './stdio-server-pool.ts';
-import { runTestCase, type TestCaseResult, type TestContext } from './test-case-runner.ts';
+import {
+  runTestCase,
+  type ReferenceMessage,
+  type ReferenceToolCall,
+  type TestCaseResult,
+  type TestContext,
+} from './test-case-runner.ts';
 
 /**
  * Grading of a ThinkingBox episode: the terminal state from each server's `__reserved__geteffects`, then the
@@ -51,6 +58,98 @@ function recordTerminalState(report: GradeReport, effects: Record<string, Server
   );
 }
 
+/** An assistant or tool message of the episode's chat (the OpenAI chat shape the policy saw). */
+interface ChatLike {
+  role?: unknown;
+  content?: unknown;
+  tool_calls?: NativeToolCall[];
+  tool_call_id?: unknown;
+}
+
+const text = (role: 'system' | 'user' | 'assistant', content: string, tag?: string): ReferenceMessage => ({
+  T: 'Text',
+  role,
+  content,
+  metadata: tag ? { tag } : {},
+});
+
+/**
+ * The conversation in the reference's typed form (`x.messages`): system and user texts; per assistant completion
+ * its reasoning (tag think), its visible text (tag text) and its tool calls (one ParallelToolCall); each tool
+ * result as a ToolResponse paired with its call's id; a direct response (an assistant message after the results
+ * that is the next of `directResponses`) as tag direct. Calls without an id in the chat get `call_<n>`.
+ */
+export function referenceMessages(chat: unknown[], directResponses: readonly string[]): ReferenceMessage[] {
+  const out: ReferenceMessage[] = [];
+  let pending: ReferenceToolCall[] = [];
+  let direct = 0;
+  let calls = 0;
+  for (const raw of chat) {
+    const m = (raw ?? {}) as ChatLike;
+    const content = typeof m.content === 'string' ? m.content : '';
+    const previous = out.at(-1);
+    if (m.role === 'system' || m.role === 'user') out.push(text(m.role, content));
+    else if (m.role === 'tool') {
+      const id = typeof m.tool_call_id === 'string' ? m.tool_call_id : undefined;
+      const call = (id && pending.find((c) => c.id === id)) || pending[0];
+      pending = pending.filter((c) => c !== call);
+      out.push({
+        T: 'ToolResponse',
+        name: call?.name ?? '',
+        content,
+        id: id ?? call?.id ?? `call_${++calls}`,
+        metadata: {},
+      });
+    } else if (m.role === 'assistant') {
+      const afterResults =
+        previous?.T === 'ToolResponse' || (previous?.T === 'Text' && previous.metadata.tag === 'direct');
+      if (afterResults && !m.tool_calls?.length && content === directResponses[direct]) {
+        direct += 1;
+        out.push(text('assistant', content, 'direct'));
+        continue;
+      }
+      const said = m.tool_calls?.length
+        ? interpretNativeMessage({ content, tool_calls: m.tool_calls }, [])
+        : interpretCompletion(content, []);
+      if (said.reasoning) out.push(text('assistant', said.reasoning, 'think'));
+      if (said.text) out.push(text('assistant', said.text, 'text'));
+      pending = said.toolCalls.map((c) => ({
+        T: 'ToolCall',
+        name: c.name,
+        arguments: c.arguments,
+        id: m.tool_calls?.[c.index]?.id ?? `call_${++calls}`,
+        metadata: c.parseError !== undefined ? { error: c.parseError } : {},
+      }));
+      if (pending.length) out.push({ T: 'ParallelToolCall', tool_calls: pending, metadata: {} });
+    }
+  }
+  return out;
+}
+
+/**
+ * `x.tool_calls`: every call the agent made with its response, typed. A call takes the id of the same-named call
+ * in `messages`, matched from the end (the agent's calls are the conversation's last ones; a history's come
+ * first); one not found there gets `call_agent_<i>`.
+ */
+export function referenceToolCalls(
+  calls: readonly ToolCallMade[],
+  messages: readonly ReferenceMessage[],
+): TestContext['tool_calls'] {
+  const slots = messages.flatMap((m) => (m.T === 'ParallelToolCall' ? m.tool_calls : []));
+  let slot = slots.length - 1;
+  const ids: string[] = [];
+  for (let i = calls.length - 1; i >= 0; i--) {
+    let found = slot;
+    while (found >= 0 && slots[found]!.name !== calls[i]!.name) found--;
+    if (found >= 0) slot = found - 1;
+    ids[i] = found >= 0 ? slots[found]!.id : `call_agent_${i + 1}`;
+  }
+  return calls.map((c, i) => ({
+    tool_call: { T: 'ToolCall', name: c.name, arguments: c.arguments, id: ids[i]!, metadata: {} },
+    tool_response: { T: 'ToolResponse', name: c.name, content: c.result, id: ids[i]!, metadata: {} },
+  }));
+}
+
 /** The `x` the test function sees. */
 function testContext(
   episode: EpisodeGrading,
@@ -58,14 +157,12 @@ function testContext(
   request: GradeRequest,
 ): TestContext {
   const { task, scenario } = episode;
+  const messages = referenceMessages(request.messages ?? [], episode.directResponses);
   return {
     effects,
     response: request.lastAssistantText,
-    tool_calls: request.toolCalls.map((c) => ({
-      tool_call: { name: c.name, arguments: c.arguments },
-      tool_response: c.result,
-    })),
-    messages: request.messages ?? [],
+    tool_calls: referenceToolCalls(request.toolCalls, messages),
+    messages,
     init_result: episode.initResult,
     session_id: episode.owner,
     metadata: { scenario: scenario.name, test_case_file: task.test.file, test_case_name: task.test.function },

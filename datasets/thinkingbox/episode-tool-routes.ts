@@ -6,14 +6,14 @@ import type { StartedServer } from './stdio-server-pool.ts';
 
 /**
  * The tools of one episode as the agent sees them, and where a call of each goes: the agent's builtin tools
- * (answered empty), the scenario's visible tools with a `direct_response` (answered with that text), and the
- * scenario's other visible tools (called on the server that offers them). A server tool the scenario does not
- * make visible is not offered; a visible tool no server offers is the scenario's error.
+ * (answered empty) and the scenario's visible tools (called on the server that offers them; one with a
+ * `direct_response` template also gets that template filled from its JSON result, shown as an assistant message).
+ * A server tool the scenario does not make visible is not offered; a visible tool no server offers is the
+ * scenario's error.
  */
 
 export type ToolRoute =
-  | { kind: 'server'; server: StartedServer; spec: ToolSpec; endTurn: boolean }
-  | { kind: 'direct'; text: string; spec: ToolSpec; endTurn: boolean }
+  | { kind: 'server'; server: StartedServer; spec: ToolSpec; endTurn: boolean; directResponse?: string }
   | { kind: 'builtin'; spec: ToolSpec; endTurn: boolean };
 
 interface OfferedTool {
@@ -73,16 +73,13 @@ export async function episodeToolRoutes(
     const found = offered.get(visible.name);
     const spec = visibleSpec(found?.spec, visible);
     const endTurn = visible.is_end_turn === true;
-    if (visible.direct_response !== undefined) {
-      route.set(visible.name, { kind: 'direct', text: visible.direct_response, spec, endTurn });
-      continue;
-    }
     if (!found)
       throw new BadInputError(
         `scenario ${scenario.name} (${scenario.file}): visible tool '${visible.name}' is not offered by its ` +
           `servers (${serverNames.join(', ')})`,
       );
-    route.set(visible.name, { kind: 'server', server: found.server, spec, endTurn });
+    const direct = visible.direct_response !== undefined ? { directResponse: visible.direct_response } : {};
+    route.set(visible.name, { kind: 'server', server: found.server, spec, endTurn, ...direct });
   }
   return route;
 }

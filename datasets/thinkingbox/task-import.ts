@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import {
+  historyMessageSchema,
   testCaseYamlSchema,
   type ImportedScenario,
   type ImportedTask,
@@ -7,8 +8,8 @@ import {
 } from '../../config/thinkingbox-schema.ts';
 import { parseYamlText, validateParsed, type TaskFileProblem } from '../../config/yaml-file.ts';
 import { goldenCallsOf, mergeWorldState } from '../../core/world-state-merge.ts';
-import type { ParsedTestFile, ParsedTestFunction, ParsedYaml } from './test-file-parser.ts';
-import { sliceHistory, type TestMeta } from './test-meta-file.ts';
+import type { ParsedDefaults, ParsedTestFunction, ParsedYaml } from './test-file-parser.ts';
+import { parseHistoryRef, sliceHistory, type TestMeta } from './test-meta-file.ts';
 
 /**
  * One test function of a ThinkingBox test file converted into an imported task: its `!` YAML over the module's
@@ -21,7 +22,8 @@ export interface TaskImport {
   uid: string;
   file: string;
   fn: ParsedTestFunction;
-  defaults: ParsedTestFile['defaults'];
+  /** The module `!` strings before the function, in file order: each updates the defaults key by key. */
+  defaults: ParsedDefaults[];
   meta: TestMeta;
   scenarios: Record<string, ImportedScenario>;
   servers: Record<string, ServerSpec>;
@@ -69,14 +71,41 @@ function yamlOf(text: string, firstLine: number, parsed: ParsedYaml, file: strin
   };
 }
 
+type Located = ReturnType<typeof yamlOf>;
+
+/** The module defaults in force for a function: each `!` string updates the keys of those before it. */
+function moduleDefaults(
+  input: TaskImport,
+): { fields: Record<string, unknown>; from: Map<string, Located> } | undefined {
+  const { file, defaults, problems } = input;
+  const fields: Record<string, unknown> = {};
+  const from = new Map<string, Located>();
+  for (const d of defaults) {
+    const read = yamlOf(d.yaml, d.line, d, file);
+    if (read.problems.length) return void problems.push(...read.problems);
+    if (read.value == null) continue;
+    if (!isObject(read.value))
+      return void problems.push({
+        file,
+        line: d.line,
+        field: '',
+        message: `the module '!' YAML defaults must be a mapping`,
+      });
+    for (const [key, value] of Object.entries(read.value)) {
+      fields[key] = value;
+      from.set(key, read);
+    }
+  }
+  return { fields, from };
+}
+
 /** The task's fields: the function's YAML over the module defaults, validated; unknown fields are warnings. */
 function taskFields(input: TaskImport): { t: TaskYaml; locate: Locate } | undefined {
-  const { uid, file, fn, defaults, problems, warnings } = input;
-  const before = problems.length;
+  const { uid, file, fn, problems, warnings } = input;
   const own = yamlOf(fn.yaml, fn.yaml_line, fn, file);
-  const base = defaults ? yamlOf(defaults.yaml, defaults.line, defaults, file) : undefined;
-  problems.push(...own.problems, ...(base?.problems ?? []));
-  if (problems.length > before) return undefined;
+  if (own.problems.length) return void problems.push(...own.problems);
+  const base = moduleDefaults(input);
+  if (!base) return undefined;
   if (!isObject(own.value))
     return void problems.push({
       file,
@@ -84,22 +113,17 @@ function taskFields(input: TaskImport): { t: TaskYaml; locate: Locate } | undefi
       field: '',
       message: `task ${uid}: the '!' YAML must be a mapping`,
     });
-  if (base && base.value != null && !isObject(base.value))
-    return void problems.push({
-      file,
-      line: defaults!.line,
-      field: '',
-      message: `the module '!' YAML defaults must be a mapping`,
-    });
   // Task fields replace the module defaults; a field is located in whichever YAML it came from.
   const ownFields = own.value;
-  const baseFields = isObject(base?.value) ? base.value : {};
+  const baseFields = base.fields;
   const merged: Record<string, unknown> = { ...baseFields, ...ownFields };
   // Tags concatenate (module tags first); every other key of the function replaces the module's.
   if (Array.isArray(baseFields.tags) && Array.isArray(ownFields.tags))
     merged.tags = [...baseFields.tags, ...ownFields.tags];
-  const locate: Locate = (p) =>
-    p.length && typeof p[0] === 'string' && !(p[0] in ownFields) && base ? base.lineOf(p) : own.lineOf(p);
+  const locate: Locate = (p) => {
+    const source = p.length && typeof p[0] === 'string' && !(p[0] in ownFields) ? base.from.get(p[0]) : undefined;
+    return (source ?? own).lineOf(p);
+  };
   const checked = validateParsed(merged, testCaseYamlSchema, file, locate);
   problems.push(...checked.problems.map((p) => ({ ...p, message: `task ${uid}: ${p.message}` })));
   if (!checked.value) return undefined;
@@ -143,21 +167,55 @@ function worldState(input: TaskImport, t: TaskYaml, scenario: ImportedScenario, 
   return { world, golden: golden.calls };
 }
 
-/** The earlier turns `history: key:start:end` names in the meta file. */
+/**
+ * The earlier turns `history: key:start:end` names in the meta file, typed; a call without an id gets one (the
+ * reference makes a random one), so that its response can follow it in the conversation the agent sees.
+ */
 function taskHistory(input: TaskImport, spec: string, locate: Locate): ImportedTask['history'] | undefined {
   const { uid, file, meta, problems } = input;
-  const [key, start, end] = spec.split(':');
-  const conversation = meta.history[key!];
+  const at = { file, line: locate(['history']), field: 'history' };
+  const metaFile = meta.file ?? `${file.replace(/\.py$/, '.meta.yaml')} (no such file)`;
+  let ref: ReturnType<typeof parseHistoryRef>;
+  try {
+    ref = parseHistoryRef(spec);
+  } catch (err) {
+    return void problems.push({ ...at, message: `task ${uid}: ${(err as Error).message}` });
+  }
+  const conversation = meta.history[ref.key];
   if (!conversation)
     return void problems.push({
-      file,
-      line: locate(['history']),
-      field: 'history',
-      message:
-        `task ${uid}: no conversation '${key}' under $history in ` +
-        `${meta.file ?? `${file.replace(/\.py$/, '.meta.yaml')} (no such file)`}`,
+      ...at,
+      message: `task ${uid}: no conversation '${ref.key}' under $history in ${metaFile}`,
     });
-  return sliceHistory(conversation, start, end).map((m) => ({ role: m.role, content: m.content }));
+  let slice: typeof conversation;
+  try {
+    slice = sliceHistory(conversation, ref.start, ref.end);
+  } catch (err) {
+    return void problems.push({
+      ...at,
+      message: `task ${uid}: history '${spec}' in ${metaFile}: ${(err as Error).message}`,
+    });
+  }
+  const history: ImportedTask['history'] = [];
+  for (const [i, raw] of slice.entries()) {
+    const checked = historyMessageSchema.safeParse(raw.value);
+    if (!checked.success) {
+      const issue = checked.error.issues[0]!;
+      return void problems.push({
+        file: meta.file!,
+        line: raw.line,
+        field: `$history.${ref.key}`,
+        message: `task ${uid}: ${issue.path.join('.') || 'message'}: ${issue.message}`,
+      });
+    }
+    const m = checked.data;
+    const id = (j: number | string) => `call_${ref.key.replace(/[^A-Za-z0-9_-]/g, '_')}_${i}_${j}`;
+    if (m.T === 'ToolCall') history.push({ ...m, id: m.id ?? id(0) });
+    else if (m.T === 'ParallelToolCall')
+      history.push({ ...m, tool_calls: m.tool_calls.map((c, j) => ({ ...c, id: c.id ?? id(j) })) });
+    else history.push(m);
+  }
+  return history;
 }
 
 export function importTask(input: TaskImport): ImportedTask | undefined {

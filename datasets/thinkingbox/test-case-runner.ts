@@ -1,8 +1,7 @@
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { BadInputError, errorMessage, InfrastructureError } from '../../core/errors.ts';
-import { judgeSaysYes } from '../../core/judge-verdict.ts';
-import type { Judge, JudgeVerdict } from '../../rollout/judge-client.ts';
+import type { Judge, JudgeCompletion, JudgeVerdict } from '../../rollout/judge-client.ts';
 import { MiB, readCappedLines, type OutputCaps } from './capped-lines.ts';
 import { SHIM_DIR } from './dataset-environment.ts';
 import { datasetSandbox, helperPackageDir, type DatasetSandbox } from './dataset-sandbox.ts';
@@ -10,12 +9,14 @@ import { unchangedPath } from './dataset-paths.ts';
 
 /**
  * Runs a ThinkingBox test function in a Python subprocess: returning None or a number = pass (the number is
- * the reward), AssertionError = fail, anything else = a system error (an infrastructure error here, never a
- * failure). The subprocess runs in the dataset sandbox (dataset-sandbox.ts: no network, no secrets, read-only
- * filesystem but a scratch folder, limits); our `thinkingbox.common` shim (thinkingbox/shim) is on its
- * PYTHONPATH and mounted read-only. `judge(...)` calls in the test come back over stdout as requests answered
- * by our judge client. A test that does not finish within the timeout is killed with every process it
- * started (the sandbox's pid namespace goes with it), and so is one that writes more than TEST_OUTPUT_CAPS.
+ * the reward; True/False are 1/0, as in the reference), AssertionError = fail, anything else (a reward outside
+ * [0, 1] included) = a system error (an infrastructure error here, never a failure). The subprocess runs in the
+ * dataset sandbox (dataset-sandbox.ts: no network, no secrets, read-only filesystem but a scratch folder,
+ * limits); our `thinkingbox.common` shim (thinkingbox/shim) is on its PYTHONPATH and mounted read-only.
+ * `judge(...)` calls in the test come back over stdout as requests answered by our judge client; each yes/no
+ * decision the test's judge reads from an answer comes back as a verdict. A test that does not finish within
+ * the timeout is killed with every process it started (the sandbox's pid namespace goes with it), and so is
+ * one that writes more than TEST_OUTPUT_CAPS.
  */
 
 /**
@@ -29,13 +30,36 @@ export const TEST_OUTPUT_CAPS: OutputCaps = { lineBytes: 16 * MiB, totalBytes: 6
 /** Bytes of stderr kept for error messages (its tail). */
 const STDERR_KEPT = 4000;
 
-/** The `x` of a ThinkingBox test (thinkingbox.common.TestContext). */
+/** A tool call as the reference framework serialises it (`T` names the message type; `id` pairs the response). */
+export interface ReferenceToolCall {
+  T: 'ToolCall';
+  name: string;
+  arguments: Record<string, unknown>;
+  id: string;
+  metadata: Record<string, unknown>;
+}
+
+export interface ReferenceToolResponse {
+  T: 'ToolResponse';
+  name: string;
+  content: string;
+  id: string;
+  metadata: Record<string, unknown>;
+}
+
+/** A conversation message in the reference's serialised form; assistant text is tagged think, text or direct. */
+export type ReferenceMessage =
+  | { T: 'Text'; role: 'system' | 'user' | 'assistant'; content: string; metadata: Record<string, unknown> }
+  | { T: 'ParallelToolCall'; tool_calls: ReferenceToolCall[]; metadata: Record<string, unknown> }
+  | ReferenceToolResponse;
+
+/** The `x` of a ThinkingBox test (thinkingbox.common.TestContext), typed on the Python side from these forms. */
 export interface TestContext {
   effects: Record<string, unknown>;
   /** The last visible assistant text. */
   response: string;
-  tool_calls: { tool_call: { name: string; arguments: Record<string, unknown> }; tool_response: string }[];
-  messages: unknown[];
+  tool_calls: { tool_call: ReferenceToolCall; tool_response: ReferenceToolResponse }[];
+  messages: ReferenceMessage[];
   init_result: Record<string, unknown>;
   session_id: string;
   metadata: Record<string, unknown>;
@@ -62,6 +86,8 @@ export interface TestCaseRequest {
   readOnly?: string[];
   /** Default: this process's sandbox (which refuses to run without isolation). */
   sandbox?: DatasetSandbox;
+  /** The reference's judge type: "legacy" (default) yes/no prompts, or "motivation" (JSON with a reason). */
+  judgeType?: 'legacy' | 'motivation';
 }
 
 export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
@@ -83,6 +109,7 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
   });
   child.on('close', () => sandboxed.dispose());
   const verdicts: JudgeVerdict[] = [];
+  let lastAnswer: JudgeCompletion | undefined;
   let stderr = '';
   child.stderr.on('data', (c: Buffer) => {
     // Only each chunk's tail is decoded: a long printed line never becomes a long string.
@@ -127,6 +154,8 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
         traceback?: string;
         messages?: { role: string; content: string }[];
         settings?: { temperature?: number; max_completion_tokens?: number; question?: string };
+        question?: string;
+        yes?: boolean;
       };
       try {
         message = JSON.parse(line);
@@ -143,19 +172,25 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
         request.judge.complete(message.messages ?? [], settings).then(
           (answer) => {
             if (settled) return;
-            if (settings.question !== undefined)
-              verdicts.push({
-                question: settings.question,
-                answer: answer.text,
-                yes: judgeSaysYes(answer.text),
-                usage: answer.usage,
-              });
+            lastAnswer = answer;
             child.stdin.write(`${JSON.stringify({ text: answer.text })}\n`);
           },
           (err) => {
             if (!settled) child.stdin.write(`${JSON.stringify({ error: errorMessage(err) })}\n`);
           },
         );
+        return;
+      }
+      if (message.type === 'verdict') {
+        // The test's own reading of the answer just given (its parser: yes/no, or JSON with a motivation).
+        if (lastAnswer && typeof message.question === 'string' && typeof message.yes === 'boolean')
+          verdicts.push({
+            question: message.question,
+            answer: lastAnswer.text,
+            yes: message.yes,
+            usage: lastAnswer.usage,
+          });
+        lastAnswer = undefined;
         return;
       }
       if (message.type === 'result') {
@@ -178,8 +213,9 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
     readCappedLines(child.stdout, TEST_OUTPUT_CAPS, onLine, (reason) =>
       finish(new InfrastructureError(`test ${where} wrote ${reason}; it was stopped`)),
     );
+    const { file, function: fn, context, judgeType } = request;
     child.stdin.write(
-      `${JSON.stringify({ file: request.file, function: request.function, context: request.context })}\n`,
+      `${JSON.stringify({ file, function: fn, context, ...(judgeType ? { judge_type: judgeType } : {}) })}\n`,
     );
   });
 }

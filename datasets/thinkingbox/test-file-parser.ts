@@ -21,10 +21,14 @@ export interface ParsedTestFunction extends ParsedYaml {
   yaml_line: number;
   params: string[];
   native: NativeTestPattern | null;
+  /** How many of the file's module defaults precede the function (they apply to it, in order). */
+  defaults_before: number;
 }
+export type ParsedDefaults = { yaml: string; line: number } & ParsedYaml;
 export interface ParsedTestFile {
   file: string;
-  defaults: ({ yaml: string; line: number } & ParsedYaml) | null;
+  /** The module-level `!` strings, in file order. */
+  defaults: ParsedDefaults[];
   tasks: ParsedTestFunction[];
   problems: { file: string; line: number; message: string }[];
 }

@@ -6,6 +6,7 @@ import { gradeEpisode, type EpisodeGrading } from './episode-grading.ts';
 import { episodeToolRoutes, type ToolRoute } from './episode-tool-routes.ts';
 import { startEpisodeServers, stopEpisodeServers } from './episode-tool-servers.ts';
 import { formatWithInit } from './format-query.ts';
+import { episodeHistory, replayHistory } from './history-replay.ts';
 import type { ThinkingBoxSuite } from './imported-suite.ts';
 import { initServers } from './reserved-tools.ts';
 import { routedToolSession } from './routed-tool-session.ts';
@@ -14,7 +15,8 @@ import type { StartedServer, StdioServerPool } from './stdio-server-pool.ts';
 /**
  * A ThinkingBox task's episode backend: the dataset's tool servers started for this episode (warm pool),
  * seeded by `__reserved__init` with the task's merged world_state, the scenario's visible tools as the
- * agent's tool session, the terminal state from `__reserved__geteffects`, and grading by the task's test
+ * agent's tool session (after the task's history, if any, is replayed into them: its tool calls, in order), the
+ * terminal state from `__reserved__geteffects`, and grading by the task's test
  * code (or the native fast path for the common hash-and-rubrics body). `__reserved__teardown` and a stop of
  * every process end the episode.
  */
@@ -64,11 +66,12 @@ async function seedAndRoute(
   scenario: ImportedScenario,
   task: ImportedTask,
   toolTimeoutMs: number,
-): Promise<{ initResult: Record<string, unknown>; routes: Map<string, ToolRoute> }> {
+): Promise<{ initResult: Record<string, unknown>; routes: Map<string, ToolRoute>; replayWarnings: string[] }> {
   try {
     const initResult = await initServers(servers, task.world_state, toolTimeoutMs);
     const routes = await episodeToolRoutes(scenario, servers, Object.keys(task.world_state), toolTimeoutMs);
-    return { initResult, routes };
+    const replayWarnings = await replayHistory(task.history, routes, toolTimeoutMs);
+    return { initResult, routes, replayWarnings };
   } catch (err) {
     await stopEpisodeServers(servers);
     throw err instanceof BadInputError || err instanceof InfrastructureError
@@ -93,8 +96,9 @@ export function thinkingboxEnvironment(
     async open(owner): Promise<OpenedEnvironment> {
       const dataset = datasetEnvironment(suite.imported.server_packages, suite.dir);
       const servers = await startEpisodeServers(resources.servers, suite, task, dataset);
-      const { initResult, routes } = await seedAndRoute(servers, scenario, task, toolTimeoutMs);
-      const { tools, directResponses } = routedToolSession(routes, toolTimeoutMs);
+      const { initResult, routes, replayWarnings } = await seedAndRoute(servers, scenario, task, toolTimeoutMs);
+      const history = { ...episodeHistory(task.history), replayWarnings };
+      const { tools, directResponses } = routedToolSession(routes, toolTimeoutMs, [...history.directResponses]);
       const grading: EpisodeGrading = {
         task,
         scenario,
@@ -109,6 +113,7 @@ export function thinkingboxEnvironment(
       };
       return {
         tools,
+        ...(task.history.length ? { history } : {}),
         ...(task.format_query ? { formatted: formattedPrompt(scenario, task, initResult) } : {}),
         grade: (request) => gradeEpisode(grading, request),
         close: () => stopEpisodeServers(servers),

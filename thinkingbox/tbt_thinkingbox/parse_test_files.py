@@ -3,9 +3,13 @@
 stdin:  a JSON array of absolute file paths.
 stdout: one JSON object
   {"files": [{"file": PATH,
-              "defaults": null | {"yaml": TEXT, "line": N, "value": V | "error": E},
-              "tasks": [{"function", "line", "yaml", "yaml_line", "value" | "error", "params", "native"}],
+              "defaults": [{"yaml": TEXT, "line": N, "value": V | "error": E}],
+              "tasks": [{"function", "line", "yaml", "yaml_line", "value" | "error", "params", "native",
+                         "defaults_before"}],
               "problems": [{"file", "line", "message"}]}]}
+
+"defaults" are the module-level "!" strings in file order. As the reference framework reads a file, each one
+updates (key by key) the defaults of the functions after it: a task's defaults are the first "defaults_before".
 
 TEXT is the string literal's value with its leading "!" removed. Line L (1-based) of TEXT is file line
 ``line + L - 1`` (``yaml_line`` for tasks): exact for ordinary string literals; when the literal contains
@@ -318,7 +322,7 @@ def _module_bound_names(tree: ast.Module) -> set[str]:
 
 
 def parse_source(path: str, source: bytes) -> dict[str, Any]:
-    out: dict[str, Any] = {"file": path, "defaults": None, "tasks": [], "problems": []}
+    out: dict[str, Any] = {"file": path, "defaults": [], "tasks": [], "problems": []}
 
     def problem(line: int, message: str) -> None:
         out["problems"].append({"file": path, "line": int(line), "message": message})
@@ -337,10 +341,7 @@ def parse_source(path: str, source: bytes) -> dict[str, Any]:
     for stmt in tree.body:
         text = _bang_string(stmt)
         if text is not None:
-            if out["defaults"] is None:
-                out["defaults"] = {"yaml": text[1:], "line": _text_line(stmt), **_load(text[1:], _text_line(stmt))}
-            else:
-                problem(stmt.lineno, "more than one module-level \"!\" defaults string (only the first is used)")
+            out["defaults"].append({"yaml": text[1:], "line": _text_line(stmt), **_load(text[1:], _text_line(stmt))})
             continue
         if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
@@ -383,6 +384,7 @@ def parse_source(path: str, source: bytes) -> dict[str, Any]:
             **_load(text[1:], _text_line(first)),  # type: ignore[arg-type]
             "params": _param_names(stmt),
             "native": detect_native(stmt, stmt.body[1:], module_names),
+            "defaults_before": len(out["defaults"]),
         }
     # Later definitions win, as in Python; keep file order of the surviving definitions.
     out["tasks"] = sorted(tasks_by_name.values(), key=lambda t: t["line"])
@@ -396,7 +398,7 @@ def parse_file(path: str) -> dict[str, Any]:
     except OSError as e:
         return {
             "file": path,
-            "defaults": None,
+            "defaults": [],
             "tasks": [],
             "problems": [{"file": path, "line": 1, "message": f"cannot read file: {e.strerror or e}"}],
         }

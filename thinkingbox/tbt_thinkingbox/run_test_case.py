@@ -1,20 +1,25 @@
 """Grading subprocess: runs one ThinkingBox test function against an episode's terminal context.
 
 Protocol (one JSON object per line):
-  stdin, first line:  {"file": PATH, "function": NAME,
+  stdin, first line:  {"file": PATH, "function": NAME, "judge_type"?: "legacy"|"motivation",
                        "context": {"effects": {server: object}, "response": str,
-                                   "tool_calls": [{"tool_call", "tool_response"}], "messages", "init_result",
-                                   "session_id", "metadata", "tool_direct_responses"}}
+                                   "tool_calls": [{"tool_call": ToolCall, "tool_response": ToolResponse}],
+                                   "messages": [Text|ParallelToolCall|ToolResponse, as dicts with "T"],
+                                   "init_result", "session_id", "metadata", "tool_direct_responses"}}
   stdout, per judge model call:  {"type": "judge", "messages": [{"role", "content"}], "settings": {...}}
-                                 (settings.question is set for a yes/no judgement)
+                                 (settings.question is set when the call decides a yes/no question)
   stdin, the answer:             {"text": str}  or  {"error": str}
+  stdout, per yes/no decision:   {"type": "verdict", "question": str, "yes": bool, "motivation"?: str}
+                                 (right after the answer it was parsed from)
   stdout, last line:         {"type": "result", "status": "pass"|"fail"|"error", "message": str, "reward": float|null,
                               "traceback": str, "error_type": str}
 
-The test sees ``x`` (thinkingbox.common.TestContext) and ``judge`` (thinkingbox.common.Judge, our own shim in
-thinkingbox/shim). pass = the function returned (reward = its number, or null for None); fail = AssertionError
-(message = str(error), or the failing assert's source
-line when that is empty); error = anything else (import errors, judge outage, sys.exit, bad input).
+The test sees ``x`` (thinkingbox.common.TestContext, typed as the reference's: ``x.tool_calls[i].tool_call.name``)
+and ``judge`` (thinkingbox.common.Judge, our own shim in thinkingbox/shim). As in the reference: pass = the
+function returned; its value is the reward: None = 1 (sent as null), True/False = 1/0, a number in [0, 1] as it
+is (a numeric string too, as the reference's float field reads it); anything else (out of range, NaN, another
+type) is an error. fail = AssertionError (message = str(error), or the failing assert's source line when that
+is empty); error = anything else (import errors, judge outage, sys.exit, bad input).
 ``error_type`` is the exception's class name ("" on pass) so the caller can tell a judge outage
 ("JudgeUnavailable") from a broken test. Exit code 0 whenever the result line was written.
 
@@ -31,10 +36,12 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import math
 import os
 import re
 import socket
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -45,7 +52,10 @@ if SHIM_DIR not in sys.path:
     sys.path.insert(0, SHIM_DIR)
 
 
-class JudgeUnavailable(Exception):
+from thinkingbox.common.judge import JudgeException  # noqa: E402 - after the shim is on the path
+
+
+class JudgeUnavailable(JudgeException):
     """The judge could not answer (outage, refusal, bad reply): an infrastructure error, never a fail."""
 
 
@@ -77,15 +87,22 @@ def block_network() -> None:
     socket.getaddrinfo = refuse  # type: ignore[assignment]
 
 
-def make_judge(proto_in: TextIO, proto_out: TextIO) -> Any:
-    """The test's ``judge``: each model call goes to the episode runner over the protocol and waits for its answer."""
+def make_judge(proto_in: TextIO, proto_out: TextIO, judge_type: str = "legacy") -> Any:
+    """The test's ``judge``: each model call goes to the episode runner over the protocol and waits for its answer;
+    each yes/no decision is reported back (the runner records it with the answer and its usage)."""
     from thinkingbox.common import Judge
 
-    def backend(messages: list[dict[str, str]], settings: dict[str, Any]) -> str:
-        proto_out.write(json.dumps({"type": "judge", "messages": messages, "settings": settings}, ensure_ascii=False))
-        proto_out.write("\n")
+    # Test code may call the judge from threads; one request and its answer are one exchange on the pipe.
+    exchange = threading.Lock()
+
+    def send(message: dict[str, Any]) -> None:
+        proto_out.write(json.dumps(message, ensure_ascii=False) + "\n")
         proto_out.flush()
-        line = proto_in.readline()
+
+    def backend(messages: list[dict[str, str]], settings: dict[str, Any]) -> str:
+        with exchange:
+            send({"type": "judge", "messages": messages, "settings": settings})
+            line = proto_in.readline()
         if not line:
             raise JudgeUnavailable("no judge answer (input closed)")
         try:
@@ -100,19 +117,18 @@ def make_judge(proto_in: TextIO, proto_out: TextIO) -> Any:
             raise JudgeUnavailable("judge answer has no 'text'")
         return reply["text"]
 
-    class ProtocolJudge(Judge):
-        def text_yesno(self, text: str, question: str) -> bool:
-            # The question travels with the call so the runner can record the verdict.
-            from thinkingbox.common import JUDGE_SYSTEM_PROMPT, judge_user_message, yes_no_answer
+    def on_decision(question: str, yes: bool, motivation: str | None) -> None:
+        with exchange:
+            send(
+                {
+                    "type": "verdict",
+                    "question": question,
+                    "yes": yes,
+                    **({} if motivation is None else {"motivation": motivation}),
+                }
+            )
 
-            messages = [
-                {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
-                {"role": "user", "content": judge_user_message(str(text), question)},
-            ]
-            settings = {"temperature": 0.0, "max_completion_tokens": 128, "question": question}
-            return yes_no_answer(backend(messages, settings))
-
-    return ProtocolJudge(backend)
+    return Judge(backend, judge_type=judge_type, on_decision=on_decision)
 
 
 def _module_name(path: str) -> str:
@@ -170,6 +186,26 @@ def call_test(func: Callable[..., Any], x: Any, judge: Any) -> Any:
     return func(**kwargs)
 
 
+def reward_of(returned: Any) -> float | None:
+    """The reward a passing test's return value gives, read as the reference's ``reward: float`` field in [0, 1]
+    reads it (None: the default reward, 1)."""
+    if returned is None:
+        return None
+    value: float | None = None
+    if isinstance(returned, (bool, int, float)):
+        value = float(returned)
+    elif isinstance(returned, str):
+        try:
+            value = float(returned.strip())
+        except ValueError:
+            value = None
+    if value is None or not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(
+            f"the test returned {returned!r:.80}; a test returns None, a bool or a number in [0, 1] (its reward)"
+        )
+    return value
+
+
 def _assert_message(e: AssertionError) -> str:
     text = str(e)
     if text:
@@ -200,18 +236,14 @@ def run(proto_in: TextIO, proto_out: TextIO) -> dict[str, Any]:
         from thinkingbox.common import TestContext
 
         x = TestContext(**{k: context[k] for k in CONTEXT_FIELDS if context.get(k) is not None})
-        judge = make_judge(proto_in, proto_out)
+        judge = make_judge(proto_in, proto_out, request.get("judge_type") or "legacy")
     except Exception as e:  # noqa: BLE001 - any malformed request is reported as an error result
         return {"status": "error", "message": f"bad request: {e}", "traceback": "", "error_type": "BadRequest"}
 
     try:
         block_network()
         func = load_function(path, function)
-        returned = call_test(func, x, judge)
-        if returned is not None and (isinstance(returned, bool) or not isinstance(returned, (int, float))):
-            raise TypeError(
-                f"the test returned {type(returned).__name__}; a test returns None or a number (its reward)"
-            )
+        reward = reward_of(call_test(func, x, judge))
     except AssertionError as e:
         return {
             "status": "fail",
@@ -233,7 +265,6 @@ def run(proto_in: TextIO, proto_out: TextIO) -> dict[str, Any]:
             "traceback": _trimmed_traceback(e),
             "error_type": type(e).__name__,
         }
-    reward = None if returned is None else float(returned)
     return {"status": "pass", "message": "", "reward": reward, "traceback": "", "error_type": ""}
 
 

@@ -52,9 +52,12 @@ def dataset_tasks() -> list[dict[str, Any]]:
     tasks = []
     for path in sorted((DATASET / "test_case").rglob("*.py")):
         parsed = parse_file(str(path))
-        defaults = yaml.safe_load(parsed["defaults"]["yaml"]) if parsed["defaults"] else {}
         for t in parsed["tasks"]:
-            spec = {**(defaults or {}), **yaml.safe_load(t["yaml"])}
+            # Each module "!" string before the function updates its defaults (the reference's rule).
+            defaults: dict[str, Any] = {}
+            for d in parsed["defaults"][: t["defaults_before"]]:
+                defaults.update(yaml.safe_load(d["yaml"]) or {})
+            spec = {**defaults, **yaml.safe_load(t["yaml"])}
             scenario = load_yaml(DATASET / "scenario" / f"{spec['scenario']}.yaml")
             world = {
                 name: merge(cfg, spec.get("init", {}).get(name, {})) for name, cfg in scenario["world_state"].items()
@@ -133,7 +136,15 @@ def test_tools_list_has_domain_and_reserved_tools(tb_python):
         for t in session["tools"]:
             assert t["description"] and t["input_schema"]["type"] == "object"
         all_tools.update({t["name"]: t for t in session["tools"] if t["name"] not in RESERVED})
-    assert set(all_tools) == {"search_books", "move_book", "get_member", "checkout_book", "return_book", "renew_loan"}
+    assert set(all_tools) == {
+        "search_books",
+        "move_book",
+        "get_member",
+        "checkout_book",
+        "return_book",
+        "renew_loan",
+        "opening_hours",
+    }
     # Every tool a scenario makes visible exists on some server, and each scenario hides at least one.
     for path in (DATASET / "scenario").glob("*.yaml"):
         visible = {v["name"] for v in load_yaml(path)["tools"] if "direct_response" not in v}

@@ -38,7 +38,7 @@ def test_cli_reads_paths_and_keeps_order():
     out = run_parser(paths)
     assert [f["file"] for f in out["files"]] == paths
     missing = out["files"][2]
-    assert missing["tasks"] == [] and missing["defaults"] is None
+    assert missing["tasks"] == [] and missing["defaults"] == []
     assert missing["problems"][0]["file"] == paths[2] and "cannot read" in missing["problems"][0]["message"]
 
 
@@ -81,9 +81,9 @@ def test_two():
     out = parse_text(src)
     file_lines = src.split("\n")
     assert out["problems"] == []
-    assert out["defaults"] == {"yaml": "\nscenario: a\n", "line": 1, "value": {"scenario": "a"}}
+    assert out["defaults"] == [{"yaml": "\nscenario: a\n", "line": 1, "value": {"scenario": "a"}}]
     # Line L of the YAML text is file line (line + L - 1).
-    d = out["defaults"]
+    d = out["defaults"][0]
     for i, yaml_line in enumerate(d["yaml"].split("\n")):
         if yaml_line.strip():
             assert yaml_line in file_lines[d["line"] + i - 1]
@@ -104,7 +104,7 @@ def test_two():
 
 def test_no_defaults_and_non_bang_strings_are_ignored():
     out = parse_text('"""A normal module docstring."""\n\ndef f(x):\n    """not a task"""\n    "!not first"\n')
-    assert out["defaults"] is None and out["tasks"] == [] and out["problems"] == []
+    assert out["defaults"] == [] and out["tasks"] == [] and out["problems"] == []
 
 
 def test_native_pattern_detection():
@@ -136,7 +136,7 @@ def test_async_and_unsupported_parameters_are_problems():
         "async_task: async test functions are not supported": async_line,
         "needs_fixture: unsupported parameter(s) db (test functions take x and/or judge)": fixture_line,
     }
-    assert out["defaults"]["yaml"] == "\nscenario: s\ntags: [parser-fixture]\n"
+    assert out["defaults"][0]["yaml"] == "\nscenario: s\ntags: [parser-fixture]\n"
 
 
 def test_module_level_x_shadows_injection():
@@ -148,7 +148,7 @@ def test_module_level_x_shadows_injection():
 def test_syntax_error_is_a_problem_and_other_files_still_parse():
     out = run_parser([str(FIXTURES / "broken_syntax.py"), str(FIXTURES / "invalid_yaml_task.py")])
     broken, other = out["files"]
-    assert broken["tasks"] == [] and broken["defaults"] is None
+    assert broken["tasks"] == [] and broken["defaults"] == []
     assert len(broken["problems"]) == 1
     problem = broken["problems"][0]
     assert problem["file"] == str(FIXTURES / "broken_syntax.py")
@@ -190,10 +190,14 @@ def test_b(x):
     assert [p["line"] for p in out["problems"]] == [9, 22]
 
 
-def test_second_defaults_string_is_a_problem():
-    out = parse_text('"!scenario: a"\n"!scenario: b"\n')
-    assert out["defaults"] == {"yaml": "scenario: a", "line": 1, "value": {"scenario": "a"}}
-    assert out["problems"][0]["line"] == 2
+def test_module_defaults_are_cumulative_each_applies_to_the_functions_after_it():
+    # As the reference reads a file: every module-level "!" string updates the defaults of later functions.
+    src = '"!scenario: a"\ndef test_a(x):\n    "!query: qa"\n"!scenario: b"\ndef test_b(x):\n    "!query: qb"\n'
+    out = parse_text(src)
+    assert out["problems"] == []
+    assert [(d["line"], d["value"]) for d in out["defaults"]] == [(1, {"scenario": "a"}), (4, {"scenario": "b"})]
+    t = tasks_by_name(out)
+    assert t["test_a"]["defaults_before"] == 1 and t["test_b"]["defaults_before"] == 2
 
 
 def test_example_dataset_parses_cleanly():
@@ -205,9 +209,10 @@ def test_example_dataset_parses_cleanly():
         rel = str(__import__("pathlib").Path(f["file"]).relative_to(DATASET / "dataset" / "test_case"))
         for t in f["tasks"]:
             tasks[f"{rel}:{t['function']}"] = t
-    assert len(tasks) == 11
+    assert len(tasks) == 13
     native = {uid for uid, t in tasks.items() if t["native"]}
-    assert native == set(tasks) - {"circulation.py:test_checkout_confirms_due_date"}
+    python_bodies = {"circulation.py:test_checkout_confirms_due_date", "circulation.py:test_opening_hours"}
+    assert native == set(tasks) - python_bodies
     assert tasks["circulation.py:test_renew_limit_reached"]["native"]["rubrics"] is True
     assert tasks["circulation.py:test_swap_kuhn_for_le_guin"]["native"]["servers"] == ["loans", "catalog"]
     assert tasks["stacks/stacks_shelving.py:test_move_silent_spring"]["params"] == []
@@ -260,8 +265,8 @@ def test_second_review_finding_7_yaml_alias_bomb_323_bytes_refused_by_the_cli_na
     assert proc.returncode == 0, proc.stderr[-2000:]
     parsed = json.loads(proc.stdout)["files"][0]
     assert parsed["file"] == str(test_file)
-    assert parsed["defaults"]["error"]["line"] == 1
-    assert "alias bomb" in parsed["defaults"]["error"]["message"]
+    assert parsed["defaults"][0]["error"]["line"] == 1
+    assert "alias bomb" in parsed["defaults"][0]["error"]["message"]
     assert len(proc.stdout) < 10_000
 
 

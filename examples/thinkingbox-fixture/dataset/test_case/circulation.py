@@ -43,7 +43,7 @@ def test_renew_earthsea(x, judge):
     """!
     query: Can I keep A Wizard of Earthsea a bit longer?
     user_context: You are Daniel Okafor, member id M01 (give it when asked). You want to renew "A Wizard of Earthsea".
-    history: greeting:0:2
+    history: greeting:0:wait
     init:
       loans:
         golden_test_case:
@@ -139,3 +139,31 @@ def test_swap_kuhn_for_le_guin(x, judge):
     assert (
         x.effects["catalog"]["result_db_hash"] == x.effects["catalog"]["golden_db_hash"]
     )
+
+
+def test_renew_calvino_after_history(x, judge):
+    """!
+    query: Could you renew Invisible Cities straight away? I'll be travelling.
+    user_context: You are Tomás Herrera (M03). You just borrowed "Invisible Cities" and want it renewed now.
+    history: borrowed_calvino:0:t2
+    init:
+      loans:
+        golden_test_case:
+          tool_interactions:
+            - tool: checkout_book
+              parameters: {member_id: M03, book_id: B006, due_date: "2025-04-01"}
+            - tool: renew_loan
+              parameters: {loan_id: L0005, new_due_date: "2025-04-15"}
+    tags: [renewal, history]
+    """
+    assert x.effects["loans"]["result_db_hash"] == x.effects["loans"]["golden_db_hash"]
+
+
+def test_opening_hours(x, judge):
+    """!
+    query: When are you open?
+    tags: [direct-response]
+    """
+    assert x.tool_direct_responses == [
+        "The library is open 9:00-18:00, Monday to Saturday, and closed on Sundays."
+    ], x.tool_direct_responses

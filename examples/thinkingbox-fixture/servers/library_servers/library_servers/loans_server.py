@@ -4,7 +4,8 @@ State: {"members": [{"id", "name", "max_loans", "blocked"}],
         "holdings": [{"id": BOOK_ID, "copies": N}],
         "loans": [{"id", "book_id", "member_id", "due_date", "status": "active"|"returned", "renewals", "note"}]}
 "note" is free text and is volatile: it is excluded from hashes and diffs.
-Tools: get_member (read-only), checkout_book, return_book, renew_loan. Run: python -m library_servers.loans_server
+Tools: get_member and opening_hours (read-only), checkout_book, return_book, renew_loan.
+Run: python -m library_servers.loans_server
 """
 
 from __future__ import annotations
@@ -108,7 +109,19 @@ def renew_loan(state: dict[str, Any], args: dict[str, Any]) -> Any:
     return {"loan": loan}
 
 
+def opening_hours(state: dict[str, Any], args: dict[str, Any]) -> Any:
+    # A direct_response tool in the circulation_desk scenario: its template is filled from these fields.
+    return {"open": "9:00", "close": "18:00", "days": "Monday to Saturday"}
+
+
 TOOLS = [
+    Tool(
+        "opening_hours",
+        "The library's opening hours.",
+        obj_schema({}, []),
+        opening_hours,
+        read_only=True,
+    ),
     Tool(
         "get_member",
         "Look up a library member: name, loan limit, whether blocked, and their active loans.",
