@@ -24,7 +24,7 @@ export type { BatchItem } from '../learner-control/step-batch.ts';
 export type { PolicyWeights } from '../learner-control/campaign-policy-weights.ts';
 export type { TrainStepInput, TrainStepResult } from '../learner-control/learner-train-step.ts';
 
-export function createGpuActivities(deps: { stateDir: string; controlUrl: string }) {
+export function createGpuActivities(deps: { stateDir: string; controlUrl: string; stallLimitMs?: number }) {
   return withFailureMapping({
     async startLearner(input: LearnerStartInput): Promise<{ controlUrl: string; manifest: Record<string, unknown> }> {
       return heartbeating(async () => {

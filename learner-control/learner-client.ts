@@ -1,4 +1,5 @@
 import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
+import { longRequestDispatcher } from '../infra/long-request-dispatcher.ts';
 
 /**
  * The learner's control API as this side calls it: JSON over HTTP to rank 0, with the run's bearer token. A
@@ -36,7 +37,8 @@ export async function learnerRequest<T>(
       headers: { 'content-type': 'application/json', authorization: `Bearer ${endpoint.token}` },
       body: body === undefined ? undefined : JSON.stringify(body),
       signal: AbortSignal.timeout(timeoutMs),
-    });
+      dispatcher: longRequestDispatcher, // a step answers after hours: only timeoutMs bounds it
+    } as RequestInit);
   } catch (err) {
     throw new InfrastructureError(`learner ${route}: ${errorMessage(err)}`, { cause: err });
   }
@@ -51,10 +53,13 @@ export async function learnerRequest<T>(
 }
 
 /**
- * Rethrows a learner's refusal (a 4xx answer other than `not_ready`) as bad input, so that Temporal does not
- * retry it; anything else is rethrown as it is.
+ * Rethrows a learner's refusal (a 4xx answer other than `not_ready` and `cancelled`) as bad input, so that
+ * Temporal does not retry it; `cancelled` becomes an infrastructure error (retried); anything else is rethrown.
  */
 export function rethrowRefusalAsBadInput(err: unknown): never {
+  // `cancelled`: an earlier attempt's cancel landed on this step (a worker replaced mid-step); the retry runs it.
+  if (err instanceof LearnerHttpError && err.code === 'cancelled')
+    throw new InfrastructureError(`${err.message} (cancelled by an earlier attempt; retried)`, { cause: err });
   if (err instanceof LearnerHttpError && err.status >= 400 && err.status < 500 && err.code !== 'not_ready') {
     throw new BadInputError(err.message);
   }

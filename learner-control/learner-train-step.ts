@@ -1,9 +1,11 @@
+import { CancelledFailure } from '@temporalio/common';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import { metrics } from '../infra/metrics.ts';
 import { defaultRetention, pruneLearnerFolder } from '../infra/retention.ts';
 import { campaignLearner } from './campaign-learner.ts';
 import { learnerRequest, rethrowRefusalAsBadInput } from './learner-client.ts';
 import { learnerFiles } from './learner-process.ts';
+import { watchLearnerProgress, type LearnerProgress, type ProgressWatch } from './learner-progress-watch.ts';
 import { writeStepBatch, type BatchItem } from './step-batch.ts';
 
 /**
@@ -29,31 +31,38 @@ export interface TrainStepResult {
 
 /** What the caller (the trainStep activity) lends a step: progress reports, its cancellation and its log. */
 export interface StepWatch {
-  /** Called every 5 s while the step runs. */
-  progress(details: { stepId: number; seconds: number }): void;
+  /** Called every 5 s while the step runs, with the learner's progress once it has answered a poll. */
+  progress(details: { stepId: number; seconds: number; learner?: LearnerProgress }): void;
   /** Rejects when the step is cancelled; the learner is then asked to cancel it too. */
   cancelled: Promise<never>;
   log: { info(message: string, meta: Record<string, unknown>): void };
 }
 
 export async function trainLearnerStep(
-  deps: { stateDir: string; controlUrl: string },
+  deps: { stateDir: string; controlUrl: string; stallLimitMs?: number },
   input: TrainStepInput & { seed: number },
   watch: StepWatch,
 ): Promise<TrainStepResult> {
-  const dir = learnerFiles(deps.stateDir, input.campaignId).dir;
+  const files = learnerFiles(deps.stateDir, input.campaignId);
   const started = Date.now();
-  const beat = setInterval(
-    () => watch.progress({ stepId: input.stepId, seconds: Math.round((Date.now() - started) / 1000) }),
-    5000,
-  );
+  let progress: ProgressWatch | undefined;
+  const beat = setInterval(() => {
+    const seconds = Math.round((Date.now() - started) / 1000);
+    const learner = progress?.latest();
+    watch.progress({ stepId: input.stepId, seconds, ...(learner ? { learner } : {}) });
+  }, 5000);
   try {
-    const batchRef = await writeStepBatch(deps.controlUrl, dir, input.stepId, input.items);
+    const batchRef = await writeStepBatch(deps.controlUrl, files.dir, input.stepId, input.items);
     const learner = await campaignLearner(deps.stateDir, input);
     const cancelled = watch.cancelled.catch(async (err: unknown) => {
-      await learnerRequest(learner, 'POST', '/cancel', {}, 10_000).catch(() => undefined);
+      // A worker being replaced (a deploy, a restart) leaves the learner's step running: the learner is its own
+      // process, and the retry on the next worker waits for the same step's answer (a step id the learner is
+      // running or has stored is answered, never run twice). Any other cancellation reaches the learner.
+      if (!(err instanceof CancelledFailure && err.message === 'WORKER_SHUTDOWN'))
+        await learnerRequest(learner, 'POST', '/cancel', {}, 10_000).catch(() => undefined);
       throw err;
     });
+    progress = watchLearnerProgress(learner, files, input.stepId, deps.stallLimitMs);
     try {
       const answer = await Promise.race([
         learnerRequest<{ step_id: number; result: Record<string, unknown>; repeated: boolean; checkpoint: string }>(
@@ -64,6 +73,7 @@ export async function trainLearnerStep(
           3 * 3600_000,
         ),
         cancelled,
+        progress.stalled,
       ]);
       const seconds = (Date.now() - started) / 1000;
       watch.log.info('learner step done', {
@@ -75,7 +85,7 @@ export async function trainLearnerStep(
       });
       metrics.learnerStepFinished(seconds, answer.repeated);
       // Retention: batches of committed steps and all but the last exports go (tbt gc does the same).
-      pruneLearnerFolder(dir, defaultRetention);
+      pruneLearnerFolder(files.dir, defaultRetention);
       return {
         stepId: answer.step_id,
         repeated: answer.repeated,
@@ -83,9 +93,11 @@ export async function trainLearnerStep(
         metrics: answer.result,
       };
     } catch (err) {
-      return rethrowRefusalAsBadInput(err);
+      // Stopping a stalled learner also fails its step request: the stall is the reason to report.
+      throw (await progress.stallError()) ?? rethrowRefusalAsBadInput(err);
     }
   } finally {
     clearInterval(beat);
+    progress?.stop();
   }
 }

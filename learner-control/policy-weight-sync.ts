@@ -1,4 +1,5 @@
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
+import { longRequestDispatcher } from '../infra/long-request-dispatcher.ts';
 
 /**
  * Full-weight sync into one policy server from an exported safetensors folder, in vLLM's dev-mode protocol
@@ -42,7 +43,8 @@ export async function syncPolicyWeights(
         headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
         body: method === 'POST' ? JSON.stringify(body ?? {}) : undefined,
         signal,
-      });
+        dispatcher: longRequestDispatcher, // loading a large model's weights can pass 5 minutes
+      } as RequestInit);
     } catch (err) {
       const why = signal.aborted ? `deadline of ${deadlineMs} ms passed` : errorMessage(err);
       throw new InfrastructureError(`weight sync to ${root}: ${route}: ${why}`, { cause: err });

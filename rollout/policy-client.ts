@@ -1,6 +1,7 @@
 import OpenAI from 'openai';
 import { ContextOverflowError, InfrastructureError, errorMessage, isContextOverflowText } from '../core/errors.ts';
 import { NO_API_KEY, resolveApiKey } from './api-key.ts';
+import { longRequestDispatcher } from '../infra/long-request-dispatcher.ts';
 
 /**
  * Client of an OpenAI-compatible policy server (vLLM in production, the embedded CPU server locally).
@@ -79,7 +80,8 @@ async function postRaw(
       headers: { 'content-type': 'application/json', ...authorization },
       body: JSON.stringify(body),
       signal: AbortSignal.timeout(timeoutMs ?? endpoint.timeoutMs ?? 300_000),
-    });
+      dispatcher: longRequestDispatcher, // a long generation answers after minutes: only the signal bounds it
+    } as RequestInit);
     return { status: response.status, ok: response.ok, text: await response.text() };
   } catch (err) {
     throw new InfrastructureError(`policy server ${what}: ${errorMessage(err)}`, { cause: err });
@@ -115,6 +117,7 @@ export async function chatComplete(
     apiKey: apiKey(endpoint),
     timeout,
     maxRetries: sampling.timeoutMs === undefined ? 2 : 0,
+    fetchOptions: { dispatcher: longRequestDispatcher } as OpenAI.RequestOptions['fetchOptions'],
   });
   try {
     const completion = await client.chat.completions.create({

@@ -157,3 +157,55 @@ test(
     assert.equal(health.step, 2, 'the cancelled step 3 was not applied');
   },
 );
+
+test(
+  'a GPU worker shut down mid-step leaves the learner running it; the retry picks the step up where it is',
+  { timeout: 900_000 },
+  async () => {
+    const items = await insertEpisodes(3, 48, 400);
+    const step3 = { campaignId, stepId: 3, items, learner: { ...learner, micro_batch_tokens: 400 }, seed: 1 };
+    const first = run(() => activities.trainStep(step3));
+    const files = learnerFiles(stateDir, campaignId);
+    type Health = { step: number; busy: number | null; progress: { micro_batch: number } };
+    const health = () => learnerRequest<Health>(controlEndpoint(files)!, 'GET', '/health');
+    const running = (h: Health) => h.busy === 3 && h.progress.micro_batch >= 2;
+    while (!running(await health())) await new Promise((r) => setTimeout(r, 500));
+    first.env.cancel('WORKER_SHUTDOWN');
+    await assert.rejects(first.result, (err: unknown) => err instanceof CancelledFailure);
+    const after = await health();
+    assert.equal(after.busy, 3, 'the learner still runs step 3 after the worker left');
+    const retry = run(() => activities.trainStep(step3));
+    const result = await retry.result;
+    assert.equal(result.stepId, 3);
+    assert.equal((await health()).step, 3, 'step 3 applied once, by the learner run the first worker started');
+  },
+);
+
+test(
+  'a learner that stops making progress mid-step (a hung collective) is stopped and the attempt fails as infra',
+  { timeout: 900_000 },
+  async () => {
+    const stuckId = `${campaignId}-stuck`;
+    const stuck = createGpuActivities({ stateDir, controlUrl: controlUrlDb, stallLimitMs: 8000 });
+    process.env.TBT_LEARNER_TEST_HOOKS = JSON.stringify({ micro_batch_sleep_s: 120 }); // one micro-batch hangs
+    try {
+      const items = await insertEpisodes(1, 4);
+      const job = run(() => stuck.trainStep({ campaignId: stuckId, stepId: 1, items, learner, seed: 1 }));
+      await assert.rejects(job.result, (err: Error) => {
+        assert.match(err.message, /learner made no progress on step 1 for \d+ s \(update, micro-batch 1 of \d+\)/);
+        return true;
+      });
+      const beats = job.heartbeats as { learner?: { step: number; micro_batch: number } }[];
+      assert.ok(
+        beats.some((b) => b.learner?.step === 1 && b.learner.micro_batch === 1),
+        'heartbeats carry the learner progress',
+      );
+      const files = learnerFiles(stateDir, stuckId);
+      const pid = readPid(files.pid);
+      assert.ok(pid === undefined || !isAlive(pid), 'the stuck learner was stopped for the retry to restart it');
+    } finally {
+      delete process.env.TBT_LEARNER_TEST_HOOKS;
+      await stopLearner(learnerFiles(stateDir, stuckId)).catch(() => undefined);
+    }
+  },
+);

@@ -61,12 +61,17 @@ def test_steps_apply_exactly_once_across_kill_and_resume(tmp_path: pathlib.Path)
         # Cancel a running step at a micro-batch boundary: nothing is applied.
         running = pool.submit(learner.call, *train(2, b2))
         wait_for(lambda: learner.call("GET", "/health")[1]["busy"] == 2, what="step 2 running")
+        # Progress moves with the micro-batches (0.3 s each here), so a stalled one is visible from outside.
+        wait_for(lambda: learner.call("GET", "/health")[1]["progress"]["micro_batch"] >= 2, what="micro-batch 2")
+        progress = learner.call("GET", "/health")[1]["progress"]
+        assert progress["step"] == 2 and progress["phase"] == "update" and progress["of"] >= progress["micro_batch"]
+        assert progress["seconds_since_change"] < 5, progress
         status, cancelling = learner.call("POST", "/cancel", {})
         assert status == 200 and cancelling["cancelling"] == 2
         status, cancelled = running.result(timeout=60)
         assert status == 409 and cancelled["code"] == "cancelled", cancelled
         status, health = learner.call("GET", "/health")
-        assert health["step"] == 1 and health["busy"] is None
+        assert health["step"] == 1 and health["busy"] is None and health["progress"]["phase"] == "idle"
         assert learner.call("POST", "/cancel", {})[1]["cancelling"] is None
 
         # kill -9 after step 2's optimizer step, before its checkpoint is committed.

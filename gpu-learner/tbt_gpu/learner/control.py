@@ -110,6 +110,7 @@ class LearnerService:
             "backend": self.info.backend,
             "model": self.info.config.model.path,
             "pid": os.getpid(),
+            "progress": self.trainer.progress.report(),
         }
 
     def authorized(self, header: str | None) -> bool:
@@ -181,6 +182,7 @@ class LearnerService:
                 raise
             finally:
                 self._running = None
+                self.trainer.progress.mark(phase="idle", micro_batch=0, of=0)
             self._finish(command, answer)
 
     def _next_message(self, last_broadcast: float) -> tuple[Command | None, dict[str, Any]]:
@@ -243,9 +245,11 @@ class LearnerService:
             self.trainer.train_step(message["step_id"], message["batch"])
             # The answer leaves only after the checkpoint is committed: a crash before that point
             # replays the step from the previous checkpoint, a crash after it finds the step done.
+            self.trainer.progress.mark(phase="checkpoint")
             self.checkpointer.save()
             return self._train_answer(message["step_id"], repeated=False)
         if op == "export":
+            self.trainer.progress.mark(step=message["step_id"], phase="export", micro_batch=0, of=0)
             folder = self.checkpointer.export(message["step_id"])
             return {"step_id": message["step_id"], "path": str(folder), "existing": False}
         raise RuntimeError(f"unknown broadcast op {op!r}")

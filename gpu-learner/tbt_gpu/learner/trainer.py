@@ -19,6 +19,7 @@ from .distributed import DistInfo, any_rank, sum_across_ranks
 from .errors import NonFiniteError, StepCancelled, StepRefused
 from .loss import LossSums, policy_loss, predicted_logprobs
 from .model import fsdp_modules, load_model
+from .progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class Trainer:
         self.state = TrainerState()
         self.cancel_requested = threading.Event()
         """Set (on rank 0) by the control endpoint; every rank sees it at the next micro-batch boundary."""
+        self.progress = Progress()
 
     def _build_model(self) -> tuple[torch.nn.Module, Any]:
         return load_model(self.info)
@@ -85,6 +87,7 @@ class Trainer:
         if step_id != self.state.last_step + 1:
             raise StepRefused(step_id, self.state.last_step)
         started = time.perf_counter()
+        self.progress.mark(step=step_id, phase="update", micro_batch=0, of=0)
         if batch.all_zero_advantage:
             # Even a zero gradient would move the weights through Adam's momentum, so no step at all.
             result = self._skipped_result(batch)
@@ -136,10 +139,12 @@ class Trainer:
         # FSDP averages gradients over ranks; the loss is already a share of the global token-mean,
         # so scaling by the world size turns that average into the sum the token-mean needs.
         scale = float(info.world_size)
+        self.progress.mark(of=len(micro_batches))
         local = LossSums()
         self.optimizer.zero_grad(set_to_none=True)
         try:
             for index, mb in enumerate(micro_batches):
+                self.progress.mark(micro_batch=index + 1)
                 faults.micro_batch_delay()
                 mb = mb.to(info.device)
                 logp, entropy = self._scored_logprobs(mb)
@@ -168,6 +173,7 @@ class Trainer:
             totals = LossSums.from_list(sum_across_ranks(local.as_list()))
             if int(totals.tokens) != global_tokens:
                 raise RuntimeError(f"step {step_id}: ranks trained {totals.tokens} tokens, batch has {global_tokens}")
+            self.progress.mark(phase="optimizer")
             grad_norm = self._grad_norm()
             loss_value = totals.loss / global_tokens
             if not math.isfinite(loss_value) or not math.isfinite(grad_norm):
