@@ -41,6 +41,16 @@ export interface GoldenCall {
  * golden state; we replay them through the agent's tool session to validate a task. Malformed entries are
  * reported by index, not skipped silently.
  */
+/** Whether any server's world state declares a golden trajectory (`golden_test_case.tool_interactions`, even empty). */
+export function declaresGolden(worldState: Record<string, Json>): boolean {
+  return Object.values(worldState).some(
+    (config) =>
+      isPlainObject(config) &&
+      isPlainObject(config.golden_test_case) &&
+      config.golden_test_case.tool_interactions != null,
+  );
+}
+
 export function goldenCallsOf(worldState: Record<string, Json>): { calls: GoldenCall[]; problems: string[] } {
   const calls: GoldenCall[] = [];
   const problems: string[] = [];

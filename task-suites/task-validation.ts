@@ -21,6 +21,8 @@ export interface TaskValidation {
   /** A one-row mutation of the golden state fails grading (native tasks; not applicable to imported ones). */
   mutationFail: boolean;
   problems: string[];
+  /** An imported task that declares no golden trajectory: only that its test code runs was checked. */
+  noGolden?: boolean;
   /** Noted, not failing. */
   warnings?: string[];
   /** Per episode: milliseconds to a ready backend (tool servers started or taken warm, initialised). */

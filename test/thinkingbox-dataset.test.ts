@@ -239,6 +239,16 @@ test(
   },
 );
 
+test('validation of a custom-body task that declares no golden trajectory checks only that its test code runs', async () => {
+  const t = suite.tasks.find((x) => x.uid.endsWith(':test_opening_hours'))!;
+  assert.ok(!t.test.native && t.golden.length === 0, 'the fixture task is a custom body without golden calls');
+  const v = await validateImportedTask(resources, suite, t);
+  assert.deepEqual(v.problems, []);
+  assert.equal(v.noGolden, true);
+  assert.equal(v.goldenPass, false, 'no golden replay is claimed');
+  assert.equal(v.nullOk, true, 'its test code ran on a null agent without a system error');
+});
+
 function startDouble(reply: (body: unknown, i: number) => DoubleReply): Promise<string> {
   const d = new OpenAIWireProtocolDouble(reply);
   doubles.push(d);

@@ -114,11 +114,16 @@ export async function validate(args: string[]): Promise<number> {
   }
   const domains = new Set(suites.flatMap((s) => Object.keys(s.scenarios).map((name) => taskDomain(s, name))));
   const count = (f: (r: TaskValidation) => boolean) => results.filter(f).length;
-  const changeTasks = results.filter((r) => !r.noChange);
+  const changeTasks = results.filter((r) => !r.noChange && !r.noGolden);
   console.log(
     `no_change_tasks=${count((r) => r.noChange)} file_problems=${problems.length} ` +
       `task_problems=${count((r) => r.problems.length > 0)}`,
   );
+  if (count((r) => r.noGolden === true))
+    console.log(
+      `no_golden_tasks=${count((r) => r.noGolden === true)} (no golden trajectory declared; their test code ran on ` +
+        `a null agent without a system error: ${count((r) => r.noGolden === true && r.nullOk)})`,
+    );
   if (imported)
     console.log(
       `imported_tasks=${imported} (no one-row mutation check: their state lives in the dataset's tool servers)`,

@@ -1,4 +1,5 @@
 import type { ImportedTask } from '../../config/thinkingbox-schema.ts';
+import { declaresGolden } from '../../core/world-state-merge.ts';
 import { errorMessage } from '../../core/errors.ts';
 import { judgeFrom, type Judge } from '../../rollout/judge-client.ts';
 import type { ToolCallMade } from '../../rollout/episode-environment.ts';
@@ -12,7 +13,8 @@ import { thinkingboxEnvironment, type ThinkingBoxResources } from './thinkingbox
  * nothing. Rubrics are not what is checked here (no judge during validation): judge questions are answered
  * yes, so the check is about the state the tests grade. A custom test body may also check the final answer,
  * which a replay has none of: for those, the golden replay passes when every server's state matches its
- * golden state, and a failing body is reported as a warning.
+ * golden state, and a failing body is reported as a warning. A task that declares no golden trajectory at all is
+ * checked only for test code that runs when its body is a custom one.
  */
 
 const ASSUME_YES: Judge = judgeFrom(async () => ({
@@ -51,6 +53,16 @@ export async function validateImportedTask(
     }
   };
   try {
+    if (!task.test.native && !declaresGolden(task.world_state)) {
+      // A custom test body and no golden trajectory (the airline release): nothing says what the expected state
+      // is, so only that the test code runs on a null agent (passes or fails, no system error) is checked. (A
+      // recognised body compares with the golden state the servers compute: no calls declared = no change.)
+      v.noGolden = true;
+      const nothing = await run([]);
+      v.nullOk = nothing.outcome !== 'infrastructure_error';
+      if (!v.nullOk) v.problems.push(`the test code does not run on a null agent: ${nothing.cause}`);
+      return v;
+    }
     const golden = await run(task.golden);
     v.goldenPass =
       golden.outcome === 'success' || (!task.test.native && golden.outcome === 'agent_failure' && golden.stateMatches);
