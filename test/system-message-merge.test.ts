@@ -129,7 +129,7 @@ test('a chat API without /tokenize gets the two system messages as they are, and
   }
 });
 
-test('the run manifest entry comes from the rollout activity: merged on the strict template, as-is on an API', async () => {
+test('the manifest entry comes from the rollout activity: merged on the strict template, as-is on an API', async () => {
   const { policySystemMessages } = createEpisodeActivities({} as never);
   const strict = await serve('qwen3-system-first.jinja');
   const entry = await policySystemMessages({ policy: { base_url: strict.baseUrl, model: strict.model } as never });
