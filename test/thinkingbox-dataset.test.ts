@@ -239,7 +239,7 @@ test(
   },
 );
 
-test('validation of a custom-body task that declares no golden trajectory checks only that its test code runs', async () => {
+test('validating a custom-body task with no golden trajectory checks only that its test code runs', async () => {
   const t = suite.tasks.find((x) => x.uid.endsWith(':test_opening_hours'))!;
   assert.ok(!t.test.native && t.golden.length === 0, 'the fixture task is a custom body without golden calls');
   const v = await validateImportedTask(resources, suite, t);
