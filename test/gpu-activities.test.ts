@@ -162,7 +162,7 @@ test(
   'a GPU worker shut down mid-step leaves the learner running it; the retry picks the step up where it is',
   { timeout: 900_000 },
   async () => {
-    const items = await insertEpisodes(3, 48, 400);
+    const items = (await insertEpisodes(3, 48, 400)).slice(0, 12); // 12 micro-batches: long enough to interrupt
     const step3 = { campaignId, stepId: 3, items, learner: { ...learner, micro_batch_tokens: 400 }, seed: 1 };
     const first = run(() => activities.trainStep(step3));
     const files = learnerFiles(stateDir, campaignId);
