@@ -1,6 +1,6 @@
 """Configuration types test code uses (``thinkingbox.common.config_types``): ``RubricConfig``.
 
-Written by us from the reference framework's documented behaviour (docs/rubrics_judge.md), not copied from it.
+Written by us from the reference framework's documented behaviour (its rubrics judge documentation), not copied from it.
 """
 
 from __future__ import annotations
