@@ -229,12 +229,14 @@ function filesystemArgs(readOnly: string[], scratch: string, scratchBytes: numbe
     // A read-only bind already inside a read-only one adds nothing.
     if (parent && !parent.writable && !m.writable) continue;
     // bwrap would copy each parent's mode (and /root is 0700), or create missing ones inside a writable mount
-    // (a dataset under /tmp, over the scratch /tmp) as 0700 root: make every one world-traversable instead.
+    // (a dataset under /tmp, over the scratch /tmp) as 0700 root: make every one world-traversable instead, and
+    // read-only (0555): without root bwrap creates them as the code's own uid, which could otherwise write into
+    // them (only into the sandbox's private /tmp, but a path that looks like the host's repository).
     const chain: string[] = [];
     for (let d = path.dirname(m.dest); !made.has(d); d = path.dirname(d)) chain.unshift(d);
     for (const d of chain) {
       made.add(d);
-      args.push('--perms', '0755', '--dir', d);
+      args.push('--perms', '0555', '--dir', d);
     }
     if ('bind' in m) args.push('--bind', m.source, m.dest);
     // 1777: as root the code's uid is not the tmpfs's owner (root); only the sandbox's processes see them.
