@@ -124,7 +124,7 @@ const spec = (command: string, args: string[]): StdioServerSpec => ({
 });
 
 async function call(name: string, server: StdioServerSpec, tool: string, args: Record<string, unknown> = {}) {
-  const dataset = datasetEnvironment([fs.realpathSync(pkg)], suiteDir);
+  const dataset = datasetEnvironment([fs.realpathSync(pkg)], suiteDir, fs.realpathSync(root));
   const started = await pool.acquire(name, serverLaunchSpec(server, dataset));
   try {
     const result = await started.client.callTool({ name: tool, arguments: args });

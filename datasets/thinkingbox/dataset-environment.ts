@@ -7,7 +7,6 @@ import { readEnvironment, repoRoot } from '../../config/environment.ts';
 import { BadInputError, InfrastructureError } from '../../core/errors.ts';
 import { isInside, unchangedPath } from './dataset-paths.ts';
 import { DatasetSandbox, helperPackageDir, hostProgram, pythonRoots } from './dataset-sandbox.ts';
-import { loadImportedSuite } from './imported-suite.ts';
 import { hostPort, startIndexProxy } from './index-proxy.ts';
 import { readPipIndexConfig } from './pip-index-config.ts';
 import { readDeclaredRequirements, type DeclaredRequirement } from './requirement-specs.ts';
@@ -156,11 +155,11 @@ const ready = (venv: string) => fs.existsSync(path.join(venv, '.tbt-ready'));
 const known = new Map<string, DatasetEnvironment>();
 
 /**
- * The dataset's environment if it has been built, else a clear error naming the command that builds it. With
- * `suiteDir`, the imported suite there also gives the data root.
+ * The dataset's environment if it has been built, else a clear error naming the command that builds it
+ * (`suiteDir` names the suite in it). `dataRoot` is the suite's recorded data root (THINKINGBOX_DATA).
  */
-export function datasetEnvironment(packages: string[], suiteDir?: string): DatasetEnvironment {
-  const cacheKey = JSON.stringify([packages, suiteDir]);
+export function datasetEnvironment(packages: string[], suiteDir?: string, dataRoot?: string): DatasetEnvironment {
+  const cacheKey = JSON.stringify([packages, suiteDir, dataRoot]);
   const cached = known.get(cacheKey);
   if (cached) return cached;
   const { venv } = venvFor(packages);
@@ -169,7 +168,6 @@ export function datasetEnvironment(packages: string[], suiteDir?: string): Datas
       `the Python environment of this dataset is not built (${venv}); run: tbt tasks prepare-env ` +
         `${suiteDir ?? 'SUITE_DIR'}`,
     );
-  const dataRoot = suiteDir ? loadImportedSuite(suiteDir).suite?.imported.data_root : undefined;
   const env = { python: path.join(venv, 'bin', 'python'), packages, venv, ...(dataRoot ? { dataRoot } : {}) };
   known.set(cacheKey, env);
   return env;

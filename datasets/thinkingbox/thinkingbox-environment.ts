@@ -94,7 +94,7 @@ export function thinkingboxEnvironment(
     // The test run has its own timeout; geteffects and judge calls on the native path get 5 minutes besides.
     gradeTimeoutMs: resources.testTimeoutMs + 5 * 60_000,
     async open(owner): Promise<OpenedEnvironment> {
-      const dataset = datasetEnvironment(suite.imported.server_packages, suite.dir);
+      const dataset = datasetEnvironment(suite.imported.server_packages, suite.dir, suite.imported.data_root);
       const servers = await startEpisodeServers(resources.servers, suite, task, dataset);
       const { initResult, routes, replayWarnings } = await seedAndRoute(servers, scenario, task, toolTimeoutMs);
       const history = { ...episodeHistory(task.history), replayWarnings };
