@@ -471,7 +471,7 @@ export const campaignPauseCommand = defineCommand({
 
 export const campaignResumeCommand = defineCommand({
   path: 'campaign resume',
-  summary: 'resume a paused campaign',
+  summary: 'resume a paused, failed or terminated campaign from its last committed step',
   positionals: [campaignId],
   flags: noFlags,
 });
@@ -488,7 +488,7 @@ export const campaignTerminateCommand = defineCommand({
   summary: "end the campaign now: its workflow and running children, and this host's learner and policy server",
   details:
     'Temporal terminates the current run with the reason (its children go with it: parent close policy ' +
-    'TERMINATE). A terminated campaign cannot be resumed yet; its recorded steps and checkpoints are kept.',
+    'TERMINATE). `tbt campaign resume` starts it again from its last committed step (checkpoints, episodes kept).',
   positionals: [campaignId],
   flags: {
     reason: {

@@ -1,17 +1,6 @@
 import { WorkflowFailedError } from '@temporalio/client';
-import {
-  ActivityFailure,
-  ApplicationFailure,
-  CancelledFailure,
-  ChildWorkflowFailure,
-  ServerFailure,
-  TerminatedFailure,
-  TimeoutFailure,
-} from '@temporalio/common';
-import { errorClasses, isBadInputType } from '../core/errors.ts';
-import { coverageGateFailureType } from '../workflows/evaluation-workflow.ts';
-import { noWorkerPollingType } from '../workflows/missing-poller.ts';
-import { stepLostFailureType } from '../workflows/training-step-workflow.ts';
+import { ActivityFailure, ApplicationFailure, ChildWorkflowFailure, TimeoutFailure } from '@temporalio/common';
+import { causeChain, failureClassOf, failurePlace, type FailureClass } from '../workflows/failure-class.ts';
 
 /**
  * What a command that waited on a workflow prints when the workflow did not complete: the cause (the message of
@@ -30,9 +19,7 @@ export interface WaitedWorkflow {
   uiUrl?: string;
 }
 
-/** The failure classes of core/errors.ts, plus how Temporal itself ends a workflow. */
-export type FailureClass =
-  'bad input' | 'infrastructure' | 'no worker polling' | 'cancelled' | 'terminated' | 'timed out' | 'unclassified';
+export type { FailureClass };
 
 export interface FailureExplanation {
   failureClass: FailureClass;
@@ -48,48 +35,15 @@ export interface FailureExplanation {
   taskQueue?: string;
 }
 
-/**
- * Failure types the workflows raise on purpose when infrastructure, not the input, is at fault: the evaluation's
- * coverage gate and a lost training step.
- */
-const infrastructureTypes = new Set<string>([
-  ...errorClasses.filter((c) => c.retryable).map((c) => c.type),
-  coverageGateFailureType,
-  stepLostFailureType,
-]);
-
-/** The error and its causes, outermost first (a cycle or a very deep chain is cut). */
-function causeChain(err: unknown): Error[] {
-  const chain: Error[] = [];
-  for (let e: unknown = err; e instanceof Error && chain.length < 20 && !chain.includes(e); e = e.cause) chain.push(e);
-  return chain;
-}
-
-function place(e: Error): string | undefined {
-  if (e instanceof ChildWorkflowFailure) return `child workflow ${e.workflowType} ${e.execution.workflowId}`;
-  if (e instanceof ActivityFailure)
-    return `activity ${e.activityType}${e.retryState ? ` (retry state ${e.retryState})` : ''}`;
-  return undefined;
-}
-
 /** The first failure along the chain that decides the class, with that class. */
 function decide(chain: Error[]): { failure: Error | undefined; failureClass: FailureClass; type: string } {
   for (const [i, e] of chain.entries()) {
-    if (e instanceof ApplicationFailure && e.type) {
-      if (isBadInputType(e.type)) return { failure: e, failureClass: 'bad input', type: e.type };
-      if (e.type === noWorkerPollingType) return { failure: e, failureClass: 'no worker polling', type: e.type };
-      if (infrastructureTypes.has(e.type)) return { failure: e, failureClass: 'infrastructure', type: e.type };
-    }
-    if (e instanceof TimeoutFailure) {
-      const type = `${e.timeoutType ?? 'unknown'} timeout`;
-      // Right under the workflow (i === 1): the workflow's own run or execution timeout.
-      if (i === 1 && chain[0] instanceof WorkflowFailedError) return { failure: e, failureClass: 'timed out', type };
-      if (e.timeoutType === 'SCHEDULE_TO_START') return { failure: e, failureClass: 'no worker polling', type };
-      return { failure: e, failureClass: 'infrastructure', type };
-    }
-    if (e instanceof TerminatedFailure) return { failure: e, failureClass: 'terminated', type: 'terminated' };
-    if (e instanceof CancelledFailure) return { failure: e, failureClass: 'cancelled', type: 'cancelled' };
-    if (e instanceof ServerFailure) return { failure: e, failureClass: 'infrastructure', type: 'ServerFailure' };
+    const decided = failureClassOf(e);
+    if (!decided) continue;
+    // Right under the workflow (i === 1): the workflow's own run or execution timeout.
+    if (e instanceof TimeoutFailure && i === 1 && chain[0] instanceof WorkflowFailedError)
+      return { failure: e, failureClass: 'timed out', type: decided.type };
+    return { failure: e, ...decided };
   }
   const wrappers = (e: Error) =>
     e instanceof WorkflowFailedError || e instanceof ChildWorkflowFailure || e instanceof ActivityFailure;
@@ -107,7 +61,7 @@ export function explainWorkflowFailure(err: unknown): FailureExplanation {
     failureClass,
     type,
     message,
-    where: chain.map(place).filter((p): p is string => p !== undefined),
+    where: chain.map(failurePlace).filter((p): p is string => p !== undefined),
   };
   if (innermost && innermost !== failure && innermost.message && !message.includes(innermost.message))
     explanation.innermost = innermost.message;
@@ -119,20 +73,19 @@ export function explainWorkflowFailure(err: unknown): FailureExplanation {
 }
 
 /**
- * How to start the work again, as true today: what is kept and what is not. The one place to change when a
- * failed or terminated campaign becomes resumable (issue 21); `tbt campaign terminate` prints it too.
+ * How to start the work again: what is kept and what is not. `tbt campaign terminate` prints it too. A campaign
+ * resumes from its last committed step (cli/commands/campaign-resume.ts).
  */
-export function startAgainText(waited: Pick<WaitedWorkflow, 'kind' | 'again'>): string {
+export function startAgainText(waited: Pick<WaitedWorkflow, 'kind' | 'again' | 'workflowId'>): string {
   if (waited.kind === 'evaluation')
     return (
       `run the same command again${waited.again ? ` (\`${waited.again}\`)` : ''}: it starts a new evaluation, ` +
       "whose label carries its run id, so this one's finished episodes are not reused"
     );
-  // Resume today continues only a paused campaign whose workflow still runs (docs/operations.md).
   return (
-    'a campaign that ended this way cannot be resumed yet (`tbt campaign resume` continues only a paused campaign ' +
-    `that is still running); \`${waited.again ?? 'tbt train --config FILE'}\` starts a new campaign at ingest ` +
-    "(this one's recorded steps, checkpoints and episodes stay where they are)"
+    `\`tbt campaign resume ${waited.workflowId}\` starts it again from its last committed training step (the ` +
+    "learner from that step's checkpoint, finished episodes reused; a changed campaign config needs " +
+    `\`${waited.again ?? 'tbt train --config FILE'}\`, a new campaign)`
   );
 }
 

@@ -221,6 +221,33 @@ export const campaignConfigSchema = z
       })
       .strict()
       .prefault({}),
+    recovery: z
+      .object({
+        paused_stage_retry_ms: z
+          .number()
+          .int()
+          .min(1000)
+          .default(300_000)
+          .describe(
+            'A stage paused by an infrastructure failure (an endpoint down, no GPU worker) retries by itself after ' +
+              'this long, doubling each time',
+          ),
+        paused_stage_retry_max_ms: z
+          .number()
+          .int()
+          .min(1000)
+          .default(3_600_000)
+          .describe('Longest wait between automatic retries of a paused stage'),
+        gpu_queue_wait_ms: z
+          .number()
+          .int()
+          .min(10_000)
+          .default(1_800_000)
+          .describe('How long a GPU activity waits for a worker on its queue before the campaign pauses, naming it'),
+      })
+      .strict()
+      .prefault({})
+      .describe('How the campaign rides out infrastructure failures (docs/operations.md, "Failure classes")'),
     tracking: trackingConfigSchema
       .optional()
       .describe('Experiment trackers (MLflow, W&B) for every step and evaluation; off unless set'),

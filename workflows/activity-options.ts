@@ -21,16 +21,24 @@ export function bookkeepingOptions(startToCloseTimeout: Duration, maximumAttempt
   };
 }
 
+/** How long a GPU activity waits for a poller when the config does not say (inputs recorded before it did). */
+export const defaultGpuQueueWaitMs = 30 * 60_000;
+
 /**
  * GPU activities (learner start, training step, export, weight sync, policy server). Every one heartbeats at
- * least every 10 s. A task nobody picks up within the schedule-to-start limit fails visibly (a wrong or dead
- * GPU queue) instead of waiting forever; retries: 10 attempts, 5 s doubling to at most 2 minutes (about 13 min).
+ * least every 10 s. A task nobody picks up within the schedule-to-start limit (`recovery.gpu_queue_wait_ms`,
+ * default 30 minutes) fails visibly, naming the queue (missing-poller.ts), and the campaign pauses on it instead
+ * of waiting silently; retries: 10 attempts, 5 s doubling to at most 2 minutes (about 13 min).
  */
-export function gpuOptions(taskQueue: string, startToCloseTimeout: Duration): ActivityOptions {
+export function gpuOptions(
+  taskQueue: string,
+  startToCloseTimeout: Duration,
+  queueWaitMs: number = defaultGpuQueueWaitMs,
+): ActivityOptions {
   return {
     taskQueue,
     startToCloseTimeout,
-    scheduleToStartTimeout: '30 minutes',
+    scheduleToStartTimeout: queueWaitMs,
     heartbeatTimeout: '2 minutes',
     retry: { maximumAttempts: 10, initialInterval: '5 seconds', maximumInterval: '2 minutes', nonRetryableErrorTypes },
   };
@@ -85,6 +93,20 @@ export const defaultMaxReruns = 3;
 
 /** Retries of a training step that lost every group to infrastructure errors, before the campaign pauses. */
 export const lostStepRetries = 3;
+
+/**
+ * How long a stage paused by an infrastructure failure waits before it runs again by itself: retry n (n = 1, 2,
+ * ...) waits `paused_stage_retry_ms` x 2^(n-1), capped at `paused_stage_retry_max_ms` (defaults 5 minutes, then
+ * 10, 20, 40, 60, 60, ...). A resume runs it at once. Configs recorded before `recovery` existed get the defaults.
+ */
+export function pausedStageRetryMs(
+  retry: number,
+  recovery: { paused_stage_retry_ms: number; paused_stage_retry_max_ms: number } | undefined,
+): number {
+  const initial = recovery?.paused_stage_retry_ms ?? 5 * 60_000;
+  const max = recovery?.paused_stage_retry_max_ms ?? 60 * 60_000;
+  return Math.min(max, initial * 2 ** Math.max(0, retry - 1));
+}
 
 /** Training steps in a row whose update was skipped as non-finite before the campaign pauses itself. */
 export const nonFiniteStepsBeforePause = 3;

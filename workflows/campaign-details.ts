@@ -11,8 +11,8 @@ export function campaignDetails(campaignId: string, state: CampaignState, steps:
     : '';
   if (waiting)
     return (
-      `paused before step ${state.step + 1}/${steps}: ${state.pauseReason ?? 'paused by a pause signal'}. ` +
-      `Resume: tbt campaign resume ${campaignId}`
+      `paused ${state.pausedAt ? `at ${state.pausedAt}` : `before step ${state.step + 1}/${steps}`}: ` +
+      `${state.pauseReason ?? 'paused by a pause request'}. Resume: tbt campaign resume ${campaignId}`
     );
   const ending = state.stage === 'report' || state.stage === 'done' || state.stage === 'stopped';
   const pending = ending

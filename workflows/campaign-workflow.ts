@@ -7,6 +7,7 @@ import {
   continueAsNew,
   defineQuery,
   defineSignal,
+  defineUpdate,
   executeChild,
   log,
   patched,
@@ -27,6 +28,8 @@ import { probeWorkflow, type ProbeResult } from './probe-workflow.ts';
 import { campaignAttributes, campaignKey, pausedKey, stageKey, stepKey } from './search-attribute-keys.ts';
 import { campaignDetails } from './campaign-details.ts';
 import { withMissingPollerNamed } from './missing-poller.ts';
+import { infrastructureCause } from './failure-class.ts';
+import { controlAnswer, type ControlAction } from './campaign-control-answers.ts';
 import { evaluationSummary, probeSummary as probeStaticSummary, trainingStepSummary } from './ui-text.ts';
 import { startLearnerNodes } from './learner-nodes.ts';
 import { stepLostFailureType, trainingStepWorkflow } from './training-step-workflow.ts';
@@ -35,14 +38,17 @@ import {
   defaultMaxReruns,
   gpuOptions,
   nonFiniteStepsBeforePause,
+  pausedStageRetryMs,
   policyQuestionOptions,
 } from './activity-options.ts';
 
 /**
  * The six-stage loop as one durable workflow: ingest -> probe -> select -> training steps -> evaluation ->
  * report. Each training step is a child workflow `<campaign>/step-<n>`; the campaign continues as new after
- * every step with a compact state, so its history stays small however long it runs. Signals pause,
- * resume and stop-after-step; the `status` query answers at any time.
+ * every step with a compact state, so its history stays small however long it runs. Updates (and, for older
+ * clients, signals) pause, resume and stop-after-step; the `status` query answers at any time. A stage that fails
+ * for an infrastructure reason pauses the campaign with that reason and runs again on resume or by itself after a
+ * capped backoff (`pausingOnInfrastructure`); only bad input and bugs fail it.
  */
 
 export type Stage = 'ingest' | 'probe' | 'evaluate-before' | 'train' | 'evaluate-after' | 'report' | 'done' | 'stopped';
@@ -69,8 +75,12 @@ export interface CampaignState {
   evalAfter?: EvaluationResult;
   report?: { html: string; markdown: string };
   paused: boolean;
-  /** Why the campaign paused itself (a training step lost every group); cleared by resume. */
+  /** Why the campaign paused itself (an infrastructure failure, non-finite updates); cleared by resume. */
   pauseReason?: string;
+  /** What waits while paused by an infrastructure failure ('the probe', 'training step 3'); unset otherwise. */
+  pausedAt?: string;
+  /** A lost training step's pause: how long until the step is tried again by itself (unset: until resumed). */
+  retryPausedStepInMs?: number;
   stopAfterStep: boolean;
   /** Training steps in a row whose update the learner skipped as non-finite; reset by a finite one or a resume. */
   nonFiniteInARow?: number;
@@ -100,6 +110,10 @@ export const pauseSignal = defineSignal<[{ reason?: string }?]>('pause');
 export const resumeSignal = defineSignal('resume');
 export const stopAfterStepSignal = defineSignal('stopAfterStep');
 export const statusQuery = defineQuery<CampaignStatus>('status');
+/** The same three as Updates: each answers when it takes effect, or is refused with the reason. */
+export const pauseUpdate = defineUpdate<string, [{ reason?: string }]>('pauseCampaign');
+export const resumeUpdate = defineUpdate<string>('resumeCampaign');
+export const stopAfterStepUpdate = defineUpdate<string>('stopCampaignAfterStep');
 
 const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('30 minutes', 10));
 
@@ -113,7 +127,9 @@ export async function campaignWorkflow(input: CampaignInput): Promise<CampaignSt
   } catch (err) {
     if (!(err instanceof ContinueAsNew)) {
       const gpu = withMissingPollerNamed(
-        proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '10 minutes')),
+        proxyActivities<GpuActivities>(
+          gpuOptions(input.queues.gpu, '10 minutes', input.config.recovery?.gpu_queue_wait_ms),
+        ),
         input.queues.gpu,
       );
       await CancellationScope.nonCancellable(() =>
@@ -141,7 +157,7 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
     input,
     state,
     gpu: withMissingPollerNamed(
-      proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '1 hour')),
+      proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '1 hour', input.config.recovery?.gpu_queue_wait_ms)),
       input.queues.gpu,
     ),
   };
@@ -171,23 +187,43 @@ function campaignStatus({ input, state }: CampaignRun): CampaignStatus {
 function setCampaignHandlers(run: CampaignRun): void {
   const { state } = run;
   setHandler(statusQuery, () => campaignStatus(run));
-  setHandler(pauseSignal, (request) => {
+  const pause = (request?: { reason?: string }) => {
     state.paused = true;
     if (request?.reason) state.pauseReason = request.reason;
     flagPaused(true);
     showDetails(run);
-  });
-  setHandler(resumeSignal, () => {
+  };
+  const resume = () => {
     state.paused = false;
     state.pauseReason = undefined;
     state.nonFiniteInARow = undefined;
     flagPaused(false);
     showDetails(run);
-  });
-  setHandler(stopAfterStepSignal, () => {
+  };
+  const stop = () => {
     state.stopAfterStep = true;
     showDetails(run);
+  };
+  setHandler(pauseSignal, pause);
+  setHandler(resumeSignal, resume);
+  setHandler(stopAfterStepSignal, stop);
+  // The Updates apply the same changes and answer when they take effect; a validator refuses what cannot apply.
+  const answer = (action: ControlAction) =>
+    controlAnswer(action, state, run.input.config.training.steps, run.waitingPaused === true);
+  const refuse = (action: ControlAction) => () => {
+    const answered = answer(action);
+    if ('refused' in answered) throw new Error(answered.refused);
+  };
+  const applied = (action: ControlAction, apply: () => void): string => {
+    const answered = answer(action);
+    apply();
+    return 'answer' in answered ? answered.answer : '';
+  };
+  setHandler(pauseUpdate, (request) => applied('pause', () => pause(request)), {
+    validator: (_request: { reason?: string }) => refuse('pause')(),
   });
+  setHandler(resumeUpdate, () => applied('resume', resume), { validator: refuse('resume') });
+  setHandler(stopAfterStepUpdate, () => applied('stop', stop), { validator: refuse('stop') });
 }
 
 /**
@@ -274,9 +310,27 @@ function keyedInput(
 }
 
 async function ingest(run: CampaignRun): Promise<void> {
+  const { config } = run.input;
+  enter(run, 'ingest');
+  const uids = await pausingOnInfrastructure(run, 'the ingest', () => ingestAndStartLearner(run));
+  // Configs recorded before probe.enabled existed have no such field: they probed.
+  const pool =
+    uids === undefined || config.probe.enabled === false
+      ? uids
+      : await pausingOnInfrastructure(run, 'the probe', () => probeCandidates(run, uids));
+  if (pool === undefined) {
+    // Stopped while paused there: nothing to train on; the report says what was done.
+    run.state.stage = 'stopped';
+    return;
+  }
+  run.state.pool = pool;
+  run.state.stage = config.evaluation.before_training ? 'evaluate-before' : 'train';
+}
+
+/** The candidates, the learner (every node) and the run manifest; returns the candidate uids. */
+async function ingestAndStartLearner(run: CampaignRun): Promise<string[]> {
   const { input, state, gpu } = run;
   const { campaignId, config } = input;
-  enter(run, 'ingest');
   const { uids, evaluationUids, heldOutUids } = await bookkeeping.ingestCandidates({
     campaignId,
     suiteDir: input.suiteDir,
@@ -309,10 +363,7 @@ async function ingest(run: CampaignRun): Promise<void> {
       ...(await policyManifestEntry(run)),
     },
   });
-  // Configs recorded before probe.enabled existed have no such field: they probed.
-  if (config.probe.enabled === false) state.pool = uids;
-  else state.pool = await probeCandidates(run, uids);
-  state.stage = config.evaluation.before_training ? 'evaluate-before' : 'train';
+  return uids;
 }
 
 /**
@@ -351,17 +402,21 @@ async function probeCandidates(run: CampaignRun, uids: string[]): Promise<string
   return pool;
 }
 
-async function evaluate(run: CampaignRun, label: 'before' | 'after'): Promise<EvaluationResult> {
+/** The evaluation child; undefined when the campaign was stopped while the evaluation waited paused. */
+async function evaluate(run: CampaignRun, label: 'before' | 'after'): Promise<EvaluationResult | undefined> {
   const { input, state } = run;
   const { campaignId, config } = input;
   enter(run, `evaluate-${label}`);
-  const { episode } = await episodeConfig(run);
   const uids = { pool: state.pool, all: state.allTasks, held_out: state.heldOutTasks }[config.evaluation.tasks]!;
-  return executeChild(evaluationWorkflow, {
-    workflowId: `${campaignId}/eval-${label}`,
-    staticSummary: evaluationSummary(`evaluation ${label} training`, uids.length, config.evaluation.repeats),
-    typedSearchAttributes: campaignAttributes(campaignId, `evaluate-${label}`, state.step),
-    args: [{ ...keyedInput(run, episode, uids, config.evaluation), label, prices: input.pricesFile }],
+  // A re-run after a pause starts the child again under the same id: its stored episodes are reused.
+  return pausingOnInfrastructure(run, `the evaluation ${label} training`, async () => {
+    const { episode } = await episodeConfig(run);
+    return executeChild(evaluationWorkflow, {
+      workflowId: `${campaignId}/eval-${label}`,
+      staticSummary: evaluationSummary(`evaluation ${label} training`, uids.length, config.evaluation.repeats),
+      typedSearchAttributes: campaignAttributes(campaignId, `evaluate-${label}`, state.step),
+      args: [{ ...keyedInput(run, episode, uids, config.evaluation), label, prices: input.pricesFile }],
+    });
   });
 }
 
@@ -375,11 +430,19 @@ async function train(run: CampaignRun): Promise<void> {
   }
   if (state.step < config.training.steps && !state.stopAfterStep) {
     const step = state.step + 1;
-    const { record, lost } = await trainingStep(run, step);
+    const outcome = await pausingOnInfrastructure(run, `training step ${step}`, () => trainingStep(run, step));
+    if (!outcome) {
+      // Stopped while the step waited paused: the report follows with the steps trained so far.
+      state.stage = 'stopped';
+      return;
+    }
+    const { record, lost } = outcome;
     if (!record) {
       // Infrastructure, not the campaign, is at fault: pause with the reason visible in `status`; resume retries.
       state.paused = true;
       state.pauseReason = lost;
+      // Steps lost before automatic retries existed waited for a resume only; replay keeps them so.
+      if (patched('pause-on-infrastructure')) state.retryPausedStepInMs = pausedStageRetryMs(1, input.config.recovery);
       showDetails(run);
       log.warn('campaign paused: a training step lost every group', { campaignId, step, reason: lost });
       return continueAsNew<typeof campaignWorkflow>({ ...input, state });
@@ -431,9 +494,71 @@ async function waitWhilePaused(run: CampaignRun): Promise<void> {
   if (waits) flagPaused(true);
   run.waitingPaused = waits;
   showDetails(run);
-  await condition(() => !state.paused || state.stopAfterStep);
+  const retryInMs = state.retryPausedStepInMs;
+  if (retryInMs === undefined) await condition(() => !state.paused || state.stopAfterStep);
+  else if (!(await condition(() => !state.paused || state.stopAfterStep, retryInMs))) {
+    log.info('retrying the lost training step by itself', { campaignId: run.input.campaignId, step: state.step + 1 });
+    unpause(run);
+  }
+  state.retryPausedStepInMs = undefined;
   run.waitingPaused = false;
   showDetails(run);
+}
+
+/** Ends a pause the campaign made itself (its retry wait passed), as a resume would. */
+function unpause(run: CampaignRun): void {
+  run.state.paused = false;
+  run.state.pauseReason = undefined;
+  flagPaused(false);
+}
+
+/**
+ * Runs `work` (a stage, or a training step); when it fails for an infrastructure reason (failure-class.ts: an
+ * endpoint down past the re-runs, a GPU queue without a poller, a worker gone, a child terminated by hand) the
+ * campaign pauses with that reason (status, `TbtPaused`, the UI's details) and runs `work` again on a resume, or by
+ * itself after `recovery.paused_stage_retry_ms`, doubling up to `paused_stage_retry_max_ms`. A pause already
+ * requested by the user waits for a resume only. Bad input and bugs fail the campaign as before. Returns
+ * undefined when the campaign is stopped while `work` waits paused.
+ */
+async function pausingOnInfrastructure<T>(
+  run: CampaignRun,
+  what: string,
+  work: () => Promise<T>,
+): Promise<T | undefined> {
+  const { state, input } = run;
+  for (let retry = 1; ; retry++) {
+    try {
+      return await work();
+    } catch (err) {
+      const cause = infrastructureCause(err);
+      // Histories from before this pause failed here: replay must fail them the same way.
+      if (cause === undefined || !patched('pause-on-infrastructure')) throw err;
+      const pausedByUser = state.paused;
+      const retryInMs = pausedStageRetryMs(retry, input.config.recovery);
+      state.paused = true;
+      state.pausedAt = what;
+      state.pauseReason =
+        `${what} failed for an infrastructure reason: ${cause}. ` +
+        (pausedByUser
+          ? 'It runs again on `tbt campaign resume`'
+          : `It runs again by itself in ${Math.round(retryInMs / 60_000)} min, or now on \`tbt campaign resume\``);
+      flagPaused(true);
+      run.waitingPaused = true;
+      showDetails(run);
+      log.warn('campaign paused by an infrastructure failure', { campaignId: input.campaignId, what, cause, retry });
+      const resumed = pausedByUser
+        ? await condition(() => !state.paused || state.stopAfterStep).then(() => true)
+        : await condition(() => !state.paused || state.stopAfterStep, retryInMs);
+      if (!resumed) unpause(run);
+      state.pausedAt = undefined;
+      run.waitingPaused = false;
+      showDetails(run);
+      if (state.stopAfterStep) {
+        if (state.paused) unpause(run);
+        return undefined;
+      }
+    }
+  }
 }
 
 /** The step's child workflow; a step that lost every group to infrastructure errors yields its reason instead. */
@@ -467,6 +592,7 @@ async function trainingStep(run: CampaignRun, step: number): Promise<{ record?: 
         policyServers,
         embeddedEngine: config.episode.policy.base_url === 'embedded' ? config.episode.policy.engine : undefined,
         weightVersion: state.weightVersion ?? 0,
+        gpuQueueWaitMs: config.recovery?.gpu_queue_wait_ms,
       },
     ],
   }).catch((err: unknown) => {
@@ -479,12 +605,21 @@ async function trainingStep(run: CampaignRun, step: number): Promise<{ record?: 
 }
 
 async function report(run: CampaignRun): Promise<void> {
-  const { input, state, gpu } = run;
-  const { campaignId, config } = input;
+  const { state } = run;
   const stopped = state.stage === 'stopped';
   enter(run, 'report');
   // Stopped while paused, or a pause requested with no training step left: nothing waits for a resume any more.
   if (state.paused) flagPaused(false);
+  // Stopped or paused: a later pause here (Postgres or the GPU queue down) waits for the retry or a resume.
+  state.paused = false;
+  await pausingOnInfrastructure(run, 'the report', () => writeReportAndRelease(run));
+  enter(run, stopped ? 'stopped' : 'done');
+}
+
+/** The costs, the report, and the release of the learner and the embedded policy server. */
+async function writeReportAndRelease(run: CampaignRun): Promise<void> {
+  const { input, state, gpu } = run;
+  const { campaignId, config } = input;
   const costs = input.pricesFile
     ? await bookkeeping.campaignCosts({
         campaignId,
@@ -503,5 +638,4 @@ async function report(run: CampaignRun): Promise<void> {
   });
   // The learner and the embedded policy server hold a GPU (or CPU cores): release them.
   await gpu.stopLearner({ campaignId });
-  enter(run, stopped ? 'stopped' : 'done');
 }

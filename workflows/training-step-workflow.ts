@@ -65,6 +65,8 @@ export interface TrainingStepInput {
   weightVersion: number;
   /** @deprecated input of steps started before weight sync covered every server: the embedded server only. */
   policyBaseUrl?: string;
+  /** The GPU activities' schedule-to-start limit (`recovery.gpu_queue_wait_ms`; default: activity-options.ts). */
+  gpuQueueWaitMs?: number;
   /** Backoff before refills and step retries (default: activity-options.ts). */
   infraBackoff?: InfraBackoff;
 }
@@ -229,7 +231,7 @@ function advantageItems(trained: GroupResult[], normalizeStd: boolean): { episod
 /** The learner update, the export of its weights, and their sync to every policy server. */
 async function updatePolicy(input: TrainingStepInput, items: { episodeId: string; advantage: number }[]) {
   const gpu = withMissingPollerNamed(
-    proxyActivities<GpuActivities>(gpuOptions(input.gpuQueue, '4 hours')),
+    proxyActivities<GpuActivities>(gpuOptions(input.gpuQueue, '4 hours', input.gpuQueueWaitMs)),
     input.gpuQueue,
   );
   // Steps started by older code carry policyBaseUrl: they keep working after a deploy.

@@ -46,6 +46,6 @@ export async function terminateCampaign(client: Client, env: Environment, id: st
       : "  no learner or policy server of the campaign runs under this host's TBT_STATE_DIR (ones a GPU worker " +
           "started on another host keep running: `tbt workers down` there stops them, every campaign's)",
   );
-  console.log(`resume: ${startAgainText({ kind: 'campaign' })}`);
+  console.log(`resume: ${startAgainText({ kind: 'campaign', workflowId: id })}`);
   return 0;
 }

@@ -3,7 +3,13 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { Workflow, WorkflowResultType } from '@temporalio/common';
-import { Client, WorkflowFailedError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
+import {
+  Client,
+  WorkflowFailedError,
+  WorkflowNotFoundError,
+  WorkflowUpdateFailedError,
+  type WorkflowHandle,
+} from '@temporalio/client';
 import { readEnvironment, repoRoot, taskQueues, temporalUiUrl, type Environment } from '../../config/environment.ts';
 import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
 import {
@@ -30,16 +36,16 @@ import { scheduledEvaluationWorkflow } from '../../workflows/scheduled-evaluatio
 import { campaignAttributes } from '../../workflows/search-attribute-keys.ts';
 import {
   campaignWorkflow,
-  pauseSignal,
-  resumeSignal,
+  pauseUpdate,
   statusQuery,
-  stopAfterStepSignal,
+  stopAfterStepUpdate,
   type CampaignInput,
   type CampaignStatus,
 } from '../../workflows/campaign-workflow.ts';
 import { campaignFileName } from '../../core/campaign-id.ts';
 import { explainedWorkflowFailure, workflowFailureText } from '../workflow-failure-text.ts';
 import { terminateCampaign } from './campaign-terminate.ts';
+import { resumeCampaign } from './campaign-resume.ts';
 import { connectTemporalClient } from '../../infra/temporal-connection.ts';
 
 /** `tbt train`, `tbt eval run|schedule` and `tbt campaign status|pause|resume|stop|terminate|follow`. */
@@ -524,19 +530,23 @@ export async function campaign(args: string[]): Promise<number> {
     } else if (sub === 'pause') {
       const given = line.values.reason;
       const reason = typeof given === 'string' ? given : `paused by tbt campaign pause at ${new Date().toISOString()}`;
-      await handle.signal(pauseSignal, { reason });
-      console.log(`pause sent to ${id}`);
+      console.log(`${id}: ${await handle.executeUpdate(pauseUpdate, { args: [{ reason }] })}`);
     } else if (sub === 'terminate') {
       const given = line.values.reason;
       const reason =
         typeof given === 'string' ? given : `terminated by tbt campaign terminate at ${new Date().toISOString()}`;
       return await terminateCampaign(client, env, id, reason);
     } else if (sub === 'follow') console.log(JSON.stringify(await follow(client, env, id), null, 2));
-    else {
-      await handle.signal(sub === 'resume' ? resumeSignal : stopAfterStepSignal);
-      console.log(`${sub === 'stop' ? 'stop-after-step' : sub} sent to ${id}`);
-    }
+    else if (sub === 'resume') return await resumeCampaign(client, env, id);
+    else console.log(`${id}: ${await handle.executeUpdate(stopAfterStepUpdate)}`);
     return 0;
+  } catch (err) {
+    // A refused Update (nothing to pause, stop or resume): its reason, not a stack.
+    if (err instanceof WorkflowUpdateFailedError) {
+      console.error(`campaign ${id}: ${sub} refused: ${err.cause?.message ?? err.message}`);
+      return 1;
+    }
+    throw err;
   } finally {
     await close();
   }

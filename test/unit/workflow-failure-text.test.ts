@@ -9,12 +9,14 @@ import {
   RetryState,
   TerminatedFailure,
   TimeoutFailure,
+  TimeoutType,
 } from '@temporalio/common';
 import { toTemporalFailure } from '../../activities/temporal-failure.ts';
 import { BadInputError, InfrastructureError } from '../../core/errors.ts';
 import { explainMissingPoller } from '../../workflows/missing-poller.ts';
 import { stepLostFailureType } from '../../workflows/training-step-workflow.ts';
 import { explainWorkflowFailure, workflowFailureText, type WaitedWorkflow } from '../../cli/workflow-failure-text.ts';
+import { infrastructureCause } from '../../workflows/failure-class.ts';
 
 /**
  * What a CLI command that waited on a workflow prints when it failed (cli/workflow-failure-text.ts), for each
@@ -78,10 +80,9 @@ test('bad input from an activity: the message that names the field, not retried,
   assert.match(text, /activity ingestCandidates/);
   assert.match(text, /class: +bad input \(BadInputError\)/);
   assert.match(text, /fix the (file and )?field/i);
-  // A failed campaign cannot be resumed yet: the text says so and gives the command that starts a new one.
-  assert.match(text, /cannot be resumed yet/);
-  assert.match(text, /tbt train --config/);
-  assert.doesNotMatch(text, /tbt campaign resume local-20250101-120000/);
+  // A failed campaign resumes from its last committed step; a changed config needs a new campaign.
+  assert.match(text, /`tbt campaign resume local-20250101-120000` starts it again from its last committed/);
+  assert.match(text, /a changed campaign config needs `tbt train --config/);
 });
 
 test('an infrastructure error after its retries: the innermost cause is printed with the class', () => {
@@ -138,14 +139,14 @@ test('a training step lost to infrastructure (if it ever escapes): infrastructur
   );
 });
 
-test('terminated: the reason, and plainly that a terminated campaign cannot be resumed yet', () => {
+test('terminated: the reason, and how to resume it from its last committed step', () => {
   const reason = 'operator: wrong model';
   const err = failed(new TerminatedFailure(reason), reason);
   const e = explainWorkflowFailure(err);
   assert.equal(e.failureClass, 'terminated');
   const text = workflowFailureText(err, campaign);
   assert.match(text, /^campaign local-20250101-120000 was terminated: operator: wrong model/);
-  assert.match(text, /cannot be resumed yet/);
+  assert.match(text, /tbt campaign resume local-20250101-120000/);
 });
 
 test('cancelled, and a workflow that ran past its run timeout', () => {
@@ -189,4 +190,31 @@ test('every text names the workflow id and a next step, and no line is the bare 
       assert.match(text, /^ {2}next: /m, text);
       assert.ok(!text.split('\n').some((l) => l.trim() === 'Workflow execution failed'), text);
     }
+});
+
+test('what pauses a campaign: infrastructure, no poller, a terminated child; never bad input or a bug', () => {
+  const gate = ApplicationFailure.nonRetryable(
+    'coverage gate failed for evaluation after: 3 of 8 keys',
+    'CoverageGate',
+  );
+  const evaluationChild = child('evaluationWorkflow', 'c/eval-after', gate);
+  assert.match(infrastructureCause(evaluationChild) ?? '', /^coverage gate failed .* \(infrastructure, CoverageGate; /);
+  assert.match(infrastructureCause(evaluationChild) ?? '', /child workflow evaluationWorkflow c\/eval-after\)$/);
+  const infra = activity('recordStep', mapped(new InfrastructureError('control database unreachable')));
+  assert.match(infrastructureCause(infra) ?? '', /^control database unreachable \(infrastructure, InfrastructureError/);
+  const noPoller = explainMissingPoller(
+    activity('startLearner', new TimeoutFailure('timed out', undefined, TimeoutType.SCHEDULE_TO_START)),
+    'tbt-gpu-host1',
+    'startLearner',
+  );
+  assert.match(infrastructureCause(noPoller) ?? '', /no worker polls task queue "tbt-gpu-host1".*no worker polling/);
+  assert.match(infrastructureCause(child('trainingStepWorkflow', 'c/step-2', new TerminatedFailure('x'))) ?? '', /x/);
+  // Bad input, a cancellation of the campaign itself, and an error with no class (a bug) end the campaign.
+  const bad = activity('ingestCandidates', mapped(new BadInputError('suite.yaml: field uid')));
+  assert.equal(infrastructureCause(bad), undefined);
+  assert.equal(infrastructureCause(new CancelledFailure('cancelled')), undefined);
+  assert.equal(
+    infrastructureCause(activity('writeReport', ApplicationFailure.create({ type: 'TypeError' }))),
+    undefined,
+  );
 });
