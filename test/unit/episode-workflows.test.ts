@@ -248,6 +248,35 @@ test('evaluation: a re-run waits an exponential backoff; a key past maxReruns fa
   assert.equal(scenarios.get('eval-gate')!.runs.filter((r) => r.id.includes('dead')).length, 8, '2 keys x (1 + 3)');
 });
 
+test('evaluation outside a campaign waits out an outage: the keys run again after a wait, full coverage', async () => {
+  // The policy endpoint is "down" for the first 6 plays of key down#0 (1 + 3 re-runs, then 2 more after a wait).
+  let plays = 0;
+  const s = scenario(
+    'eval-outage',
+    (i) => (i.taskUid === 'down' && ++plays <= 6 ? 'infrastructure_error' : 'success'),
+    5,
+  );
+  const result = await env.client.workflow.execute(evaluationWorkflow, {
+    taskQueue: queue,
+    workflowId: 'eval-outage/eval-x',
+    args: [
+      {
+        ...keyedInput('eval-outage', ['down', 'ok'], 1, 2, 10),
+        label: 'x',
+        outageWaits: { waits: 2, initialMs: 300, maxMs: 300 },
+      },
+    ],
+  });
+  assert.equal(result.aggregate, 'eval.json', 'the coverage gate passed and the evaluation was aggregated');
+  const down = s.runs.filter((r) => r.id.includes('down')).sort((a, b) => a.start - b.start);
+  // Round 1: #0 and 3 re-runs, all down; wait; round 2: the same ids again, from #0: the 6th play is the last down.
+  assert.deepEqual(
+    down.map((r) => r.id.replace('eval-outage/eval-x/', '')),
+    ['down#0', 'down#0~retry-1', 'down#0~retry-2', 'down#0~retry-3', 'down#0', 'down#0~retry-1', 'down#0~retry-2'],
+  );
+  assert.ok(down[4]!.start - down[3]!.end >= 300, `waited ${down[4]!.start - down[3]!.end} ms before round 2`);
+});
+
 test('probe: sharded, selection by id prefix', async () => {
   const s = scenario('probe-shards', () => 'success', 5);
   const result = await env.client.workflow.execute(probeWorkflow, {
