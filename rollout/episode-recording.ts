@@ -36,10 +36,19 @@ export interface EpisodeRequest extends Omit<
   config: EpisodeConfig;
 }
 
-/** What recording needs of the attempt running it (a Temporal activity attempt): its number, heartbeats, log. */
+/**
+ * What recording needs of the attempt running it (a Temporal activity attempt): its number, heartbeats, log, and the
+ * signal that abandons it.
+ */
 export interface EpisodeAttempt {
   number: number;
   heartbeat(details: unknown): void;
+  /**
+   * Aborted when the attempt is cancelled (its workflow cancelled or closed, its key given up, the worker shutting
+   * down): the episode stops within moments, releases its backend, and nothing of it is stored; the attempt rejects
+   * with the signal's reason. The row stays `running`, as a crashed attempt's does, for a later attempt to take over.
+   */
+  signal?: AbortSignal;
   log: {
     info(message: string, meta?: Record<string, unknown>): void;
     warn(message: string, meta?: Record<string, unknown>): void;
@@ -66,7 +75,8 @@ export async function recordEpisode(
   };
   const attemptId = `${os.hostname()}:${process.pid}:${attempt.number}:${randomUUID()}`;
   await withPooledClient(controlUrl, (c) => markEpisodeRunning(c, meta, attemptId));
-  const deps = episodeDependencies(request.config, episodeEnvironment(backends, request.config, suite, task), task);
+  const environment = episodeEnvironment(backends, request.config, suite, task);
+  const deps = episodeDependencies(request.config, environment, task, attempt.signal);
   const record = await playWithHeartbeats(deps, task, request, attempt);
   record.worker = `${os.hostname()}:${process.pid}`;
   if (request.config.policy.weight_version !== undefined) record.weightVersion = request.config.policy.weight_version;
@@ -81,6 +91,13 @@ export async function recordEpisode(
   return summarize(request.episodeId, record);
 }
 
+/**
+ * How often a running episode heartbeats. A heartbeat is also how a cancellation reaches the attempt (the server
+ * answers a heartbeat with it), so this bounds how long an abandoned episode holds its sandbox, provided the worker
+ * sends heartbeats that often (`maxHeartbeatThrottleInterval`; the SDK's default sends one a minute at most).
+ */
+export const episodeHeartbeatMs = 5_000;
+
 async function playWithHeartbeats(
   deps: EpisodeDependencies,
   task: EpisodeTask,
@@ -88,15 +105,16 @@ async function playWithHeartbeats(
   attempt: EpisodeAttempt,
 ): Promise<EpisodeRecord> {
   let progress: unknown = { phase: 'starting' };
-  // Each heartbeat is a write on the Temporal server. An episode of a few seconds sends none (the 90 s
-  // heartbeat timeout is far off); a longer one reports its turns, and the timer covers a long turn.
+  // Each heartbeat is a write on the Temporal server. An episode of a few seconds sends none; a longer one reports
+  // its turns, and the timer covers a long turn.
   const startedAt = Date.now();
   deps.onTurn = (p) => {
     progress = p;
-    if (Date.now() - startedAt >= 5_000) attempt.heartbeat(p);
+    if (Date.now() - startedAt >= episodeHeartbeatMs) attempt.heartbeat(p);
   };
-  // Heartbeat on a timer too: set-up, a long generation or grading must not look like a dead worker.
-  const beat = setInterval(() => attempt.heartbeat(progress), 20_000);
+  // Heartbeat on a timer too: set-up, a long generation or grading must neither look like a dead worker nor miss
+  // a cancellation.
+  const beat = setInterval(() => attempt.heartbeat(progress), episodeHeartbeatMs);
   try {
     return await playEpisode(
       deps,

@@ -26,7 +26,8 @@ import type { GradeReport } from '../sandbox/terminal-state-grader.ts';
  * One full episode (docs/reference-rules.md §2): a fresh backend (sandbox database or tool-server processes), its own
  * MCP session, the agent loop with a simulated user, then terminal-state grading. It ends in exactly one outcome:
  * success, agent failure (with a finish reason) or infrastructure error (with a cause). Nothing here waits without a
- * deadline.
+ * deadline. An abandoned episode (its activity cancelled) ends in none of them: it stops where it waits, releases its
+ * backend and rejects.
  */
 
 export type FinishReason =
@@ -132,6 +133,11 @@ export interface EpisodeDependencies {
   judge?: Judge;
   /** Called after every agent turn (the activity heartbeats here). */
   onTurn?: (progress: { turn: number; toolCalls: number; userReplies: number }) => void;
+  /**
+   * Abandons the episode (its activity was cancelled): every step in flight is given up at once, the backend is
+   * released, and the episode rejects with the signal's reason. The clients above abort their requests on it too.
+   */
+  signal?: AbortSignal;
 }
 
 /** `during` is set when the deadline passed while waiting on a dependency (a hang: infrastructure). */
@@ -172,36 +178,50 @@ type TimedStep = <T>(
  * infrastructure error) and the deadline is checked after it. Every other step races the deadline, and
  * losing that race is an infrastructure error: the agent does not make a tool or the user simulator hang.
  * Grading runs after the agent is done and is not the agent's time: it has its own bound (`ownBudgetMs`).
+ * Every step, generation included, also races the episode's abort signal: an abandoned episode waits for nothing.
+ * A step given up that still succeeds later is handed to `onLateResult` (a backend that arrives late is released).
  */
-function deadlineBound(record: EpisodeRecord, deadline: number): TimedStep {
+function deadlineBound(record: EpisodeRecord, deadline: number, signal?: AbortSignal): TimedStep {
   return async <T>(
     what: keyof EpisodeRecord['timings'],
     step: () => Promise<T>,
     onLateResult?: (value: T) => void,
     ownBudgetMs?: number,
   ): Promise<T> => {
+    signal?.throwIfAborted();
     const left = ownBudgetMs ?? deadline - Date.now();
     if (left <= 0) throw new WallClockExceeded();
     const t = Date.now();
     let timer: NodeJS.Timeout | undefined;
+    let onAbort: (() => void) | undefined;
     try {
-      if (what === 'policyMs') {
-        const value = await step();
-        if (Date.now() > deadline) throw new WallClockExceeded();
-        return value;
-      }
       const running = step();
-      return await Promise.race([
-        running,
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => {
-            if (onLateResult) running.then(onLateResult, () => undefined);
-            reject(new WallClockExceeded(what.replace(/Ms$/, '')));
-          }, left);
-        }),
-      ]);
+      let givenUp = false;
+      const giveUp = (reject: (reason: unknown) => void, reason: unknown) => {
+        if (!givenUp && onLateResult) running.then(onLateResult, () => undefined);
+        givenUp = true;
+        reject(reason);
+      };
+      const racers: Promise<T>[] = [running];
+      if (what !== 'policyMs')
+        racers.push(
+          new Promise<never>((_, reject) => {
+            timer = setTimeout(() => giveUp(reject, new WallClockExceeded(what.replace(/Ms$/, ''))), left);
+          }),
+        );
+      if (signal)
+        racers.push(
+          new Promise<never>((_, reject) => {
+            onAbort = () => giveUp(reject, signal.reason);
+            signal.addEventListener('abort', onAbort, { once: true });
+          }),
+        );
+      const value = await Promise.race(racers);
+      if (what === 'policyMs' && Date.now() > deadline) throw new WallClockExceeded();
+      return value;
     } finally {
       clearTimeout(timer);
+      if (onAbort) signal?.removeEventListener('abort', onAbort);
       record.timings[what] += Date.now() - t;
     }
   };
@@ -232,7 +252,10 @@ interface EpisodeInPlay {
   userReplies: number;
 }
 
-/** Plays one episode, from opening its backend to grading; only bad input throws, all else ends in the record. */
+/**
+ * Plays one episode, from opening its backend to grading; all ends in the record, except bad input, which throws,
+ * and abandonment (`deps.signal` aborted), which rejects with the signal's reason: nothing of it is graded.
+ */
 export async function playEpisode(
   deps: EpisodeDependencies,
   task: EpisodeTask,
@@ -242,10 +265,10 @@ export async function playEpisode(
   const started = Date.now();
   const deadline = started + options.limits.wallClockMs;
   const record = emptyRecord();
-  const timed = deadlineBound(record, deadline);
+  const timed = deadlineBound(record, deadline, deps.signal);
   let opened: OpenedEnvironment | undefined;
   try {
-    // A backend that arrives after the deadline is released at once rather than left to the sweeper.
+    // A backend that arrives after the deadline or the abandonment is released at once, not left to the sweeper.
     opened = await timed(
       'sandboxMs',
       () => deps.environment.open(owner),
@@ -263,6 +286,8 @@ export async function playEpisode(
     await gradeEpisode(run);
     return record;
   } catch (err) {
+    // Whatever the step in flight threw once its requests were aborted, the episode was abandoned, not failed.
+    if (deps.signal?.aborted) throw deps.signal.reason;
     if (err instanceof BadInputError) throw err;
     return failedEpisode(record, err, deps.policy, options);
   } finally {

@@ -64,17 +64,19 @@ export function episodeEnvironment(
   return thinkingboxEnvironment(backends.thinkingbox(config), suite, task as ImportedTask);
 }
 
+/** `signal` abandons the episode: it reaches the runner and every client, which abort their requests in flight. */
 export function episodeDependencies(
   config: EpisodeConfig,
   environment: EpisodeEnvironment,
   task: EpisodeTask,
+  signal?: AbortSignal,
 ): EpisodeDependencies {
   return {
     environment,
     policy:
       config.policy.mode === 'tokens'
-        ? createTokenDriver(toEndpoint(config.policy))
-        : createChatDriver(toEndpoint(config.policy)),
+        ? createTokenDriver(toEndpoint(config.policy), signal)
+        : createChatDriver(toEndpoint(config.policy), signal),
     user: createSimulatedUser(
       config.user.mode === 'llm'
         ? {
@@ -85,7 +87,9 @@ export function episodeDependencies(
           }
         : { mode: 'scripted' },
       task,
+      signal,
     ),
-    judge: config.judge ? createJudge(toEndpoint(config.judge)) : undefined,
+    judge: config.judge ? createJudge(toEndpoint(config.judge), signal) : undefined,
+    ...(signal ? { signal } : {}),
   };
 }

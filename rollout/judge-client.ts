@@ -7,7 +7,8 @@ import { NO_API_KEY, resolveApiKey } from './api-key.ts';
  * The judge behind an OpenAI-compatible endpoint. A yes/no judgement uses the reference's prompt (below) at
  * temperature 0 with at most 128 completion tokens, and its yes/no parser (core/judge-verdict.ts); test code
  * may also ask for a plain completion (`Judge._get_text_completion`). Any failure to get an answer is an
- * infrastructure error: a judge outage must never grade an episode 0.
+ * infrastructure error: a judge outage must never grade an episode 0. `signal` aborts the judge's requests in
+ * flight (the episode was abandoned).
  */
 
 export interface JudgeConfig {
@@ -75,7 +76,7 @@ export function judgeFrom(complete: Judge['complete']): Judge {
   };
 }
 
-export function createJudge(config: JudgeConfig): Judge {
+export function createJudge(config: JudgeConfig, signal?: AbortSignal): Judge {
   return judgeFrom(async (messages, settings) => {
     const client = new OpenAI({
       baseURL: config.baseUrl,
@@ -84,12 +85,15 @@ export function createJudge(config: JudgeConfig): Judge {
       maxRetries: 2,
     });
     try {
-      const completion = await client.chat.completions.create({
-        model: config.model,
-        temperature: settings?.temperature ?? 0,
-        max_completion_tokens: settings?.max_completion_tokens ?? 128,
-        messages: messages.map((m) => ({ role: m.role as 'system' | 'user' | 'assistant', content: m.content })),
-      });
+      const completion = await client.chat.completions.create(
+        {
+          model: config.model,
+          temperature: settings?.temperature ?? 0,
+          max_completion_tokens: settings?.max_completion_tokens ?? 128,
+          messages: messages.map((m) => ({ role: m.role as 'system' | 'user' | 'assistant', content: m.content })),
+        },
+        signal ? { signal } : undefined,
+      );
       const text = completion.choices[0]?.message?.content;
       if (typeof text !== 'string') throw new Error('the judge returned no message content');
       return {

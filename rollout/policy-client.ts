@@ -54,6 +54,8 @@ export interface SamplingParams {
   timeoutMs?: number;
   /** `parallel_tool_calls` of a chat request with tools; absent: not sent. */
   parallelToolCalls?: boolean;
+  /** Aborts the request (the episode was abandoned); the server sees the client go and can stop generating. */
+  signal?: AbortSignal;
 }
 
 function apiKey(endpoint: Endpoint): string {
@@ -71,15 +73,17 @@ async function postRaw(
   body: unknown,
   what: string,
   timeoutMs?: number,
+  signal?: AbortSignal,
 ): Promise<{ status: number; ok: boolean; text: string }> {
   const key = resolveApiKey(endpoint);
   const authorization: Record<string, string> = key ? { authorization: `Bearer ${key}` } : {};
+  const timeout = AbortSignal.timeout(timeoutMs ?? endpoint.timeoutMs ?? 300_000);
   try {
     const response = await fetch(url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...authorization },
       body: JSON.stringify(body),
-      signal: AbortSignal.timeout(timeoutMs ?? endpoint.timeoutMs ?? 300_000),
+      signal: signal ? AbortSignal.any([timeout, signal]) : timeout,
       dispatcher: longRequestDispatcher, // a long generation answers after minutes: only the signal bounds it
     } as RequestInit);
     return { status: response.status, ok: response.ok, text: await response.text() };
@@ -94,8 +98,9 @@ async function postJson<T>(
   body: unknown,
   what: string,
   timeoutMs?: number,
+  signal?: AbortSignal,
 ): Promise<T> {
-  const { status, ok, text } = await postRaw(endpoint, url, body, what, timeoutMs);
+  const { status, ok, text } = await postRaw(endpoint, url, body, what, timeoutMs, signal);
   if (!ok) {
     const message = `policy server ${what}: HTTP ${status}: ${text.slice(0, 500)}`;
     if (status === 400 && isContextOverflowText(text)) throw new ContextOverflowError(message);
@@ -120,20 +125,23 @@ export async function chatComplete(
     fetchOptions: { dispatcher: longRequestDispatcher } as OpenAI.RequestOptions['fetchOptions'],
   });
   try {
-    const completion = await client.chat.completions.create({
-      model: endpoint.model,
-      messages: messages as OpenAI.Chat.ChatCompletionMessageParam[],
-      temperature: sampling.temperature,
-      top_p: sampling.topP,
-      // top_k is not an OpenAI field: vLLM (and the built-in server) read it; only sent when set.
-      ...(sampling.topK !== undefined && sampling.topK > 0 ? ({ top_k: sampling.topK } as object) : {}),
-      max_tokens: sampling.maxTokens,
-      ...(sampling.seed === undefined ? {} : { seed: sampling.seed }),
-      ...(tools && tools.length ? { tools: tools as OpenAI.Chat.ChatCompletionTool[] } : {}),
-      ...(tools?.length && sampling.parallelToolCalls !== undefined
-        ? { parallel_tool_calls: sampling.parallelToolCalls }
-        : {}),
-    });
+    const completion = await client.chat.completions.create(
+      {
+        model: endpoint.model,
+        messages: messages as OpenAI.Chat.ChatCompletionMessageParam[],
+        temperature: sampling.temperature,
+        top_p: sampling.topP,
+        // top_k is not an OpenAI field: vLLM (and the built-in server) read it; only sent when set.
+        ...(sampling.topK !== undefined && sampling.topK > 0 ? ({ top_k: sampling.topK } as object) : {}),
+        max_tokens: sampling.maxTokens,
+        ...(sampling.seed === undefined ? {} : { seed: sampling.seed }),
+        ...(tools && tools.length ? { tools: tools as OpenAI.Chat.ChatCompletionTool[] } : {}),
+        ...(tools?.length && sampling.parallelToolCalls !== undefined
+          ? { parallel_tool_calls: sampling.parallelToolCalls }
+          : {}),
+      },
+      sampling.signal ? { signal: sampling.signal } : undefined,
+    );
     const choice = completion.choices[0];
     if (!choice) throw new Error('no choices in the response');
     // vLLM renamed `reasoning_content` (still what DeepSeek-style APIs send) to `reasoning`: either is the reasoning.
@@ -192,6 +200,7 @@ export async function completeTokens(
     },
     'token completion',
     sampling.timeoutMs === undefined ? undefined : Math.min(sampling.timeoutMs, endpoint.timeoutMs ?? 300_000),
+    sampling.signal,
   );
   const choice = body.choices[0];
   if (!choice?.token_ids)
@@ -209,7 +218,7 @@ export async function completeTokens(
 export async function tokenizeMessages(
   endpoint: Endpoint,
   messages: ChatMessage[],
-  options: { addGenerationPrompt: boolean; tools?: unknown[] },
+  options: { addGenerationPrompt: boolean; tools?: unknown[]; signal?: AbortSignal },
 ): Promise<number[]> {
   const body = await postJson<{ tokens: number[] }>(
     endpoint,
@@ -221,6 +230,8 @@ export async function tokenizeMessages(
       ...(options.tools?.length ? { tools: options.tools } : {}),
     },
     'tokenize',
+    undefined,
+    options.signal,
   );
   return body.tokens;
 }
@@ -242,12 +253,14 @@ export async function tryRenderMessages(
   );
 }
 
-export async function tokenizeText(endpoint: Endpoint, text: string): Promise<number[]> {
+export async function tokenizeText(endpoint: Endpoint, text: string, signal?: AbortSignal): Promise<number[]> {
   const body = await postJson<{ tokens: number[] }>(
     endpoint,
     `${serverRoot(endpoint)}/tokenize`,
     { model: endpoint.model, prompt: text, add_special_tokens: false },
     'tokenize',
+    undefined,
+    signal,
   );
   return body.tokens;
 }

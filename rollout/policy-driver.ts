@@ -18,7 +18,8 @@ import { systemMessageDecision } from './system-message-handling.ts';
  * the server's own tokenizer and chat template; each observation delta is rendered behind a fixed anchor
  * conversation whose tokens are checked, so the learner trains on exactly the ids that were sampled.
  * In both modes, an opening with several system messages is merged into one when the server's template takes
- * only one (rollout/system-message-handling.ts).
+ * only one (rollout/system-message-handling.ts). A driver's `signal` aborts its requests in flight: the episode
+ * was abandoned, and the server should stop generating for it.
  */
 
 export interface Generation {
@@ -71,7 +72,7 @@ async function openingFor(endpoint: Endpoint, initial: ChatMessage[]): Promise<P
  * conversation sent back may leave earlier reasoning out, which token mode keeps) plus the growth of the prompt
  * between calls (tool results and user replies as rendered); the first call's prompt is the opening, not counted.
  */
-export function createChatDriver(endpoint: Endpoint): PolicyDriver {
+export function createChatDriver(endpoint: Endpoint, signal?: AbortSignal): PolicyDriver {
   const messages: ChatMessage[] = [];
   let context = 0;
   let calls = 0;
@@ -86,7 +87,7 @@ export function createChatDriver(endpoint: Endpoint): PolicyDriver {
       return start;
     },
     async generate(sampling) {
-      const result = await chatComplete(endpoint, messages, sampling, tools);
+      const result = await chatComplete(endpoint, messages, { ...sampling, signal }, tools);
       messages.push({
         role: 'assistant',
         content: result.content,
@@ -129,12 +130,13 @@ const ANCHOR: ChatMessage[] = [
  * with an assistant turn as its last message, after that turn's content tokens. Rendered last, the turn keeps
  * whatever the template adds before the content (Qwen3's empty think block), but nothing after it changes.
  */
-async function assistantTerminator(endpoint: Endpoint, tools?: unknown[]): Promise<number[]> {
+async function assistantTerminator(endpoint: Endpoint, tools?: unknown[], signal?: AbortSignal): Promise<number[]> {
   const closed = await tokenizeMessages(endpoint, [...ANCHOR, { role: 'assistant', content: ANCHOR_CONTENT }], {
     addGenerationPrompt: false,
     tools,
+    signal,
   });
-  const content = await tokenizeText(endpoint, ANCHOR_CONTENT);
+  const content = await tokenizeText(endpoint, ANCHOR_CONTENT, signal);
   const at = lastIndexOfSequence(closed, content);
   if (at < 0)
     throw new InfrastructureError(
@@ -156,7 +158,7 @@ function lastIndexOfSequence(haystack: number[], needle: number[]): number {
   return -1;
 }
 
-export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
+export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): PolicyDriver {
   let tools: unknown[] | undefined;
   const ids: number[] = [];
   const mask: number[] = [];
@@ -175,15 +177,15 @@ export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
     async start(initial, offered) {
       tools = offered;
       const { sent, ...start } = await openingFor(endpoint, initial);
-      push(await tokenizeMessages(endpoint, sent, { addGenerationPrompt: true, tools }), 0);
+      push(await tokenizeMessages(endpoint, sent, { addGenerationPrompt: true, tools, signal }), 0);
       opening = ids.length;
-      anchorTokens = await tokenizeMessages(endpoint, ANCHOR, { addGenerationPrompt: false, tools });
-      terminator = await assistantTerminator(endpoint, tools);
+      anchorTokens = await tokenizeMessages(endpoint, ANCHOR, { addGenerationPrompt: false, tools, signal });
+      terminator = await assistantTerminator(endpoint, tools, signal);
       return start;
     },
     async generate(sampling) {
       const prompt = ids.length;
-      const out = await completeTokens(endpoint, ids, sampling);
+      const out = await completeTokens(endpoint, ids, { ...sampling, signal });
       push(out.tokenIds, 1, out.logprobs);
       turnOpen = out.finishReason === 'stop' || out.finishReason === 'length';
       return {
@@ -200,7 +202,11 @@ export function createTokenDriver(endpoint: Endpoint): PolicyDriver {
         );
       turnOpen = false;
       const anchor = anchorTokens!;
-      const rendered = await tokenizeMessages(endpoint, [...ANCHOR, ...observed], { addGenerationPrompt: true, tools });
+      const rendered = await tokenizeMessages(endpoint, [...ANCHOR, ...observed], {
+        addGenerationPrompt: true,
+        tools,
+        signal,
+      });
       const mismatch = anchor.findIndex((t, i) => rendered[i] !== t);
       if (mismatch >= 0 || rendered.length <= anchor.length) {
         throw new InfrastructureError(

@@ -11,7 +11,8 @@ import { chatComplete, type Endpoint } from './policy-client.ts';
  * The simulated user: `scripted` replies the task's `user_replies` in order (tests, the offline default);
  * `llm` asks an OpenAI-compatible model, statelessly, with the reference's prompt (core/user-simulator-prompt.ts),
  * at the reference's temperature 0.3 and generation cap of 4,096 tokens, and cleans the reply as the reference does.
- * A null reply ends the episode. An endpoint failure propagates as an InfrastructureError (never graded).
+ * A null reply ends the episode. An endpoint failure propagates as an InfrastructureError (never graded). `signal`
+ * aborts a reply in flight (the episode was abandoned).
  */
 
 /** The reference's user-model completion cap (its sessions' `max_completion_tokens` default). */
@@ -34,6 +35,7 @@ export interface SimulatedUser {
 export function createSimulatedUser(
   config: UserSimulatorConfig,
   task: Pick<Task, 'user_context' | 'user_replies'>,
+  signal?: AbortSignal,
 ): SimulatedUser {
   if (config.mode === 'scripted') {
     return {
@@ -55,6 +57,7 @@ export function createSimulatedUser(
           temperature: config.temperature ?? USER_SIMULATOR_TEMPERATURE,
           topP: 1,
           maxTokens: config.maxTokens ?? USER_SIMULATOR_MAX_TOKENS,
+          signal,
         },
       );
       return { text: cleanUserSimulatorReply(result.content), modelCall: true, usage: result.usage };

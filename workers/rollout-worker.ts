@@ -10,6 +10,7 @@ import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 import { installWorkerRuntime } from '../infra/worker-runtime.ts';
 import { forwardTypesense } from '../infra/typesense-standin.ts';
 import { connectTemporalWorker } from '../infra/temporal-connection.ts';
+import { episodeHeartbeatMs } from '../rollout/episode-recording.ts';
 
 /**
  * Rollout worker: runs episodes (CPU activities) from the shared rollout task queue. Start as many as you
@@ -55,6 +56,9 @@ async function run(): Promise<void> {
       }),
       maxConcurrentActivityTaskExecutions: env.TBT_ROLLOUT_CONCURRENCY,
       shutdownGraceTime: '30s',
+      // A cancellation reaches an episode only as the answer to a heartbeat: send them as often as it beats (the
+      // SDK's default throttle sends one a minute at most), so an abandoned episode frees its sandbox in seconds.
+      maxHeartbeatThrottleInterval: episodeHeartbeatMs,
     });
     log.info({ taskQueue: taskQueues(env).rollout }, 'rollout worker started');
     await worker.run();

@@ -46,7 +46,7 @@ export function gpuOptions(
 
 /**
  * Episode activities on the rollout queue. The episode enforces its own wall clock; the activity gets that plus
- * room for set-up and grading. It heartbeats every 20 s and per turn, so a killed rollout worker's episodes are
+ * room for set-up and grading. It heartbeats every 5 s and per turn, so a killed rollout worker's episodes are
  * retried within 90 s. 5 attempts, 2 s doubling (2+4+8+16 = 30 s of backoff).
  */
 export function episodeActivityOptions(rolloutQueue: string, wallClockMs: number): ActivityOptions {

@@ -15,11 +15,13 @@ export function episodeActivitySummary(input: EpisodeActivityInput): string {
 }
 
 /**
- * Runs one episode; an activity that still fails after its retries (worker crashes, heartbeat timeouts,
- * control-database outages) becomes an infrastructure-error summary, so refill and re-run logic handle it
- * instead of failing the whole step. Bad input still fails at once. `uniqueIds`: the caller's episode ids are
- * unique within this workflow, so each activity takes its episode id as activity id (the server refuses a second
- * pending activity with the same id).
+ * Runs one episode and returns its summary. An episode that ended in an infrastructure error fails its activity
+ * (a failed attempt in the UI; activities/temporal-failure.ts) with its stored summary in the details: that summary
+ * is returned, as it was when such an episode completed its activity (histories from then replay unchanged). An
+ * activity that still fails after its retries (worker crashes, heartbeat timeouts, control-database outages) becomes
+ * an infrastructure-error summary too, so refill and re-run logic handle it instead of failing the whole step. Bad
+ * input still fails at once. `uniqueIds`: the caller's episode ids are unique within this workflow, so each activity
+ * takes its episode id as activity id (the server refuses a second pending activity with the same id).
  */
 export async function runEpisodeOrInfraError(
   rolloutQueue: string,
@@ -37,9 +39,10 @@ export async function runEpisodeOrInfraError(
     });
     return await runEpisode(input);
   } catch (err) {
-    if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && isBadInputType(err.cause.type))
-      throw err;
     if (!(err instanceof ActivityFailure)) throw err;
+    if (err.cause instanceof ApplicationFailure && isBadInputType(err.cause.type)) throw err;
+    const stored = storedInfrastructureError(err, input.episodeId);
+    if (stored) return stored;
     return {
       id: input.episodeId,
       outcome: 'infrastructure_error',
@@ -49,4 +52,15 @@ export async function runEpisodeOrInfraError(
       policyTokens: 0,
     };
   }
+}
+
+/**
+ * The stored summary an episode's failed attempt carries (type EpisodeInfrastructureError): recognised by its
+ * details, the summary of this very episode, ended in an infrastructure error.
+ */
+function storedInfrastructureError(err: ActivityFailure, episodeId: string): EpisodeSummary | undefined {
+  if (!(err.cause instanceof ApplicationFailure)) return undefined;
+  const summary = err.cause.details?.[0] as Partial<EpisodeSummary> | undefined;
+  if (summary?.id !== episodeId || summary.outcome !== 'infrastructure_error') return undefined;
+  return summary as EpisodeSummary;
 }

@@ -17,6 +17,7 @@ import type { SandboxPool } from '../../sandbox/sandbox-pool.ts';
 import { TerminalStateGrader } from '../../sandbox/terminal-state-grader.ts';
 import { taskQueues } from '../../config/environment.ts';
 import { controlReady, newPool, workflowBundle } from './stack.ts';
+import { episodeHeartbeatMs } from '../../rollout/episode-recording.ts';
 
 /**
  * The two workers an episode batch needs, as in production: a rollout worker running the real episode activities
@@ -37,6 +38,7 @@ export async function episodeWorkers(
       controlUrl: deps.controlUrl,
       thinkingbox: deps.thinkingbox,
     }),
+    maxHeartbeatThrottleInterval: episodeHeartbeatMs,
   });
   const orchestrator = await Worker.create({
     connection,
