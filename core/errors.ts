@@ -70,3 +70,39 @@ export function isInfrastructureSqlState(code: string | undefined): boolean {
   if (code === undefined) return true;
   return /^(08|53|57P|58|XX)/.test(code);
 }
+
+/**
+ * Node and undici error codes that mean the machine or the network failed, not the request: a refused or reset
+ * connection, a timeout, a name that did not resolve (yet), a full disk or quota, an I/O error, no file handles
+ * or memory left. An activity that fails with one of these is an infrastructure error (retried, then the campaign
+ * pauses), even where the code that met it did not wrap it.
+ */
+const infrastructureSystemCodes = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENETDOWN',
+  'EAI_AGAIN',
+  'ENOSPC',
+  'EDQUOT',
+  'EIO',
+  'EMFILE',
+  'ENFILE',
+  'ENOMEM',
+]);
+
+/** The first error along `err`'s cause chain whose code says the infrastructure failed (see above), if any. */
+export function infrastructureSystemCode(err: unknown): string | undefined {
+  const seen = new Set<unknown>();
+  for (let e: unknown = err; e instanceof Error && !seen.has(e) && seen.size < 20; e = e.cause) {
+    seen.add(e);
+    const code = (e as { code?: unknown }).code;
+    if (typeof code !== 'string') continue;
+    if (infrastructureSystemCodes.has(code) || code.startsWith('UND_ERR_')) return code;
+  }
+  return undefined;
+}
