@@ -79,8 +79,8 @@ export function explainWorkflowFailure(err: unknown): FailureExplanation {
 export function startAgainText(waited: Pick<WaitedWorkflow, 'kind' | 'again' | 'workflowId'>): string {
   if (waited.kind === 'evaluation')
     return (
-      `run the same command again${waited.again ? ` (\`${waited.again}\`)` : ''}: it starts a new evaluation, ` +
-      "whose label carries its run id, so this one's finished episodes are not reused"
+      `run the same command again${waited.again ? ` (\`${waited.again}\`)` : ''}: it resumes this evaluation ` +
+      '(its label is the step and what is evaluated), so finished episodes are reused and only the rest are played'
     );
   return (
     `\`tbt campaign resume ${waited.workflowId}\` starts it again from its last committed training step (the ` +

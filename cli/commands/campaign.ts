@@ -32,7 +32,8 @@ import { commandErrorExit, consoleIo, readUidListInput, UsageError } from '../co
 import { campaignCommand, evalRunCommand, evalScheduleCommand, trainCommand } from '../command-definitions.ts';
 import { findCommand } from '../command-help.ts';
 import { commandLineOrExit } from '../command-line.ts';
-import { scheduledEvaluationWorkflow } from '../../workflows/scheduled-evaluation-workflow.ts';
+import { evaluationOutageWaits, scheduledEvaluationWorkflow } from '../../workflows/scheduled-evaluation-workflow.ts';
+import { evaluationRunTimeoutMs } from './eval.ts';
 import { campaignAttributes } from '../../workflows/search-attribute-keys.ts';
 import {
   campaignWorkflow,
@@ -367,6 +368,15 @@ export async function train(args: string[]): Promise<number> {
   return 0;
 }
 
+/**
+ * The run timeout of an evaluation run or schedule, sized to its work (cli/commands/eval.ts). Without --tasks the
+ * campaign's pool, chosen at run time, is evaluated: at most the suite, so it is sized for the whole suite.
+ */
+async function evaluationRunTimeout(config: CampaignConfig, suiteDir: string, repeats: number, uids?: string[]) {
+  const tasks = uids?.length ?? (await evaluationUids('all', suiteDir)).length;
+  return evaluationRunTimeoutMs({ config, tasks, repeats, outageWaits: evaluationOutageWaits(config) });
+}
+
 /** `--tasks all|FILE`: every task of the suite, or the file's uid list, each of which must be in the suite. */
 async function evaluationUids(tasks: string, suiteDir: string): Promise<string[]> {
   const { loadSuites, formatProblem } = await import('../../task-suites/task-suite-loader.ts');
@@ -398,6 +408,8 @@ export async function runEvaluation(args: string[]): Promise<number> {
   const campaignId = values.campaign ?? `${config.name}-eval`;
   const input = campaignInput(env, config, campaignId, values.config);
   const uids = values.tasks ? await evaluationUids(values.tasks, input.suiteDir) : undefined;
+  const evalRepeats = repeats ?? config.evaluation.repeats;
+  const runTimeout = await evaluationRunTimeout(config, input.suiteDir, evalRepeats, uids);
   const { client, close } = await connect(env);
   try {
     const workflowId = `${campaignId}/eval-run-${Date.now()}`;
@@ -405,13 +417,14 @@ export async function runEvaluation(args: string[]): Promise<number> {
     const handle = await client.workflow.start(scheduledEvaluationWorkflow, {
       workflowId,
       taskQueue: taskQueues(env).orchestrator,
+      workflowRunTimeout: runTimeout,
       args: [
         {
           campaignId,
           config,
           suiteDir: input.suiteDir,
           queues: input.queues,
-          repeats: repeats ?? config.evaluation.repeats,
+          repeats: evalRepeats,
           uids,
           labelPrefix: 'run',
         },
@@ -463,6 +476,7 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
   const config = loadCampaignConfig(values.config);
   const input = campaignInput(env, config, values.campaign, values.config);
   const scheduleId = values.id ?? `${values.campaign}-reeval`;
+  const runTimeout = await evaluationRunTimeout(config, input.suiteDir, repeats ?? config.evaluation.repeats);
   const { client, close } = await connect(env);
   try {
     await client.schedule.create({
@@ -472,8 +486,9 @@ export async function scheduleEvaluation(args: string[]): Promise<number> {
         type: 'startWorkflow',
         workflowType: 'scheduledEvaluationWorkflow',
         taskQueue: taskQueues(env).orchestrator,
-        // A run that hangs (a dead GPU queue) ends after a day, so later ticks are not skipped for ever.
-        workflowRunTimeout: '24 hours',
+        // Sized to the work: a run stuck on a queue without a worker ends, and the next tick resumes the same
+        // step's evaluation (its label is the step and what is evaluated).
+        workflowRunTimeout: runTimeout,
         typedSearchAttributes: campaignAttributes(values.campaign, 'evaluate-scheduled', 0),
         args: [
           {

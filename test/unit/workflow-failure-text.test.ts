@@ -48,7 +48,7 @@ function mapped(err: Error): Error {
   return toTemporalFailure(err) as Error;
 }
 
-test('an evaluation whose policy endpoint was down: infrastructure, the keys named, run again (new evaluation)', () => {
+test('an evaluation whose policy endpoint was down: infrastructure, the keys named, run again (it resumes)', () => {
   const gate = ApplicationFailure.nonRetryable(
     'coverage gate failed for evaluation run-step0-abc: 12 of 1014 keys still end in infrastructure errors after ' +
       '3 re-runs (e.g. t1#0: episode activity failed after its retries: connect ECONNREFUSED 127.0.0.1:8000)',
@@ -64,9 +64,9 @@ test('an evaluation whose policy endpoint was down: infrastructure, the keys nam
   assert.match(text, /ECONNREFUSED 127\.0\.0\.1:8000/);
   assert.match(text, /child workflow evaluationWorkflow local-eval\/eval-run-step0-abc/);
   assert.match(text, /class: +infrastructure \(CoverageGate\)/);
-  // True of `tbt eval run` today: its label carries the run id, so a new run evaluates every key again.
+  // `tbt eval run` again resumes the evaluation: its label is the step and what is evaluated, not the run.
   assert.match(text, /tbt eval run --config config\/local\.yaml/);
-  assert.match(text, /not reused/);
+  assert.match(text, /it resumes this evaluation .* finished episodes are reused/);
 });
 
 test('bad input from an activity: the message that names the field, not retried, fix it and start again', () => {
