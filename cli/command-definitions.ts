@@ -563,6 +563,42 @@ export const workersStatusCommand = defineCommand({
   flags: noFlags,
 });
 
+export const workflowsCommand = defineCommand({
+  path: 'workflows',
+  summary: 'checks of the workflow code against the workflows the server holds',
+  flags: noFlags,
+});
+
+export const workflowsReplayCheckCommand = defineCommand({
+  path: 'workflows replay-check',
+  summary: 'replay the histories of running workflows against the code about to be deployed (exit 1 if one breaks)',
+  details:
+    "Lists the workflows running on the orchestrator's task queue (and, with --closed-hours, those closed since), " +
+    'replays each history against the bundle and prints one line per workflow and a summary line ' +
+    '`replay-check: bundle ID workflows=N ok=N nondeterministic=N errors=N`. A nondeterministic workflow means ' +
+    'the new code changed what it does without patched(): deploying it would fail that workflow.',
+  flags: {
+    bundle: {
+      type: 'string',
+      value: 'DIR|FILE.js',
+      defaultText: "this checkout's workflows/: out/workflow-bundle when fresh, else built now",
+      description: "a pre-built bundle ('npm run build:workflows -- DIR') or a bundle file",
+    },
+    'closed-hours': {
+      type: 'string',
+      value: 'H',
+      description: 'also workflows closed in the last H hours (default: running ones only)',
+    },
+    'task-queue': {
+      type: 'string',
+      value: 'QUEUE',
+      defaultText: '<TBT_TASK_QUEUE_PREFIX>-orchestrator',
+      description: 'the task queue whose workflows are replayed',
+    },
+    limit: { type: 'string', value: 'N', default: '1000', description: 'at most N workflows' },
+  },
+});
+
 export const uiScreenshotCommand = defineCommand({
   path: 'ui-screenshot',
   summary: 'find a campaign in the Temporal UI by its search attribute and save a screenshot (headless Chromium)',
@@ -613,6 +649,8 @@ export const tbtCommands: readonly CommandDefinition[] = [
   workersUpCommand,
   workersDownCommand,
   workersStatusCommand,
+  workflowsCommand,
+  workflowsReplayCheckCommand,
   uiScreenshotCommand,
   demoCommand,
 ];

@@ -37,6 +37,7 @@ const runners: Record<string, Runner> = {
   campaign: async (a) => (await import('./commands/campaign.ts')).campaign(a),
   gc: async (a) => (await import('./commands/gc.ts')).gc(a),
   workers: async (a) => (await import('./commands/workers.ts')).workers(a),
+  workflows: async (a) => (await import('./commands/workflows-replay-check.ts')).workflows(a),
   'ui-screenshot': async (a) => (await import('./commands/ui-screenshot.ts')).uiScreenshot(a),
   demo: async (a) => (await import('./commands/demo.ts')).demo(a),
 };

@@ -35,6 +35,8 @@ RUN PIP_NO_CACHE_DIR=1 bash docker/worker-image-setup.sh helper-venv /opt/tbt/th
 
 # Owned by root: the workers read their code and cannot change it.
 COPY . .
+# The pre-built workflow bundle (out/ is not copied): the orchestrator loads it instead of bundling at start.
+RUN node --import tsx infra/workflow-bundle-build.ts
 RUN bash docker/worker-image-setup.sh check /app/.tools/thinkingbox-venv
 
 USER 10001:10001

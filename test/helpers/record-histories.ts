@@ -1,17 +1,27 @@
 /**
- * Records the workflow histories that test/unit/workflow-replay.test.ts replays: a campaign (probe, evaluation
- * before, one training step, evaluation after, report), a probe, a training step and an evaluation, each run on a
- * throw-away dev server with scripted activities (one task flaky, so re-runs and refills appear in the history).
+ * Records the workflow histories that test/unit/workflow-replay.test.ts replays, each run on a throw-away dev
+ * server with scripted activities (one task flaky, so re-runs and refills appear in the history):
+ *
+ * - a probe, a training step, an evaluation and a shard of it;
+ * - every run of a campaign's continue-as-new chain: `campaign` (ingest, probe, evaluation before),
+ *   `campaign-step-1`, `campaign-step-2` (one training step each) and `campaign-report` (evaluation after, report);
+ * - campaigns on the other paths: paused by an Update and resumed by one (`campaign-paused`), paused by an
+ *   infrastructure failure and retried by itself (`campaign-infra-paused`), stopped before training
+ *   (`campaign-stopped`), failed on bad input with its clean-up (`campaign-failed`);
+ * - a scheduled evaluation and a training step of a two-node learner.
  *
  *   tsx test/helpers/record-histories.ts <out-dir> [workflows-dir]
  *
  * workflows-dir defaults to this checkout's workflows/; pass an older checkout's to record what running workflows
- * of that version hold (fixtures named `*-v<n>.json` are kept: they prove `patched()` keeps old runs replayable).
+ * of that version hold (kept under a `v<n>/` folder: they prove `patched()` keeps old runs replayable).
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
+import type { WorkflowHandle } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
+import { historyToJSON, type History } from '@temporalio/common/lib/proto-utils.js';
 import { bundleWorkflowCode, Worker } from '@temporalio/worker';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { EpisodeActivityInput } from '../../activities/episode-activities.ts';
 import { loadCampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
@@ -21,6 +31,10 @@ const [outDir, workflowsDir = path.join(repoRoot, 'workflows')] = process.argv.s
 if (!outDir) throw new Error('usage: record-histories.ts <out-dir> [workflows-dir]');
 fs.mkdirSync(outDir, { recursive: true });
 const queue = 'record-histories';
+
+/** Campaigns whose ingest fails once for infrastructure (then succeeds), or always on bad input. */
+const ingestFailures = { infra: 'rec-infra-paused', badInput: 'rec-failed' };
+let infraFailed = false;
 
 const activities = {
   async runEpisode(input: EpisodeActivityInput) {
@@ -46,74 +60,204 @@ const activities = {
   }),
   exportWeights: async (i: { stepId: number }) => ({ path: `/weights/${i.stepId}` }),
   syncWeights: async () => ({ weightVersion: 1 }),
-  ingestCandidates: async () => ({
-    uids: ['flaky', 'steady'],
-    excluded: 0,
-    evaluationUids: ['flaky', 'steady'],
-    heldOutUids: [],
-  }),
+  async ingestCandidates(i: { campaignId: string }) {
+    if (i.campaignId === ingestFailures.badInput)
+      throw ApplicationFailure.nonRetryable('recorded bad input: the suite has no tasks', 'BadInputError');
+    if (i.campaignId === ingestFailures.infra && !infraFailed) {
+      infraFailed = true;
+      throw ApplicationFailure.nonRetryable('recorded outage: the control database is down', 'InfrastructureError');
+    }
+    return { uids: ['flaky', 'steady'], excluded: 0, evaluationUids: ['flaky', 'steady'], heldOutUids: [] };
+  },
   startLearner: async () => ({ controlUrl: 'http://learner', manifest: {} }),
+  startLearnerNode: async (i: { nodeRank: number }) => ({
+    nodeRank: i.nodeRank,
+    pid: 1000 + i.nodeRank,
+    started: true,
+  }),
   writeManifest: async () => '/manifest.json',
   ensurePolicyServer: async () => ({ baseUrl: 'http://policy/v1', model: 'm' }),
+  ensurePolicyWeights: async () => undefined,
+  policySystemMessages: async () => ({ system_messages: 'separate' }),
   stopLearner: async () => undefined,
   campaignCosts: async () => '/costs.json',
   writeReport: async () => ({ html: '/r/index.html', markdown: '/r/summary.md' }),
+  latestCheckpoint: async () => ({ step: 2, exportPath: '/weights/2', pool: ['flaky', 'steady'] }),
 };
 
 const config = loadCampaignConfig(path.join(repoRoot, 'config', 'local.yaml'));
 const episode = config.episode;
 const keyed = { uids: ['flaky', 'steady'], repeats: 2, suiteDir: '/suite', episode, rolloutQueue: queue, maxReruns: 2 };
-const runs: { name: string; type: string; args: unknown[] }[] = [
+const stepInput = {
+  campaignId: 'rec',
+  step: 1,
+  pool: ['flaky', 'steady'],
+  suiteDir: '/suite',
+  episode,
+  training: { ...config.training, groups_per_step: 2, group_size: 2, concurrency: 2 },
+  learner: config.learner,
+  seed: 1,
+  rolloutQueue: queue,
+  gpuQueue: queue,
+  policyServers: ['http://policy/v1'],
+  weightVersion: 0,
+  infraBackoff: { initialMs: 10, maxMs: 10 },
+};
+/** Two training steps, small shards; `retry` quick, so a stage paused by an outage runs again within a second. */
+const campaignConfig = {
+  ...config,
+  training: { ...config.training, steps: 2 },
+  probe: { ...config.probe, shard_size: 3 },
+  evaluation: { ...config.evaluation, shard_size: 3 },
+  recovery: { ...config.recovery, paused_stage_retry_ms: 1000, paused_stage_retry_max_ms: 1000 },
+};
+/** The other campaign paths: no probe or evaluation before training, so each path is one short run. */
+const shortConfig = {
+  ...campaignConfig,
+  probe: { ...campaignConfig.probe, enabled: false },
+  evaluation: { ...campaignConfig.evaluation, before_training: false },
+};
+function campaignInput(campaignId: string, campaign = shortConfig) {
+  return {
+    campaignId,
+    config: campaign,
+    suiteDir: '/suite',
+    pricesFile: '/prices.yaml',
+    queues: { rollout: queue, gpu: queue },
+  };
+}
+
+interface Recording {
+  /** File names of the runs of the chain, in order; the first run's name is the recording's. */
+  files: string[];
+  type: string;
+  workflowId: string;
+  args: unknown[];
+  /** What is done to the workflow while it runs (Updates, waits). */
+  drive?: (handle: WorkflowHandle) => Promise<void>;
+  /** The workflow is meant to fail (its failure is part of the history). */
+  fails?: boolean;
+}
+
+interface CampaignStatusView {
+  stage: string;
+  paused: boolean;
+}
+
+/** Polls the campaign's status query until `ready` holds (at most a minute). */
+async function waitForStatus(handle: WorkflowHandle, ready: (s: CampaignStatusView) => boolean): Promise<void> {
+  for (let tries = 0; tries < 600; tries++) {
+    if (ready(await handle.query<CampaignStatusView>('status'))) return;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`${handle.workflowId}: the status never became what the recording waits for`);
+}
+
+const recordings: Recording[] = [
   {
-    name: 'evaluation',
+    files: ['evaluation'],
     type: 'evaluationWorkflow',
+    workflowId: 'record-evaluation',
     args: [{ ...keyed, campaignId: 'rec', concurrency: 2, shardSize: 3, label: 'x' }],
   },
   {
-    name: 'probe',
+    files: ['probe'],
     type: 'probeWorkflow',
+    workflowId: 'record-probe',
     args: [{ ...keyed, campaignId: 'rec', concurrency: 2, shardSize: 3, minCleanRuns: 1, retainBands: ['medium'] }],
   },
+  { files: ['training-step'], type: 'trainingStepWorkflow', workflowId: 'record-training-step', args: [stepInput] },
   {
-    name: 'training-step',
+    files: ['training-step-multi-node'],
     type: 'trainingStepWorkflow',
-    args: [
-      {
-        campaignId: 'rec',
-        step: 1,
-        pool: ['flaky', 'steady'],
-        suiteDir: '/suite',
-        episode,
-        training: { ...config.training, groups_per_step: 2, group_size: 2, concurrency: 2 },
-        learner: config.learner,
-        seed: 1,
-        rolloutQueue: queue,
-        gpuQueue: queue,
-        policyServers: ['http://policy/v1'],
-        weightVersion: 0,
-        infraBackoff: { initialMs: 10, maxMs: 10 },
-      },
-    ],
+    workflowId: 'record-training-step-multi-node',
+    args: [{ ...stepInput, learner: { ...config.learner, nodes: 2 }, gpuNodeQueues: [queue, queue] }],
   },
   {
-    name: 'campaign',
+    files: ['campaign', 'campaign-step-1', 'campaign-step-2', 'campaign-report'],
     type: 'campaignWorkflow',
+    workflowId: 'record-campaign',
+    args: [campaignInput('rec-campaign', campaignConfig)],
+  },
+  {
+    // Paused by an Update during ingest, waits before step 1, resumed by an Update; step 2 and the rest follow.
+    files: ['campaign-paused', 'campaign-paused-step-2', 'campaign-paused-report'],
+    type: 'campaignWorkflow',
+    workflowId: 'record-campaign-paused',
+    args: [campaignInput('rec-paused')],
+    async drive(handle) {
+      await handle.executeUpdate('pauseCampaign', { args: [{ reason: 'recorded pause' }] });
+      await waitForStatus(handle, (s) => s.stage === 'train' && s.paused);
+      await handle.executeUpdate('resumeCampaign');
+    },
+  },
+  {
+    files: ['campaign-infra-paused', 'campaign-infra-paused-step-2', 'campaign-infra-paused-report'],
+    type: 'campaignWorkflow',
+    workflowId: 'record-campaign-infra-paused',
+    args: [campaignInput(ingestFailures.infra)],
+  },
+  {
+    files: ['campaign-stopped'],
+    type: 'campaignWorkflow',
+    workflowId: 'record-campaign-stopped',
+    args: [campaignInput('rec-stopped')],
+    async drive(handle) {
+      await handle.executeUpdate('stopCampaignAfterStep');
+    },
+  },
+  {
+    files: ['campaign-failed'],
+    type: 'campaignWorkflow',
+    workflowId: 'record-campaign-failed',
+    args: [campaignInput(ingestFailures.badInput)],
+    fails: true,
+  },
+  {
+    files: ['scheduled-evaluation'],
+    type: 'scheduledEvaluationWorkflow',
+    workflowId: 'record-scheduled-evaluation',
     args: [
       {
         campaignId: 'rec-campaign',
-        config: {
-          ...config,
-          training: { ...config.training, steps: 1 },
-          probe: { ...config.probe, shard_size: 3 },
-          evaluation: { ...config.evaluation, shard_size: 3 },
-        },
+        config: campaignConfig,
         suiteDir: '/suite',
-        pricesFile: '/prices.yaml',
         queues: { rollout: queue, gpu: queue },
+        repeats: 2,
       },
     ],
   },
 ];
+
+/** Every run of a workflow's continue-as-new chain, first run first. */
+async function chainHistories(env: TestWorkflowEnvironment, workflowId: string, firstRunId: string) {
+  const histories: History[] = [];
+  for (let runId: string | undefined = firstRunId; runId;) {
+    const history = await env.client.workflow.getHandle(workflowId, runId).fetchHistory();
+    histories.push(history);
+    const last = history.events?.at(-1);
+    runId = last?.workflowExecutionContinuedAsNewEventAttributes?.newExecutionRunId ?? undefined;
+  }
+  return histories;
+}
+
+async function record(env: TestWorkflowEnvironment, r: Recording): Promise<void> {
+  const handle = await env.client.workflow.start(r.type, { taskQueue: queue, workflowId: r.workflowId, args: r.args });
+  await r.drive?.(handle);
+  const ended = await handle.result().then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  if (Boolean(ended) !== Boolean(r.fails)) throw new Error(`${r.workflowId}: ended unexpectedly`, { cause: ended });
+  const histories = await chainHistories(env, r.workflowId, handle.firstExecutionRunId);
+  if (histories.length !== r.files.length)
+    throw new Error(`${r.workflowId}: ${histories.length} runs in its chain, expected ${r.files.length}`);
+  histories.forEach((history, i) => {
+    const file = path.join(outDir!, `${r.files[i]}.json`);
+    fs.writeFileSync(file, `${historyToJSON(history)}\n`);
+    console.log(`${file}: ${history.events?.length} events`);
+  });
+}
 
 const env = await startWorkflowTestEnv();
 const worker = await Worker.create({
@@ -123,16 +267,7 @@ const worker = await Worker.create({
   activities,
 });
 await worker.runUntil(async () => {
-  for (const run of runs) {
-    const workflowId = `record-${run.name}`;
-    const handle = await env.client.workflow.start(run.type, { taskQueue: queue, workflowId, args: run.args });
-    await handle.result();
-    // A campaign continues as new after each stage: record its first run, which holds probe and evaluation.
-    const history = await env.client.workflow.getHandle(workflowId, handle.firstExecutionRunId).fetchHistory();
-    const file = path.join(outDir, `${run.name}.json`);
-    fs.writeFileSync(file, `${historyToJSON(history)}\n`);
-    console.log(`${file}: ${history.events?.length} events`);
-  }
+  for (const r of recordings) await record(env, r);
   // A shard of the sharded runner (absent in versions before it).
   const shard = await env.client.workflow
     .getHandle('rec/eval-x/shard-0')
