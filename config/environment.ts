@@ -94,6 +94,12 @@ export const environmentSchema = z.object({
     .optional()
     .describe("Password of the deployment's read-only checking role tbt_reader_<tag>, when the server needs one"),
   TBT_TASK_QUEUE_PREFIX: queueName.default('tbt').describe('Prefix of every task queue name'),
+  TBT_WORKER_DEPLOYMENT_NAME: queueName
+    .optional()
+    .describe(
+      "Worker Deployment name: the orchestrator and bookkeeping workers join it with the workflow bundle's build id " +
+        '(Worker Versioning; unset = unversioned, rolling restarts)',
+    ),
   TBT_SANDBOX_WARM: count(0, 64).default(2).describe('Ready sandbox clones each worker keeps per template'),
   TBT_ROLLOUT_CONCURRENCY: count(1, 256).default(4).describe('Episodes one rollout worker runs at once'),
   TBT_METRICS_PORT: z

@@ -6,6 +6,8 @@ import { ensureControlDatabase } from '../infra/control-database.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 import { installWorkerRuntime } from '../infra/worker-runtime.ts';
 import { connectTemporalWorker } from '../infra/temporal-connection.ts';
+import { workerDeploymentOptions } from '../infra/worker-deployment.ts';
+import { workerWorkflowBundle } from '../infra/workflow-bundle.ts';
 
 const log = createServiceLogger('bookkeeping-worker');
 
@@ -23,6 +25,10 @@ async function run(): Promise<void> {
   // Activity and worker logs (Temporal's `log`) go through this logger; metrics when TBT_METRICS_PORT is set.
   installWorkerRuntime(log, 'bookkeeping', env);
   await ensureControlDatabase(env);
+  // Versioned, it serves the activities of the workflows of its own build: the bundle's build id, as the orchestrator.
+  const versioning = env.TBT_WORKER_DEPLOYMENT_NAME
+    ? workerDeploymentOptions(env, (await workerWorkflowBundle(log)).buildId)
+    : {};
   const connection = await connectTemporalWorker(env);
   const taskQueue = taskQueues(env).bookkeeping;
   try {
@@ -36,6 +42,7 @@ async function run(): Promise<void> {
       },
       maxConcurrentActivityTaskExecutions: 8,
       shutdownGraceTime: '10s',
+      ...versioning,
     });
     log.info({ taskQueue }, 'bookkeeping worker started');
     await worker.run();

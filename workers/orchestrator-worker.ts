@@ -5,6 +5,7 @@ import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
 import { installWorkerRuntime } from '../infra/worker-runtime.ts';
 import { connectTemporalWorker } from '../infra/temporal-connection.ts';
 import { workerWorkflowBundle } from '../infra/workflow-bundle.ts';
+import { workerDeploymentOptions } from '../infra/worker-deployment.ts';
 
 /**
  * Orchestrator worker: runs the (deterministic) workflows and nothing else. It registers no activity on purpose:
@@ -31,6 +32,7 @@ async function run(): Promise<void> {
       taskQueue: taskQueues(env).orchestrator,
       workflowBundle: bundle.workflowBundle,
       shutdownGraceTime: '10s',
+      ...workerDeploymentOptions(env, bundle.buildId),
     });
     log.info(
       { taskQueue: taskQueues(env).orchestrator, buildId: bundle.buildId, prebuilt: bundle.prebuilt },

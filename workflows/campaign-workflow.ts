@@ -4,7 +4,7 @@ import {
   ChildWorkflowFailure,
   condition,
   ContinueAsNew,
-  continueAsNew,
+  makeContinueAsNewFunc,
   defineQuery,
   defineSignal,
   defineUpdate,
@@ -118,6 +118,16 @@ export const stopAfterStepUpdate = defineUpdate<string>('stopCampaignAfterStep')
 const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('30 minutes', 10));
 
 /**
+ * The campaign's next run. Under Worker Versioning (infra/worker-deployment.ts) each run is pinned to the build
+ * it started on, with its children; the next run starts on the deployment's current build: a deploy reaches a
+ * campaign at its next step, and no run ever replays on code it did not start with. Unversioned: a plain
+ * continue-as-new (the option is ignored).
+ */
+function continueCampaignAsNew(input: CampaignInput): Promise<never> {
+  return makeContinueAsNewFunc<typeof campaignWorkflow>({ initialVersioningBehavior: 'AUTO_UPGRADE' })(input);
+}
+
+/**
  * A campaign that fails or is cancelled releases its learner and policy servers (GPUs stay held otherwise);
  * a stopped or finished one releases them in its report stage. Continue-as-new is not an end.
  */
@@ -168,7 +178,7 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
   if (state.stage === 'evaluate-before') {
     state.evalBefore = await evaluate(run, 'before');
     state.stage = 'train';
-    await continueAsNew<typeof campaignWorkflow>({ ...input, state });
+    await continueCampaignAsNew({ ...input, state });
   }
   if (state.stage === 'train') await train(run);
   if (state.stage === 'evaluate-after') {
@@ -445,7 +455,7 @@ async function train(run: CampaignRun): Promise<void> {
       if (patched('pause-on-infrastructure')) state.retryPausedStepInMs = pausedStageRetryMs(1, input.config.recovery);
       showDetails(run);
       log.warn('campaign paused: a training step lost every group', { campaignId, step, reason: lost });
-      return continueAsNew<typeof campaignWorkflow>({ ...input, state });
+      return continueCampaignAsNew({ ...input, state });
     }
     state.step = step;
     state.weightsPath = record.exportPath;
@@ -461,7 +471,7 @@ async function train(run: CampaignRun): Promise<void> {
     };
     pauseOnNonFiniteRun(run, record);
     // Signals that arrived during the step are part of `state` and survive the continue-as-new.
-    await continueAsNew<typeof campaignWorkflow>({ ...input, state });
+    await continueCampaignAsNew({ ...input, state });
   }
   state.stage = state.step < config.training.steps ? 'stopped' : 'evaluate-after';
 }
