@@ -108,5 +108,22 @@ export function pausedStageRetryMs(
   return Math.min(max, initial * 2 ** Math.max(0, retry - 1));
 }
 
+/**
+ * How often a probe or an evaluation waits out an outage before its keys count as uncovered (outage-waits.ts),
+ * spaced as a paused stage's retries: a campaign's probe 2 times (5 + 10 minutes by default: its selection must
+ * not lose tasks to a short outage), an evaluation outside a campaign 4 times (75 minutes; a campaign's own
+ * evaluation waits none, the campaign pauses instead, visibly).
+ */
+export function outageWaits(
+  recovery: { paused_stage_retry_ms: number; paused_stage_retry_max_ms: number } | undefined,
+  waits: number,
+): { waits: number; initialMs: number; maxMs: number } {
+  return {
+    waits,
+    initialMs: recovery?.paused_stage_retry_ms ?? 5 * 60_000,
+    maxMs: recovery?.paused_stage_retry_max_ms ?? 60 * 60_000,
+  };
+}
+
 /** Training steps in a row whose update was skipped as non-finite before the campaign pauses itself. */
 export const nonFiniteStepsBeforePause = 3;

@@ -38,6 +38,7 @@ import {
   defaultMaxReruns,
   gpuOptions,
   nonFiniteStepsBeforePause,
+  outageWaits,
   pausedStageRetryMs,
   policyQuestionOptions,
 } from './activity-options.ts';
@@ -404,6 +405,7 @@ async function probeCandidates(run: CampaignRun, uids: string[]): Promise<string
         ...keyedInput(run, episode, uids, config.probe),
         minCleanRuns: config.probe.min_clean_runs,
         retainBands: config.probe.retain_bands,
+        outageWaits: outageWaits(config.recovery, 2),
       },
     ],
   });

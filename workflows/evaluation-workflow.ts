@@ -1,9 +1,9 @@
-import { ApplicationFailure, log, patched, proxyActivities, setCurrentDetails, sleep } from '@temporalio/workflow';
+import { ApplicationFailure, patched, proxyActivities } from '@temporalio/workflow';
 import type { CampaignActivities } from '../activities/campaign-activities.ts';
 import type { KeyedEpisodesInput } from './keyed-episode-types.ts';
-import { runShardedEpisodes } from './keyed-episodes.ts';
+import { runShardedEpisodesWaitingOutOutages, type OutageWaits } from './outage-waits.ts';
 import { runKeyedEpisodesV1 } from './keyed-episodes-v1.ts';
-import { bookkeepingOptions, pausedStageRetryMs } from './activity-options.ts';
+import { bookkeepingOptions } from './activity-options.ts';
 
 /**
  * Evaluation of one policy on tasks x repeats (`uid#rep` keys), sharded (keyed-episodes.ts). Infrastructure-
@@ -21,7 +21,7 @@ export interface EvaluationInput extends Omit<KeyedEpisodesInput, 'idPrefix' | '
    * Times the whole evaluation waits and runs again while keys still end in infrastructure errors, before the
    * coverage gate fails it; the waits double from `initialMs` up to `maxMs`. Default: none.
    */
-  outageWaits?: { waits: number; initialMs: number; maxMs: number };
+  outageWaits?: OutageWaits;
 }
 export interface EvaluationResult {
   label: string;
@@ -67,25 +67,8 @@ export async function evaluationWorkflow(input: EvaluationInput): Promise<Evalua
     const episodes = results.reduce((a, r) => a + r.attempts, 0);
     return { label: input.label, aggregate, summary, episodes, reruns: episodes - results.length };
   }
-  let stage = await runShardedEpisodes({ ...input, idPrefix, purpose: 'eval' });
-  let reruns = stage.reruns;
-  const outage = input.outageWaits;
-  for (let wait = 1; outage && stage.uncovered > 0 && wait <= outage.waits; wait++) {
-    const ms = pausedStageRetryMs(wait, {
-      paused_stage_retry_ms: outage.initialMs,
-      paused_stage_retry_max_ms: outage.maxMs,
-    });
-    setCurrentDetails(
-      `${stage.uncovered} of ${stage.keys} keys still end in infrastructure errors ` +
-        `(e.g. ${stage.uncoveredSamples[0]}); waiting ${Math.round(ms / 1000)} s for the infrastructure, then ` +
-        `running them again (wait ${wait} of ${outage.waits})`,
-    );
-    log.warn('evaluation waits out an outage', { label: input.label, uncovered: stage.uncovered, wait, ms });
-    await sleep(ms);
-    stage = await runShardedEpisodes({ ...input, idPrefix, purpose: 'eval' });
-    reruns += stage.reruns;
-  }
+  const stage = await runShardedEpisodesWaitingOutOutages({ ...input, idPrefix, purpose: 'eval' }, input.outageWaits);
   coverageGate(input.label, stage.uncovered, stage.keys, input.maxReruns, stage.uncoveredSamples);
   const { aggregate, summary } = await bookkeeping.aggregateEvaluation({ ...aggregateOptions, idPrefix });
-  return { label: input.label, aggregate, summary, episodes: stage.episodes, reruns };
+  return { label: input.label, aggregate, summary, episodes: stage.episodes, reruns: stage.reruns };
 }

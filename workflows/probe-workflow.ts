@@ -1,20 +1,25 @@
-import { patched, proxyActivities } from '@temporalio/workflow';
+import { ApplicationFailure, patched, proxyActivities } from '@temporalio/workflow';
 import type { CampaignActivities } from '../activities/campaign-activities.ts';
 import type { KeyedEpisodesInput } from './keyed-episode-types.ts';
-import { runShardedEpisodes } from './keyed-episodes.ts';
+import { runShardedEpisodesWaitingOutOutages, type OutageWaits } from './outage-waits.ts';
 import { runKeyedEpisodesV1 } from './keyed-episodes-v1.ts';
 import { bookkeepingOptions } from './activity-options.ts';
+import { coverageGateFailureType } from './evaluation-workflow.ts';
 
 /**
  * Offline difficulty probing: n episodes per candidate with the base policy (sharded, keyed-episodes.ts), then
  * selection by Jeffreys bands (the same rules as `tbt prepare`) over the stored episodes of this probe.
- * Infrastructure errors are re-run (bounded, with backoff); what still fails counts as a system error, which
- * selection ignores.
+ * Infrastructure errors are re-run (bounded, with backoff), and the probe waits out an outage (`outageWaits`)
+ * before selecting; what still fails counts as a system error, which selection ignores. A probe whose every key
+ * still ends in an infrastructure error fails its coverage gate (infrastructure: the campaign pauses), rather than
+ * selecting from nothing.
  */
 
 export interface ProbeInput extends Omit<KeyedEpisodesInput, 'idPrefix' | 'purpose'> {
   minCleanRuns: number;
   retainBands: string[];
+  /** Times the probe waits and runs its keys again while some still end in infrastructure errors. */
+  outageWaits?: OutageWaits;
 }
 export interface ProbeResult {
   pool: string[];
@@ -41,7 +46,15 @@ export async function probeWorkflow(input: ProbeInput): Promise<ProbeResult> {
     });
     return { ...selection, episodes: results.reduce((a, r) => a + r.attempts, 0) };
   }
-  const stage = await runShardedEpisodes({ ...input, idPrefix, purpose: 'probe' });
+  const stage = await runShardedEpisodesWaitingOutOutages({ ...input, idPrefix, purpose: 'probe' }, input.outageWaits);
+  // Probes that selected from an outage before this gate failed in selection (as bad input): replay keeps them so.
+  if (stage.keys > 0 && stage.uncovered === stage.keys && patched('probe-outage-gate'))
+    throw ApplicationFailure.nonRetryable(
+      `coverage gate failed for the probe: all ${stage.keys} keys still end in infrastructure errors after ` +
+        `${input.maxReruns} re-runs and ${input.outageWaits?.waits ?? 0} outage waits (e.g. ` +
+        `${stage.uncoveredSamples.join('; ')}); nothing is selected`,
+      coverageGateFailureType,
+    );
   const selection = await bookkeeping.selectPool({ ...selectOptions, idPrefix });
   return { ...selection, episodes: stage.episodes };
 }

@@ -19,7 +19,7 @@ import { evaluationWorkflow, type EvaluationInput, type EvaluationResult } from 
 import { campaignAttributes } from './search-attribute-keys.ts';
 import { withMissingPollerNamed } from './missing-poller.ts';
 import { evaluationSummary } from './ui-text.ts';
-import { bookkeepingOptions, defaultMaxReruns, gpuOptions, infraBackoffMs } from './activity-options.ts';
+import { bookkeepingOptions, defaultMaxReruns, gpuOptions, infraBackoffMs, outageWaits } from './activity-options.ts';
 
 /**
  * Evaluates a campaign's latest checkpoint, or the base policy when it has none (`tbt eval run`, and a
@@ -64,12 +64,7 @@ const waitForRunning = { initialMs: 10_000, maxMs: 10 * 60_000 };
  * 5 minutes doubling, 75 minutes in all by default). Configs recorded before `recovery` existed get its defaults.
  */
 export function evaluationOutageWaits(config: CampaignConfig): NonNullable<EvaluationInput['outageWaits']> {
-  const recovery = (config as Partial<CampaignConfig>).recovery;
-  return {
-    waits: 4,
-    initialMs: recovery?.paused_stage_retry_ms ?? 5 * 60_000,
-    maxMs: recovery?.paused_stage_retry_max_ms ?? 60 * 60_000,
-  };
+  return outageWaits((config as Partial<CampaignConfig>).recovery, 4);
 }
 
 export async function scheduledEvaluationWorkflow(input: ScheduledEvaluationInput): Promise<ScheduledEvaluationResult> {

@@ -291,6 +291,37 @@ test('probe: sharded, selection by id prefix', async () => {
   assert.equal(select.probeEpisodeIds, undefined);
 });
 
+test('probe: waits out an outage before selecting; a probe with every key down fails its coverage gate', async () => {
+  // The endpoint is down for the first 8 plays: round 1 (2 keys x (1 + 3 re-runs)); both keys come back after the wait.
+  let plays = 0;
+  const s = scenario('probe-outage', () => (++plays <= 8 ? 'infrastructure_error' : 'success'), 5);
+  const outage = { waits: 1, initialMs: 200, maxMs: 200 };
+  const input = { ...keyedInput('probe-outage', ['a', 'b'], 1, 1, 5), minCleanRuns: 1, retainBands: ['medium'] };
+  const result = await env.client.workflow.execute(probeWorkflow, {
+    taskQueue: queue,
+    workflowId: 'probe-outage/probe',
+    args: [{ ...input, outageWaits: outage }],
+  });
+  assert.deepEqual(result.pool, ['a']);
+  assert.equal(s.runs.length, 10, 'round 1: 2 keys x (1 + 3 re-runs); after the wait each key once more');
+  assert.equal(s.calls.filter((c) => c.name === 'selectPool').length, 1);
+
+  const dead = scenario('probe-dead', () => 'infrastructure_error', 5);
+  const failed = env.client.workflow.execute(probeWorkflow, {
+    taskQueue: queue,
+    workflowId: 'probe-dead/probe',
+    args: [{ ...keyedInput('probe-dead', ['a', 'b'], 1, 1, 5), minCleanRuns: 1, retainBands: ['medium'] }],
+  });
+  await assert.rejects(failed, (err: unknown) => {
+    assert.ok(err instanceof WorkflowFailedError);
+    const cause = err.cause as ApplicationFailure;
+    assert.equal(cause.type, 'CoverageGate');
+    assert.match(cause.message, /all 2 keys still end in infrastructure errors after 3 re-runs and 0 outage waits/);
+    return true;
+  });
+  assert.equal(dead.calls.filter((c) => c.name === 'selectPool').length, 0, 'nothing selected from an outage');
+});
+
 // ---------------------------------------------------------------------------------------------------
 // training step
 
