@@ -33,7 +33,7 @@ import { campaignCommand, evalRunCommand, evalScheduleCommand, trainCommand } fr
 import { findCommand } from '../command-help.ts';
 import { commandLineOrExit } from '../command-line.ts';
 import { evaluationOutageWaits, scheduledEvaluationWorkflow } from '../../workflows/scheduled-evaluation-workflow.ts';
-import { evaluationRunTimeoutMs } from './eval.ts';
+import { evaluationRunTimeoutMs } from '../evaluation-run-timeout.ts';
 import { campaignAttributes } from '../../workflows/search-attribute-keys.ts';
 import {
   campaignWorkflow,

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { test } from 'node:test';
-import { evaluationRunTimeoutMs } from '../../cli/commands/eval.ts';
+import { evaluationRunTimeoutMs } from '../../cli/evaluation-run-timeout.ts';
 import { loadCampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
 import { evaluationOutageWaits } from '../../workflows/scheduled-evaluation-workflow.ts';
