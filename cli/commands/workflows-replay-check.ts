@@ -21,13 +21,19 @@ import { integerFlag, optionalIntegerFlag } from '../flag-values.ts';
  * queue (and, if asked, of those closed recently) against the code about to be deployed: this checkout's workflows
  * or a pre-built bundle. A workflow whose recorded commands the new code would not issue again (a change without
  * `patched()`) is named with the nondeterminism, and the command exits 1: deploying would break that workflow.
+ * Under Worker Versioning a workflow pinned to another build is listed but not replayed: it drains on its build.
  */
 
 interface Listed {
   info: WorkflowExecutionInfo;
   history?: History;
   fetchError?: string;
+  /** Under Worker Versioning: the build the workflow is pinned to (it never runs on another one). */
+  pinnedTo?: string;
 }
+
+/** temporal.api.enums.v1.VersioningBehavior PINNED. */
+const pinnedBehavior = 1;
 
 interface BundleChoice {
   options: Pick<ReplayWorkerOptions, 'workflowBundle'>;
@@ -83,13 +89,14 @@ async function listWithHistories(client: Client, query: string, limit: number): 
   }
   for (const entry of listed) {
     const { workflowId, runId } = entry.info;
-    entry.history = await client.workflow
-      .getHandle(workflowId, runId)
-      .fetchHistory()
-      .catch((err: unknown) => {
-        entry.fetchError = err instanceof Error ? err.message : String(err);
-        return undefined;
-      });
+    const handle = client.workflow.getHandle(workflowId, runId);
+    const versioning = (await handle.describe().catch(() => undefined))?.raw.workflowExecutionInfo?.versioningInfo;
+    if (versioning?.behavior === pinnedBehavior && versioning.deploymentVersion?.buildId)
+      entry.pinnedTo = versioning.deploymentVersion.buildId;
+    entry.history = await handle.fetchHistory().catch((err: unknown) => {
+      entry.fetchError = err instanceof Error ? err.message : String(err);
+      return undefined;
+    });
   }
   return listed;
 }
@@ -137,9 +144,15 @@ async function runCheck(
     `replaying ${listed.length} workflow(s) ${scope} on ${taskQueue} against bundle ${bundle.buildId} ` +
       `(${bundle.origin})${listed.length === limit ? `; only the first ${limit} (--limit)` : ''}`,
   );
-  const counts = { ok: 0, nondeterministic: 0, errors: 0 };
-  const readable = listed.filter((l) => l.history);
-  for (const l of listed.filter((entry) => !entry.history)) {
+  const counts = { ok: 0, nondeterministic: 0, errors: 0, pinned: 0 };
+  // Pinned to another build (Worker Versioning): it finishes on that build's workers and never replays on this code.
+  const elsewhere = (l: Listed) => l.pinnedTo !== undefined && l.pinnedTo !== bundle.buildId;
+  for (const l of listed.filter(elsewhere)) {
+    counts.pinned++;
+    io.out(`pinned ${l.info.workflowId} ${l.info.type} run ${l.info.runId}: stays on build ${l.pinnedTo}`);
+  }
+  const readable = listed.filter((l) => l.history && !elsewhere(l));
+  for (const l of listed.filter((entry) => !entry.history && !elsewhere(entry))) {
     counts.errors++;
     io.out(`ERROR ${l.info.workflowId} ${l.info.type} run ${l.info.runId}: history not readable: ${l.fetchError}`);
   }
@@ -167,7 +180,8 @@ async function runCheck(
   }
   io.out(
     `replay-check: bundle ${bundle.buildId} workflows=${listed.length} ok=${counts.ok} ` +
-      `nondeterministic=${counts.nondeterministic} errors=${counts.errors}`,
+      `nondeterministic=${counts.nondeterministic} errors=${counts.errors}` +
+      (counts.pinned ? ` pinned-elsewhere=${counts.pinned}` : ''),
   );
   if (counts.nondeterministic > 0)
     io.err(
