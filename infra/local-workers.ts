@@ -45,7 +45,12 @@ export function nodeWorkerFlags(kind: WorkerKind): string[] {
 }
 
 /** Starts any of the workers not already running; returns the ones it started. */
-export function startWorkers(env: Environment, kinds: readonly WorkerKind[] = workerKinds): WorkerKind[] {
+/** `processEnv` is what the workers inherit (a test starts one with another state folder this way). */
+export function startWorkers(
+  env: Environment,
+  kinds: readonly WorkerKind[] = workerKinds,
+  processEnv: NodeJS.ProcessEnv = process.env,
+): WorkerKind[] {
   const started: WorkerKind[] = [];
   for (const kind of kinds) {
     const f = files(env, kind);
@@ -58,8 +63,8 @@ export function startWorkers(env: Environment, kinds: readonly WorkerKind[] = wo
       f.log,
       f.pid,
       kind === 'gpu'
-        ? { ...process.env, OMP_WAIT_POLICY: 'PASSIVE' }
-        : nodeWorkerEnv({ ...process.env, OMP_WAIT_POLICY: 'PASSIVE' }),
+        ? { ...processEnv, OMP_WAIT_POLICY: 'PASSIVE' }
+        : nodeWorkerEnv({ ...processEnv, OMP_WAIT_POLICY: 'PASSIVE' }),
       repoRoot,
     );
     started.push(kind);

@@ -1,0 +1,556 @@
+/**
+ * Fault suite (on demand, not part of `npm test`): `npm run test:faults [-- --seed N --only a,d --baseline ID]`.
+ *
+ * Runs the 4-step campaign of config/fault-test.yaml (the crash suite's campaign with short recovery limits) once
+ * uninterrupted as the baseline, then once per scenario, each with its fault at a seeded point:
+ *   a/b/c  the policy endpoint down for 5 minutes (--outage-min) during the probe / the evaluation after training /
+ *          a training step: these runs use a vLLM server the suite starts, behind a TCP proxy it closes and reopens
+ *          (base_url = the proxy, sync_instances = the server, so weight syncs still reach it);
+ *   d      the GPU worker stopped with SIGTERM mid-step and started again a minute later, three times in one run;
+ *   e      the GPU queue without a poller for longer than recovery.gpu_queue_wait_ms: the campaign must pause
+ *          naming the queue, and go on once the worker is back;
+ *   f      the bookkeeping worker replaced at every stage by a fresh one with an empty state folder;
+ *   g      Postgres stopped and started again;
+ *   h      the campaign terminated mid-step (`tbt campaign terminate`), then `tbt campaign resume`d.
+ * Each run must complete and pass the crash suite's checks (scripts/campaign-run-checks.ts) against the baseline,
+ * plus a check that its fault happened where it was drawn. Last line: `faults: scenarios=N passed=P failed=F
+ * minutes=M`; exit 1 if any check fails; summary in $TBT_STATE_DIR/fault-test/summary.json.
+ *
+ * Uses the servers and workers of the current environment (TBT_STATE_DIR, TBT_TEMPORAL_PORT, TBT_PG_PORT,
+ * TBT_TASK_QUEUE_PREFIX); scenario g restarts that Postgres: isolate the suite from other work with those variables.
+ */
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import YAML from 'yaml';
+import { databaseUrl, readEnvironment, repoRoot, taskQueues } from '../config/environment.ts';
+import { loadCampaignConfig } from '../config/campaign-config.ts';
+import { gpuHost } from '../config/gpu-host.ts';
+import { mulberry32 } from '../core/metrics.ts';
+import { exitedBy } from '../infra/daemon.ts';
+import { freePort, startPolicyServer, type PolicyServerHandle } from '../infra/embedded-policy-server.ts';
+import { startPostgres, stopPostgres } from '../infra/local-postgres.ts';
+import { startWorkers, stopWorkers, workerPid, type WorkerKind } from '../infra/local-workers.ts';
+import type { CampaignStatus } from '../workflows/campaign-workflow.ts';
+import { EndpointProxy } from './campaign-endpoint-proxy.ts';
+import { check, checkContext, type Check, type Facts } from './campaign-run-checks.ts';
+import {
+  CampaignDriver,
+  inPhase,
+  now,
+  phaseLabel,
+  secs,
+  sleep,
+  statusLine,
+  timeStamp,
+  type Phase,
+} from './campaign-run-driver.ts';
+import { finishRun, injectedCheck, reuseBaseline, runBaseline, startRun, type Suite } from './campaign-run.ts';
+import { checksCell, printTable, suiteFailures, writeSummary, type RunSummary } from './campaign-run-summary.ts';
+
+const { values: opts } = parseArgs({
+  options: {
+    config: { type: 'string', default: path.join(repoRoot, 'config', 'fault-test.yaml') },
+    seed: { type: 'string' },
+    only: { type: 'string' },
+    baseline: { type: 'string' },
+    'timeout-min': { type: 'string', default: '30' },
+    'outage-min': { type: 'string', default: '5' },
+    'keep-checkpoints': { type: 'boolean', default: false },
+  },
+});
+
+const env = readEnvironment();
+const config = loadCampaignConfig(opts.config!);
+const STEPS = config.training.steps;
+const OUTAGE_MS = Number(opts['outage-min']) * 60_000;
+const GPU_QUEUE = taskQueues(env).gpu(gpuHost(env));
+/** How long after the endpoint closes the phase must still run for the outage to count as met. */
+const HIT_MS = 15_000;
+const seed = opts.seed !== undefined ? Number(opts.seed) : Math.floor(Date.now() % 1_000_000);
+const stamp = timeStamp();
+const outDir = path.join(env.TBT_STATE_DIR, 'fault-test');
+fs.mkdirSync(outDir, { recursive: true });
+const driver = new CampaignDriver(env, 'faults', Number(opts['timeout-min']) * 60_000);
+const suite: Suite = {
+  driver,
+  ctx: checkContext(env, databaseUrl(env), config),
+  keepCheckpoints: opts['keep-checkpoints']!,
+};
+const log = (msg: string) => driver.log(msg);
+
+// --- Seeded points ---------------------------------------------------------------------------------------------
+const random = mulberry32(seed);
+const uniform = (lo: number, hi: number) => Math.round((lo + random() * (hi - lo)) * 10) / 10;
+const anyStep = (): Phase => ({ kind: 'step', step: 1 + Math.floor(random() * STEPS) });
+const anyPhase = (): Phase => {
+  const phases: Phase[] = [
+    { kind: 'probe' },
+    ...Array.from({ length: STEPS }, (_, i) => ({ kind: 'step', step: i + 1 }) as const),
+    { kind: 'evaluate-after' },
+    { kind: 'report' },
+  ];
+  return phases[Math.floor(random() * phases.length)]!;
+};
+
+/**
+ * Every scenario's point, drawn in one fixed order whatever --only selects, so `--only e --seed N` repeats
+ * exactly the point the full suite drew for e with that seed. Delays are seconds after the phase starts.
+ */
+const plans = {
+  a: { phase: { kind: 'probe' } as Phase, delayS: uniform(0, 3) },
+  b: { phase: { kind: 'evaluate-after' } as Phase, delayS: uniform(0, 2) },
+  c: { phase: anyStep(), delayS: uniform(0, 3) },
+  d: { delaysS: [uniform(3, 15), uniform(3, 15), uniform(3, 15)] },
+  e: { phase: anyStep(), delayS: uniform(0, 15) },
+  f: { delaysS: Array.from({ length: STEPS + 4 }, () => uniform(0, 5)) },
+  g: { phase: anyPhase(), delayS: uniform(1, 20), downS: uniform(5, 30) },
+  h: { phase: anyStep(), delayS: uniform(3, 15) },
+};
+
+// --- One faulted run --------------------------------------------------------------------------------------------
+interface FaultRun {
+  id: string;
+  started: number;
+  /** Workers stopped on purpose right now: the waiting loop leaves them down. */
+  held: Set<WorkerKind>;
+  /** What was done when, for the table and the summary. */
+  points: string[];
+  extra: Check[];
+  /** Set once the run is over (or timed out): a scenario still injecting stops. */
+  ended: boolean;
+}
+
+const at = (run: FaultRun) => `+${Math.round(secs(now() - run.started))}s`;
+function note(run: FaultRun, what: string): void {
+  run.points.push(`${at(run)} ${what}`);
+  log(`  ${at(run)} ${what}`);
+}
+
+/**
+ * Waits for the phase and the delay after it; the status at that moment, or undefined when the run ended first
+ * (or its status could not be read for a minute).
+ */
+async function arrive(run: FaultRun, phase: Phase, delayS: number): Promise<CampaignStatus | undefined> {
+  if (!(await driver.waitForPhase(run.id, phase, run.started))) return undefined;
+  await sleep(delayS * 1000);
+  for (let tries = 0; tries < 20; tries += 1) {
+    const s = await driver.status(run.id);
+    if (s) return s;
+    await sleep(3000);
+  }
+  return undefined;
+}
+
+/** SIGTERM to a worker (a graceful stop, as a deploy sends), held down until released; seconds until it exited. */
+async function stopWorker(run: FaultRun, kind: WorkerKind): Promise<{ pid?: number; exitS?: number }> {
+  run.held.add(kind);
+  const pid = workerPid(env, kind);
+  if (pid === undefined) return {};
+  const t0 = now();
+  process.kill(pid, 'SIGTERM');
+  const exited = await exitedBy(pid, now() + 120_000);
+  return { pid, exitS: exited ? secs(now() - t0) : undefined };
+}
+
+function releaseWorker(run: FaultRun, kind: WorkerKind): void {
+  startWorkers(env, [kind]);
+  run.held.delete(kind);
+}
+
+/** Runs fn holding the lock every helper takes around stack restarts (the lock is released when fn settles). */
+async function withStackLock<T>(fn: () => Promise<T>): Promise<T> {
+  const holder = spawn('flock', ['/tmp/tbt-stack.lock', '-c', 'echo locked; read _'], {
+    stdio: ['pipe', 'pipe', 'ignore'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    holder.stdout.once('data', () => resolve());
+    holder.once('exit', (code) => reject(new Error(`flock exited with code ${code}`)));
+  });
+  try {
+    return await fn();
+  } finally {
+    holder.stdin.end();
+  }
+}
+
+// --- The policy endpoint behind the suite's proxy (a, b, c) --------------------------------------------------
+let policy: { server: PolicyServerHandle; proxy: EndpointProxy; configFile: string } | undefined;
+
+/** Starts the suite's vLLM server and proxy once, and writes the campaign config that points at them. */
+async function externalPolicy(): Promise<NonNullable<typeof policy>> {
+  if (policy) return policy;
+  log('starting the suite-owned vLLM policy server and its proxy (scenarios a-c)');
+  const server = await startPolicyServer({ engine: 'vllm', logFile: path.join(outDir, 'policy-server.log') });
+  const proxy = new EndpointProxy({ host: '127.0.0.1', port: Number(new URL(server.baseUrl).port) }, await freePort());
+  await proxy.open();
+  const raw = YAML.parse(fs.readFileSync(opts.config!, 'utf8')) as Record<string, unknown> & {
+    episode: { policy: Record<string, unknown> };
+  };
+  const configDir = path.dirname(path.resolve(opts.config!));
+  const absolute = (p: unknown) =>
+    typeof p === 'string' ? ([path.resolve(configDir, p), path.resolve(repoRoot, p)].find(fs.existsSync) ?? p) : p;
+  const derived = {
+    ...raw,
+    name: `${String(raw.name)}-external-policy`,
+    suite: absolute(raw.suite),
+    ...(raw.exclude_uids ? { exclude_uids: absolute(raw.exclude_uids) } : {}),
+    episode: {
+      ...raw.episode,
+      policy: {
+        ...raw.episode.policy,
+        base_url: `http://127.0.0.1:${proxy.port}/v1`,
+        model: server.model,
+        sync_instances: [server.baseUrl],
+      },
+    },
+  };
+  const configFile = path.join(outDir, 'fault-test-external-policy.yaml');
+  fs.writeFileSync(configFile, YAML.stringify(derived));
+  log(`  vLLM ${server.baseUrl}, proxy port ${proxy.port}, config ${configFile}`);
+  policy = { server, proxy, configFile };
+  return policy;
+}
+
+async function policyOutage(run: FaultRun, phase: Phase, delayS: number): Promise<void> {
+  const { proxy } = await externalPolicy();
+  const s = await arrive(run, phase, delayS);
+  if (!s) {
+    run.extra.push(injectedCheck(`policy down in ${phaseLabel(phase)}`, false, 'the run ended before the phase'));
+    return;
+  }
+  await proxy.close();
+  note(run, `policy endpoint closed (${statusLine(s)})`);
+  const closedAt = now();
+  // The outage must meet the phase's episodes: a phase that ends within the first re-run's backoff did not.
+  await sleep(HIT_MS);
+  const later = await driver.status(run.id);
+  while (now() - closedAt < OUTAGE_MS && !run.ended) await sleep(1000);
+  await proxy.open();
+  note(run, `policy endpoint reopened after ${secs(now() - closedAt)}s`);
+  run.extra.push(
+    injectedCheck(
+      `policy down ${secs(OUTAGE_MS)}s in ${phaseLabel(phase)}, the phase still on ${secs(HIT_MS)}s later`,
+      inPhase(s, phase) && later !== undefined && inPhase(later, phase) && now() - closedAt >= OUTAGE_MS,
+      `closed at ${statusLine(s)}; ${secs(HIT_MS)}s later ${statusLine(later)}; down ${secs(now() - closedAt)}s`,
+    ),
+  );
+}
+
+// --- Scenarios ------------------------------------------------------------------------------------------------
+type Letter = keyof typeof plans;
+
+interface Scenario {
+  title: string;
+  externalPolicy?: boolean;
+  inject(run: FaultRun): Promise<void>;
+}
+
+const scenarios: Record<Letter, Scenario> = {
+  a: {
+    title: 'policy endpoint down during the probe',
+    externalPolicy: true,
+    inject: (run) => policyOutage(run, plans.a.phase, plans.a.delayS),
+  },
+  b: {
+    title: 'policy endpoint down during the evaluation',
+    externalPolicy: true,
+    inject: (run) => policyOutage(run, plans.b.phase, plans.b.delayS),
+  },
+  c: {
+    title: 'policy endpoint down during a training step',
+    externalPolicy: true,
+    inject: (run) => policyOutage(run, plans.c.phase, plans.c.delayS),
+  },
+  d: {
+    title: 'GPU worker SIGTERM mid-step, restarted a minute later, three times',
+    async inject(run) {
+      const stops: string[] = [];
+      let nextStep = 1;
+      for (const delayS of plans.d.delaysS) {
+        // Each stop lands in a training step after the previous one's: a step may outlast the stop and restart.
+        const s = await arrive(run, { kind: 'step', step: nextStep }, delayS);
+        if (!s || s.stage !== 'train') break;
+        const { pid, exitS } = await stopWorker(run, 'gpu');
+        note(run, `gpu worker ${pid ?? '(none running)'} SIGTERM (${statusLine(s)}), exited after ${exitS ?? '>120'}s`);
+        if (pid !== undefined && exitS !== undefined) stops.push(`step ${s.step + 1}`);
+        await sleep(60_000);
+        releaseWorker(run, 'gpu');
+        note(run, 'gpu worker started again');
+        nextStep = s.step + 2;
+      }
+      run.extra.push(
+        injectedCheck(
+          'three SIGTERMs of the GPU worker mid-step, each exiting',
+          stops.length === 3,
+          `stopped in ${stops.join(', ') || 'no step'}`,
+        ),
+      );
+    },
+  },
+  e: {
+    title: 'GPU queue without a poller beyond its detection limit',
+    async inject(run) {
+      const limitMs = config.recovery.gpu_queue_wait_ms;
+      const s = await arrive(run, plans.e.phase, plans.e.delayS);
+      if (!s) {
+        run.extra.push(injectedCheck('GPU worker stopped', false, 'the run ended before the phase'));
+        return;
+      }
+      const { pid } = await stopWorker(run, 'gpu');
+      const t0 = now();
+      note(run, `gpu worker ${pid ?? '(none running)'} stopped (${statusLine(s)})`);
+      // Up to a heartbeat timeout (2 min) before the retry is scheduled, then the schedule-to-start limit.
+      const capMs = 120_000 + limitMs + 180_000;
+      let pausedAfter: number | undefined;
+      let reason = '';
+      while (now() - t0 < capMs && !run.ended) {
+        const q = await driver.status(run.id);
+        if (q?.paused && (q.pauseReason ?? '').includes(GPU_QUEUE)) {
+          pausedAfter = secs(now() - t0);
+          reason = q.pauseReason ?? '';
+          break;
+        }
+        await sleep(3000);
+      }
+      while (now() - t0 < limitMs + 10_000 && !run.ended) await sleep(1000);
+      releaseWorker(run, 'gpu');
+      note(run, `gpu worker started again after ${secs(now() - t0)}s without a poller`);
+      run.extra.push(injectedCheck('GPU worker stopped mid-run', pid !== undefined, `pid ${pid ?? '-'}`));
+      run.extra.push(
+        check(
+          `the campaign paused naming the queue ${GPU_QUEUE}`,
+          pausedAfter !== undefined,
+          pausedAfter !== undefined
+            ? `${pausedAfter}s after the worker stopped: ${reason}`
+            : `no such pause within ${secs(capMs)}s`,
+        ),
+      );
+    },
+  },
+  f: {
+    title: 'bookkeeping worker replaced by a fresh one with an empty state folder at every stage',
+    async inject(run) {
+      let fresh: { env: typeof env; dir: string } | undefined;
+      let last = '';
+      let replaced = 0;
+      run.held.add('bookkeeping');
+      try {
+        for (let i = 0; !run.ended;) {
+          const s = await driver.status(run.id);
+          const key = s ? `${s.stage}/${s.step}` : last;
+          const closed = s === undefined && (await driver.describe(run.id)) !== 'RUNNING';
+          if (closed || s?.stage === 'done') break;
+          if (key !== last) {
+            last = key;
+            await sleep((plans.f.delaysS[i++ % plans.f.delaysS.length] ?? 0) * 1000);
+            await stopWorkers(fresh?.env ?? env, ['bookkeeping']);
+            if (fresh) fs.rmSync(fresh.dir, { recursive: true, force: true });
+            fresh = startFreshBookkeeping();
+            replaced += 1;
+            note(run, `bookkeeping worker replaced (${key}), state folder ${fresh.dir}`);
+          }
+          await sleep(1000);
+        }
+      } finally {
+        if (fresh) {
+          await stopWorkers(fresh.env, ['bookkeeping']);
+          fs.rmSync(fresh.dir, { recursive: true, force: true });
+        }
+        releaseWorker(run, 'bookkeeping');
+      }
+      run.extra.push(
+        injectedCheck('bookkeeping worker replaced between stages', replaced >= 4, `${replaced} replacement(s)`),
+      );
+    },
+  },
+  g: {
+    title: 'Postgres restarted',
+    async inject(run) {
+      const s = await arrive(run, plans.g.phase, plans.g.delayS);
+      if (!s) {
+        run.extra.push(injectedCheck('Postgres restarted', false, 'the run ended before the phase'));
+        return;
+      }
+      const stopped = await withStackLock(async () => {
+        const was = await stopPostgres(env);
+        note(run, `postgres stopped (${statusLine(s)}), down for ${plans.g.downS}s`);
+        await sleep(plans.g.downS * 1000);
+        await startPostgres(env);
+        note(run, 'postgres started again');
+        return was;
+      });
+      run.extra.push(
+        injectedCheck(
+          `Postgres restarted ${plans.g.delayS}s after ${phaseLabel(plans.g.phase)} began`,
+          stopped,
+          `at ${statusLine(s)}`,
+        ),
+      );
+    },
+  },
+  h: {
+    title: 'campaign terminated mid-step, then resumed',
+    async inject(run) {
+      const s = await arrive(run, plans.h.phase, plans.h.delayS);
+      if (!s) {
+        run.extra.push(injectedCheck('terminate and resume', false, 'the run ended before the phase'));
+        return;
+      }
+      const terminated = driver.tbt('campaign', 'terminate', run.id);
+      note(run, `tbt campaign terminate (${statusLine(s)}): ${terminated.ok ? 'ok' : 'FAILED'}`);
+      await sleep(5000);
+      const resumed = driver.tbt('campaign', 'resume', run.id);
+      note(run, `tbt campaign resume: ${resumed.ok ? 'ok' : 'FAILED'}`);
+      run.extra.push(
+        injectedCheck(
+          `terminated in ${phaseLabel(plans.h.phase)}, then resumed`,
+          terminated.ok && resumed.ok && s.stage === 'train',
+          `terminate: ${terminated.out.split('\n')[0]} | resume: ${resumed.out.split('\n').slice(0, 3).join(' ')}`,
+        ),
+      );
+    },
+  },
+};
+
+/**
+ * A bookkeeping worker with a state folder of its own, empty: anything a later stage reads from a file an earlier
+ * stage wrote on another worker fails. DATABASE_URL is set as a deployment sets it (the local password file lives
+ * in the stack's state folder).
+ */
+function startFreshBookkeeping(): { env: typeof env; dir: string } {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tbt-fresh-bookkeeping-'));
+  const overrides = { TBT_STATE_DIR: dir, DATABASE_URL: databaseUrl(env) };
+  const processEnv = { ...process.env, ...overrides };
+  const freshEnv = readEnvironment(processEnv);
+  startWorkers(freshEnv, ['bookkeeping'], processEnv);
+  return { env: freshEnv, dir };
+}
+
+interface FaultRunSummary extends RunSummary {
+  scenario: Letter | 'baseline';
+  title: string;
+  points: string[];
+  pauses: string[];
+}
+
+/** Brings everything a scenario held down back up, so the next run starts on a whole stack. */
+async function restoreStack(): Promise<void> {
+  await policy?.proxy.open();
+  await withStackLock(() => startPostgres(env));
+  startWorkers(env);
+}
+
+async function runScenario(letter: Letter, baseline: Facts): Promise<FaultRunSummary> {
+  const scenario = scenarios[letter];
+  const id = `fault-${letter}-${stamp}`;
+  log(`run ${id}: (${letter}) ${scenario.title}`);
+  const configFile = scenario.externalPolicy ? (await externalPolicy()).configFile : opts.config!;
+  const run: FaultRun = { id, started: now(), held: new Set(), points: [], extra: [], ended: false };
+  run.started = await startRun(configFile, id);
+  const injection = scenario.inject(run).catch((err: unknown) => {
+    run.extra.push(injectedCheck(scenario.title, false, `the injection failed: ${String(err)}`));
+  });
+  const end = await driver.waitForEnd(id, run.started, { heldDown: () => run.held, until: injection });
+  run.ended = true;
+  await injection;
+  await restoreStack();
+  // Never two campaigns at once: a run that timed out is ended before the next one starts.
+  if ((await driver.describe(id)) === 'RUNNING') driver.tbt('campaign', 'terminate', id, '--reason', 'fault suite');
+  const { summary } = await finishRun(suite, {
+    name: `(${letter})`,
+    id,
+    started: run.started,
+    end,
+    baseline,
+    extra: run.extra,
+  });
+  return { ...summary, scenario: letter, title: scenario.title, points: run.points, pauses: end.pauses };
+}
+
+// The suite's vLLM server runs in a process group of its own: an interrupted suite must not leave it behind.
+for (const signal of ['SIGINT', 'SIGTERM'] as const)
+  process.once(signal, () => {
+    void (policy?.server.stop() ?? Promise.resolve()).finally(() => process.exit(130));
+  });
+
+async function main(): Promise<number> {
+  const letters = (opts.only ? opts.only.split(',') : Object.keys(scenarios)) as Letter[];
+  for (const l of letters)
+    if (!(l in scenarios))
+      throw new Error(`--only: unknown scenario ${l} (one of ${Object.keys(scenarios).join(',')})`);
+  log(
+    `seed ${seed} (repeat with --seed ${seed}); config ${opts.config}; state ${env.TBT_STATE_DIR}; queue prefix ` +
+      `${env.TBT_TASK_QUEUE_PREFIX}; scenarios ${letters.join(',')}`,
+  );
+  await withStackLock(async () => driver.stackUp());
+  const suiteStarted = now();
+  const runs: FaultRunSummary[] = [];
+  const base = opts.baseline
+    ? await reuseBaseline(suite, opts.baseline)
+    : await runBaseline(suite, opts.config!, `fault-baseline-${stamp}`);
+  runs.push({ ...base.summary, scenario: 'baseline', title: 'uninterrupted', points: [], pauses: [] });
+  try {
+    for (const letter of letters) {
+      try {
+        runs.push(await runScenario(letter, base.f));
+      } catch (err) {
+        // A scenario that could not run is a failed one; the others still run.
+        log(`  (${letter}) could not run: ${String(err)}`);
+        await restoreStack().catch(() => undefined);
+        const failedRun = check(`scenario ${letter} ran`, false, String(err));
+        runs.push({
+          ...{ run: `(${letter})`, campaignId: `fault-${letter}-${stamp}`, wallS: 0, realUpdates: 0 },
+          ...{ retrainedBeforeCommit: 0, checks: [failedRun], passed: false, scenario: letter },
+          ...{ title: scenarios[letter].title, points: [], pauses: [] },
+        });
+      }
+    }
+  } finally {
+    await policy?.proxy.close();
+    await policy?.server.stop();
+    await driver.close();
+  }
+
+  const minutes = Math.round((now() - suiteStarted) / 6000) / 10;
+  console.log(`\nfault suite, seed ${seed}, ${minutes} minutes in all`);
+  printTable(
+    ['run', 'fault', 'points', 'pauses seen', 'wall s', 'real updates', 'checks'],
+    runs.map((r) => [
+      r.run,
+      r.title,
+      r.points.join('; ') || '-',
+      r.pauses.length ? `${r.pauses.length}: ${r.pauses[0]!.slice(0, 60)}...` : '-',
+      String(r.wallS),
+      `${r.realUpdates}/${STEPS}`,
+      checksCell(r),
+    ]),
+  );
+  const failed = suiteFailures(runs, STEPS);
+  const scenarioRuns = runs.filter((r) => r.scenario !== 'baseline');
+  const passed = scenarioRuns.filter((r) => r.passed).length;
+  writeSummary(path.join(outDir, 'summary.json'), {
+    seed,
+    config: opts.config,
+    stamp,
+    minutes,
+    passed: failed.length === 0,
+    runs,
+  });
+  if (failed.length) console.log(`\nFAILED (${failed.length}):\n${failed.map((f) => `  ${f}`).join('\n')}`);
+  console.log(
+    `faults: scenarios=${scenarioRuns.length} passed=${passed} failed=${scenarioRuns.length - passed} ` +
+      `minutes=${minutes}`,
+  );
+  return failed.length ? 1 : 0;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);
