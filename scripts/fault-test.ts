@@ -106,7 +106,12 @@ const plans = {
   d: { delaysS: [uniform(3, 15), uniform(3, 15), uniform(3, 15)] },
   e: { phase: anyStep(), delayS: uniform(0, 15) },
   f: { delaysS: Array.from({ length: STEPS + 4 }, () => uniform(0, 5)) },
-  g: { phase: anyPhase(), delayS: uniform(1, 20), downS: uniform(5, 30) },
+  g: ((phase: Phase) => ({
+    phase,
+    // Within the phase: the report lasts seconds, the evaluation after training under a minute.
+    delayS: phase.kind === 'report' ? uniform(0, 3) : phase.kind === 'evaluate-after' ? uniform(1, 10) : uniform(1, 20),
+    downS: uniform(5, 30),
+  }))(anyPhase()),
   h: { phase: anyStep(), delayS: uniform(3, 15) },
 };
 
@@ -384,8 +389,8 @@ const scenarios: Record<Letter, Scenario> = {
       });
       run.extra.push(
         injectedCheck(
-          `Postgres restarted ${plans.g.delayS}s after ${phaseLabel(plans.g.phase)} began`,
-          stopped,
+          `Postgres restarted ${plans.g.delayS}s after ${phaseLabel(plans.g.phase)} began, still in it`,
+          stopped && inPhase(s, plans.g.phase),
           `at ${statusLine(s)}`,
         ),
       );
@@ -407,7 +412,7 @@ const scenarios: Record<Letter, Scenario> = {
       run.extra.push(
         injectedCheck(
           `terminated in ${phaseLabel(plans.h.phase)}, then resumed`,
-          terminated.ok && resumed.ok && s.stage === 'train',
+          terminated.ok && resumed.ok && inPhase(s, plans.h.phase),
           `terminate: ${terminated.out.split('\n')[0]} | resume: ${resumed.out.split('\n').slice(0, 3).join(' ')}`,
         ),
       );
