@@ -2,22 +2,44 @@
  * One campaign run of the on-demand suites, start to checked summary: start it, wait for its end, run the checks
  * (scripts/campaign-run-checks.ts), prune its checkpoints; the uninterrupted baseline, run or reused by id.
  */
+import fs from 'node:fs';
+import path from 'node:path';
 import { startCampaign } from '../cli/commands/campaign.ts';
+import type { CampaignConfig } from '../config/campaign-config.ts';
+import { databaseUrl, type Environment } from '../config/environment.ts';
 import {
   check,
+  checkContext,
   pruneCheckpoints,
   runChecks,
   type Check,
   type CheckContext,
   type Facts,
 } from './campaign-run-checks.ts';
-import { now, secs, type CampaignDriver, type WaitedEnd } from './campaign-run-driver.ts';
+import { CampaignDriver, now, secs, type WaitedEnd } from './campaign-run-driver.ts';
 import { printChecks, type RunSummary } from './campaign-run-summary.ts';
 
 export interface Suite {
   driver: CampaignDriver;
   ctx: CheckContext;
   keepCheckpoints: boolean;
+}
+
+/** What every on-demand suite opens with: its folder under the state folder, its driver and its checks' context. */
+export function openSuite(
+  env: Environment,
+  config: CampaignConfig,
+  opts: { tag: string; folder: string; timeoutMin: string; keepCheckpoints: boolean },
+): { suite: Suite; driver: CampaignDriver; outDir: string; log: (msg: string) => void } {
+  const outDir = path.join(env.TBT_STATE_DIR, opts.folder);
+  fs.mkdirSync(outDir, { recursive: true });
+  const driver = new CampaignDriver(env, opts.tag, Number(opts.timeoutMin) * 60_000);
+  const suite: Suite = {
+    driver,
+    ctx: checkContext(env, databaseUrl(env), config),
+    keepCheckpoints: opts.keepCheckpoints,
+  };
+  return { suite, driver, outDir, log: (msg) => driver.log(msg) };
 }
 
 export async function startRun(configFile: string, id: string): Promise<number> {

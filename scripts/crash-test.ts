@@ -18,15 +18,15 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { databaseUrl, readEnvironment, repoRoot } from '../config/environment.ts';
+import { readEnvironment, repoRoot } from '../config/environment.ts';
 import { loadCampaignConfig } from '../config/campaign-config.ts';
 import { learnerFiles } from '../learner-control/learner-process.ts';
 import { mulberry32 } from '../core/metrics.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
 import { workerPid } from '../infra/local-workers.ts';
-import { checkContext, check, type Facts } from './campaign-run-checks.ts';
-import { CampaignDriver, now, phaseLabel, secs, sleep, timeStamp, type Phase } from './campaign-run-driver.ts';
-import { finishRun, reuseBaseline, runBaseline, startRun, type Suite } from './campaign-run.ts';
+import { check, type Facts } from './campaign-run-checks.ts';
+import { now, phaseLabel, secs, sleep, timeStamp, type Phase } from './campaign-run-driver.ts';
+import { finishRun, reuseBaseline, runBaseline, startRun, openSuite } from './campaign-run.ts';
 import { checksCell, printTable, suiteFailures, writeSummary, type RunSummary } from './campaign-run-summary.ts';
 
 const { values: opts } = parseArgs({
@@ -46,15 +46,12 @@ const config = loadCampaignConfig(opts.config!);
 const STEPS = config.training.steps;
 const seed = opts.seed !== undefined ? Number(opts.seed) : Math.floor(Date.now() % 1_000_000);
 const stamp = timeStamp();
-const outDir = path.join(env.TBT_STATE_DIR, 'crash-test');
-fs.mkdirSync(outDir, { recursive: true });
-const driver = new CampaignDriver(env, 'crash', Number(opts['timeout-min']) * 60_000);
-const suite: Suite = {
-  driver,
-  ctx: checkContext(env, databaseUrl(env), config),
+const { suite, driver, outDir, log } = openSuite(env, config, {
+  tag: 'crash',
+  folder: 'crash-test',
+  timeoutMin: opts['timeout-min']!,
   keepCheckpoints: opts['keep-checkpoints']!,
-};
-const log = (msg: string) => driver.log(msg);
+});
 
 type Victim = 'rollout' | 'gpu' | 'orchestrator' | 'temporal';
 const allVictims: Victim[] = ['rollout', 'gpu', 'orchestrator', 'temporal'];

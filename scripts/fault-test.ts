@@ -35,19 +35,9 @@ import { startPostgres, stopPostgres } from '../infra/local-postgres.ts';
 import { startWorkers, stopWorkers, workerPid, type WorkerKind } from '../infra/local-workers.ts';
 import type { CampaignStatus } from '../workflows/campaign-workflow.ts';
 import { EndpointProxy } from './campaign-endpoint-proxy.ts';
-import { check, checkContext, type Check, type Facts } from './campaign-run-checks.ts';
-import {
-  CampaignDriver,
-  inPhase,
-  now,
-  phaseLabel,
-  secs,
-  sleep,
-  statusLine,
-  timeStamp,
-  type Phase,
-} from './campaign-run-driver.ts';
-import { finishRun, injectedCheck, reuseBaseline, runBaseline, startRun, type Suite } from './campaign-run.ts';
+import { check, type Check, type Facts } from './campaign-run-checks.ts';
+import { inPhase, now, phaseLabel, secs, sleep, statusLine, timeStamp, type Phase } from './campaign-run-driver.ts';
+import { finishRun, injectedCheck, reuseBaseline, runBaseline, startRun, openSuite } from './campaign-run.ts';
 import { checksCell, printTable, suiteFailures, writeSummary, type RunSummary } from './campaign-run-summary.ts';
 
 const { values: opts } = parseArgs({
@@ -71,15 +61,12 @@ const GPU_QUEUE = taskQueues(env).gpu(gpuHost(env));
 const HIT_MS = 15_000;
 const seed = opts.seed !== undefined ? Number(opts.seed) : Math.floor(Date.now() % 1_000_000);
 const stamp = timeStamp();
-const outDir = path.join(env.TBT_STATE_DIR, 'fault-test');
-fs.mkdirSync(outDir, { recursive: true });
-const driver = new CampaignDriver(env, 'faults', Number(opts['timeout-min']) * 60_000);
-const suite: Suite = {
-  driver,
-  ctx: checkContext(env, databaseUrl(env), config),
+const { suite, driver, outDir, log } = openSuite(env, config, {
+  tag: 'faults',
+  folder: 'fault-test',
+  timeoutMin: opts['timeout-min']!,
   keepCheckpoints: opts['keep-checkpoints']!,
-};
-const log = (msg: string) => driver.log(msg);
+});
 
 // --- Seeded points ---------------------------------------------------------------------------------------------
 const random = mulberry32(seed);
@@ -136,17 +123,18 @@ function note(run: FaultRun, what: string): void {
 
 /**
  * Waits for the phase and the delay after it; the status at that moment, or undefined when the run ended first
- * (or its status could not be read for a minute).
+ * (or its status could not be read for a minute), which fails the injection check named `what` when given.
  */
-async function arrive(run: FaultRun, phase: Phase, delayS: number): Promise<CampaignStatus | undefined> {
-  if (!(await driver.waitForPhase(run.id, phase, run.started))) return undefined;
+async function arrive(run: FaultRun, phase: Phase, delayS: number, what?: string): Promise<CampaignStatus | undefined> {
+  const missed = () => void (what && run.extra.push(injectedCheck(what, false, 'the run ended before the phase')));
+  if (!(await driver.waitForPhase(run.id, phase, run.started))) return missed();
   await sleep(delayS * 1000);
   for (let tries = 0; tries < 20; tries += 1) {
     const s = await driver.status(run.id);
     if (s) return s;
     await sleep(3000);
   }
-  return undefined;
+  return missed();
 }
 
 /** SIGTERM to a worker (a graceful stop, as a deploy sends), held down until released; seconds until it exited. */
@@ -221,11 +209,8 @@ async function externalPolicy(): Promise<NonNullable<typeof policy>> {
 
 async function policyOutage(run: FaultRun, phase: Phase, delayS: number): Promise<void> {
   const { proxy } = await externalPolicy();
-  const s = await arrive(run, phase, delayS);
-  if (!s) {
-    run.extra.push(injectedCheck(`policy down in ${phaseLabel(phase)}`, false, 'the run ended before the phase'));
-    return;
-  }
+  const s = await arrive(run, phase, delayS, `policy down in ${phaseLabel(phase)}`);
+  if (!s) return;
   await proxy.close();
   note(run, `policy endpoint closed (${statusLine(s)})`);
   const closedAt = now();
@@ -299,11 +284,8 @@ const scenarios: Record<Letter, Scenario> = {
     title: 'GPU queue without a poller beyond its detection limit',
     async inject(run) {
       const limitMs = config.recovery.gpu_queue_wait_ms;
-      const s = await arrive(run, plans.e.phase, plans.e.delayS);
-      if (!s) {
-        run.extra.push(injectedCheck('GPU worker stopped', false, 'the run ended before the phase'));
-        return;
-      }
+      const s = await arrive(run, plans.e.phase, plans.e.delayS, 'GPU worker stopped');
+      if (!s) return;
       const { pid } = await stopWorker(run, 'gpu');
       const t0 = now();
       note(run, `gpu worker ${pid ?? '(none running)'} stopped (${statusLine(s)})`);
@@ -374,11 +356,8 @@ const scenarios: Record<Letter, Scenario> = {
   g: {
     title: 'Postgres restarted',
     async inject(run) {
-      const s = await arrive(run, plans.g.phase, plans.g.delayS);
-      if (!s) {
-        run.extra.push(injectedCheck('Postgres restarted', false, 'the run ended before the phase'));
-        return;
-      }
+      const s = await arrive(run, plans.g.phase, plans.g.delayS, 'Postgres restarted');
+      if (!s) return;
       const stopped = await withStackLock(async () => {
         const was = await stopPostgres(env);
         note(run, `postgres stopped (${statusLine(s)}), down for ${plans.g.downS}s`);
@@ -399,11 +378,8 @@ const scenarios: Record<Letter, Scenario> = {
   h: {
     title: 'campaign terminated mid-step, then resumed',
     async inject(run) {
-      const s = await arrive(run, plans.h.phase, plans.h.delayS);
-      if (!s) {
-        run.extra.push(injectedCheck('terminate and resume', false, 'the run ended before the phase'));
-        return;
-      }
+      const s = await arrive(run, plans.h.phase, plans.h.delayS, 'terminate and resume');
+      if (!s) return;
       const terminated = driver.tbt('campaign', 'terminate', run.id);
       note(run, `tbt campaign terminate (${statusLine(s)}): ${terminated.ok ? 'ok' : 'FAILED'}`);
       await sleep(5000);
