@@ -270,7 +270,10 @@ export class SandboxCgroups {
         const [pids, memory] = groups as [string, string];
         tryWrite(path.join(pids, 'pids.max'), String(limits.processes));
         tryWrite(path.join(memory, 'memory.limit_in_bytes'), String(limits.memoryBytes));
-        // memsw (RAM plus swap) must be at least the RAM limit, so it is set after it.
+        // No swap: swappiness 0 keeps the group's pages in RAM (the kernel kills at the limit instead of swapping
+        // them out), which also holds where the kernel keeps no swap accounting (no memsw files); memsw (RAM
+        // plus swap) must be at least the RAM limit, so it is set after it.
+        tryWrite(path.join(memory, 'memory.swappiness'), '0');
         const memsw = path.join(memory, 'memory.memsw.limit_in_bytes');
         if (fs.existsSync(memsw)) tryWrite(memsw, String(limits.memoryBytes));
       }
