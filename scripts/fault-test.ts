@@ -1,5 +1,6 @@
 /**
- * Fault suite (on demand, not part of `npm test`): `npm run test:faults [-- --seed N --only a,d --baseline ID]`.
+ * Fault suite (on demand, not part of `npm test`):
+ * `npm run test:faults [-- --seed N --only a,d --baseline ID --sequential]`.
  *
  * Runs the 4-step campaign of config/fault-test.yaml (the crash suite's campaign with short recovery limits) once
  * uninterrupted as the baseline, then once per scenario, each with its fault at a seeded point:
@@ -12,6 +13,8 @@
  *   f      the bookkeeping worker replaced at every stage by a fresh one with an empty state folder;
  *   g      Postgres stopped and started again;
  *   h      the campaign terminated mid-step (`tbt campaign terminate`), then `tbt campaign resume`d.
+ * a, b and c each share their outage with a partner (the baseline, f, h), which starts once the endpoint closes and
+ * the faulted campaign only waits (`--sequential`: every run alone), so that the suite fits in an hour on 2 cores.
  * Each run must complete and pass the crash suite's checks (scripts/campaign-run-checks.ts) against the baseline,
  * plus a check that its fault happened where it was drawn. Last line: `faults: scenarios=N passed=P failed=F
  * minutes=M`; exit 1 if any check fails; summary in $TBT_STATE_DIR/fault-test/summary.json.
@@ -32,10 +35,10 @@ import { mulberry32 } from '../core/metrics.ts';
 import { exitedBy } from '../infra/daemon.ts';
 import { freePort, startPolicyServer, type PolicyServerHandle } from '../infra/embedded-policy-server.ts';
 import { startPostgres, stopPostgres } from '../infra/local-postgres.ts';
-import { startWorkers, stopWorkers, workerPid, type WorkerKind } from '../infra/local-workers.ts';
+import { startWorkers, stopWorkers, workerKinds, workerPid, type WorkerKind } from '../infra/local-workers.ts';
 import type { CampaignStatus } from '../workflows/campaign-workflow.ts';
 import { EndpointProxy } from './campaign-endpoint-proxy.ts';
-import { check, type Check, type Facts } from './campaign-run-checks.ts';
+import { check, type Check } from './campaign-run-checks.ts';
 import { inPhase, now, phaseLabel, secs, sleep, statusLine, timeStamp, type Phase } from './campaign-run-driver.ts';
 import { finishRun, injectedCheck, reuseBaseline, runBaseline, startRun, openSuite } from './campaign-run.ts';
 import { checksCell, printTable, suiteFailures, writeSummary, type RunSummary } from './campaign-run-summary.ts';
@@ -49,6 +52,7 @@ const { values: opts } = parseArgs({
     'timeout-min': { type: 'string', default: '30' },
     'outage-min': { type: 'string', default: '5' },
     'keep-checkpoints': { type: 'boolean', default: false },
+    sequential: { type: 'boolean', default: false },
   },
 });
 
@@ -106,14 +110,17 @@ const plans = {
 interface FaultRun {
   id: string;
   started: number;
-  /** Workers stopped on purpose right now: the waiting loop leaves them down. */
-  held: Set<WorkerKind>;
+  /** Called once the run's campaign idles for a while (its policy endpoint just closed): its partner starts. */
+  idle: () => void;
   /** What was done when, for the table and the summary. */
   points: string[];
   extra: Check[];
   /** Set once the run is over (or timed out): a scenario still injecting stops. */
   ended: boolean;
 }
+
+/** Workers stopped on purpose right now, by any run: no waiting loop or restore brings them back meanwhile. */
+const held = new Set<WorkerKind>();
 
 const at = (run: FaultRun) => `+${Math.round(secs(now() - run.started))}s`;
 function note(run: FaultRun, what: string): void {
@@ -139,7 +146,7 @@ async function arrive(run: FaultRun, phase: Phase, delayS: number, what?: string
 
 /** SIGTERM to a worker (a graceful stop, as a deploy sends), held down until released; seconds until it exited. */
 async function stopWorker(run: FaultRun, kind: WorkerKind): Promise<{ pid?: number; exitS?: number }> {
-  run.held.add(kind);
+  held.add(kind);
   const pid = workerPid(env, kind);
   if (pid === undefined) return {};
   const t0 = now();
@@ -150,7 +157,7 @@ async function stopWorker(run: FaultRun, kind: WorkerKind): Promise<{ pid?: numb
 
 function releaseWorker(run: FaultRun, kind: WorkerKind): void {
   startWorkers(env, [kind]);
-  run.held.delete(kind);
+  held.delete(kind);
 }
 
 /** Runs fn holding the lock every helper takes around stack restarts (the lock is released when fn settles). */
@@ -171,6 +178,8 @@ async function withStackLock<T>(fn: () => Promise<T>): Promise<T> {
 
 // --- The policy endpoint behind the suite's proxy (a, b, c) --------------------------------------------------
 let policy: { server: PolicyServerHandle; proxy: EndpointProxy; configFile: string } | undefined;
+/** True while a run holds the endpoint down: a partner's restore must not reopen it. */
+let outageOn = false;
 
 /** Starts the suite's vLLM server and proxy once, and writes the campaign config that points at them. */
 async function externalPolicy(): Promise<NonNullable<typeof policy>> {
@@ -211,14 +220,17 @@ async function policyOutage(run: FaultRun, phase: Phase, delayS: number): Promis
   const { proxy } = await externalPolicy();
   const s = await arrive(run, phase, delayS, `policy down in ${phaseLabel(phase)}`);
   if (!s) return;
+  outageOn = true;
   await proxy.close();
   note(run, `policy endpoint closed (${statusLine(s)})`);
   const closedAt = now();
+  run.idle();
   // The outage must meet the phase's episodes: a phase that ends within the first re-run's backoff did not.
   await sleep(HIT_MS);
   const later = await driver.status(run.id);
   while (now() - closedAt < OUTAGE_MS && !run.ended) await sleep(1000);
   await proxy.open();
+  outageOn = false;
   note(run, `policy endpoint reopened after ${secs(now() - closedAt)}s`);
   run.extra.push(
     injectedCheck(
@@ -323,7 +335,7 @@ const scenarios: Record<Letter, Scenario> = {
       let fresh: { env: typeof env; dir: string } | undefined;
       let last = '';
       let replaced = 0;
-      run.held.add('bookkeeping');
+      held.add('bookkeeping');
       try {
         for (let i = 0; !run.ended;) {
           const s = await driver.status(run.id);
@@ -417,39 +429,77 @@ interface FaultRunSummary extends RunSummary {
   pauses: string[];
 }
 
-/** Brings everything a scenario held down back up, so the next run starts on a whole stack. */
+/** Brings back what a scenario left down, so the next run starts on a whole stack; what a run beside it holds
+ * down on purpose (a worker, the endpoint) stays down. */
 async function restoreStack(): Promise<void> {
-  await policy?.proxy.open();
+  if (!outageOn) await policy?.proxy.open();
   await withStackLock(() => startPostgres(env));
-  startWorkers(env);
+  startWorkers(
+    env,
+    workerKinds.filter((k) => !held.has(k)),
+  );
 }
 
-async function runScenario(letter: Letter, baseline: Facts): Promise<FaultRunSummary> {
+type Checked = Awaited<ReturnType<typeof runBaseline>>;
+
+/** One scenario's run, checked against the baseline; `idle` is called when its campaign idles, and again when it
+ * ends (the partner of a run whose fault never came still starts, after it). */
+async function runScenario(letter: Letter, baseline: () => Promise<Checked>, idle: () => void) {
   const scenario = scenarios[letter];
   const id = `fault-${letter}-${stamp}`;
   log(`run ${id}: (${letter}) ${scenario.title}`);
   const configFile = scenario.externalPolicy ? (await externalPolicy()).configFile : opts.config!;
-  const run: FaultRun = { id, started: now(), held: new Set(), points: [], extra: [], ended: false };
+  const run: FaultRun = { id, started: now(), idle, points: [], extra: [], ended: false };
   run.started = await startRun(configFile, id);
   const injection = scenario.inject(run).catch((err: unknown) => {
     run.extra.push(injectedCheck(scenario.title, false, `the injection failed: ${String(err)}`));
   });
-  const end = await driver.waitForEnd(id, run.started, { heldDown: () => run.held, until: injection });
+  const end = await driver.waitForEnd(id, run.started, { heldDown: () => held, until: injection });
   run.ended = true;
+  idle();
   await injection;
   await restoreStack();
-  // Never two campaigns at once: a run that timed out is ended before the next one starts.
+  // A run that timed out is ended here, so that it cannot overlap the runs after it.
   if ((await driver.describe(id)) === 'RUNNING') driver.tbt('campaign', 'terminate', id, '--reason', 'fault suite');
   const { summary } = await finishRun(suite, {
     name: `(${letter})`,
     id,
     started: run.started,
     end,
-    baseline,
+    baseline: (await baseline()).f,
     extra: run.extra,
   });
   return { ...summary, scenario: letter, title: scenario.title, points: run.points, pauses: end.pauses };
 }
+
+/** A scenario's run, or, when it could not run at all, a failed one: the others still run. */
+async function guardedScenario(
+  letter: Letter,
+  baseline: () => Promise<Checked>,
+  idle: () => void,
+): Promise<FaultRunSummary> {
+  try {
+    return await runScenario(letter, baseline, idle);
+  } catch (err) {
+    idle();
+    log(`  (${letter}) could not run: ${String(err)}`);
+    await restoreStack().catch(() => undefined);
+    return {
+      ...{ run: `(${letter})`, campaignId: `fault-${letter}-${stamp}`, wallS: 0, realUpdates: 0 },
+      ...{ retrainedBeforeCommit: 0, checks: [check(`scenario ${letter} ran`, false, String(err))], passed: false },
+      ...{ scenario: letter, title: scenarios[letter].title, points: [], pauses: [] },
+    };
+  }
+}
+
+/**
+ * Runs that share the suite's time, so that it fits in an hour on 2 cores: the partner starts once its primary's
+ * policy endpoint is closed, when the primary's campaign only waits for the outage to end (its episodes retry
+ * against a closed port), so two campaigns compute at once only briefly. Partners fault nothing the primary
+ * uses: the baseline and (h) touch only their own campaign, and (f)'s fresh bookkeeping worker serves both
+ * campaigns alike. d, e and g fault the whole stack and run alone.
+ */
+const PARTNERS: Partial<Record<Letter, Letter | 'baseline'>> = { a: 'baseline', b: 'f', c: 'h' };
 
 // The suite's vLLM server runs in a process group of its own: an interrupted suite must not leave it behind.
 for (const signal of ['SIGINT', 'SIGTERM'] as const)
@@ -468,32 +518,43 @@ async function main(): Promise<number> {
   );
   await withStackLock(async () => driver.stackUp());
   const suiteStarted = now();
-  const runs: FaultRunSummary[] = [];
-  const base = opts.baseline
-    ? await reuseBaseline(suite, opts.baseline)
-    : await runBaseline(suite, opts.config!, `fault-baseline-${stamp}`);
-  runs.push({ ...base.summary, scenario: 'baseline', title: 'uninterrupted', points: [], pauses: [] });
+  let baselineRun: Promise<Checked> | undefined;
+  const baseline = () =>
+    (baselineRun ??= opts.baseline
+      ? reuseBaseline(suite, opts.baseline)
+      : runBaseline(suite, opts.config!, `fault-baseline-${stamp}`));
+  const partnerOf = (l: Letter) => {
+    const p = opts.sequential ? undefined : PARTNERS[l];
+    return p === 'baseline' ? (opts.baseline ? undefined : p) : p && letters.includes(p) ? p : undefined;
+  };
+  const partners = new Set(letters.map(partnerOf).filter(Boolean));
+  const scenarioRuns: FaultRunSummary[] = [];
   try {
-    for (const letter of letters) {
-      try {
-        runs.push(await runScenario(letter, base.f));
-      } catch (err) {
-        // A scenario that could not run is a failed one; the others still run.
-        log(`  (${letter}) could not run: ${String(err)}`);
-        await restoreStack().catch(() => undefined);
-        const failedRun = check(`scenario ${letter} ran`, false, String(err));
-        runs.push({
-          ...{ run: `(${letter})`, campaignId: `fault-${letter}-${stamp}`, wallS: 0, realUpdates: 0 },
-          ...{ retrainedBeforeCommit: 0, checks: [failedRun], passed: false, scenario: letter },
-          ...{ title: scenarios[letter].title, points: [], pauses: [] },
-        });
-      }
+    if (!partners.has('baseline')) await baseline();
+    for (const letter of letters.filter((l) => !partners.has(l))) {
+      const partner = partnerOf(letter);
+      let partnerRun: Promise<unknown> | undefined;
+      const startPartner = () => {
+        if (!partner || partnerRun) return;
+        log(`  (${letter}) idles: its partner ${partner === 'baseline' ? 'the baseline' : `(${partner})`} starts`);
+        partnerRun =
+          partner === 'baseline'
+            ? baseline()
+            : guardedScenario(partner, baseline, () => undefined).then((r) => scenarioRuns.push(r));
+      };
+      scenarioRuns.push(await guardedScenario(letter, baseline, startPartner));
+      await partnerRun;
     }
   } finally {
     await policy?.proxy.close();
     await policy?.server.stop();
     await driver.close();
   }
+  const base = await baseline();
+  const runs: FaultRunSummary[] = [
+    { ...base.summary, scenario: 'baseline', title: 'uninterrupted', points: [], pauses: [] },
+    ...letters.flatMap((l) => scenarioRuns.filter((r) => r.scenario === l)),
+  ];
 
   const minutes = Math.round((now() - suiteStarted) / 6000) / 10;
   console.log(`\nfault suite, seed ${seed}, ${minutes} minutes in all`);
@@ -510,7 +571,6 @@ async function main(): Promise<number> {
     ]),
   );
   const failed = suiteFailures(runs, STEPS);
-  const scenarioRuns = runs.filter((r) => r.scenario !== 'baseline');
   const passed = scenarioRuns.filter((r) => r.passed).length;
   writeSummary(path.join(outDir, 'summary.json'), {
     seed,
