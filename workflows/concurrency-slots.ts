@@ -11,8 +11,24 @@ export class ConcurrencySlots {
   /** Most slots held at once (observable in tests and bench records). */
   peak = 0;
 
-  constructor(readonly size: number) {
+  constructor(private size: number) {
     if (!Number.isInteger(size) || size < 1) throw new Error(`concurrency must be an integer >= 1, got ${size}`);
+  }
+
+  /** Slots in all, held or free. */
+  get capacity(): number {
+    return this.size;
+  }
+
+  /** More slots (a shard lane given slots by its stage); waiters take them at the next activation. */
+  add(n: number): void {
+    this.size += n;
+  }
+
+  /** Fewer slots: only free ones can go. */
+  remove(n: number): void {
+    if (n > this.size - this.held) throw new Error(`cannot remove ${n} slots: ${this.size - this.held} are free`);
+    this.size -= n;
   }
 
   async acquire(): Promise<void> {

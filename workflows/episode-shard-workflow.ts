@@ -1,7 +1,13 @@
-import { setCurrentDetails, sleep } from '@temporalio/workflow';
+import { getExternalWorkflowHandle, setCurrentDetails, setHandler, sleep, workflowInfo } from '@temporalio/workflow';
 import { infraBackoffMs } from './activity-options.ts';
 import { ConcurrencySlots } from './concurrency-slots.ts';
-import type { ShardInput, ShardSummary } from './keyed-episode-types.ts';
+import {
+  laneGiveBackBatch,
+  shardSlotsSignal,
+  stageSlotsSignal,
+  type ShardInput,
+  type ShardSummary,
+} from './keyed-episode-types.ts';
 import { runEpisodeOrInfraError } from './one-episode.ts';
 import { episodeProgress } from './ui-text.ts';
 
@@ -10,10 +16,14 @@ import { episodeProgress } from './ui-text.ts';
  * of `uids x repeats` (uid-major), at most `concurrency` episodes in flight. A key whose episode ends in an
  * infrastructure error waits (exponential backoff, activity-options.ts) and is re-run under a new id
  * (`...~retry-<n>`) up to `maxReruns` times, without holding a slot while it waits. Returns counts only.
+ *
+ * As a lane (`laneSlots` set) it shares the stage's bound with the shards beside it: it starts with the slots the
+ * stage gives it, takes more by signal, and signals back every slot beyond its unfinished keys (a key waiting to
+ * re-run keeps one), so the next shard fills them while this one's last episodes run.
  */
 
 export async function episodeShardWorkflow(input: ShardInput): Promise<ShardSummary> {
-  const slots = new ConcurrencySlots(input.concurrency);
+  const slots = new ConcurrencySlots(input.laneSlots ?? input.concurrency);
   const summary: ShardSummary = {
     keys: input.keyCount,
     episodes: 0,
@@ -34,6 +44,22 @@ export async function episodeShardWorkflow(input: ShardInput): Promise<ShardSumm
       }),
     );
   showProgress();
+  const givingBack: Promise<void>[] = [];
+  const giveBackSpare = () => {
+    if (input.laneSlots === undefined) return;
+    const unfinished = input.keyCount - done;
+    const spare = slots.capacity - unfinished;
+    if (spare < (unfinished > 0 ? laneGiveBackBatch(input.concurrency) : 1)) return;
+    slots.remove(spare);
+    const stage = getExternalWorkflowHandle(workflowInfo().parent!.workflowId);
+    givingBack.push(stage.signal(stageSlotsSignal, { shard: workflowInfo().workflowId, slots: spare }));
+  };
+  if (input.laneSlots !== undefined)
+    setHandler(shardSlotsSignal, (n) => {
+      slots.add(n);
+      giveBackSpare();
+    });
+  giveBackSpare();
   // A uid listed twice gives two episodes one id; their activities then keep sequence-number ids.
   const uniqueIds = new Set(input.uids).size === input.uids.length;
   const runKey = async (index: number): Promise<void> => {
@@ -61,6 +87,7 @@ export async function episodeShardWorkflow(input: ShardInput): Promise<ShardSumm
       summary.episodes += 1;
       if (attempt > 0) summary.reruns += 1;
       if (final.outcome !== 'infrastructure_error' || attempt >= input.maxReruns) done += 1;
+      giveBackSpare();
       showProgress();
       if (final.outcome !== 'infrastructure_error') return;
       if (attempt >= input.maxReruns) {
@@ -72,6 +99,8 @@ export async function episodeShardWorkflow(input: ShardInput): Promise<ShardSumm
     }
   };
   await Promise.all(Array.from({ length: input.keyCount }, (_, j) => runKey(input.keyOffset + j)));
+  // The stage has every slot back before this shard's end reaches it.
+  await Promise.all(givingBack);
   summary.peakInFlight = slots.peak;
   return summary;
 }

@@ -1,3 +1,4 @@
+import { defineSignal } from '@temporalio/workflow';
 import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import type { InfraBackoff } from './activity-options.ts';
@@ -30,7 +31,18 @@ export interface KeyedEpisodesInput {
 export interface ShardInput extends Omit<KeyedEpisodesInput, 'shardSize' | 'stage'> {
   keyOffset: number;
   keyCount: number;
+  /** A lane of the stage's one bound (keyed-episodes.ts): the slots it starts with, instead of `concurrency`.
+   * It gives the stage back every slot beyond its unfinished keys and takes more by `shardSlotsSignal`. */
+  laneSlots?: number;
 }
+
+/** Stage -> shard lane: more slots. */
+export const shardSlotsSignal = defineSignal<[number]>('tbtShardSlots');
+/** Shard lane -> its stage: slots it no longer needs. */
+export const stageSlotsSignal = defineSignal<[{ shard: string; slots: number }]>('tbtStageSlots');
+
+/** Slots a lane gives back at once (fewer signals, a few slots idle at most), but a lane's last ones all go. */
+export const laneGiveBackBatch = (concurrency: number) => Math.max(1, Math.floor(concurrency / 32));
 
 export interface ShardSummary {
   keys: number;

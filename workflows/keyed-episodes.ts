@@ -1,15 +1,36 @@
-import { executeChild, setCurrentDetails, workflowInfo } from '@temporalio/workflow';
+import {
+  condition,
+  executeChild,
+  patched,
+  setCurrentDetails,
+  setHandler,
+  startChild,
+  workflowInfo,
+  type ChildWorkflowHandle,
+} from '@temporalio/workflow';
 import { episodeShardWorkflow } from './episode-shard-workflow.ts';
-import type { KeyedEpisodesInput, ShardSummary } from './keyed-episode-types.ts';
+import {
+  shardSlotsSignal,
+  stageSlotsSignal,
+  type KeyedEpisodesInput,
+  type ShardInput,
+  type ShardSummary,
+} from './keyed-episode-types.ts';
 import { campaignKey, stageKey, stepKey } from './search-attribute-keys.ts';
 import { shardSummary, thousands } from './ui-text.ts';
 
 /**
  * The one sharded episode runner of probing and evaluation. A stage of `uids x repeats` keys (`uid#rep`,
  * uid-major) is cut into shards of at most `shardSize` keys; each shard is a child workflow
- * (`<idPrefix>/shard-<n>`, episode-shard-workflow.ts) and shards run one after another, each with the stage's
- * whole concurrency bound, so the bound holds across the stage and no history grows with the stage's size (a
- * shard of 500 keys is about 3,000 events; the stage itself about 8 per shard). Results stay in Postgres under
+ * (`<idPrefix>/shard-<n>`, episode-shard-workflow.ts), so no history grows with the stage's size (a shard of 500
+ * keys is about 3,000 events; the stage itself about 8 per shard, plus a few per slot handed over).
+ *
+ * The stage's concurrency bound is one pool of slots shared by shards running as lanes (patched 'shard-lanes'):
+ * the first shard gets every slot; a shard whose unfinished keys drop below its slots gives the spare ones back,
+ * and the stage hands them to the youngest shard still short of slots, else starts the next shard with them. The
+ * slots held by all shards never exceed the bound, and a shard's last, long episodes no longer leave the rest of
+ * the bound empty. (Before the patch shards ran one after another, each with the whole bound.) Results stay in
+ * Postgres under
  * deterministic episode ids `<idPrefix>/<uid>#<rep>[~retry-<n>]`; shards return counts, never id lists, and
  * aggregation activities find a stage's episodes by `idPrefix`.
  */
@@ -46,35 +67,35 @@ export async function runShardedEpisodes(input: KeyedEpisodesInput): Promise<Sta
   const ranges = shardRanges(uids.length * repeats, shardSize ?? defaultShardSize);
   const keys = uids.length * repeats;
   const stageName = input.stage ?? input.purpose;
-  for (const [i, [firstKey, keyCount]] of ranges.entries()) {
-    setCurrentDetails(
-      `shard ${i + 1} of ${ranges.length} running; ${thousands(total.keys)}/${thousands(keys)} keys done, ` +
-        `${total.reruns} re-runs, ${total.uncovered} uncovered`,
-    );
+  /** Shard i's child options; `laneSlots` when it runs as a lane. */
+  const shard = (i: number, laneSlots?: number) => {
+    const [firstKey, keyCount] = ranges[i]!;
     // Only the uids this shard touches travel in its input.
     const firstUid = Math.floor(firstKey / repeats);
     const lastUid = Math.floor((firstKey + keyCount - 1) / repeats);
-    const summary = await executeChild(episodeShardWorkflow, {
+    const args: ShardInput = {
+      ...common,
+      uids: uids.slice(firstUid, lastUid + 1),
+      repeats,
+      keyOffset: firstKey - firstUid * repeats,
+      keyCount,
+      ...(laneSlots === undefined ? {} : { laneSlots }),
+    };
+    return {
       workflowId: `${input.idPrefix}/shard-${i}`,
       staticSummary: shardSummary(stageName, i, ranges.length, firstKey, keyCount, keys),
       staticDetails:
         `tasks ${uids[firstUid]} .. ${uids[lastUid]} x ${repeats} episodes, at most ${common.concurrency} in ` +
         `flight on task queue ${common.rolloutQueue}; episode ids ${input.idPrefix}/<uid>#<rep>[~retry-<n>]`,
-      args: [
-        {
-          ...common,
-          uids: uids.slice(firstUid, lastUid + 1),
-          repeats,
-          keyOffset: firstKey - firstUid * repeats,
-          keyCount,
-        },
-      ],
+      args: [args] as [ShardInput],
       typedSearchAttributes: [
         { key: campaignKey, value: input.campaignId },
         { key: stageKey, value: input.stage ?? parent.get(stageKey) ?? input.purpose },
         { key: stepKey, value: parent.get(stepKey) ?? 0 },
       ],
-    });
+    };
+  };
+  const add = (summary: ShardSummary) => {
     total.shards += 1;
     total.keys += summary.keys;
     total.episodes += summary.episodes;
@@ -82,7 +103,100 @@ export async function runShardedEpisodes(input: KeyedEpisodesInput): Promise<Sta
     total.uncovered += summary.uncovered;
     total.peakInFlight = Math.max(total.peakInFlight, summary.peakInFlight);
     total.uncoveredSamples.push(...summary.uncoveredSamples.slice(0, 3 - total.uncoveredSamples.length));
-  }
+  };
+  const progress = (running: string) =>
+    setCurrentDetails(
+      `${running}; ${thousands(total.keys)}/${thousands(keys)} keys done, ` +
+        `${total.reruns} re-runs, ${total.uncovered} uncovered`,
+    );
+  if (patched('shard-lanes'))
+    await runLanes({
+      keyCounts: ranges.map(([, keyCount]) => keyCount),
+      bound: input.concurrency,
+      shardId: (i) => shard(i).workflowId,
+      start: (i, laneSlots) => startChild(episodeShardWorkflow, shard(i, laneSlots)),
+      add,
+      progress,
+    });
+  else
+    for (let i = 0; i < ranges.length; i++) {
+      progress(`shard ${i + 1} of ${ranges.length} running`);
+      add(await executeChild(episodeShardWorkflow, shard(i)));
+    }
   setCurrentDetails(`${thousands(total.keys)}/${thousands(keys)} keys done in ${total.shards} shards; aggregating`);
   return total;
+}
+
+/**
+ * Shards as lanes of one bound of `bound` slots (see above). A shard that is given slots but has not given any
+ * back yet is short of slots; slots given back go to the youngest such shard, else start the next shard, else
+ * (the last shards' tails) stay with the stage.
+ */
+async function runLanes(lanes: {
+  keyCounts: number[];
+  bound: number;
+  shardId: (i: number) => string;
+  start: (i: number, laneSlots: number) => Promise<ChildWorkflowHandle<typeof episodeShardWorkflow>>;
+  add: (summary: ShardSummary) => void;
+  progress: (running: string) => void;
+}): Promise<void> {
+  const { keyCounts, add, progress } = lanes;
+  const shards = keyCounts.length;
+  let spare = lanes.bound;
+  let next = 0;
+  /** Bumped on every signal and shard end: the loop looks again. */
+  let changes = 0;
+  let failure: unknown;
+  const running = new Map<string, { index: number; handle: ChildWorkflowHandle<typeof episodeShardWorkflow> }>();
+  const short = new Set<string>();
+  setHandler(stageSlotsSignal, ({ shard: id, slots }) => {
+    spare += slots;
+    short.delete(id);
+    changes += 1;
+  });
+  const show = () => {
+    const at = [...running.values()].map((r) => r.index + 1);
+    progress(`shard${at.length > 1 ? 's' : ''} ${at.join(', ') || '-'} of ${shards} running`);
+  };
+  while (next < shards || running.size > 0) {
+    if (failure !== undefined) throw failure;
+    const youngest = [...running.keys()].filter((id) => short.has(id)).at(-1);
+    if (spare > 0 && youngest !== undefined) {
+      const slots = spare;
+      spare = 0;
+      // A shard that ended meanwhile gave back all it had: its slots come back to the stage.
+      await running
+        .get(youngest)!
+        .handle.signal(shardSlotsSignal, slots)
+        .catch(() => void (spare += slots));
+      continue;
+    }
+    if (spare > 0 && next < shards) {
+      const [index, slots] = [next, spare];
+      next += 1;
+      spare = 0;
+      // Short before it starts: it may give slots back before startChild resolves.
+      const id = lanes.shardId(index);
+      if (slots < keyCounts[index]!) short.add(id);
+      const handle = await lanes.start(index, slots);
+      running.set(id, { index, handle });
+      show();
+      handle.result().then(
+        (summary) => {
+          add(summary);
+          running.delete(id);
+          short.delete(id);
+          changes += 1;
+          show();
+        },
+        (err: unknown) => {
+          failure = err;
+          changes += 1;
+        },
+      );
+      continue;
+    }
+    const seen = changes;
+    await condition(() => changes !== seen);
+  }
 }

@@ -31,7 +31,7 @@ type Outcome = 'success' | 'agent_failure' | 'infrastructure_error';
 /** Per test (keyed by campaign id): how each episode ends, how long it takes, and what ran. */
 interface Scenario {
   outcome: (input: EpisodeActivityInput) => Outcome;
-  delayMs?: number;
+  delayMs?: number | ((input: EpisodeActivityInput) => number);
   inFlight: number;
   maxInFlight: number;
   runs: { id: string; start: number; end: number }[];
@@ -39,7 +39,7 @@ interface Scenario {
   hang?: boolean;
 }
 const scenarios = new Map<string, Scenario>();
-function scenario(campaignId: string, outcome: Scenario['outcome'], delayMs = 20): Scenario {
+function scenario(campaignId: string, outcome: Scenario['outcome'], delayMs: Scenario['delayMs'] = 20): Scenario {
   const s: Scenario = { outcome, delayMs, inFlight: 0, maxInFlight: 0, runs: [], calls: [] };
   scenarios.set(campaignId, s);
   return s;
@@ -55,7 +55,7 @@ const activities = {
     const start = Date.now();
     try {
       if (s.hang) await Context.current().sleep(60_000);
-      await delay(s.delayMs ?? 20);
+      await delay(typeof s.delayMs === 'function' ? s.delayMs(input) : (s.delayMs ?? 20));
     } finally {
       s.inFlight -= 1;
     }
@@ -208,6 +208,32 @@ test('evaluation: shards cut at shardSize, every key runs once, most in flight =
   const aggregate = s.calls.find((c) => c.name === 'aggregateEvaluation')!.input as Record<string, unknown>;
   assert.equal(aggregate.idPrefix, 'eval-bound/eval-x', 'aggregation reads Postgres by prefix');
   assert.equal(aggregate.episodeIds, undefined, 'no id list travels');
+});
+
+test('evaluation: shards are lanes of one bound: the next shard fills the slots a slow episode leaves', async () => {
+  // 12 keys in shards of 4, bound 3; the first key of each shard takes 2 s, the others 20 ms. One after another,
+  // each shard would wait for its slow key with two slots empty (at least 6 s); as lanes the slow keys overlap.
+  const slow = (i: EpisodeActivityInput) => /task-(0|4|8)$/.test(i.taskUid);
+  const s = scenario(
+    'eval-lanes',
+    () => 'success',
+    (i) => (slow(i) ? 2000 : 20),
+  );
+  const uids = Array.from({ length: 12 }, (_, i) => `task-${i}`);
+  const result = await env.client.workflow.execute(evaluationWorkflow, {
+    taskQueue: queue,
+    workflowId: 'eval-lanes/eval-x',
+    args: [{ ...keyedInput('eval-lanes', uids, 1, 3, 4), label: 'x' }],
+  });
+  assert.equal(result.episodes, 12);
+  assert.equal(s.maxInFlight, 3, 'the bound holds across the shards running at once');
+  assert.deepEqual(s.runs.map((r) => r.id).sort(), uids.map((u) => `eval-lanes/eval-x/${u}#0`).sort());
+  const slowRuns = s.runs.filter((r) => /task-(0|4|8)#/.test(r.id)).sort((a, b) => a.start - b.start);
+  assert.ok(
+    slowRuns[2]!.start < slowRuns[0]!.end,
+    `the third shard's slow key started ${slowRuns[2]!.start - slowRuns[0]!.end} ms after the first one ended`,
+  );
+  for (let i = 0; i < 3; i++) await env.client.workflow.getHandle(`eval-lanes/eval-x/shard-${i}`).describe();
 });
 
 test('evaluation: a re-run waits an exponential backoff; a key past maxReruns fails the coverage gate', async () => {
