@@ -3,7 +3,7 @@ import { heartbeating } from './activity-heartbeat.ts';
 import { withFailureMapping } from './temporal-failure.ts';
 import type { PolicyEngine } from '../infra/embedded-policy-server.ts';
 import { campaignLearner, campaignLearnerNode, type LearnerStartInput } from '../learner-control/campaign-learner.ts';
-import { stopCampaignGpuProcesses } from '../learner-control/campaign-gpu-processes.ts';
+import { releaseCampaignLearner, stopCampaignGpuProcesses } from '../learner-control/campaign-gpu-processes.ts';
 import {
   embeddedServerOnWeights,
   externalServersOnWeights,
@@ -55,6 +55,11 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       return heartbeating(async () => ({
         path: await exportLearnerWeights(deps.stateDir, input.campaignId, input.stepId),
       }));
+    },
+
+    /** Stops the campaign's learner only (its policy server keeps serving); whether one was running. */
+    async releaseLearner(input: { campaignId: string }): Promise<{ released: boolean }> {
+      return heartbeating(() => releaseCampaignLearner(deps.stateDir, input.campaignId));
     },
 
     async ensurePolicyServer(

@@ -100,6 +100,13 @@ export const learnerSchema = z
       .optional()
       .describe("With attach_url: that learner's control.token file (0600), read by node 0's GPU worker"),
     device: z.enum(['cpu', 'cuda']).default('cpu').describe('cpu = gloo + fp32; cuda = nccl + bf16'),
+    release_outside_training: z
+      .boolean()
+      .default(true)
+      .describe(
+        'Stop the learner while the campaign probes and evaluates, freeing its GPUs; the next training step ' +
+          'starts it again from its last checkpoint (the start-up time is in the step metrics). Not with attach_url',
+      ),
     ...learnerHyperparameterShape,
     hourly_price_usd: z
       .number()

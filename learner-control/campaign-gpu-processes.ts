@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { stopEmbeddedPolicyServer } from './campaign-policy-server.ts';
+import { recordedAttachedLearner } from './attached-learner.ts';
 import { learnerFiles, runningLearnerNodes, stopLearner } from './learner-process.ts';
 
 /**
@@ -13,6 +14,18 @@ export async function stopCampaignGpuProcesses(stateDir: string, campaignId: str
   const files = learnerFiles(stateDir, campaignId);
   await stopLearner(files);
   await stopEmbeddedPolicyServer(files);
+}
+
+/**
+ * Stops a campaign's learner between its training steps (probe and evaluations need only the policy server):
+ * the next step's `ensureLearner` starts it again from its last checkpoint. A learner attached from outside is
+ * never stopped here (nothing here could start it again). Whether a learner was running.
+ */
+export async function releaseCampaignLearner(stateDir: string, campaignId: string): Promise<{ released: boolean }> {
+  const files = learnerFiles(stateDir, campaignId);
+  if (recordedAttachedLearner(files.dir) || runningLearnerNodes(files) === 0) return { released: false };
+  await stopLearner(files);
+  return { released: true };
 }
 
 /**

@@ -4,7 +4,7 @@ import { metrics } from '../infra/metrics.ts';
 import { defaultRetention, pruneLearnerFolder } from '../infra/retention.ts';
 import { campaignLearner } from './campaign-learner.ts';
 import { learnerRequest, rethrowRefusalAsBadInput } from './learner-client.ts';
-import { learnerFiles } from './learner-process.ts';
+import { learnerFiles, runningLearnerNodes } from './learner-process.ts';
 import { watchLearnerProgress, type LearnerProgress, type ProgressWatch } from './learner-progress-watch.ts';
 import { writeStepBatch, type BatchItem } from './step-batch.ts';
 
@@ -53,7 +53,17 @@ export async function trainLearnerStep(
   }, 5000);
   try {
     const batchRef = await writeStepBatch(deps.controlUrl, files.dir, input.stepId, input.items);
+    // A learner released between steps (learner.release_outside_training) starts here: its start-up is timed.
+    const startedHere = runningLearnerNodes(files) === 0 && input.learner.attach_url === undefined;
+    const asked = Date.now();
     const learner = await campaignLearner(deps.stateDir, input);
+    const learnerStartS = startedHere ? Math.round((Date.now() - asked) / 100) / 10 : undefined;
+    if (learnerStartS !== undefined)
+      watch.log.info('learner started for the step', {
+        campaignId: input.campaignId,
+        stepId: input.stepId,
+        learnerStartS,
+      });
     const cancelled = watch.cancelled.catch(async (err: unknown) => {
       // A worker being replaced (a deploy, a restart) leaves the learner's step running: the learner is its own
       // process, and the retry on the next worker waits for the same step's answer (a step id the learner is
@@ -90,7 +100,7 @@ export async function trainLearnerStep(
         stepId: answer.step_id,
         repeated: answer.repeated,
         checkpoint: answer.checkpoint,
-        metrics: answer.result,
+        metrics: learnerStartS === undefined ? answer.result : { ...answer.result, learner_start_s: learnerStartS },
       };
     } catch (err) {
       // Stopping a stalled learner also fails its step request: the stall is the reason to report.

@@ -69,6 +69,9 @@ const activities = {
     return { html: '/report.html', markdown: '/report.md' };
   },
   async stopLearner() {},
+  async releaseLearner() {
+    return { released: true };
+  },
 };
 
 let env: TestWorkflowEnvironment;

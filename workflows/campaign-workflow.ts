@@ -183,6 +183,7 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
   }
   if (state.stage === 'train') await train(run);
   if (state.stage === 'evaluate-after') {
+    await releaseLearnerOutsideTraining(run);
     state.evalAfter = await evaluate(run, 'after');
     state.stage = 'report';
   }
@@ -374,7 +375,20 @@ async function ingestAndStartLearner(run: CampaignRun): Promise<string[]> {
       ...(await policyManifestEntry(run)),
     },
   });
+  // Started at ingest all the same: a learner that cannot start fails the campaign before hours of probing.
+  await releaseLearnerOutsideTraining(run);
   return uids;
+}
+
+/**
+ * Frees the learner's GPUs while the campaign probes and evaluates (`learner.release_outside_training`); the next
+ * training step starts it again from its last checkpoint and times the start. An attached learner stays. Runs
+ * recorded before the release existed kept their learner: replay must not see the call.
+ */
+async function releaseLearnerOutsideTraining({ input, gpu }: CampaignRun): Promise<void> {
+  const { learner } = input.config;
+  if (learner.release_outside_training === false || learner.attach_url !== undefined) return;
+  if (patched('release-learner-outside-training')) await gpu.releaseLearner({ campaignId: input.campaignId });
 }
 
 /**

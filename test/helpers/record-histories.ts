@@ -80,6 +80,7 @@ const activities = {
   ensurePolicyWeights: async () => undefined,
   policySystemMessages: async () => ({ system_messages: 'separate' }),
   stopLearner: async () => undefined,
+  releaseLearner: async () => ({ released: true }),
   campaignCosts: async () => '/costs.json',
   writeReport: async () => ({ html: '/r/index.html', markdown: '/r/summary.md' }),
   latestCheckpoint: async () => ({ step: 2, exportPath: '/weights/2', pool: ['flaky', 'steady'] }),

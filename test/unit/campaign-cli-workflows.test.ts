@@ -72,6 +72,9 @@ const activities = withFailureMapping({
   },
   async ensurePolicyWeights() {},
   async stopLearner() {},
+  async releaseLearner() {
+    return { released: true };
+  },
   async trainStep(input: { campaignId: string; stepId: number }) {
     callsOf(input.campaignId).trainStep.push(input.stepId);
     if (input.stepId === 2 && hangingStep2.has(input.campaignId)) await Context.current().sleep(120_000);

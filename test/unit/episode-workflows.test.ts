@@ -119,6 +119,10 @@ const activities = {
   async stopLearner(input: { campaignId: string }) {
     record(input.campaignId, 'stopLearner', input);
   },
+  async releaseLearner(input: { campaignId: string }) {
+    record(input.campaignId, 'releaseLearner', input);
+    return { released: true };
+  },
   async writeReport() {
     return { html: '/report.html', markdown: '/report.md' };
   },
@@ -596,8 +600,48 @@ test('campaign: a cancelled campaign releases its learner and policy servers', a
   assert.equal((await handle.describe()).status.name, 'CANCELLED');
   assert.deepEqual(
     s.calls.map((c) => c.name),
-    ['ingestCandidates', 'startLearner', 'writeManifest', 'stopLearner'],
+    ['ingestCandidates', 'startLearner', 'writeManifest', 'releaseLearner', 'stopLearner'],
   );
+});
+
+test('campaign: the learner is released while the campaign probes and evaluates, unless kept', async () => {
+  const lifecycle = ['startLearner', 'releaseLearner', 'selectPool', 'aggregateEvaluation', 'trainStep', 'stopLearner'];
+  const run = async (id: string, release: boolean) => {
+    const config: CampaignConfig = {
+      ...campaignConfig,
+      learner: { ...campaignConfig.learner, release_outside_training: release },
+      probe: { ...campaignConfig.probe, concurrency: 2 },
+      training: { ...campaignConfig.training, steps: 1, groups_per_step: 1, group_size: 2, max_replacements: 0 },
+      evaluation: { ...campaignConfig.evaluation, before_training: true, repeats: 1 },
+    };
+    const s = scenario(id, (i) => ((i.repetition ?? 0) % 2 === 0 ? 'success' : 'agent_failure'), 5);
+    await env.client.workflow.execute(campaignWorkflow, {
+      taskQueue: queue,
+      workflowId: id,
+      args: [{ ...campaignArgs(id)[0], config }],
+    });
+    return s.calls.map((c) => c.name).filter((n) => lifecycle.includes(n));
+  };
+  // Started at ingest (a learner that cannot start fails early), released for the probe and the evaluation
+  // before; the training step starts it again (trainLearnerStep); released again for the evaluation after.
+  assert.deepEqual(await run('release-campaign', true), [
+    'startLearner',
+    'releaseLearner',
+    'selectPool',
+    'aggregateEvaluation',
+    'trainStep',
+    'releaseLearner',
+    'aggregateEvaluation',
+    'stopLearner',
+  ]);
+  assert.deepEqual(await run('keep-campaign', false), [
+    'startLearner',
+    'selectPool',
+    'aggregateEvaluation',
+    'trainStep',
+    'aggregateEvaluation',
+    'stopLearner',
+  ]);
 });
 
 test('campaign: the run manifest records how the policy template takes system messages', async () => {

@@ -65,6 +65,9 @@ const activities = withFailureMapping({
   async stopLearner(input: { campaignId: string }) {
     owner(input.campaignId).stopped.push(input.campaignId);
   },
+  async releaseLearner() {
+    return { released: true };
+  },
   // As the real activity: a finished episode's id returns its stored summary without playing it again.
   async runEpisode(input: { episodeId: string; taskUid: string }): Promise<EpisodeSummary> {
     const d = owner(input.episodeId);

@@ -14,11 +14,12 @@ import { workflowBundle } from '../helpers/workflow-test-env.ts';
  * Replays recorded histories (test/fixtures/histories, written by test/helpers/record-histories.ts) against
  * today's workflow code: a change of command order that running workflows would hit fails here with a
  * nondeterminism error. `v1/` holds histories recorded before the sharded runner and the concurrency slots, `v2/`
- * a probe, an evaluation and a shard recorded before shards ran as lanes of one bound; they replay through the
- * `patched()` branches. The top-level files hold every run of a campaign's continue-as-new
- * chain and each path a running campaign can be on (paused, retried after an outage, stopped, failed), a scheduled
- * evaluation and a multi-node step. Re-record the top-level files after an intended, patched change; keep the
- * old ones under `v<n>/` when running workflows may still hold them.
+ * a probe, an evaluation and a shard recorded before shards ran as lanes of one bound, and campaign runs recorded
+ * before the learner was released outside training; they replay through the `patched()` branches. The top-level
+ * files hold every run of a campaign's continue-as-new chain and each path a running campaign can be on (paused,
+ * retried after an outage, stopped, failed), a scheduled evaluation and a multi-node step. Re-record the top-level
+ * files after an intended, patched change; keep the old ones under `v<n>/` when running workflows may still hold
+ * them.
  */
 
 const root = path.join(repoRoot, 'test', 'fixtures', 'histories');
