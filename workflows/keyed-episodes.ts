@@ -67,6 +67,7 @@ export async function runShardedEpisodes(input: KeyedEpisodesInput): Promise<Sta
   const ranges = shardRanges(uids.length * repeats, shardSize ?? defaultShardSize);
   const keys = uids.length * repeats;
   const stageName = input.stage ?? input.purpose;
+  const shardId = (i: number) => `${input.idPrefix}/shard-${i}`;
   /** Shard i's child options; `laneSlots` when it runs as a lane. */
   const shard = (i: number, laneSlots?: number) => {
     const [firstKey, keyCount] = ranges[i]!;
@@ -82,7 +83,7 @@ export async function runShardedEpisodes(input: KeyedEpisodesInput): Promise<Sta
       ...(laneSlots === undefined ? {} : { laneSlots }),
     };
     return {
-      workflowId: `${input.idPrefix}/shard-${i}`,
+      workflowId: shardId(i),
       staticSummary: shardSummary(stageName, i, ranges.length, firstKey, keyCount, keys),
       staticDetails:
         `tasks ${uids[firstUid]} .. ${uids[lastUid]} x ${repeats} episodes, at most ${common.concurrency} in ` +
@@ -113,7 +114,7 @@ export async function runShardedEpisodes(input: KeyedEpisodesInput): Promise<Sta
     await runLanes({
       keyCounts: ranges.map(([, keyCount]) => keyCount),
       bound: input.concurrency,
-      shardId: (i) => shard(i).workflowId,
+      shardId,
       start: (i, laneSlots) => startChild(episodeShardWorkflow, shard(i, laneSlots)),
       add,
       progress,
@@ -168,7 +169,11 @@ async function runLanes(lanes: {
       await running
         .get(youngest)!
         .handle.signal(shardSlotsSignal, slots)
-        .catch(() => void (spare += slots));
+        .catch(() => {
+          spare += slots;
+          // Not short any more (it ended meanwhile): the next turn of the loop must not signal it again.
+          short.delete(youngest);
+        });
       continue;
     }
     if (spare > 0 && next < shards) {
