@@ -51,6 +51,7 @@ async function gradeAll(answer: string, suiteDir: string): Promise<Record<string
   const judge = createJudge({ baseUrl: await judgeDouble.start(), model: 'judge-double', timeoutMs: 30_000 });
   const resources = thinkingboxResources({
     warm_processes: 0,
+    server_start: 'template',
     server_start_timeout_ms: 120_000,
     test_timeout_ms: 120_000,
     native_grading: false,

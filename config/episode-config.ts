@@ -35,6 +35,13 @@ export const thinkingboxSettingsSchema = z
       .max(16)
       .default(2)
       .describe('Started tool-server processes kept ready per server (imported ThinkingBox tasks)'),
+    server_start: z
+      .enum(['template', 'process'])
+      .default('template')
+      .describe(
+        "'template': fork each episode's server from a template process that imported the MCP SDK once; " +
+          "'process': spawn each one cold",
+      ),
     server_start_timeout_ms: z
       .number()
       .int()

@@ -14,6 +14,7 @@ export function thinkingboxResources(
       new StdioServerPool({
         warm: settings.warm_processes,
         startTimeoutMs: settings.server_start_timeout_ms,
+        serverStart: settings.server_start,
       }),
     testTimeoutMs: settings.test_timeout_ms,
     nativeGrading: settings.native_grading,

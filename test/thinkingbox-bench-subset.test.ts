@@ -54,6 +54,7 @@ const work = testTempDir('tbt-bench-subset-');
 const imported = path.join(work, 'imported');
 const resources = thinkingboxResources({
   warm_processes: 0,
+  server_start: 'template',
   server_start_timeout_ms: 120_000,
   test_timeout_ms: 60_000,
   native_grading: false,

@@ -40,6 +40,7 @@ fs.chmodSync(work, 0o755); // dataset code runs as an unprivileged uid: its file
 const imported = path.join(work, 'imported');
 const resources = thinkingboxResources({
   warm_processes: 1,
+  server_start: 'template',
   server_start_timeout_ms: 30_000,
   test_timeout_ms: 30_000,
   native_grading: true,

@@ -28,6 +28,7 @@ fs.chmodSync(work, 0o755); // dataset code runs as an unprivileged uid: its file
 const imported = path.join(work, 'imported');
 const resources = thinkingboxResources({
   warm_processes: 0,
+  server_start: 'template',
   server_start_timeout_ms: 60_000,
   test_timeout_ms: 60_000,
   native_grading: true,

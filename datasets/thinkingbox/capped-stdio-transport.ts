@@ -1,4 +1,5 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
+import type { Readable, Writable } from 'node:stream';
 import { deserializeMessage, serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import {
@@ -27,20 +28,53 @@ export const TOOL_SERVER_OUTPUT_CAPS: OutputCaps = { lineBytes: 16 * MiB, totalB
  * parsed by the SDK's own deserializeMessage. Over a cap the process is killed and the requests still open are
  * answered with an error naming the cap, as is every later one (the SDK would say only "Connection closed").
  */
+/** A started server process as the transport sees it: a spawned child, or a server forked by a template. */
+export interface ServerProcess {
+  stdin: Writable;
+  stdout: Readable;
+  stderr: Readable;
+  /** The worker-side pid that ends the server's whole sandbox when killed. */
+  pid: number | null;
+  kill(signal: NodeJS.Signals): void;
+  /** Called once, when the process has ended (its output streams closed). */
+  onExit(listener: () => void): void;
+}
+
+/** `run` spawned as a child of this process. */
+export function spawnedProcess(
+  run: Pick<SandboxedCommand, 'command' | 'args' | 'env' | 'cwd'>,
+): Promise<ServerProcess> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(run.command, run.args, { env: run.env, cwd: run.cwd, stdio: ['pipe', 'pipe', 'pipe'] });
+    child.on('error', reject);
+    child.on('spawn', () =>
+      resolve({
+        stdin: child.stdin,
+        stdout: child.stdout,
+        stderr: child.stderr,
+        pid: child.pid ?? null,
+        kill: (signal) => child.kill(signal),
+        onExit: (listener) => child.on('close', listener),
+      }),
+    );
+  });
+}
+
 export class CappedStdioTransport implements Transport {
   onclose?: () => void;
   onerror?: (error: Error) => void;
   onmessage?: (message: JSONRPCMessage) => void;
-  private child?: ChildProcess;
+  private child?: ServerProcess;
   private exited = false;
   private closed = false;
   private fault?: InfrastructureError;
   /** Requests sent and not yet answered. */
   private readonly open = new Set<RequestId>();
+  private readonly exitListeners: (() => void)[] = [];
 
   constructor(
     private readonly name: string,
-    private readonly run: Pick<SandboxedCommand, 'command' | 'args' | 'env' | 'cwd'>,
+    private readonly launch: () => Promise<ServerProcess>,
     private readonly onStderr: (chunk: Buffer) => void,
   ) {}
 
@@ -48,30 +82,23 @@ export class CappedStdioTransport implements Transport {
     return this.child?.pid ?? null;
   }
 
-  start(): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const { command, args, env, cwd } = this.run;
-      const child = spawn(command, args, { env, cwd, stdio: ['pipe', 'pipe', 'pipe'] });
-      this.child = child;
-      child.on('error', (err) => {
-        reject(err);
-        this.onerror?.(err);
-      });
-      child.on('spawn', () => resolve());
-      child.on('close', () => {
-        this.exited = true;
-        // After a fault the connection stays open until close(), so later requests get the fault, not "Not connected".
-        if (!this.fault) this.closeOnce();
-      });
-      child.stdin.on('error', (err) => this.onerror?.(err));
-      child.stderr.on('data', this.onStderr);
-      readCappedLines(
-        child.stdout,
-        TOOL_SERVER_OUTPUT_CAPS,
-        (line) => this.receive(line),
-        (reason) => this.failWith(reason),
-      );
+  async start(): Promise<void> {
+    const child = await this.launch();
+    this.child = child;
+    child.onExit(() => {
+      this.exited = true;
+      for (const listener of this.exitListeners.splice(0)) listener();
+      // After a fault the connection stays open until close(), so later requests get the fault, not "Not connected".
+      if (!this.fault) this.closeOnce();
     });
+    child.stdin.on('error', (err: Error) => this.onerror?.(err));
+    child.stderr.on('data', this.onStderr);
+    readCappedLines(
+      child.stdout,
+      TOOL_SERVER_OUTPUT_CAPS,
+      (line) => this.receive(line),
+      (reason) => this.failWith(reason),
+    );
   }
 
   private receive(line: string): void {
@@ -111,10 +138,10 @@ export class CappedStdioTransport implements Transport {
   async close(): Promise<void> {
     const child = this.child;
     if (child && !this.exited) {
-      const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));
+      const exited = new Promise<void>((resolve) => this.exitListeners.push(resolve));
       const waitUpTo = (ms: number) =>
         Promise.race([exited, new Promise<void>((resolve) => setTimeout(resolve, ms).unref())]);
-      child.stdin?.end();
+      child.stdin.end();
       await waitUpTo(2000);
       if (!this.exited) child.kill('SIGTERM');
       await waitUpTo(2000);

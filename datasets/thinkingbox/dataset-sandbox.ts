@@ -58,6 +58,9 @@ export const defaultSandboxLimits: Readonly<SandboxLimits> = Object.freeze({
   openFiles: 1024,
 });
 
+/** An argument replaced by the sandbox's scratch folder (a server template mounts fresh ones over it). */
+export const SCRATCH_ARG = '{tbt-scratch}';
+
 /** One piece of dataset code to run. */
 export interface DatasetCommand {
   command: string;
@@ -516,7 +519,8 @@ export class DatasetSandbox {
       fs.rmSync(scratch.dir, { recursive: true, force: true });
       throw new InfrastructureError(`${code.label}: cannot make the sandbox's cgroup: ${(err as Error).message}`);
     }
-    const run = this.wrap(code, scratch, this.mode, relays?.dir, group);
+    const args = code.args.map((a) => (a === SCRATCH_ARG ? scratch.dir : a));
+    const run = this.wrap({ ...code, args }, scratch, this.mode, relays?.dir, group);
     let disposed = false;
     return {
       ...run,
@@ -530,6 +534,39 @@ export class DatasetSandbox {
         fs.rmSync(scratch.dir, { recursive: true, force: true });
       },
     };
+  }
+
+  /** The loopback ports code asking for `network: 'loopback'` reaches; each relayed from
+   * `<scratch>.net/<port>.sock` (a server template's children bind and relay them themselves). */
+  get loopbackPorts(): number[] {
+    return this.mode === 'bubblewrap' ? this.loopback.map((f) => f.port) : [];
+  }
+
+  /** A new folder, readable by every sandbox uid, for the unix sockets a sandbox connects to (bound read-only). */
+  makeSocketFolder(label: string): string {
+    fs.mkdirSync(this.scratchRoot, { recursive: true, mode: 0o755 });
+    const dir = fs.mkdtempSync(path.join(this.scratchRoot, `${label.replace(/[^\w.-]/g, '_').slice(0, 40)}-sock-`));
+    fs.chmodSync(dir, 0o755);
+    return dir;
+  }
+
+  /**
+   * Moves a running process (one a server template forked, not yet running dataset code) into a cgroup of its
+   * own with this sandbox's totals, as a cold start's first process joins one; undefined where there are none.
+   */
+  adopt(pid: number): SandboxCgroup | undefined {
+    if (!this.cgroups) return undefined;
+    const group = this.cgroups.create({
+      processes: this.limits.processes,
+      memoryBytes: this.limits.totalMemoryMb * 1024 * 1024,
+    });
+    try {
+      for (const file of group.procsFiles) fs.writeFileSync(file, String(pid));
+    } catch (err) {
+      group.remove();
+      throw new InfrastructureError(`cannot move process ${pid} into its sandbox cgroup: ${(err as Error).message}`);
+    }
+    return group;
   }
 
   private startRelays(dir: string): { dir: string; close(): void } {

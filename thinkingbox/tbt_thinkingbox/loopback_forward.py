@@ -48,7 +48,7 @@ def _relay(client: socket.socket, path: str) -> None:
     upstream.close()
 
 
-def _serve(listener: socket.socket, path: str) -> None:
+def serve_forward(listener: socket.socket, path: str) -> None:
     while True:
         client, _ = listener.accept()
         threading.Thread(target=_relay, args=(client, path), daemon=True).start()
@@ -70,8 +70,8 @@ def main(argv: list[str]) -> int:
         listeners.append((listener, path))
     if listeners and os.fork() == 0:
         for listener, path in listeners[1:]:
-            threading.Thread(target=_serve, args=(listener, path), daemon=True).start()
-        _serve(*listeners[0])
+            threading.Thread(target=serve_forward, args=(listener, path), daemon=True).start()
+        serve_forward(*listeners[0])
         os._exit(0)
     for listener, _ in listeners:
         listener.close()

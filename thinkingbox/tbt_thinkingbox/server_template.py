@@ -1,0 +1,240 @@
+"""A dataset tool server's template process: imports the MCP SDK once, then forks one fresh server per episode.
+
+Runs inside the dataset sandbox (datasets/thinkingbox/server-templates.ts starts it with the server's own
+interpreter, environment and working directory). Lines on stdin ask for a server; each child then:
+
+1. connects twice to the host's socket (its MCP stream, then its stderr), each time sending its token;
+2. waits for the host's ``go`` (sent once the host has moved it into a cgroup of its own);
+3. enters new user, mount, pid, network, ipc and uts namespaces and mounts a fresh tmpfs over the scratch folder
+   and /tmp (nothing an earlier episode wrote is there); it is made not dumpable;
+4. drops every capability (bounding set, securebits, no_new_privs) and runs the server's ``-m module`` or script
+   in this already-initialised interpreter, with its stdin/stdout on the first connection.
+
+The template itself never reads a request's data before the fork and holds no episode state: a child starts
+from the same pages as every other. Usage: server_template.py SOCKET SCRATCH SCRATCH_BYTES PORTS -- SERVER_ARGV...
+PORTS: the loopback ports the sandbox forwards (comma-separated, or -): each child binds them in its own network
+namespace and relays them, as loopback_forward.py does, to the sockets the worker serves at SCRATCH.net/PORT.sock.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import importlib
+import os
+import runpy
+import signal
+import socket
+import struct
+import sys
+import threading
+
+from loopback_forward import serve_forward
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 0x4000, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECUREBITS = 1, 4, 24, 28
+PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
+# SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_KEEP_CAPS_LOCKED: an exec as uid 0 gains no capability.
+SECUREBITS = 0x01 | 0x02 | 0x20
+# What the servers of a ThinkingBox dataset import first (most of a cold start); absent ones are skipped.
+PRELOAD = ("mcp.server.fastmcp", "mcp.server.stdio", "mcp.server.lowlevel", "mcp.types", "pydantic", "anyio")
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def write_file(path: str, text: str) -> None:
+    with open(path, "w", encoding="ascii") as f:
+        f.write(text)
+
+
+def drop_capabilities() -> None:
+    check(libc.prctl(PR_SET_SECUREBITS, SECUREBITS, 0, 0, 0), "securebits")
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # EINVAL: no such cap
+            check(-1, f"drop capability {cap}")
+    check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words: all zero
+    check(libc.capset(header, data), "capset")
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    with open("/proc/self/status", encoding="ascii") as f:
+        held = [line for line in f if line.startswith(("CapEff:", "CapPrm:", "CapBnd:")) and line.split()[1].strip("0")]
+    if held:
+        raise OSError(f"capabilities still held: {held}")
+
+
+def enter_own_namespaces(scratch: str, scratch_bytes: int) -> None:
+    """As bubblewrap does for a cold start: fresh namespaces, a fresh scratch folder and /tmp."""
+    uid, gid = os.getuid(), os.getgid()
+    check(
+        libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
+        "unshare",
+    )
+    write_file("/proc/self/setgroups", "deny")
+    write_file("/proc/self/uid_map", f"0 {uid} 1")
+    write_file("/proc/self/gid_map", f"0 {gid} 1")
+    check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+    for folder in (scratch, "/tmp"):
+        options = f"size={scratch_bytes},mode=1777".encode()
+        check(libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), f"tmpfs {folder}")
+    os.mkdir(os.path.join(scratch, "tmp"), 0o1777)
+    os.chmod(os.path.join(scratch, "tmp"), 0o1777)
+
+
+def bring_loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s, 0x8913, request))[1]  # SIOCGIFFLAGS
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", flags | 1))  # SIOCSIFFLAGS, IFF_UP
+
+
+def bind_forwards(scratch: str, ports: list[int]) -> list[tuple[socket.socket, str]]:
+    if not ports:
+        return []
+    bring_loopback_up()
+    listeners = []
+    for port in ports:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen(64)
+        listeners.append((listener, f"{scratch}.net/{port}.sock"))
+    return listeners
+
+
+def connect(path: str, token: str, role: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.sendall(f"{token} {role}\n".encode())
+    return s
+
+
+def wait_for_go(s: socket.socket) -> None:
+    got = b""
+    while got != b"go\n":  # byte by byte: what follows is the server's MCP stream
+        b = s.recv(1)
+        if not b or not b"go\n".startswith(got + b):
+            os._exit(70)
+        got += b
+
+
+def wait_and_exit(pid: int) -> None:
+    """Waits for the server and exits with its status."""
+    _, status = os.waitpid(pid, 0)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def run_server(argv: list[str]) -> None:
+    """The server's own argv, run in this interpreter: `python -m module ...`, `python script ...` or a script."""
+    if len(argv) >= 3 and argv[1] == "-m":
+        sys.argv = [argv[2], *argv[3:]]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        return
+    script = argv[1] if len(argv) >= 2 and not argv[1].startswith("-") else argv[0]
+    sys.argv = [script, *argv[argv.index(script) + 1 :]]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    runpy.run_path(script, run_name="__main__")
+
+
+def child(sock_path: str, token: str, scratch: str, scratch_bytes: int, ports: list[int], argv: list[str]) -> None:
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        stream = connect(sock_path, token, "io")
+        errors = connect(sock_path, token, "err")
+        wait_for_go(stream)
+        enter_own_namespaces(scratch, scratch_bytes)
+        forwards = bind_forwards(scratch, ports)  # bound before the server starts: its first connect succeeds
+        server = os.fork()  # the first process in the new pid namespace; when it dies, all of that namespace does
+        if server:
+            check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable")
+            drop_capabilities()
+            wait_and_exit(server)
+        # (Its parent is outside this pid namespace, so getppid() says 0; should the parent die before this line,
+        # the host's removal of the episode's cgroup still kills it.)
+        check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+        # No /proc of its own (bubblewrap's /proc has read-only mounts over parts of it, so the kernel refuses a new
+        # one): /proc lists the template's other servers, but not dumpable, their memory, environment and fds
+        # are closed to this one (that needs a capability in the template's user namespace, which nothing holds).
+        check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable")
+        drop_capabilities()
+        # A process that called unshare(CLONE_NEWPID) cannot start threads: the relay runs here, as pid 1 of the
+        # new namespace, and the server in a child of it.
+        server = os.fork() if forwards else 0
+        if server:
+            for listener, path in forwards:
+                threading.Thread(target=serve_forward, args=(listener, path), daemon=True).start()
+            wait_and_exit(server)
+        for listener, _ in forwards:
+            listener.close()
+    except BaseException as e:  # noqa: BLE001 - told to the host on the template's stdout, still fd 1 here
+        os.write(1, f"failed {token} {type(e).__name__}: {e}".replace("\n", " ")[:400].encode() + b"\n")
+        os._exit(70)
+    os.dup2(stream.fileno(), 0)
+    os.dup2(stream.fileno(), 1)
+    os.dup2(errors.fileno(), 2)
+    stream.close()
+    errors.close()
+    os.closerange(3, 65536)
+    code = 0
+    try:
+        run_server(argv)
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except BaseException:  # noqa: BLE001 - reported on stderr as the interpreter would
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:  # noqa: BLE001 - the host may have closed the stream
+                pass
+    os._exit(code)
+
+
+def main() -> None:
+    sock_path, scratch, scratch_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    ports = [int(p) for p in sys.argv[4].split(",") if p.strip() and p != "-"]
+    argv = sys.argv[sys.argv.index("--") + 1 :]
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked servers are reaped by the kernel
+    os.write(1, f"ready {os.getpid()}\n".encode())
+    pending = b""
+    while True:
+        chunk = os.read(0, 4096)  # never sys.stdin: its buffer would be copied into every child
+        if not chunk:
+            return
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            token = line.decode().strip()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    child(sock_path, token, scratch, scratch_bytes, ports, argv)
+                finally:
+                    os._exit(70)
+            os.write(1, f"forked {token} {pid}\n".encode())
+
+
+if __name__ == "__main__":
+    main()
