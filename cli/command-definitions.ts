@@ -53,6 +53,11 @@ export const tasksValidateCommand = defineCommand({
       value: 'MS',
       description: 'how long a tool server may take to start (imported suites)',
     },
+    'server-start': {
+      type: 'string',
+      value: 'HOW',
+      description: "'template' (default): fork tool servers from a template; 'process': spawn each cold",
+    },
   },
 });
 

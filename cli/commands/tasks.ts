@@ -71,6 +71,7 @@ export async function validate(args: string[]): Promise<number> {
       ...(values['start-timeout-ms'] !== undefined
         ? { server_start_timeout_ms: Number(values['start-timeout-ms']) }
         : {}),
+      ...(values['server-start'] !== undefined ? { server_start: values['server-start'] } : {}),
     }),
   );
   const startedAt = Date.now();

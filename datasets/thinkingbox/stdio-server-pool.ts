@@ -27,6 +27,8 @@ export interface StartedServer {
   /** The worker-side process (under the sandbox, `prlimit` running `bwrap`); killing it ends the whole tree. */
   pid: number | null;
   sandbox: SandboxMode;
+  /** 'template': forked from the server's template; 'process': spawned cold. */
+  started: 'template' | 'process';
   /** Milliseconds from spawn to a completed MCP initialize. */
   startMs: number;
   /** Last lines the process wrote to stderr (for error messages). */
@@ -52,6 +54,7 @@ interface Launch {
   open(): Promise<ServerProcess>;
   dispose(): void;
   mode: SandboxMode;
+  started: StartedServer['started'];
 }
 
 async function startServer(name: string, spec: LaunchSpec, launch: Launch, options: StdioServerPoolOptions) {
@@ -94,6 +97,7 @@ async function startServer(name: string, spec: LaunchSpec, launch: Launch, optio
     client,
     pid: transport.pid,
     sandbox: launch.mode,
+    started: launch.started,
     startMs: Date.now() - started,
     stderrTail,
     stop,
@@ -134,7 +138,12 @@ export class StdioServerPool {
       label: name,
       network: 'loopback',
     });
-    return { open: () => spawnedProcess(sandboxed), dispose: () => sandboxed.dispose(), mode: sandboxed.mode };
+    return {
+      open: () => spawnedProcess(sandboxed),
+      dispose: () => sandboxed.dispose(),
+      mode: sandboxed.mode,
+      started: 'process',
+    };
   }
 
   /** The server's template, started on first use and replaced once it has ended or served its forks. */
@@ -158,7 +167,7 @@ export class StdioServerPool {
         return await startServer(
           name,
           spec,
-          { open: () => template.fork(timeoutMs), dispose: () => undefined, mode: 'bubblewrap' },
+          { open: () => template.fork(timeoutMs), dispose: () => undefined, mode: 'bubblewrap', started: 'template' },
           this.options,
         );
       } catch (err) {

@@ -21,11 +21,13 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import importlib
+import json
 import os
 import runpy
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import threading
 
@@ -166,8 +168,9 @@ def child(sock_path: str, token: str, scratch: str, scratch_bytes: int, ports: l
         # the host's removal of the episode's cgroup still kills it.)
         check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
         # No /proc of its own (bubblewrap's /proc has read-only mounts over parts of it, so the kernel refuses a new
-        # one): /proc lists the template's other servers, but not dumpable, their memory, environment and fds
-        # are closed to this one (that needs a capability in the template's user namespace, which nothing holds).
+        # one): /proc lists the template's other servers, but each is in a user namespace of its own, so their
+        # memory, environment and fds are closed to this one (ptrace access needs the same user namespace or a
+        # capability in theirs); not dumpable besides.
         check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable")
         drop_capabilities()
         # A process that called unshare(CLONE_NEWPID) cannot start threads: the relay runs here, as pid 1 of the
@@ -207,15 +210,38 @@ def child(sock_path: str, token: str, scratch: str, scratch_bytes: int, ports: l
     os._exit(code)
 
 
+def server_dependencies(argv: list[str]) -> list[str]:
+    """The modules a `-m` server imports from outside its own package: a throwaway interpreter imports the
+    server module (not as __main__, so it does not serve) and lists them. Preloading them makes a fork cost what
+    the server's own modules cost; its own package is left to each fork, so no state of it is shared."""
+    if len(argv) < 3 or argv[1] != "-m":
+        return []
+    own = argv[2].split(".")[0]
+    code = "import importlib,json,sys; importlib.import_module(sys.argv[1]); print(json.dumps(sorted(sys.modules)))"
+    try:
+        found = subprocess.run(
+            [sys.executable, "-c", code, argv[2]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        names = json.loads(found.stdout.strip().splitlines()[-1]) if found.returncode == 0 else []
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return []
+    return [n for n in names if n.split(".")[0] not in (own, "__main__")]
+
+
 def main() -> None:
     sock_path, scratch, scratch_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
     ports = [int(p) for p in sys.argv[4].split(",") if p.strip() and p != "-"]
     argv = sys.argv[sys.argv.index("--") + 1 :]
-    for name in PRELOAD:
+    for name in (*PRELOAD, *server_dependencies(argv)):
         try:
             importlib.import_module(name)
-        except ImportError:
-            pass
+        except Exception:  # noqa: BLE001 - not preloaded: the forked server imports it itself
+            continue
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked servers are reaped by the kernel
     os.write(1, f"ready {os.getpid()}\n".encode())
     pending = b""
