@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { before, test } from 'node:test';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { repoRoot } from '../config/environment.ts';
 import { datasetPathPrefix } from '../datasets/thinkingbox/dataset-python.ts';
@@ -49,8 +49,6 @@ function memoryLimitOf(pid: number): number {
 before(() => {
   sandbox = new DatasetSandbox({ limits: { totalMemoryMb, scratchMb: 16 }, log: () => undefined });
 });
-
-after(() => undefined);
 
 test('servers forked from one template share no scratch, memory, capability or cgroup', async () => {
   const pool = new StdioServerPool({ warm: 0, sandbox, pathPrefix: datasetPathPrefix() });

@@ -62,6 +62,15 @@ function readHeader(socket: net.Socket): Promise<string> {
   });
 }
 
+/** SIGKILL to a pid that may have ended meanwhile. */
+function killQuietly(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
 /** The pid namespace entries of a process (/proc/PID/status NSpid: host first, innermost last). */
 function nsPids(pid: number): number[] {
   try {
@@ -257,7 +266,7 @@ export class ServerTemplate {
       if (!pid) throw this.failure(`forked server (pid ${p.nsPid} inside) not found`);
       group = this.sandbox.adopt(pid);
     } catch (e) {
-      if (pid) process.kill(pid, 'SIGKILL');
+      if (pid) killQuietly(pid);
       io.destroy();
       err.destroy();
       throw e;
@@ -286,7 +295,7 @@ export class ServerTemplate {
       pid,
       kill: () => {
         // The forked process: its death takes the server (pid 1 of its namespace, by PDEATHSIG) and all it started.
-        if (!exited) process.kill(pid, 'SIGKILL');
+        if (!exited) killQuietly(pid);
         group?.remove();
       },
       onExit: (listener) => (exited ? listener() : exitListeners.push(listener)),

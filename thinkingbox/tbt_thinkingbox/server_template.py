@@ -1,6 +1,6 @@
 """A dataset tool server's template process: imports the MCP SDK once, then forks one fresh server per episode.
 
-Runs inside the dataset sandbox (datasets/thinkingbox/server-templates.ts starts it with the server's own
+Runs inside the dataset sandbox (datasets/thinkingbox/server-template.ts starts it with the server's own
 interpreter, environment and working directory). Lines on stdin ask for a server; each child then:
 
 1. connects twice to the host's socket (its MCP stream, then its stderr), each time sending its token;
@@ -23,6 +23,7 @@ import fcntl
 import importlib
 import json
 import os
+import re
 import runpy
 import signal
 import socket
@@ -39,7 +40,7 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 0x4000, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 0x4000, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECUREBITS = 1, 4, 24, 28
 PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
 # SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_KEEP_CAPS_LOCKED: an exec as uid 0 gains no capability.
@@ -88,11 +89,43 @@ def enter_own_namespaces(scratch: str, scratch_bytes: int) -> None:
     write_file("/proc/self/uid_map", f"0 {uid} 1")
     write_file("/proc/self/gid_map", f"0 {gid} 1")
     check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
-    for folder in (scratch, "/tmp"):
-        options = f"size={scratch_bytes},mode=1777".encode()
-        check(libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), f"tmpfs {folder}")
+    for folder in ("/tmp", scratch):  # /tmp first: the scratch folder may lie below it
+        fresh_tmpfs(folder, scratch_bytes)
     os.mkdir(os.path.join(scratch, "tmp"), 0o1777)
     os.chmod(os.path.join(scratch, "tmp"), 0o1777)
+
+
+def mounts_below(folder: str) -> list[tuple[str, bool]]:
+    """The outermost mount points strictly inside `folder` (path, read-only), in mount order."""
+    found: list[tuple[str, bool]] = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            if point.startswith(folder.rstrip("/") + "/"):
+                found = [(p, ro) for p, ro in found if not p.startswith(point.rstrip("/") + "/")]
+                if not any(point.startswith(p.rstrip("/") + "/") for p, _ in found):
+                    found.append((point, "ro" in fields[5].split(",")))
+    return found
+
+
+def fresh_tmpfs(folder: str, size: int) -> None:
+    """An empty tmpfs over `folder`, with what bubblewrap had mounted inside it (a dataset, the worker's sockets
+    or the scratch folder below /tmp) bound again at the same places: each is opened before it is covered and
+    bound back from its open descriptor."""
+    inside = [(point, ro, os.path.isdir(point), os.open(point, os.O_PATH)) for point, ro in mounts_below(folder)]
+    options = f"size={size},mode=1777".encode()
+    check(libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), f"tmpfs {folder}")
+    for point, ro, is_dir, fd in inside:
+        os.makedirs(point if is_dir else os.path.dirname(point), 0o755, exist_ok=True)
+        if not is_dir:
+            open(point, "a").close()  # an empty file to bind onto
+        source = f"/proc/self/fd/{fd}".encode()
+        check(libc.mount(source, point.encode(), None, MS_BIND | MS_REC, None), f"bind {point} again")
+        os.close(fd)
+        if ro and not os.statvfs(point).f_flag & os.ST_RDONLY:
+            flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
+            check(libc.mount(None, point.encode(), None, flags, None), f"read-only {point}")
 
 
 def bring_loopback_up() -> None:
