@@ -116,8 +116,14 @@ def fresh_tmpfs(folder: str, size: int) -> None:
     inside = [(point, ro, os.path.isdir(point), os.open(point, os.O_PATH)) for point, ro in mounts_below(folder)]
     options = f"size={size},mode=1777".encode()
     check(libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), f"tmpfs {folder}")
+    made: list[str] = []
     for point, ro, is_dir, fd in inside:
-        os.makedirs(point if is_dir else os.path.dirname(point), 0o755, exist_ok=True)
+        target = point if is_dir else os.path.dirname(point)
+        missing = target
+        while not os.path.exists(missing):
+            made.append(missing)
+            missing = os.path.dirname(missing)
+        os.makedirs(target, 0o755, exist_ok=True)
         if not is_dir:
             open(point, "a").close()  # an empty file to bind onto
         source = f"/proc/self/fd/{fd}".encode()
@@ -126,6 +132,11 @@ def fresh_tmpfs(folder: str, size: int) -> None:
         if ro and not os.statvfs(point).f_flag & os.ST_RDONLY:
             flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
             check(libc.mount(None, point.encode(), None, flags, None), f"read-only {point}")
+    # Read-only, as bubblewrap makes them: the server (their owner here, but with no capability) cannot write
+    # into the folders that lead to a bound path.
+    for d in made:
+        if not os.path.ismount(d):
+            os.chmod(d, 0o555)
 
 
 def bring_loopback_up() -> None:
