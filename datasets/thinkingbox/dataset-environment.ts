@@ -219,14 +219,24 @@ function setOwner(root: string, uid: number, gid: number, settle: boolean): void
 }
 
 /** Why pip failed, with the hint a missing wheel needs. */
-function installFailure(output: string, refusals: string[]): InfrastructureError {
+export function installFailure(output: string, refusals: string[]): InfrastructureError {
   const missing = [...output.matchAll(/No matching distribution found for (\S+)/g)].map((m) => m[1]);
+  // A dependency pinned to releases that are sdists only reads as a conflict, not as a missing distribution.
+  const conflict = !missing.length && /ResolutionImpossible/.test(output);
   const hint = missing.length
     ? `\n${missing.join(', ')}: no wheel fits this Python and platform (only wheels are installed by default). ` +
       'If it has only an sdist, its build code must run: pass --allow-sdist NAME to build it inside the sandbox.'
-    : '';
+    : conflict
+      ? '\nIf a dependency the conflict names has only sdists for the versions allowed (the public bench: sly, ' +
+        'for odata-query), pass --allow-sdist NAME to build it inside the sandbox.'
+      : '';
   const refused = refusals.length ? `\nthe index proxy refused: ${refusals.slice(0, 5).join('; ')}` : '';
-  return new InfrastructureError(`pip install (in the sandbox) failed: ${output.trim().slice(-1500)}${hint}${refused}`);
+  // pip's note on every index folder lacking a package drowns the error itself.
+  const kept = output
+    .split('\n')
+    .filter((line) => !/^WARNING: Location '.*' is ignored/.test(line))
+    .join('\n');
+  return new InfrastructureError(`pip install (in the sandbox) failed: ${kept.trim().slice(-1500)}${hint}${refused}`);
 }
 
 /** Where the venv keeps the copies of the server packages it has installed (editable: they stay in use). */
