@@ -42,6 +42,12 @@ export const learnerHyperparameters = {
     'loss',
     'old_logprobs',
   ),
+  is_cap: owned(
+    z.number(),
+    "Truncated importance ratio against the sampler's log-probabilities, capped here (0 = off)",
+    'loss',
+    'is_cap',
+  ),
   micro_batch_tokens: owned(z.number(), 'Tokens per micro-batch', 'train', 'micro_batch_tokens'),
   share_prompts: owned(
     z.boolean(),

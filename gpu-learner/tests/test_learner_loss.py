@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tbt_gpu.learner.config import LossConfig
-from tbt_gpu.learner.loss import LOG_RATIO_CLAMP, policy_loss, token_logprobs
+from tbt_gpu.learner.loss import LOG_RATIO_CLAMP, LossSums, policy_loss, token_logprobs
 
 CFG = LossConfig(eps_low=0.2, eps_high=0.2, dual_clip_c=3.0)
 
@@ -139,3 +139,68 @@ def test_global_tokens_must_be_positive() -> None:
     with pytest.raises(ValueError, match="global_tokens"):
         policy_loss(logp=torch.zeros(1, 1), old_logp=torch.zeros(1, 1), has_old_logp=torch.tensor([False]),
                     advantages=torch.zeros(1), mask=torch.zeros(1, 1), cfg=CFG, global_tokens=0)  # fmt: skip
+
+
+def tis_tokens(logp: list[float], sampler: list[float], advantage: float, cap: float) -> tuple[torch.Tensor, LossSums]:
+    """Gradient of the recompute loss (rho = 1) over one row with sampler log-probabilities, and its sums."""
+    x = torch.tensor([logp], requires_grad=True)
+    loss, sums = policy_loss(
+        logp=x,
+        old_logp=torch.zeros(1, len(logp)),
+        has_old_logp=torch.tensor([False]),
+        advantages=torch.tensor([advantage]),
+        mask=torch.ones(1, len(logp)),
+        cfg=LossConfig(eps_low=0.2, eps_high=0.2, dual_clip_c=3.0, is_cap=cap),
+        global_tokens=len(logp),
+        sampler_logp=torch.tensor([sampler]),
+        has_sampler_logp=torch.tensor([True]),
+    )
+    loss.backward()
+    assert x.grad is not None
+    return x.grad, sums
+
+
+def test_truncated_importance_ratio_gradient_by_hand() -> None:
+    # pi_learner / pi_sampler: 0.5 / 0.4 = 1.25 (kept), 0.9 / 0.1 = 9 (cut at 2), 0.2 / 0.4 = 0.5 (kept).
+    learner, sampler = [0.5, 0.9, 0.2], [0.4, 0.1, 0.4]
+    grad, sums = tis_tokens([math.log(p) for p in learner], [math.log(p) for p in sampler], advantage=2.0, cap=2.0)
+    # loss = mean over 3 tokens of -A * w * rho, rho = exp(logp - logp.detach()): d/dlogp = -A * w / 3.
+    assert grad.tolist()[0] == pytest.approx([-2.0 * 1.25 / 3, -2.0 * 2.0 / 3, -2.0 * 0.5 / 3], abs=1e-6)
+    assert sums.is_truncated == 1 and sums.sampler_tokens == 3
+    ratios = [lp / sp for lp, sp in zip(learner, sampler, strict=True)]
+    assert sums.sampler_log_ratio == pytest.approx(sum(math.log(r) for r in ratios), abs=1e-5)
+    assert sums.sampler_kl == pytest.approx(sum(r - 1 - math.log(r) for r in ratios), abs=1e-5)
+
+
+def test_truncated_importance_ratio_off_still_measures_the_mismatch() -> None:
+    grad, sums = tis_tokens([math.log(0.9)], [math.log(0.1)], advantage=-1.0, cap=0.0)
+    assert float(grad) == pytest.approx(1.0, abs=1e-6)
+    assert sums.is_truncated == 0
+    assert sums.sampler_log_ratio == pytest.approx(math.log(9), abs=1e-5)
+
+
+def test_rows_without_sampler_logprobs_get_weight_one() -> None:
+    x = torch.tensor([[math.log(0.9)]], requires_grad=True)
+    loss, sums = policy_loss(
+        logp=x,
+        old_logp=torch.zeros(1, 1),
+        has_old_logp=torch.tensor([False]),
+        advantages=torch.tensor([1.0]),
+        mask=torch.ones(1, 1),
+        cfg=LossConfig(is_cap=2.0),
+        global_tokens=1,
+        sampler_logp=torch.tensor([[math.log(0.1)]]),
+        has_sampler_logp=torch.tensor([False]),
+    )
+    loss.backward()
+    assert float(x.grad) == pytest.approx(-1.0, abs=1e-6)
+    assert (sums.sampler_tokens, sums.sampler_log_ratio, sums.sampler_kl) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"is_cap": 0.5}, "0 \\(off\\) or >= 1"), ({"is_cap": 2.0, "old_logprobs": "sampler"}, "recompute")],
+)
+def test_is_cap_bounds(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        LossConfig(**kwargs)  # type: ignore[arg-type]

@@ -150,6 +150,11 @@ class LossConfig:
     policy server returned with the episode (raw, before temperature: use with temperature 1)."""
     temperature: float = 1.0
     """Logits are divided by it before the log-softmax: the distribution the sampler drew from."""
+    is_cap: float = 0.0
+    """Truncated importance sampling against the sampler: each token's loss is weighted by
+    min(pi_learner / pi_sampler, is_cap), detached, where rows carry the sampler's log-probabilities (raw: sample
+    at temperature 1); it corrects for rollouts sampled by older weights (max_staleness > 0) and for the
+    sampler's numerics. 0 = off; typical 2. Not with old_logprobs `sampler` (that ratio is already the sampler's)."""
 
     def __post_init__(self) -> None:
         _require(0 < _require_number(self.eps_low, "loss.eps_low") < 1, "loss.eps_low", "must be in (0, 1)")
@@ -158,6 +163,13 @@ class LossConfig:
         _require_choice(self.aggregation, Aggregation, "loss.aggregation")
         _require_choice(self.old_logprobs, OldLogprobs, "loss.old_logprobs")
         _require(_require_number(self.temperature, "loss.temperature") > 0, "loss.temperature", "must be > 0")
+        is_cap = _require_number(self.is_cap, "loss.is_cap")
+        _require(is_cap == 0 or is_cap >= 1, "loss.is_cap", "must be 0 (off) or >= 1")
+        _require(
+            is_cap == 0 or self.old_logprobs == "recompute",
+            "loss.is_cap",
+            "needs old_logprobs 'recompute' (with 'sampler' the PPO ratio is already against the sampler)",
+        )
 
 
 @dataclass(kw_only=True, slots=True)

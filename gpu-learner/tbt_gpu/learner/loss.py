@@ -1,8 +1,9 @@
-"""GRPO/PPO clipped surrogate with dual clip, aggregated as a token-mean over the global batch."""
+"""GRPO/PPO clipped surrogate with dual clip, aggregated as a token-mean over the global batch, optionally
+weighted by a truncated importance ratio against the policy that sampled the tokens."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import torch
 
@@ -14,27 +15,44 @@ LOG_RATIO_CLAMP = 20.0
 
 @dataclass(slots=True)
 class LossSums:
-    """Sums over mask-1 tokens; divide by the global token count after summing over micro-batches and ranks."""
+    """Sums over mask-1 tokens; divide by the global token count after summing over micro-batches and ranks.
+
+    The sampler_* sums cover only the tokens whose rows carried the sampler's log-probabilities.
+    """
 
     loss: float = 0.0
     clipped: float = 0.0
     dual_clipped: float = 0.0
     entropy: float = 0.0
     tokens: float = 0.0
+    sampler_tokens: float = 0.0
+    sampler_log_ratio: float = 0.0
+    """log pi_learner - log pi_sampler: the mismatch between the weights that trained and those that sampled."""
+    sampler_kl: float = 0.0
+    """k3 estimate of KL(sampler || learner): r - 1 - log r with r = pi_learner / pi_sampler (always >= 0)."""
+    is_truncated: float = 0.0
+    """Tokens whose importance ratio was cut at loss.is_cap."""
 
     def add(self, other: LossSums) -> None:
-        self.loss += other.loss
-        self.clipped += other.clipped
-        self.dual_clipped += other.dual_clipped
-        self.entropy += other.entropy
-        self.tokens += other.tokens
+        for name, value in zip(self.__slots__, other.as_list(), strict=True):
+            setattr(self, name, getattr(self, name) + value)
 
     def as_list(self) -> list[float]:
-        return [self.loss, self.clipped, self.dual_clipped, self.entropy, self.tokens]
+        return list(astuple(self))
 
     @classmethod
     def from_list(cls, values: list[float]) -> LossSums:
         return cls(*values)
+
+
+def sampler_mismatch(sums: LossSums) -> dict[str, float | None]:
+    """Per-token means over the tokens with sampler log-probabilities (None when no row carried them)."""
+    n = sums.sampler_tokens
+    return {
+        "sampler_log_ratio_mean": sums.sampler_log_ratio / n if n else None,
+        "sampler_kl": sums.sampler_kl / n if n else None,
+        "is_truncated_fraction": sums.is_truncated / n if n else None,
+    }
 
 
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,6 +84,8 @@ def policy_loss(
     cfg: LossConfig,
     global_tokens: int,
     entropy: torch.Tensor | None = None,
+    sampler_logp: torch.Tensor | None = None,
+    has_sampler_logp: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossSums]:
     """Per-token `-min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A)`, dual-clipped at `c*|A|` for A < 0.
 
@@ -73,6 +93,12 @@ def policy_loss(
     log-probabilities use the detached current ones (on-policy, rho = 1). The returned loss is this
     micro-batch's share of the global token-mean: sum(per-token loss * mask) / global_tokens, so summing
     it over all micro-batches and ranks gives the mean over every mask-1 token of the batch.
+
+    `sampler_logp` [B, T'] (rows where `has_sampler_logp` [B]) are the log-probabilities of the policy that
+    sampled the tokens. With `cfg.is_cap` > 0 each such token's loss is multiplied by the detached truncated
+    importance ratio `min(pi_old / pi_sampler, is_cap)`, pi_old being the learner's weights before this update
+    (its detached `logp`): the correction for tokens sampled by older or differently computed weights
+    (truncated importance sampling). Rows without them get weight 1. The mismatch is summed either way.
     """
     if global_tokens <= 0:
         raise ValueError(f"global_tokens: must be > 0, got {global_tokens}")
@@ -90,6 +116,17 @@ def policy_loss(
     negative = adv < 0
     per_token = torch.where(negative, dual, surrogate)
 
+    sampled = torch.zeros_like(mask)
+    sampler_log_ratio = torch.zeros_like(logp)
+    if sampler_logp is not None and has_sampler_logp is not None:
+        sampled = mask * has_sampler_logp.unsqueeze(-1).to(mask.dtype)
+        sampler_log_ratio = torch.clamp(
+            logp.detach() - sampler_logp.to(logp.dtype), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP
+        ) * (sampled > 0)
+    is_ratio = torch.exp(sampler_log_ratio)
+    if cfg.is_cap > 0:
+        per_token = per_token * torch.clamp(is_ratio, max=cfg.is_cap)
+
     loss = (per_token * mask).sum() / global_tokens
     with torch.no_grad():
         sums = LossSums(
@@ -98,5 +135,9 @@ def policy_loss(
             dual_clipped=float(((negative & (surrogate > dual_bound)).to(mask.dtype) * mask).sum()),
             entropy=float((entropy * mask).sum()) if entropy is not None else 0.0,
             tokens=float(mask.sum()),
+            sampler_tokens=float(sampled.sum()),
+            sampler_log_ratio=float((sampler_log_ratio * sampled).sum()),
+            sampler_kl=float(((is_ratio - 1 - sampler_log_ratio) * sampled).sum()),
+            is_truncated=float(((is_ratio > cfg.is_cap) * sampled).sum()) if cfg.is_cap > 0 else 0.0,
         )
     return loss, sums

@@ -17,7 +17,7 @@ from . import faults
 from .batch import Batch, MicroBatch, collate, load_batch, pack_micro_batches, plan_rank_micro_batches, prompt_rows
 from .distributed import DistInfo, any_rank, sum_across_ranks
 from .errors import NonFiniteError, StepCancelled, StepRefused
-from .loss import LossSums, policy_loss, predicted_logprobs
+from .loss import LossSums, policy_loss, predicted_logprobs, sampler_mismatch
 from .model import fsdp_modules, load_model
 from .progress import Progress
 
@@ -118,6 +118,7 @@ class Trainer:
             "clip_fraction": 0.0,
             "dual_clip_fraction": 0.0,
             "entropy": None,
+            **sampler_mismatch(LossSums()),
             "tokens": batch.token_count,
             "trajectories": len(batch.trajectories),
             "micro_batches": 0,
@@ -159,6 +160,8 @@ class Trainer:
                     cfg=self.cfg.loss,
                     global_tokens=global_tokens,
                     entropy=entropy,
+                    sampler_logp=mb.old_logprobs,
+                    has_sampler_logp=mb.has_old_logprobs,
                 )
                 cancel, non_finite = any_rank(self.cancel_requested.is_set(), not math.isfinite(sums.loss))
                 if non_finite:
@@ -196,6 +199,7 @@ class Trainer:
             "clip_fraction": totals.clipped / global_tokens,
             "dual_clip_fraction": totals.dual_clipped / global_tokens,
             "entropy": totals.entropy / global_tokens,
+            **sampler_mismatch(totals),
             "tokens": global_tokens,
             "trajectories": len(batch.trajectories),
             "micro_batches": len(micro_batches),
