@@ -32,7 +32,7 @@ import { scriptedAnswer, writeScaleSuite } from './scale-suite.ts';
  * Goals (issue: at bound 32 on 2 cores): U >= 0.95 and R <= 1.1 for both stages. Last line:
  * `utilisation: probe=U1 evaluation=U2 vs_pool=R1,R2 keys=N bound=C`; exit 1 on a miss.
  *
- * Usage: npm run bench:utilisation [-- --concurrency 32 --tasks 125 --repeats 16 --median-s 5 --sigma 0.8
+ * Usage: npm run bench:utilisation [-- --concurrency 32 --tasks 250 --repeats 16 --median-s 5 --sigma 0.8
  *   --cap-s 60 --shard-size 500 --seed 1]
  * Starts the local stack if it is down; runs its own orchestrator, bookkeeping and rollout workers under a
  * task-queue prefix and state folder of its own, and stops them at the end.
@@ -41,7 +41,7 @@ import { scriptedAnswer, writeScaleSuite } from './scale-suite.ts';
 const { values: args } = parseArgs({
   options: {
     concurrency: { type: 'string', default: '32' },
-    tasks: { type: 'string', default: '125' },
+    tasks: { type: 'string', default: '250' },
     repeats: { type: 'string', default: '16' },
     'median-s': { type: 'string', default: '5' },
     sigma: { type: 'string', default: '0.8' },

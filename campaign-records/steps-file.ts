@@ -24,6 +24,11 @@ function stepLine(r: StepRecord): Record<string, unknown> {
       : 0,
     loss: Number(r.update.loss ?? 0),
     grad_norm: Number(r.update.grad_norm ?? 0),
+    clip_fraction: Number(r.update.clip_fraction ?? 0),
+    // The policy lag as the learner measured it (null when the rows carried no sampler log-probabilities).
+    sampler_log_ratio_mean: r.update.sampler_log_ratio_mean ?? null,
+    sampler_kl: r.update.sampler_kl ?? null,
+    is_truncated_fraction: r.update.is_truncated_fraction ?? null,
     groups: r.groups.length,
     infra_errors_refilled: r.infraErrors,
     zero_variance_replaced: r.replacements,

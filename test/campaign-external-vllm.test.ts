@@ -145,11 +145,16 @@ test(
         .readFileSync(path.join(stateDir, 'campaigns', campaignId, 'steps.jsonl'), 'utf8')
         .trim()
         .split('\n')
-        .map((l) => JSON.parse(l) as { weight_version: number });
+        .map((l) => JSON.parse(l) as { weight_version: number; sampler_kl: unknown; sampler_log_ratio_mean: unknown });
       assert.deepEqual(
         lines.map((l) => l.weight_version),
         [1, 2],
       );
+      // vLLM's log-probabilities reached the learner, which measured its mismatch with them.
+      for (const l of lines) {
+        assert.ok(typeof l.sampler_kl === 'number' && l.sampler_kl >= 0, `sampler_kl: ${String(l.sampler_kl)}`);
+        assert.ok(Number.isFinite(l.sampler_log_ratio_mean), `log-ratio: ${String(l.sampler_log_ratio_mean)}`);
+      }
       // The server itself reports the final version, and so did every after-evaluation episode.
       assert.equal(await reportedWeightLabel(server.baseUrl), weightLabel(campaignId, steps));
       const evalVersions = await withClient(controlUrl, (c) =>

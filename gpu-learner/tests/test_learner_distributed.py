@@ -50,7 +50,15 @@ def test_two_ranks_match_one_rank(tmp_path: pathlib.Path) -> None:
 
     assert one["tokens"] == two["tokens"] == batch.token_count
     assert one["clip_fraction"] > 0  # the sampled log-probabilities make some ratios leave [0.8, 1.2]
-    for key in ("loss", "grad_norm", "clip_fraction", "dual_clip_fraction", "entropy"):
+    for key in (
+        "loss",
+        "grad_norm",
+        "clip_fraction",
+        "dual_clip_fraction",
+        "entropy",
+        "sampler_log_ratio_mean",
+        "sampler_kl",
+    ):
         assert two[key] == pytest.approx(one[key], rel=1e-5, abs=1e-7), key
     initial = load_file(str(model / "model.safetensors"))
     moved = max_abs_diff(w1, {k: v for k, v in initial.items() if k in w1})
