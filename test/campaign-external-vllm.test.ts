@@ -150,11 +150,15 @@ test(
         lines.map((l) => l.weight_version),
         [1, 2],
       );
-      // vLLM's log-probabilities reached the learner, which measured its mismatch with them.
-      for (const l of lines) {
-        assert.ok(typeof l.sampler_kl === 'number' && l.sampler_kl >= 0, `sampler_kl: ${String(l.sampler_kl)}`);
-        assert.ok(Number.isFinite(l.sampler_log_ratio_mean), `log-ratio: ${String(l.sampler_log_ratio_mean)}`);
-      }
+      // A step that trained measured its mismatch with vLLM's log-probabilities; a skipped one (every advantage
+      // zero, as zero-variance groups kept here can make it) ran no forward pass and has none.
+      lines.forEach((l, i) => {
+        if (rows[i]!.record.update.skipped === true) assert.equal(l.sampler_kl, null, `step ${i + 1} was skipped`);
+        else {
+          assert.ok(typeof l.sampler_kl === 'number' && l.sampler_kl >= 0, `sampler_kl: ${String(l.sampler_kl)}`);
+          assert.ok(Number.isFinite(l.sampler_log_ratio_mean), `log-ratio: ${String(l.sampler_log_ratio_mean)}`);
+        }
+      });
       // The server itself reports the final version, and so did every after-evaluation episode.
       assert.equal(await reportedWeightLabel(server.baseUrl), weightLabel(campaignId, steps));
       const evalVersions = await withClient(controlUrl, (c) =>
