@@ -23,4 +23,11 @@ export interface StepRecord {
   staleEpisodes: number;
   /** Seconds each server's weight sync took. */
   syncSeconds: number[];
+  /** Versions the trained episodes lag behind the weights the update started from (absent: older records). */
+  episodeLag?: { mean: number; max: number };
+  /**
+   * Wall seconds of the step's phases (workflow time; absent: older records): sampling its groups (done during the
+   * previous step when steps overlap), update and export, waiting for episodes in flight before the sync, the sync.
+   */
+  phaseSeconds?: { sample: number; update: number; drain: number; sync: number };
 }

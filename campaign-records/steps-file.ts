@@ -36,6 +36,13 @@ function stepLine(r: StepRecord): Record<string, unknown> {
     weight_version: r.weightVersion ?? null,
     sampled_weight_version: r.sampledWeightVersion ?? null,
     stale_episodes_dropped: r.staleEpisodes ?? 0,
+    lag_mean: r.episodeLag?.mean ?? null,
+    lag_max: r.episodeLag?.max ?? null,
     weight_sync_s: r.syncSeconds ?? [],
+    // Where the step's time went (overlapped steps sample during the previous step's update).
+    sample_s: r.phaseSeconds?.sample ?? null,
+    update_s: r.phaseSeconds?.update ?? null,
+    drain_s: r.phaseSeconds?.drain ?? null,
+    sync_s: r.phaseSeconds?.sync ?? null,
   };
 }

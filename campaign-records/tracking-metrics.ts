@@ -42,7 +42,13 @@ export function trackingEntryOfStep(r: StepRecord): TrackingEntry {
       'train/sampled_weight_version': r.sampledWeightVersion,
       // Versions the sampling policy lagged behind the one this step updated (0 = on-policy).
       'train/weight_lag': r.sampledWeightVersion === undefined ? undefined : r.step - 1 - r.sampledWeightVersion,
+      // Per trained episode (a sync during an overlapped sampling leaves some episodes a version newer).
+      'train/lag_mean': r.episodeLag?.mean,
+      'train/lag_max': r.episodeLag?.max,
       'train/sync_s': sync.length ? Math.max(...sync) : undefined,
+      'train/sample_s': r.phaseSeconds?.sample,
+      'train/update_s': r.phaseSeconds?.update,
+      'train/drain_s': r.phaseSeconds?.drain,
       ...learner,
     }),
   };

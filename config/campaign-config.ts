@@ -192,8 +192,9 @@ export const campaignConfigSchema = z
           .min(0)
           .default(0)
           .describe(
-            'Weight versions an episode may lag behind the step that trains on it; older ones are dropped and ' +
-              'refilled (0 = on-policy)',
+            'Weight versions an episode may lag behind the weights that train on it. 0: synchronous steps ' +
+              '(sample, update, sync). 1 or more: the next step samples while this one updates, its weights synced ' +
+              'between episodes; older episodes are dropped and refilled (docs/async-training.md)',
           ),
         task_order: z
           .enum(['seeded', 'by_family'])
@@ -265,7 +266,28 @@ export const campaignConfigSchema = z
       .optional()
       .describe('Experiment trackers (MLflow, W&B) for every step and evaluation; off unless set'),
   })
-  .strict();
+  .strict()
+  .superRefine(checkLagCorrection);
+
+/**
+ * Overlapped steps train on episodes up to max_staleness versions old: the loss must correct for that lag, with the
+ * truncated importance ratio (is_cap) or a PPO ratio against the sampler's own log-probabilities. An uncorrected
+ * loss at a lag of 3 diverged in a published report (docs/async-training.md).
+ */
+function checkLagCorrection(
+  config: { training: { max_staleness: number }; learner: { is_cap?: number; old_logprobs?: string } },
+  ctx: z.RefinementCtx,
+): void {
+  const { training, learner } = config;
+  if (training.max_staleness === 0 || learner.old_logprobs === 'sampler' || (learner.is_cap ?? 0) >= 1) return;
+  ctx.addIssue({
+    code: 'custom',
+    path: ['learner', 'is_cap'],
+    message:
+      `training.max_staleness ${training.max_staleness} trains on episodes sampled by older weights: set ` +
+      'learner.is_cap (2 is typical) or learner.old_logprobs: sampler so the loss corrects for the lag',
+  });
+}
 
 export type CampaignConfig = z.infer<typeof campaignConfigSchema>;
 

@@ -54,6 +54,11 @@ const hostPort = z
   .string()
   .regex(/^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):\d{1,5}$/, 'expected host:port (e.g. 10.0.0.10:7233)');
 
+/** A CPU list as taskset takes it: 0, 0-3, 0,2,4-7. */
+const cpuList = z
+  .string()
+  .regex(/^\d+(-\d+)?(,\d+(-\d+)?)*$/, 'expected a CPU list such as 0, 0-3 or 0,2')
+  .optional();
 /** A task-queue-safe name: it becomes part of `<prefix>-gpu-<host>`. */
 const queueName = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, 'expected letters, digits, . _ - (at most 63)');
 
@@ -147,6 +152,12 @@ export const environmentSchema = z.object({
     .string()
     .optional()
     .describe('Python environment of the experiment trackers, mlflow and wandb (scripts/setup.sh creates it)'),
+  TBT_POLICY_CPUS: cpuList.describe(
+    'CPUs (taskset list, e.g. 0 or 0-3) the embedded policy server runs on; unset = any (bench:async pins it)',
+  ),
+  TBT_LEARNER_CPUS: cpuList.describe(
+    "CPUs (taskset list) the learner's processes run on; unset = any (bench:async pins it)",
+  ),
   TBT_VLLM_MAX_MODEL_LEN: count(256, 1_048_576)
     .default(4096)
     .describe('Context length (--max-model-len) of the embedded vLLM policy server'),

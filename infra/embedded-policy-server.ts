@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { readEnvironment } from '../config/environment.ts';
+import { onCpus } from './cpu-affinity.ts';
 import { waitFor } from './daemon.ts';
 import type { ExpectedProcess } from './pid-identity.ts';
 import { gpuLearnerDir, pythonBinary, smallModelDir, vllmPythonBinary } from './python-env.ts';
@@ -142,7 +143,7 @@ function spawnBuiltin(port: number, modelDir: string, options: SpawnOptions, log
   if (options.chatTemplate) args.push('--chat-template', options.chatTemplate);
   if (options.reloadTokenFile) args.push('--token-file', options.reloadTokenFile);
   for (const root of options.weightsRoots ?? []) args.push('--weights-root', root);
-  return spawn(pythonBinary(), [...args, ...(options.extraArgs ?? [])], {
+  return spawn(...onCpus(pythonBinary(), [...args, ...(options.extraArgs ?? [])], readEnvironment().TBT_POLICY_CPUS), {
     cwd: gpuLearnerDir,
     stdio: ['ignore', log, log],
     detached: options.detached ?? false,
@@ -164,7 +165,7 @@ function spawnVllm(port: number, modelDir: string, model: string, options: Spawn
     ...(options.chatTemplate ? ['--chat-template', options.chatTemplate] : []),
     ...(options.extraArgs ?? []),
   ];
-  return spawn(vllmPythonBinary(), args, {
+  return spawn(...onCpus(vllmPythonBinary(), args, readEnvironment().TBT_POLICY_CPUS), {
     cwd: gpuLearnerDir,
     stdio: ['ignore', log, log],
     detached: true,

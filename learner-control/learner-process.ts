@@ -1,7 +1,9 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { readEnvironment } from '../config/environment.ts';
 import { InfrastructureError } from '../core/errors.ts';
+import { onCpus } from '../infra/cpu-affinity.ts';
 import { exitedBy, isAlive, readPid, stopPid, waitFor } from '../infra/daemon.ts';
 import { gpuLearnerDir, pythonBinary } from '../infra/python-env.ts';
 import { learnerRequest, type LearnerEndpoint } from './learner-client.ts';
@@ -70,7 +72,7 @@ function writeLearnerConfig(files: LearnerFiles, learnerConfig: Record<string, u
 function spawnTorchrun(files: LearnerFiles, launch: LearnerLaunch): number {
   const torchrun = path.join(path.dirname(pythonBinary()), 'torchrun');
   const out = fs.openSync(files.log, 'a');
-  const child = spawn(torchrun, torchrunArgs(launch, files.config), {
+  const child = spawn(...onCpus(torchrun, torchrunArgs(launch, files.config), readEnvironment().TBT_LEARNER_CPUS), {
     cwd: gpuLearnerDir,
     detached: true,
     stdio: ['ignore', out, out],

@@ -32,7 +32,8 @@ import { infrastructureCause } from './failure-class.ts';
 import { controlAnswer, type ControlAction } from './campaign-control-answers.ts';
 import { evaluationSummary, probeSummary as probeStaticSummary, trainingStepSummary } from './ui-text.ts';
 import { startLearnerNodes } from './learner-nodes.ts';
-import { stepLostFailureType, trainingStepWorkflow } from './training-step-workflow.ts';
+import { stepLostFailureType, trainingStepWorkflow, type TrainingStepResult } from './training-step-workflow.ts';
+import type { SampledStep } from './sampled-step.ts';
 import {
   bookkeepingOptions,
   defaultMaxReruns,
@@ -85,6 +86,8 @@ export interface CampaignState {
   stopAfterStep: boolean;
   /** Training steps in a row whose update the learner skipped as non-finite; reset by a finite one or a resume. */
   nonFiniteInARow?: number;
+  /** The next step's groups, sampled during the last step's update (`training.max_staleness` > 0). */
+  nextSample?: SampledStep;
 }
 
 export interface CampaignInput {
@@ -473,7 +476,9 @@ async function train(run: CampaignRun): Promise<void> {
       log.warn('campaign paused: a training step lost every group', { campaignId, step, reason: lost });
       return continueCampaignAsNew({ ...input, state });
     }
+    const { next, ...stepDone } = record;
     state.step = step;
+    state.nextSample = next;
     state.weightsPath = record.exportPath;
     state.weightVersion = record.weightVersion;
     state.lastStep = {
@@ -485,7 +490,7 @@ async function train(run: CampaignRun): Promise<void> {
       fallback: record.fallback,
       loss: record.update.loss,
     };
-    pauseOnNonFiniteRun(run, record);
+    pauseOnNonFiniteRun(run, stepDone);
     // Signals that arrived during the step are part of `state` and survive the continue-as-new.
     await continueCampaignAsNew({ ...input, state });
   }
@@ -588,7 +593,7 @@ async function pausingOnInfrastructure<T>(
 }
 
 /** The step's child workflow; a step that lost every group to infrastructure errors yields its reason instead. */
-async function trainingStep(run: CampaignRun, step: number): Promise<{ record?: StepRecord; lost?: string }> {
+async function trainingStep(run: CampaignRun, step: number): Promise<{ record?: TrainingStepResult; lost?: string }> {
   const { input, state } = run;
   const { campaignId, config } = input;
   const { episode, policyServers } = await episodeConfig(run);
@@ -619,6 +624,13 @@ async function trainingStep(run: CampaignRun, step: number): Promise<{ record?: 
         embeddedEngine: config.episode.policy.base_url === 'embedded' ? config.episode.policy.engine : undefined,
         weightVersion: state.weightVersion ?? 0,
         gpuQueueWaitMs: config.recovery?.gpu_queue_wait_ms,
+        // Overlapped steps (max_staleness > 0): this step's groups, if sampled ahead, and whether to sample the next.
+        ...(config.training.max_staleness > 0
+          ? {
+              sampled: state.nextSample,
+              sampleNext: step < config.training.steps && !state.stopAfterStep,
+            }
+          : {}),
       },
     ],
   }).catch((err: unknown) => {

@@ -31,9 +31,10 @@ export class ConcurrencySlots {
     this.size -= n;
   }
 
-  async acquire(): Promise<void> {
+  /** Takes a slot once one is free and `open()` holds (a gate the caller closes, as a weight sync does). */
+  async acquire(open: () => boolean = () => true): Promise<void> {
     await condition(() => {
-      if (this.held >= this.size) return false;
+      if (this.held >= this.size || !open()) return false;
       this.held += 1;
       this.peak = Math.max(this.peak, this.held);
       return true;

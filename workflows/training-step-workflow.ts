@@ -23,6 +23,7 @@ import {
   type InfraBackoff,
 } from './activity-options.ts';
 import { ConcurrencySlots } from './concurrency-slots.ts';
+import { episodeLag, sampledStep, type SampledStep } from './sampled-step.ts';
 import { selectGroups, type DrawnGroup, type GroupSelection } from './group-selection.ts';
 import { startLearnerNodes } from './learner-nodes.ts';
 import { runEpisodeOrInfraError } from './one-episode.ts';
@@ -69,34 +70,91 @@ export interface TrainingStepInput {
   gpuQueueWaitMs?: number;
   /** Backoff before refills and step retries (default: activity-options.ts). */
   infraBackoff?: InfraBackoff;
+  /** This step's groups when the previous step sampled them ahead (`max_staleness` > 0); else it samples them. */
+  sampled?: SampledStep;
+  /** Sample the next step's groups while this step's update runs (`max_staleness` > 0 and a step follows). */
+  sampleNext?: boolean;
+}
+
+/** A step's record, and the next step's groups when it sampled them ahead. */
+export interface TrainingStepResult extends StepRecord {
+  next?: SampledStep;
 }
 
 interface GroupResult extends DrawnGroup {
   episodes: EpisodeSummary[];
 }
 
-export async function trainingStepWorkflow(input: TrainingStepInput): Promise<StepRecord> {
+/** What one step's sampling shares: the step its episode ids name, the episode config, the slots, the sync gate. */
+interface Sampling {
+  step: number;
+  /** Version the servers hold when the sampling starts. */
+  startVersion: number;
+  /** Version the learner trains these episodes from: one lagging more than max_staleness behind it is refilled. */
+  trainVersion: number;
+  /** The episodes' config; an overlapped step swaps in the new weight version after a sync between episodes. */
+  episode: EpisodeConfig;
+  /** Episodes in flight across all groups, bounded by training.concurrency. */
+  slots: ConcurrencySlots;
+  /** Closed while weights are synced: no episode starts, and the sync waits until none is in flight. */
+  gateClosed: boolean;
+  done: boolean;
+}
+
+function samplingOf(input: TrainingStepInput, step: number, trainVersion: number): Sampling {
+  return {
+    step,
+    startVersion: sampledWeightVersion(input),
+    trainVersion,
+    episode: input.episode,
+    slots: new ConcurrencySlots(input.training.concurrency),
+    gateClosed: false,
+    done: false,
+  };
+}
+
+export async function trainingStepWorkflow(input: TrainingStepInput): Promise<TrainingStepResult> {
   const t = input.training;
   const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('10 minutes', 10));
   // Steps started before the slots, refill backoff and step retries replay their recorded commands.
   const current = patched('step-slots-backoff');
-  setCurrentDetails(`sampling groups of ${t.group_size} for step ${input.step}`);
-  const selection = await drawTrainedGroups(input, current);
-  if (selection.informative.length < t.groups_per_step)
+  // Histories from before overlapped steps never asked: only a campaign with max_staleness > 0 takes that path.
+  const overlapped = t.max_staleness > 0 && patched('overlapped-steps');
+  let sample = overlapped && input.sampled?.step === input.step ? input.sampled : undefined;
+  if (!sample) {
+    setCurrentDetails(`sampling groups of ${t.group_size} for step ${input.step}`);
+    sample = await sampleGroups(input, samplingOf(input, input.step, sampledWeightVersion(input)), current);
+  }
+  if (sample.informativeGroups < t.groups_per_step)
     log.warn('fewer informative groups than configured', {
       step: input.step,
-      informative: selection.informative.length,
+      informative: sample.informativeGroups,
       wanted: t.groups_per_step,
-      fallback: selection.fallback,
+      fallback: sample.fallback,
     });
-  setCurrentDetails(
-    `learner update on ${selection.trained.length} groups (${selection.informative.length} informative), ` +
-      `then export and weight sync`,
-  );
-  const policy = await updatePolicy(input, advantageItems(selection.trained, t.normalize_std));
-  const record = stepRecord(input, selection, policy);
-  await bookkeeping.recordStep(record);
-  return record;
+  const trained = `learner update on ${sample.groups.length} groups (${sample.informativeGroups} informative)`;
+  const items = advantageItems(sample, t.normalize_std);
+  if (!overlapped || !input.sampleNext) {
+    setCurrentDetails(`${trained}, then export and weight sync`);
+    const record = stepRecord(input, sample, await updatePolicy(input, items));
+    await bookkeeping.recordStep(record);
+    return record;
+  }
+  // Overlapped: the next step's episodes run on the weights the servers hold while this update trains; its
+  // weights are synced between episodes as soon as they are exported, and the step is recorded at once.
+  setCurrentDetails(`${trained} while step ${input.step + 1} samples on weight version ${input.weightVersion}`);
+  const next = samplingOf(input, input.step + 1, input.step);
+  const [record, nextSample] = await Promise.all([
+    updatePolicy(input, items, next).then(async (policy) => {
+      const r = stepRecord(input, sample, policy);
+      await bookkeeping.recordStep(r);
+      return r;
+    }),
+    sampleGroups(input, next, current).finally(() => {
+      next.done = true;
+    }),
+  ]);
+  return { ...record, next: nextSample };
 }
 
 /** Steps started by older code carry policyBaseUrl and no version: they keep working after a deploy. */
@@ -108,36 +166,34 @@ function sampledWeightVersion(input: TrainingStepInput): number {
  * Runs one group: G episodes, then one refill per lost one up to the cap. `attempt.retry` is the step retry
  * whose fresh episode ids the episodes take.
  */
-function groupRunner(input: TrainingStepInput, current: boolean, attempt: { retry: number }) {
+function groupRunner(input: TrainingStepInput, sampling: Sampling, current: boolean, attempt: { retry: number }) {
   // A pool listing a uid twice could draw it twice in one step: then activities keep sequence-number ids.
   const uniqueIds = new Set(input.pool).size === input.pool.length;
   const t = input.training;
-  const sampledVersion = sampledWeightVersion(input);
-  // Episodes in flight across all groups of this step, bounded by training.concurrency.
-  const slots = new ConcurrencySlots(t.concurrency);
+  const { step, slots } = sampling;
   let inFlight = 0;
   let done = 0;
   const showSampling = () =>
     setCurrentDetails(
-      `sampling step ${input.step}: ${done} episodes done, ${inFlight} in flight` +
+      `sampling step ${step}: ${done} episodes done, ${inFlight} in flight` +
         (attempt.retry ? ` (step retry ${attempt.retry})` : ''),
     );
   const episode = async (uid: string, rep: number): Promise<EpisodeSummary> => {
-    if (current) await slots.acquire();
+    if (current) await slots.acquire(() => !sampling.gateClosed);
     else await condition(() => inFlight < t.concurrency);
     inFlight += 1;
     showSampling();
     try {
       const retry = attempt.retry ? `~retry-${attempt.retry}` : '';
       const activityInput: EpisodeActivityInput = {
-        episodeId: `${input.campaignId}/step-${input.step}/${uid}#${rep}${retry}`,
+        episodeId: `${input.campaignId}/step-${step}/${uid}#${rep}${retry}`,
         suiteDir: input.suiteDir,
         taskUid: uid,
         purpose: 'train',
         campaign: input.campaignId,
-        step: input.step,
+        step,
         repetition: rep,
-        config: input.episode,
+        config: sampling.episode,
       };
       return await runEpisodeOrInfraError(input.rolloutQueue, activityInput, uniqueIds);
     } finally {
@@ -148,9 +204,10 @@ function groupRunner(input: TrainingStepInput, current: boolean, attempt: { retr
     }
   };
 
-  // An episode sampled from weights more than max_staleness versions old (one recorded before a restart, say)
-  // is dropped and refilled like a lost one; an episode without a version predates versioning: current.
-  const isStale = (e: EpisodeSummary) => sampledVersion - (e.weightVersion ?? sampledVersion) > t.max_staleness;
+  // An episode sampled from weights more than max_staleness versions behind the ones the learner trains from (one
+  // recorded before a restart, say) is dropped and refilled like a lost one; one without a version: current.
+  const isStale = (e: EpisodeSummary) =>
+    sampling.trainVersion - (e.weightVersion ?? sampling.trainVersion) > t.max_staleness;
   return async (uid: string): Promise<GroupResult> => {
     const first = await Promise.all(Array.from({ length: t.group_size }, (_, rep) => episode(uid, rep)));
     const valid = first.filter((e) => e.outcome !== 'infrastructure_error' && !isStale(e));
@@ -185,16 +242,29 @@ async function drawGroups(
   }
 }
 
+/** One step's groups, sampled (see drawTrainedGroups) and made plain for the update and the record. */
+async function sampleGroups(input: TrainingStepInput, sampling: Sampling, current: boolean): Promise<SampledStep> {
+  const started = Date.now();
+  const selection = await drawTrainedGroups(input, sampling, current);
+  const { step, startVersion, trainVersion } = sampling;
+  return sampledStep(selection, { step, startVersion, trainVersion, seconds: (Date.now() - started) / 1000 });
+}
+
 /** The step's groups, drawn again with fresh episode ids while every group is lost (at most lostStepRetries). */
-async function drawTrainedGroups(input: TrainingStepInput, current: boolean): Promise<GroupSelection<GroupResult>> {
+async function drawTrainedGroups(
+  input: TrainingStepInput,
+  sampling: Sampling,
+  current: boolean,
+): Promise<GroupSelection<GroupResult>> {
   const t = input.training;
+  const { step } = sampling;
   const attempt = { retry: 0 };
-  const runGroup = groupRunner(input, current, attempt);
+  const runGroup = groupRunner(input, sampling, current, attempt);
   // Steps recorded before task_order existed carry no field: the seeded order, as they ran.
   const order =
     t.task_order === 'by_family'
-      ? familyStepTaskOrder(input.pool, input.seed, input.step, t.groups_per_step)
-      : stepTaskOrder(input.pool, input.seed, input.step);
+      ? familyStepTaskOrder(input.pool, input.seed, step, t.groups_per_step)
+      : stepTaskOrder(input.pool, input.seed, step);
   const earlierAttempts: GroupResult[] = [];
   for (;;) {
     const selection = await drawGroups(order, t, runGroup, earlierAttempts);
@@ -202,24 +272,21 @@ async function drawTrainedGroups(input: TrainingStepInput, current: boolean): Pr
     if (!current || selection.informative.length > 0 || selection.zeroVariance.length > 0) return selection;
     if (attempt.retry >= lostStepRetries)
       throw ApplicationFailure.nonRetryable(
-        `step ${input.step}: every group was lost to infrastructure errors (${selection.lostGroups} groups, ` +
+        `step ${step}: every group was lost to infrastructure errors (${selection.lostGroups} groups, ` +
           `${selection.infraErrors} infrastructure errors, ${attempt.retry} retries); the campaign pauses until ` +
           `resumed`,
         stepLostFailureType,
       );
     attempt.retry += 1;
-    log.warn('every group of the step was lost; retrying after backoff', {
-      step: input.step,
-      stepRetry: attempt.retry,
-    });
+    log.warn('every group of the step was lost; retrying after backoff', { step, stepRetry: attempt.retry });
     await sleep(infraBackoffMs(attempt.retry, input.infraBackoff));
     earlierAttempts.push(...selection.lost);
   }
 }
 
 /** Each trained episode with its group-relative advantage. */
-function advantageItems(trained: GroupResult[], normalizeStd: boolean): { episodeId: string; advantage: number }[] {
-  return trained.flatMap((g) => {
+function advantageItems(sample: SampledStep, normalizeStd: boolean): { episodeId: string; advantage: number }[] {
+  return sample.groups.flatMap((g) => {
     const advantages = groupAdvantages(
       g.episodes.map((e) => e.reward),
       normalizeStd,
@@ -228,8 +295,16 @@ function advantageItems(trained: GroupResult[], normalizeStd: boolean): { episod
   });
 }
 
-/** The learner update, the export of its weights, and their sync to every policy server. */
-async function updatePolicy(input: TrainingStepInput, items: { episodeId: string; advantage: number }[]) {
+/**
+ * The learner update, the export of its weights, and their sync to every policy server. With `sampling` (the next
+ * step's, running alongside), the sync waits between episodes: no new one starts, those in flight finish on the
+ * weights they started with, then the servers load the new ones and the next episodes record the new version.
+ */
+async function updatePolicy(
+  input: TrainingStepInput,
+  items: { episodeId: string; advantage: number }[],
+  sampling?: Sampling,
+) {
   const gpu = withMissingPollerNamed(
     proxyActivities<GpuActivities>(gpuOptions(input.gpuQueue, '4 hours', input.gpuQueueWaitMs)),
     input.gpuQueue,
@@ -237,6 +312,7 @@ async function updatePolicy(input: TrainingStepInput, items: { episodeId: string
   // Steps started by older code carry policyBaseUrl: they keep working after a deploy.
   const policyServers = input.policyServers ?? (input.policyBaseUrl ? [input.policyBaseUrl] : []);
   const stepId = input.step;
+  const started = Date.now();
   // The other nodes of a multi-node learner run (or are started again) before node 0 takes the step.
   await startLearnerNodes(input.gpuNodeQueues, {
     campaignId: input.campaignId,
@@ -253,51 +329,79 @@ async function updatePolicy(input: TrainingStepInput, items: { episodeId: string
     samplingTemperature: input.episode.sampling.temperature,
   });
   const exported = await gpu.exportWeights({ campaignId: input.campaignId, stepId });
-  // On-policy: the next step samples only after every server holds this step's weights (version = step).
-  const synced = await gpu.syncWeights({
-    campaignId: input.campaignId,
-    servers: policyServers,
-    engine: input.embeddedEngine,
-    weightsPath: exported.path,
-    weightVersion: stepId,
-    basePath: input.learner.model_path,
-    deadlineMs: input.episode.policy.sync_deadline_ms,
-  });
-  return { update, exported, synced };
+  const updated = Date.now();
+  const syncing = sampling !== undefined && !sampling.done;
+  if (syncing) {
+    sampling.gateClosed = true;
+    await condition(() => sampling.done || sampling.slots.inFlight === 0);
+  }
+  const drained = Date.now();
+  try {
+    // The next step samples only from servers that all hold this step's weights (version = step).
+    const synced = await gpu.syncWeights({
+      campaignId: input.campaignId,
+      servers: policyServers,
+      engine: input.embeddedEngine,
+      weightsPath: exported.path,
+      weightVersion: stepId,
+      basePath: input.learner.model_path,
+      deadlineMs: input.episode.policy.sync_deadline_ms,
+    });
+    if (syncing) sampling.episode = onSyncedWeights(sampling.episode, synced, input.embeddedEngine !== undefined);
+    const seconds = { update: (updated - started) / 1000, drain: (drained - updated) / 1000 };
+    return { update, exported, synced, seconds: { ...seconds, sync: (Date.now() - drained) / 1000 } };
+  } finally {
+    if (syncing) sampling.gateClosed = false;
+  }
+}
+
+/** The episode config after a sync: the new version, and the embedded server's address (a failed sync moves it). */
+function onSyncedWeights(
+  episode: EpisodeConfig,
+  synced: { weightVersion: number; servers?: { baseUrl: string }[] },
+  embedded: boolean,
+): EpisodeConfig {
+  const moved = embedded ? synced.servers?.[0]?.baseUrl : undefined;
+  return {
+    ...episode,
+    policy: { ...episode.policy, weight_version: synced.weightVersion, ...(moved ? { base_url: moved } : {}) },
+  };
 }
 
 function stepRecord(
   input: TrainingStepInput,
-  selection: GroupSelection<GroupResult>,
-  { update, exported, synced }: Awaited<ReturnType<typeof updatePolicy>>,
+  sample: SampledStep,
+  { update, exported, synced, seconds }: Awaited<ReturnType<typeof updatePolicy>>,
 ): StepRecord {
-  const { trained } = selection;
+  const episodes = sample.groups.flatMap((g) => g.episodes);
   // Leakage check: an infrastructure-errored episode must never reach an advantage.
-  const leaked = trained.flatMap((g) => g.episodes).filter((e) => e.outcome === 'infrastructure_error').length;
-  const rewards = trained.flatMap((g) => g.episodes.map((e) => e.reward as number));
+  const leaked = episodes.filter((e) => e.outcome === 'infrastructure_error').length;
+  const rewards = episodes.map((e) => e.reward);
   return {
     campaignId: input.campaignId,
     step: input.step,
-    groups: trained.map((g) => ({
+    groups: sample.groups.map((g) => ({
       uid: g.uid,
       rewards: g.episodes.map((e) => e.reward),
       episodeIds: g.episodes.map((e) => e.id),
     })),
-    informativeGroups: selection.informative.length,
-    zeroVarianceGroups: selection.zeroVariance.length,
-    replacements: selection.replacements,
-    lostGroups: selection.lostGroups,
-    infraErrors: selection.infraErrors,
+    informativeGroups: sample.informativeGroups,
+    zeroVarianceGroups: sample.zeroVarianceGroups,
+    replacements: sample.replacements,
+    lostGroups: sample.lostGroups,
+    infraErrors: sample.infraErrors,
     leakedInfraEpisodes: leaked,
-    fallback: selection.fallback,
+    fallback: sample.fallback,
     meanReward: rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : 0,
     update: update.metrics,
     repeatedUpdate: update.repeated,
     checkpoint: update.checkpoint,
     exportPath: exported.path,
     weightVersion: synced.weightVersion,
-    sampledWeightVersion: sampledWeightVersion(input),
-    staleEpisodes: selection.staleEpisodes,
+    sampledWeightVersion: sample.startVersion,
+    staleEpisodes: sample.staleEpisodes,
     syncSeconds: (synced.servers ?? []).map((s) => s.seconds), // absent in results of older activity code
+    episodeLag: episodeLag(sample),
+    phaseSeconds: { sample: sample.seconds, ...seconds },
   };
 }

@@ -1,0 +1,146 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import { Client, WorkflowNotFoundError } from '@temporalio/client';
+import { parse, stringify } from 'yaml';
+import { startCampaign } from '../cli/commands/campaign.ts';
+import { up } from '../cli/commands/infra.ts';
+import { readEnvironment, repoRoot } from '../config/environment.ts';
+import { stepsFile } from '../campaign-records/steps-file.ts';
+import { defaultRetention, pruneLearnerFolder } from '../infra/retention.ts';
+import { startWorkers, stopWorkers } from '../infra/local-workers.ts';
+import { connectTemporalClient } from '../infra/temporal-connection.ts';
+import { learnerFiles } from '../learner-control/learner-process.ts';
+
+/**
+ * bench:async: is the overlapped loop faster, with the lag it promises? The campaign of bench/async/config.yaml runs
+ * twice in one go, synchronously (`training.max_staleness: 0`) and overlapped (1), with the embedded vLLM policy
+ * server pinned to CPU 0 and the CPU learner to CPU 1 in both (TBT_POLICY_CPUS, TBT_LEARNER_CPUS), as inference and
+ * training GPUs are separate pools on a cluster. Each run's training time is its first step child's start to its
+ * last one's close (Temporal); the campaign is then cancelled (the bench does not need its evaluation), which
+ * releases its learner and policy server. Per mode it prints where each step's time went (steps.jsonl: sampling,
+ * update and export, the wait for episodes in flight before the sync, the sync) and ends with
+ *   async: steps=N sync_minutes=S async_minutes=A speedup=X mean_lag=L max_lag=M
+ * (the lag over every trained episode of the overlapped run). Goal: speedup >= 1.4 with max_lag <= 1.
+ *   npm run bench:async [-- --steps N] [-- --config FILE]
+ */
+
+const { values } = parseArgs({
+  options: {
+    steps: { type: 'string' },
+    config: { type: 'string', default: path.join(repoRoot, 'bench', 'async', 'config.yaml') },
+  },
+});
+
+interface StepLine {
+  step: number;
+  sample_s: number | null;
+  update_s: number | null;
+  drain_s: number | null;
+  sync_s: number | null;
+  lag_mean: number | null;
+  lag_max: number | null;
+  groups: number;
+}
+
+const env = readEnvironment();
+await up();
+// Unpinned OpenMP threads inside the pinned process (vLLM would bind its own choice of cores otherwise).
+process.env.VLLM_CPU_OMP_THREADS_BIND ??= 'nobind';
+process.env.TBT_POLICY_CPUS ??= '0';
+process.env.TBT_LEARNER_CPUS ??= os.cpus().length > 1 ? '1' : '0';
+const base = parse(fs.readFileSync(values.config, 'utf8')) as { name: string; training: Record<string, unknown> };
+if (values.steps !== undefined) base.training.steps = Number(values.steps);
+const steps = Number(base.training.steps);
+const folder = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-async-'));
+const spawned = startWorkers(env);
+const connection = await connectTemporalClient(env);
+const client = new Client({ connection, namespace: env.TBT_TEMPORAL_NAMESPACE });
+const results: { mode: string; minutes: number; lines: StepLine[] }[] = [];
+try {
+  for (const [mode, maxStaleness] of [
+    ['sync', 0],
+    ['async', 1],
+  ] as const) {
+    const file = path.join(folder, `${mode}.yaml`);
+    const config = {
+      ...base,
+      name: `${base.name}-${mode}`,
+      training: { ...base.training, max_staleness: maxStaleness },
+    };
+    fs.writeFileSync(file, stringify(config));
+    const stamp = new Date().toISOString().replace(/[-:]/g, '').replace(/\..*/, '').replace('T', '-');
+    const { workflowId } = await startCampaign(file, { wait: false, id: `${config.name}-${stamp}` });
+    const minutes = await trainingMinutes(client, workflowId, steps);
+    const lines = fs
+      .readFileSync(stepsFile(env.TBT_STATE_DIR, workflowId), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as StepLine);
+    results.push({ mode, minutes, lines });
+    printMode(mode, workflowId, minutes, lines);
+    pruneLearnerFolder(learnerFiles(env.TBT_STATE_DIR, workflowId).dir, {
+      ...defaultRetention,
+      keepExports: 0,
+      keepCheckpoints: 0,
+    });
+  }
+} finally {
+  await connection.close();
+  stopWorkers(env, spawned);
+}
+const [sync, overlapped] = results as [(typeof results)[0], (typeof results)[0]];
+const lags = overlapped.lines.filter((l) => l.lag_mean !== null);
+const meanLag = lags.reduce((a, l) => a + l.lag_mean!, 0) / Math.max(1, lags.length);
+const maxLag = Math.max(0, ...lags.map((l) => l.lag_max!));
+console.log(
+  `async: steps=${steps} sync_minutes=${sync.minutes.toFixed(1)} async_minutes=${overlapped.minutes.toFixed(1)} ` +
+    `speedup=${(sync.minutes / overlapped.minutes).toFixed(2)} mean_lag=${meanLag.toFixed(2)} max_lag=${maxLag}`,
+);
+
+/**
+ * Waits for the campaign's last step child to close, then cancels the campaign (it releases its GPU processes) and
+ * returns the minutes from the first step's start to the last step's close.
+ */
+async function trainingMinutes(temporal: Client, workflowId: string, lastStep: number): Promise<number> {
+  const campaign = temporal.workflow.getHandle(workflowId);
+  const describe = (id: string) =>
+    temporal.workflow
+      .getHandle(id)
+      .describe()
+      .catch((err: unknown) => (err instanceof WorkflowNotFoundError ? undefined : Promise.reject(err)));
+  for (;;) {
+    const last = await describe(`${workflowId}/step-${lastStep}`);
+    if (last?.closeTime) {
+      if (last.status.name !== 'COMPLETED') throw new Error(`${workflowId}/step-${lastStep}: ${last.status.name}`);
+      break;
+    }
+    const state = await campaign.describe();
+    if (state.status.name !== 'RUNNING') throw new Error(`campaign ${workflowId} ended: ${state.status.name}`);
+    await delay(5000);
+  }
+  await campaign.cancel();
+  await campaign.result().catch(() => undefined);
+  const first = (await describe(`${workflowId}/step-1`))!;
+  const last = (await describe(`${workflowId}/step-${lastStep}`))!;
+  return (last.closeTime!.getTime() - first.startTime.getTime()) / 60_000;
+}
+
+function printMode(mode: string, workflowId: string, minutes: number, lines: StepLine[]): void {
+  const sum = (k: keyof StepLine) => lines.reduce((a, l) => a + Number(l[k] ?? 0), 0);
+  const total = minutes * 60;
+  console.log(`\n${mode}: campaign ${workflowId}, training ${minutes.toFixed(1)} min (${total.toFixed(0)} s)`);
+  console.log('step  sample_s  update_s  drain_s  sync_s  lag_mean  lag_max');
+  for (const l of lines)
+    console.log(
+      [l.step, l.sample_s, l.update_s, l.drain_s, l.sync_s, l.lag_mean, l.lag_max]
+        .map((v, i) => (typeof v === 'number' && i > 0 ? v.toFixed(i >= 5 ? 2 : 1) : String(v)).padStart(i ? 8 : 4))
+        .join('  '),
+    );
+  console.log(
+    `sum   sample ${sum('sample_s').toFixed(0)} s, update ${sum('update_s').toFixed(0)} s, drain ` +
+      `${sum('drain_s').toFixed(0)} s, sync ${sum('sync_s').toFixed(0)} s (of ${total.toFixed(0)} s of training)`,
+  );
+}
