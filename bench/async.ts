@@ -4,13 +4,14 @@ import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { Client, WorkflowNotFoundError } from '@temporalio/client';
-import { parse, stringify } from 'yaml';
 import { startCampaign } from '../cli/commands/campaign.ts';
 import { up } from '../cli/commands/infra.ts';
+import { loadCampaignConfig } from '../config/campaign-config.ts';
+import { writeConfigVariant } from '../config/config-variant.ts';
 import { readEnvironment, repoRoot } from '../config/environment.ts';
 import { stepsFile } from '../campaign-records/steps-file.ts';
 import { defaultRetention, pruneLearnerFolder } from '../infra/retention.ts';
-import { startWorkers, stopWorkers } from '../infra/local-workers.ts';
+import { startWorkers, stopWorkers, workerKinds } from '../infra/local-workers.ts';
 import { connectTemporalClient } from '../infra/temporal-connection.ts';
 import { learnerFiles } from '../learner-control/learner-process.ts';
 
@@ -47,15 +48,20 @@ interface StepLine {
 
 const env = readEnvironment();
 await up();
-// Unpinned OpenMP threads inside the pinned process (vLLM would bind its own choice of cores otherwise).
-process.env.VLLM_CPU_OMP_THREADS_BIND ??= 'nobind';
-process.env.TBT_POLICY_CPUS ??= '0';
-process.env.TBT_LEARNER_CPUS ??= os.cpus().length > 1 ? '1' : '0';
-const base = parse(fs.readFileSync(values.config, 'utf8')) as { name: string; training: Record<string, unknown> };
-if (values.steps !== undefined) base.training.steps = Number(values.steps);
-const steps = Number(base.training.steps);
+// What the GPU worker starts runs pinned; OpenMP threads unbound inside (vLLM would bind its own choice of cores).
+const pinned = {
+  ...process.env,
+  TBT_POLICY_CPUS: env.TBT_POLICY_CPUS ?? '0',
+  TBT_LEARNER_CPUS: env.TBT_LEARNER_CPUS ?? (os.cpus().length > 1 ? '1' : '0'),
+  VLLM_CPU_OMP_THREADS_BIND: process.env.VLLM_CPU_OMP_THREADS_BIND ?? 'nobind',
+};
+const steps = Number(values.steps ?? loadCampaignConfig(values.config).training.steps);
 const folder = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-async-'));
-const spawned = startWorkers(env);
+const spawned = startWorkers(env, workerKinds, pinned);
+if (!spawned.includes('gpu')) {
+  await stopWorkers(env, spawned);
+  throw new Error('a GPU worker is already running, so its processes would not be pinned: `tbt workers down` first');
+}
 const connection = await connectTemporalClient(env);
 const client = new Client({ connection, namespace: env.TBT_TEMPORAL_NAMESPACE });
 const results: { mode: string; minutes: number; lines: StepLine[] }[] = [];
@@ -64,15 +70,14 @@ try {
     ['sync', 0],
     ['async', 1],
   ] as const) {
-    const file = path.join(folder, `${mode}.yaml`);
-    const config = {
-      ...base,
-      name: `${base.name}-${mode}`,
-      training: { ...base.training, max_staleness: maxStaleness },
-    };
-    fs.writeFileSync(file, stringify(config));
+    let name = '';
+    const file = writeConfigVariant(values.config, path.join(folder, `${mode}.yaml`), (config) => {
+      config.name = name = `${config.name}-${mode}`;
+      config.training.max_staleness = maxStaleness;
+      config.training.steps = steps;
+    });
     const stamp = new Date().toISOString().replace(/[-:]/g, '').replace(/\..*/, '').replace('T', '-');
-    const { workflowId } = await startCampaign(file, { wait: false, id: `${config.name}-${stamp}` });
+    const { workflowId } = await startCampaign(file, { wait: false, id: `${name}-${stamp}` });
     const minutes = await trainingMinutes(client, workflowId, steps);
     const lines = fs
       .readFileSync(stepsFile(env.TBT_STATE_DIR, workflowId), 'utf8')
@@ -89,7 +94,7 @@ try {
   }
 } finally {
   await connection.close();
-  stopWorkers(env, spawned);
+  await stopWorkers(env, spawned);
 }
 const [sync, overlapped] = results as [(typeof results)[0], (typeof results)[0]];
 const lags = overlapped.lines.filter((l) => l.lag_mean !== null);

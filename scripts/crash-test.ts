@@ -1,5 +1,6 @@
 /**
- * Kill -9 crash suite (on demand, not part of `npm test`): `npm run test:crash [-- --seed N --only a,b --baseline ID]`.
+ * Kill -9 crash suite (on demand, not part of `npm test`):
+ *   `npm run test:crash [-- --seed N --only a,b --baseline ID --phases train --max-staleness 1]`.
  *
  * Runs the 4-step campaign of config/crash-test.yaml (tiny suite, the bundled SmolLM2-135M on CPU, real learner
  * updates) once uninterrupted as the baseline, then once per victim: the rollout worker, the GPU worker together
@@ -20,6 +21,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { readEnvironment, repoRoot } from '../config/environment.ts';
 import { loadCampaignConfig } from '../config/campaign-config.ts';
+import { writeConfigVariant } from '../config/config-variant.ts';
 import { learnerFiles } from '../learner-control/learner-process.ts';
 import { mulberry32 } from '../core/metrics.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
@@ -38,10 +40,25 @@ const { values: opts } = parseArgs({
     'timeout-min': { type: 'string', default: '25' },
     'keep-checkpoints': { type: 'boolean', default: false },
     phases: { type: 'string', default: 'all' },
+    'max-staleness': { type: 'string' },
   },
 });
 
 const env = readEnvironment();
+// --max-staleness K: the same campaign with overlapped steps (docs/async-training.md), the lag corrected by is_cap.
+if (opts['max-staleness'] !== undefined) {
+  const k = Number(opts['max-staleness']);
+  if (!Number.isInteger(k) || k < 0) throw new Error(`--max-staleness: expected an integer >= 0, got ${k}`);
+  opts.config = writeConfigVariant(
+    opts.config!,
+    path.join(env.TBT_STATE_DIR, 'crash-test', `config-k${k}.yaml`),
+    (c) => {
+      c.name = `${c.name}-k${k}`;
+      c.training.max_staleness = k;
+      c.learner.is_cap ??= 2;
+    },
+  );
+}
 const config = loadCampaignConfig(opts.config!);
 const STEPS = config.training.steps;
 const seed = opts.seed !== undefined ? Number(opts.seed) : Math.floor(Date.now() % 1_000_000);

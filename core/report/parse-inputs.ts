@@ -135,6 +135,9 @@ const stepSchema = z.object({
   infra_errors_refilled: count,
   zero_variance_replaced: count,
   wall_s: z.number().nonnegative(),
+  // Steps recorded before overlapped training have no lag; null when the step trained on nothing.
+  lag_mean: z.number().nonnegative().nullable().optional(),
+  lag_max: z.number().nonnegative().nullable().optional(),
 });
 
 /** One JSON object per training step; sorted by step, and a step may appear only once. */

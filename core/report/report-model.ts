@@ -42,6 +42,9 @@ export interface TrainingStep {
   infra_errors_refilled: number;
   zero_variance_replaced: number;
   wall_s: number;
+  /** Versions the trained episodes lagged behind the weights the update started from (overlapped steps). */
+  lag_mean?: number | null;
+  lag_max?: number | null;
 }
 
 export interface StepsInput {

@@ -165,6 +165,28 @@ function lossFigure(steps: readonly TrainingStep[]): Figure {
   };
 }
 
+/** The policy lag of overlapped steps (training.max_staleness > 0); none for a synchronous run, where it is 0. */
+function lagFigure(steps: readonly TrainingStep[]): Figure | undefined {
+  const lagged = steps.filter((s) => typeof s.lag_max === 'number');
+  if (!lagged.some((s) => s.lag_max! > 0)) return undefined;
+  return {
+    id: 'training-lag',
+    caption:
+      'Weight versions the trained episodes lagged behind the weights each update started from: the next ' +
+      "step samples during this one's update (training.max_staleness, docs/async-training.md).",
+    svg: lineChart({
+      title: 'Policy lag per step',
+      series: [
+        { name: 'mean lag', points: lagged.map((s) => ({ x: s.step, y: s.lag_mean ?? 0 })), color: '#2563eb' },
+        { name: 'most', points: lagged.map((s) => ({ x: s.step, y: s.lag_max! })), color: '#dc2626', dashed: true },
+      ],
+      xLabel: 'step',
+      yLabel: 'versions',
+      xFormat: formats.integer,
+    }),
+  };
+}
+
 function totalsTable(t: TrainingStats): Table {
   const { first, last, idle, gradNorms } = t;
   return {
@@ -200,7 +222,9 @@ export function trainingSection(input: StepsInput): SectionPart {
       caption:
         `${count(t.n)} recorded steps (${t.first.step} to ${t.last.step}), ${count(t.groups)} groups in all, ` +
         `${duration(t.wall)} in learner updates (rollouts not included).`,
-      figures: [rewardFigure(t), informativeFigure(steps), lossFigure(steps)],
+      figures: [rewardFigure(t), informativeFigure(steps), lossFigure(steps), lagFigure(steps)].filter(
+        (f): f is Figure => f !== undefined,
+      ),
       tables: [totalsTable(t)],
       notes: [LEARNING_BENCHMARK_NOTE],
     },

@@ -242,6 +242,22 @@ test('a step without an update (every group zero variance) is named, and its zer
   assert.match(none, /^\| steps without an update \(every group zero variance\) \| none \|$/m);
 });
 
+test('overlapped steps: a policy-lag plot, the mean and the most per step; none for a synchronous run', async () => {
+  const lagged = [
+    goodStep(1, { lag_mean: 0, lag_max: 0 }),
+    goodStep(2, { lag_mean: 0.75, lag_max: 1 }),
+    goodStep(3, { lag_mean: 0.5, lag_max: 1 }),
+  ];
+  const { html } = await build(['--steps', writeTemp('steps.jsonl', lagged.join('\n'))]);
+  const lag = figureSvg(html, 'training-lag');
+  assert.equal(countOf(lag, /<polyline class="line"/g), 2, 'mean and most');
+  assert.equal(pointsIn(lag), 6);
+  const synchronous = [goodStep(1, { lag_mean: 0, lag_max: 0 }), goodStep(2, { lag_mean: null, lag_max: null })];
+  const { html: plain } = await build(['--steps', writeTemp('steps.jsonl', synchronous.join('\n'))]);
+  assert.doesNotMatch(plain, /id="training-lag"/);
+  assert.equal(countOf(plain, /<svg\b/g), 3);
+});
+
 async function fails(args: string[], expected: RegExp): Promise<void> {
   const out = tempDir();
   const r = await run(['--out', out, ...args]);
