@@ -39,3 +39,21 @@ test('shard sizes default to 500 keys', () => {
   assert.equal(config.probe.shard_size, 500);
   assert.equal(config.evaluation.shard_size, 500);
 });
+
+test('overlapped steps need a lag correction: refused naming learner.is_cap, accepted with is_cap or sampler', () => {
+  const overlapped = (learner: Record<string, unknown>) => {
+    const doc = parse(fs.readFileSync(withField('training', 'max_staleness', 1), 'utf8')) as Record<string, any>;
+    doc.learner = { ...doc.learner, ...learner };
+    const file = path.join(testTempDir('tbt-config-'), 'campaign.yaml');
+    fs.writeFileSync(file, stringify(doc));
+    return file;
+  };
+  assert.throws(
+    () => loadCampaignConfig(overlapped({})),
+    /learner\.is_cap: training\.max_staleness 1 trains on episodes sampled by older weights: set learner\.is_cap/,
+  );
+  assert.throws(() => loadCampaignConfig(overlapped({ is_cap: 0 })), /learner\.is_cap/);
+  assert.equal(loadCampaignConfig(overlapped({ is_cap: 2 })).training.max_staleness, 1);
+  assert.equal(loadCampaignConfig(overlapped({ old_logprobs: 'sampler' })).learner.old_logprobs, 'sampler');
+  assert.equal(loadCampaignConfig(withField('training', 'max_staleness', 0)).training.max_staleness, 0);
+});
