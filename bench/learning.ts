@@ -1,6 +1,8 @@
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { writeConfigVariant } from '../config/config-variant.ts';
 import { readEnvironment, repoRoot } from '../config/environment.ts';
 import { pairedComparison } from '../core/metrics.ts';
 import { PAIRED_RESAMPLES, PAIRED_SEED } from '../core/report/eval-section.ts';
@@ -17,17 +19,30 @@ import { up } from '../cli/commands/infra.ts';
  * (SmolLM2-135M on CPU, the vLLM CPU engine, the CPU learner): train on the training half of tasks/tiny-learning,
  * evaluate the base and the trained policy on the held-out half only, and end with one line, the paired
  * comparison over the held-out tasks (same bootstrap as the report).
- *   npm run bench:learning [-- --seed N] [-- --config FILE]
+ *   npm run bench:learning [-- --seed N] [-- --config FILE] [-- --max-staleness K]
  */
 
 const { values } = parseArgs({
   options: {
     seed: { type: 'string' },
     config: { type: 'string', default: path.join(repoRoot, 'bench', 'learning', 'config.yaml') },
+    'max-staleness': { type: 'string' },
   },
 });
 const seed = values.seed === undefined ? undefined : Number(values.seed);
 if (seed !== undefined && !Number.isInteger(seed)) throw new Error(`--seed: expected an integer, got ${values.seed}`);
+// --max-staleness K: the same campaign with overlapped steps (docs/async-training.md), named apart (`-k<K>`).
+const staleness = values['max-staleness'] === undefined ? undefined : Number(values['max-staleness']);
+if (staleness !== undefined && !(Number.isInteger(staleness) && staleness >= 0))
+  throw new Error(`--max-staleness: expected an integer >= 0, got ${values['max-staleness']}`);
+const configFile =
+  staleness === undefined
+    ? values.config
+    : writeConfigVariant(values.config, path.join(os.tmpdir(), `bench-learning-k${staleness}.yaml`), (config) => {
+        config.name = `${config.name}-k${staleness}`;
+        config.training.max_staleness = staleness;
+        config.learner.is_cap ??= 2;
+      });
 
 const started = Date.now();
 const env = readEnvironment();
@@ -37,7 +52,7 @@ await up();
 process.env.VLLM_CPU_OMP_THREADS_BIND ??= 'nobind';
 // Workers this run started are stopped at the end (a finished benchmark should not keep four processes running).
 const spawned = startWorkers(env);
-const { workflowId, status } = await startCampaign(values.config, { wait: true, seed }).finally(() =>
+const { workflowId, status } = await startCampaign(configFile, { wait: true, seed }).finally(() =>
   stopWorkers(env, spawned),
 );
 const minutes = (Date.now() - started) / 60_000;
