@@ -8,7 +8,8 @@
  * - campaigns on the other paths: paused by an Update and resumed by one (`campaign-paused`), paused by an
  *   infrastructure failure and retried by itself (`campaign-infra-paused`), stopped before training
  *   (`campaign-stopped`), failed on bad input with its clean-up (`campaign-failed`);
- * - a scheduled evaluation and a training step of a two-node learner.
+ * - a scheduled evaluation and a training step of a two-node learner;
+ * - overlapped steps (`max_staleness` 1): a training step and a campaign's chain.
  *
  *   tsx test/helpers/record-histories.ts <out-dir> [workflows-dir]
  *
@@ -104,6 +105,29 @@ const stepInput = {
   weightVersion: 0,
   infraBackoff: { initialMs: 10, maxMs: 10 },
 };
+/** Step 1's groups as step 0 would have sampled them ahead, for the overlapped step's recording. */
+const sampledAhead = {
+  step: 1,
+  startVersion: 0,
+  trainVersion: 0,
+  seconds: 1,
+  groups: [
+    {
+      uid: 'steady',
+      episodes: [
+        { id: 'rec/step-1/steady#0', reward: 1, outcome: 'success', weightVersion: 0 },
+        { id: 'rec/step-1/steady#1', reward: 0, outcome: 'agent_failure', weightVersion: 0 },
+      ],
+    },
+  ],
+  informativeGroups: 1,
+  zeroVarianceGroups: 0,
+  replacements: 0,
+  lostGroups: 0,
+  infraErrors: 0,
+  staleEpisodes: 0,
+  fallback: null,
+};
 /** Two training steps, small shards; `retry` quick, so a stage paused by an outage runs again within a second. */
 const campaignConfig = {
   ...config,
@@ -173,6 +197,32 @@ const recordings: Recording[] = [
     type: 'trainingStepWorkflow',
     workflowId: 'record-training-step-multi-node',
     args: [{ ...stepInput, learner: { ...config.learner, nodes: 2 }, gpuNodeQueues: [queue, queue] }],
+  },
+  {
+    // Overlapped (max_staleness 1): trains on groups sampled ahead while it samples step 2's.
+    files: ['training-step-overlapped'],
+    type: 'trainingStepWorkflow',
+    workflowId: 'record-training-step-overlapped',
+    args: [
+      {
+        ...stepInput,
+        training: { ...stepInput.training, max_staleness: 1 },
+        sampled: sampledAhead,
+        sampleNext: true,
+      },
+    ],
+  },
+  {
+    files: ['campaign-overlapped', 'campaign-overlapped-step-2', 'campaign-overlapped-report'],
+    type: 'campaignWorkflow',
+    workflowId: 'record-campaign-overlapped',
+    args: [
+      campaignInput('rec-overlapped', {
+        ...shortConfig,
+        training: { ...shortConfig.training, max_staleness: 1 },
+        learner: { ...shortConfig.learner, is_cap: 2 },
+      }),
+    ],
   },
   {
     files: ['campaign', 'campaign-step-1', 'campaign-step-2', 'campaign-report'],

@@ -17,7 +17,8 @@ import { workflowBundle } from '../helpers/workflow-test-env.ts';
  * a probe, an evaluation and a shard recorded before shards ran as lanes of one bound, and campaign runs recorded
  * before the learner was released outside training; they replay through the `patched()` branches. The top-level
  * files hold every run of a campaign's continue-as-new chain and each path a running campaign can be on (paused,
- * retried after an outage, stopped, failed), a scheduled evaluation and a multi-node step. Re-record the top-level
+ * retried after an outage, stopped, failed), a scheduled evaluation, a multi-node step, and overlapped steps
+ * (`max_staleness` 1: a step and a campaign's chain). Re-record the top-level
  * files after an intended, patched change; keep the old ones under `v<n>/` when running workflows may still hold
  * them.
  */
