@@ -103,7 +103,7 @@ export interface CampaignInput {
   state?: CampaignState;
 }
 
-export interface CampaignStatus extends Omit<CampaignState, 'pool'> {
+export interface CampaignStatus extends Omit<CampaignState, 'pool' | 'nextSample'> {
   campaignId: string;
   poolSize: number;
   steps: number;
@@ -195,7 +195,8 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
 }
 
 function campaignStatus({ input, state }: CampaignRun): CampaignStatus {
-  const { pool, allTasks: _all, heldOutTasks: _heldOut, ...rest } = state;
+  // The sampled-ahead groups are bookkeeping, not status (a list of episode ids).
+  const { pool, allTasks: _all, heldOutTasks: _heldOut, nextSample: _next, ...rest } = state;
   return { ...rest, campaignId: input.campaignId, poolSize: pool?.length ?? 0, steps: input.config.training.steps };
 }
 
@@ -476,9 +477,8 @@ async function train(run: CampaignRun): Promise<void> {
       log.warn('campaign paused: a training step lost every group', { campaignId, step, reason: lost });
       return continueCampaignAsNew({ ...input, state });
     }
-    const { next, ...stepDone } = record;
     state.step = step;
-    state.nextSample = next;
+    state.nextSample = record.next;
     state.weightsPath = record.exportPath;
     state.weightVersion = record.weightVersion;
     state.lastStep = {
@@ -490,7 +490,7 @@ async function train(run: CampaignRun): Promise<void> {
       fallback: record.fallback,
       loss: record.update.loss,
     };
-    pauseOnNonFiniteRun(run, stepDone);
+    pauseOnNonFiniteRun(run, record);
     // Signals that arrived during the step are part of `state` and survive the continue-as-new.
     await continueCampaignAsNew({ ...input, state });
   }
