@@ -9,6 +9,8 @@ import {
   externalServersOnWeights,
   syncStepWeights,
   type PolicyWeights,
+  type StepWeightSync,
+  type SyncedServer,
 } from '../learner-control/campaign-policy-weights.ts';
 import { learnerRequest } from '../learner-control/learner-client.ts';
 import { trainLearnerStep, type TrainStepInput, type TrainStepResult } from '../learner-control/learner-train-step.ts';
@@ -72,9 +74,7 @@ export function createGpuActivities(deps: { stateDir: string; controlUrl: string
       return heartbeating(() => externalServersOnWeights(deps.stateDir, input, input.servers));
     },
 
-    async syncWeights(
-      input: PolicyWeights & { servers: string[]; engine?: PolicyEngine; weightsPath: string },
-    ): Promise<{ weightVersion: number; servers: { baseUrl: string; seconds: number }[] }> {
+    async syncWeights(input: StepWeightSync): Promise<{ weightVersion: number; servers: SyncedServer[] }> {
       return heartbeating(() =>
         syncStepWeights(deps.stateDir, input, (message, meta) => Context.current().log.warn(message, meta)),
       );

@@ -89,6 +89,14 @@ export const episodeConfigSchema = z
           'Policy server instances a campaign syncs weights into after every step (base URLs with /v1; default: ' +
             'base_url itself)',
         ),
+      weight_transport: z
+        .enum(['disk', 'collective'])
+        .default('disk')
+        .describe(
+          "How a step's weights reach the servers: disk = each server loads the exported folder; collective = " +
+            'the learner sends them over a gloo/NCCL group (vLLM started with the tbt_gpu weight receiver; any ' +
+            'other server, or a failed push, falls back to disk)',
+        ),
       sync_deadline_ms: z
         .number()
         .int()

@@ -162,6 +162,8 @@ function spawnVllm(port: number, modelDir: string, model: string, options: Spawn
     ...['--model', modelDir, '--served-model-name', model, '--host', '127.0.0.1', '--port', String(port)],
     ...['--max-model-len', String(readEnvironment().TBT_VLLM_MAX_MODEL_LEN), '--dtype', 'float32'],
     ...['--generation-config', 'vllm', '--logprobs-mode', 'raw_logprobs', '--enforce-eager'],
+    // The receiving end of `policy.weight_transport: collective` (idle unless called).
+    ...['--worker-extension-cls', 'tbt_gpu.vllm_weight_receiver.WeightReceiver'],
     ...(options.chatTemplate ? ['--chat-template', options.chatTemplate] : []),
     ...(options.extraArgs ?? []),
   ];
@@ -172,6 +174,8 @@ function spawnVllm(port: number, modelDir: string, model: string, options: Spawn
     env: {
       ...process.env,
       VLLM_SERVER_DEV_MODE: '1',
+      // vLLM spawns its worker: the receiver's package must be on the path explicitly, not just the cwd.
+      PYTHONPATH: [gpuLearnerDir, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter),
       VLLM_CPU_KVCACHE_SPACE: process.env.VLLM_CPU_KVCACHE_SPACE ?? '2',
       // vLLM kills its engine when one forward pass takes over 300 s: seen on an overloaded 2-core machine.
       VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS: process.env.VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS ?? '1800',

@@ -107,8 +107,8 @@ export const metrics = {
   sandboxLeased(count: number): void {
     instruments?.sandboxLeased.set(count);
   },
-  weightSynced(seconds: number, reason: 'step' | 'catch_up'): void {
-    instruments?.weightSync.record(Math.max(0, seconds), { reason });
+  weightSynced(seconds: number, reason: 'step' | 'catch_up', transport: 'disk' | 'collective'): void {
+    instruments?.weightSync.record(Math.max(0, seconds), { reason, transport });
   },
   learnerStepFinished(seconds: number, repeated: boolean): void {
     instruments?.learnerStep.record(Math.max(0, seconds), { repeated: String(repeated) });

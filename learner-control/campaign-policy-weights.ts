@@ -5,7 +5,8 @@ import { smallModelDir } from '../infra/python-env.ts';
 import { ensureEmbeddedPolicyServer, type PolicyServerAddress } from './campaign-policy-server.ts';
 import { learnerFiles } from './learner-process.ts';
 import { policySyncToken } from './policy-sync-token.ts';
-import { reportedWeightLabel, syncPolicyWeights, weightLabel } from './policy-weight-sync.ts';
+import { learnerWeightPush } from './learner-weight-push.ts';
+import { reportedWeightLabel, syncPolicyWeights, weightLabel, type WeightTransport } from './policy-weight-sync.ts';
 
 /**
  * Bringing a campaign's policy servers to its current weights: the embedded server (restarted on the weights
@@ -61,31 +62,48 @@ export async function externalServersOnWeights(
  */
 export async function syncStepWeights(
   stateDir: string,
-  input: PolicyWeights & { servers: string[]; engine?: PolicyEngine; weightsPath: string },
+  input: StepWeightSync,
   warn: (message: string, meta: Record<string, unknown>) => void,
-): Promise<{ weightVersion: number; servers: { baseUrl: string; seconds: number }[] }> {
+): Promise<{ weightVersion: number; servers: SyncedServer[] }> {
   const files = learnerFiles(stateDir, input.campaignId);
   const label = weightLabel(input.campaignId, input.weightVersion);
-  const sync = async (baseUrl: string) => {
+  const collective =
+    input.transport === 'collective'
+      ? await learnerWeightPush(stateDir, input.campaignId, input.weightVersion)
+      : undefined;
+  const sync = async (baseUrl: string): Promise<SyncedServer> => {
     const token = policySyncToken(files.dir, baseUrl);
-    const r = await syncPolicyWeights(baseUrl, input.weightsPath, label, input.deadlineMs, token);
-    metrics.weightSynced(r.seconds, 'step');
-    return r;
+    const r = await syncPolicyWeights(baseUrl, input.weightsPath, label, input.deadlineMs, token, collective);
+    if (r.fallback) warn('collective weight sync fell back to the disk export', { baseUrl, why: r.fallback });
+    metrics.weightSynced(r.seconds, 'step', r.transport);
+    return { baseUrl: r.baseUrl, seconds: r.seconds, transport: r.transport };
   };
-  const done: { baseUrl: string; seconds: number }[] = [];
+  const done: SyncedServer[] = [];
   for (const baseUrl of input.servers) {
     try {
-      const r = await sync(baseUrl);
-      done.push({ baseUrl, seconds: r.seconds });
+      done.push(await sync(baseUrl));
     } catch (err) {
       if (!input.engine) throw err;
       warn('weight sync failed: restarting the embedded policy server', { baseUrl, error: errorMessage(err) });
       const fresh = await ensureEmbeddedPolicyServer(files, input.engine, true);
-      const r = await sync(fresh.baseUrl);
-      done.push({ baseUrl: fresh.baseUrl, seconds: r.seconds });
+      done.push(await sync(fresh.baseUrl));
     }
   }
   return { weightVersion: input.weightVersion, servers: done };
+}
+
+export interface StepWeightSync extends PolicyWeights {
+  servers: string[];
+  engine?: PolicyEngine;
+  weightsPath: string;
+  /** `collective`: the learner pushes the weights (disk stays the fallback); absent: every server loads the export. */
+  transport?: WeightTransport;
+}
+
+export interface SyncedServer {
+  baseUrl: string;
+  seconds: number;
+  transport?: WeightTransport;
 }
 
 /** Syncs a server only when it reports another label than the campaign's current version (cheap to call). */
@@ -100,7 +118,7 @@ async function bringToVersion(
   const folder = want.weightsPath ?? (want.basePath === 'embedded' ? smallModelDir() : want.basePath);
   try {
     const r = await syncPolicyWeights(baseUrl, folder, label, want.deadlineMs, policySyncToken(campaignDir, baseUrl));
-    metrics.weightSynced(r.seconds, 'catch_up');
+    metrics.weightSynced(r.seconds, 'catch_up', r.transport);
   } catch (err) {
     if (after) throw new InfrastructureError(`${errorMessage(err)} (after a restart; first failure: ${after})`);
     throw err;

@@ -1,19 +1,37 @@
+import { createServer, type AddressInfo } from 'node:net';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { longRequestDispatcher } from '../infra/long-request-dispatcher.ts';
 
 /**
  * Full-weight sync into one policy server from an exported safetensors folder, in vLLM's dev-mode protocol
  * (the built-in server speaks the same routes): pause (waiting for in-flight requests), reload the weights
- * from the folder, reset the prefix cache (entries computed with the old weights must not be reused), record
- * the weight version, resume. The whole sequence runs under one deadline; any failure, or a server that then
- * reports another version, is an InfrastructureError. A server left paused by a failed sync is resumed on a
+ * from the folder (or receive them from the learner over the collective transport), reset the prefix cache
+ * (entries computed with the old weights must not be reused), record the weight version, resume. The whole
+ * sequence runs under one deadline; any failure, or a server that then reports another version, is an
+ * InfrastructureError. A server left paused by a failed sync is resumed on a
  * best-effort basis (the caller restarts or re-syncs it). The folder must be readable by the server's host.
  */
+
+export type WeightTransport = 'disk' | 'collective';
 
 export interface WeightSyncResult {
   baseUrl: string;
   label: string;
   seconds: number;
+  /** How the weights got there: `collective` only when the push succeeded; `disk` otherwise. */
+  transport: WeightTransport;
+  /** Why a requested collective push fell back to the disk export. */
+  fallback?: string;
+}
+
+/**
+ * The learner's end of a collective push: sends the step's weights into whoever joins `host:port` as rank 1,
+ * within `timeoutS` (learner-control/learner-weight-push.ts).
+ */
+export interface CollectivePush {
+  host: string;
+  timeoutS: number;
+  push: (host: string, port: number, timeoutS: number) => Promise<unknown>;
 }
 
 /**
@@ -31,6 +49,8 @@ export async function syncPolicyWeights(
   deadlineMs: number,
   /** Bearer token of the built-in server's weight-sync routes (vLLM's dev-mode routes take none). */
   token?: string,
+  /** Push the weights from the learner instead of loading the folder; the folder stays the fallback. */
+  collective?: CollectivePush,
 ): Promise<WeightSyncResult> {
   const root = baseUrl.replace(/\/v1\/?$/, '');
   const started = Date.now();
@@ -65,7 +85,9 @@ export async function syncPolicyWeights(
   try {
     await call('POST', '/pause?mode=wait');
     paused = true;
-    await call('POST', '/collective_rpc', { method: 'reload_weights', kwargs: { weights_path: weightsPath } });
+    const fallback = collective ? await receiveCollective(call, collective) : undefined;
+    if (!collective || fallback !== undefined)
+      await call('POST', '/collective_rpc', { method: 'reload_weights', kwargs: { weights_path: weightsPath } });
     await call('POST', '/reset_prefix_cache');
     await call('POST', '/update_weight_version', { new_version: label });
     await call('POST', '/resume');
@@ -75,7 +97,9 @@ export async function syncPolicyWeights(
       throw new InfrastructureError(
         `weight sync to ${root}: the server reports weight version ${reported} after loading ${label}`,
       );
-    return { baseUrl, label, seconds: (Date.now() - started) / 1000 };
+    const seconds = (Date.now() - started) / 1000;
+    if (!collective || fallback !== undefined) return { baseUrl, label, seconds, transport: 'disk', fallback };
+    return { baseUrl, label, seconds, transport: 'collective' };
   } finally {
     if (paused) {
       await fetch(`${root}/resume`, {
@@ -86,6 +110,43 @@ export async function syncPolicyWeights(
       }).catch(() => undefined);
     }
   }
+}
+
+type ServerCall = (method: 'GET' | 'POST', route: string, body?: unknown) => Promise<Record<string, unknown>>;
+
+/**
+ * The server (paused) joins the learner's group and receives the weights while the learner sends them. Returns
+ * undefined on success, or why it failed: the caller then loads the disk export, which also repairs a load that
+ * failed half way. A server without the receiver (the built-in one, or vLLM started without the worker extension)
+ * is found by a cheap probe, so the learner never waits for a peer that cannot come.
+ */
+async function receiveCollective(call: ServerCall, collective: CollectivePush): Promise<string | undefined> {
+  try {
+    await call('POST', '/collective_rpc', { method: 'tbt_weight_transport' });
+  } catch (err) {
+    return `the server has no collective receiver (${errorMessage(err)})`;
+  }
+  const port = await freePort(collective.host);
+  const { host, timeoutS } = collective;
+  const [sent, received] = await Promise.allSettled([
+    collective.push(host, port, timeoutS),
+    call('POST', '/collective_rpc', { method: 'receive_tbt_weights', kwargs: { host, port, timeout_s: timeoutS } }),
+  ]);
+  if (sent.status === 'rejected') return `the learner's push failed: ${errorMessage(sent.reason)}`;
+  if (received.status === 'rejected') return `the server's receive failed: ${errorMessage(received.reason)}`;
+  return undefined;
+}
+
+/** A port free on `host` now, for the learner to host the group's store on (it binds it at once). */
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, host, () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
 }
 
 /** The weight-version label a server reports (`GET /weight_info`); null when none was ever set. */

@@ -209,3 +209,39 @@ test(
     }
   },
 );
+
+test(
+  'collective weight sync: the learner pushes step 3 into the embedded vLLM, which then holds what the disk sync loads',
+  { timeout: 1_200_000 },
+  async () => {
+    const exported = await run(() => activities.exportWeights({ campaignId, stepId: 3 })).result;
+    const want = { campaignId, weightVersion: 0, basePath: 'embedded', deadlineMs: 600_000 };
+    try {
+      const server = await run(() => activities.ensurePolicyServer({ ...want, engine: 'vllm' })).result;
+      const root = server.baseUrl.replace(/\/v1\/?$/, '');
+      const checksums = async () => {
+        const response = await fetch(`${root}/weight_checker`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ action: 'checksum' }),
+        });
+        assert.equal(response.status, 200);
+        return ((await response.json()) as { checksums: Record<string, string> }).checksums;
+      };
+      const base = await checksums();
+      const step = { ...want, weightVersion: 3, servers: [server.baseUrl], weightsPath: exported.path };
+      const pushed = await run(() => activities.syncWeights({ ...step, transport: 'collective' })).result;
+      assert.equal(pushed.servers[0]!.transport, 'collective', 'the push was used, not the disk fallback');
+      const afterPush = await checksums();
+      const changed = Object.keys(base).filter((name) => base[name] !== afterPush[name]);
+      assert.ok(changed.length > 0, 'the pushed weights differ from the base model');
+
+      const loaded = await run(() => activities.syncWeights(step)).result;
+      assert.equal(loaded.servers[0]!.transport, 'disk');
+      assert.deepEqual(await checksums(), afterPush, 'the disk export loads the same weights as the push');
+      console.log(`weight sync seconds: collective ${pushed.servers[0]!.seconds}, disk ${loaded.servers[0]!.seconds}`);
+    } finally {
+      await run(() => activities.stopLearner({ campaignId })).result;
+    }
+  },
+);

@@ -344,6 +344,8 @@ async function updatePolicy(
       engine: input.embeddedEngine,
       weightsPath: exported.path,
       weightVersion: stepId,
+      // Only when asked: the default's activity input stays as recorded histories have it.
+      ...(input.episode.policy.weight_transport === 'collective' ? { transport: 'collective' as const } : {}),
       basePath: input.learner.model_path,
       deadlineMs: input.episode.policy.sync_deadline_ms,
     });

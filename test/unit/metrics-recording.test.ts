@@ -25,7 +25,7 @@ function recordOneOfEach(): void {
   metrics.sandboxAcquired('cold');
   metrics.sandboxWarmClones('tbt_tpl_x', 2);
   metrics.sandboxLeased(1);
-  metrics.weightSynced(4.2, 'step');
+  metrics.weightSynced(4.2, 'step', 'collective');
   metrics.learnerStepFinished(95, false);
 }
 
@@ -54,7 +54,7 @@ test('metrics off: the helpers do nothing; on: the same calls reach the worker m
     'tbt_sandbox_acquired_total{source="cold",tbt_worker="gpu"} 1',
     'tbt_sandbox_warm_clones{template="tbt_tpl_x",tbt_worker="gpu"} 2',
     'tbt_sandbox_leased{tbt_worker="gpu"} 1',
-    'tbt_weight_sync_seconds_sum{reason="step",tbt_worker="gpu"} 4.2',
+    'tbt_weight_sync_seconds_sum{reason="step",transport="collective",tbt_worker="gpu"} 4.2',
     'tbt_learner_step_seconds_count{repeated="false",tbt_worker="gpu"} 1',
   ])
     assert.ok(lines.includes(series), `${series}\n--- got:\n${text}`);

@@ -34,6 +34,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
+from ..weight_transport import WeightGroup
 from . import faults
 from .checkpoint_reader import (
     METADATA_FILE,
@@ -43,6 +44,7 @@ from .checkpoint_reader import (
     read_metadata_file,
 )
 from .distributed import barrier, broadcast_object
+from .errors import WeightPushFailed
 from .model import DTYPES
 from .trainer import Trainer, TrainerState
 
@@ -275,18 +277,12 @@ class Checkpointer:
                 f"export of step {step}: the weights in memory are step {self.trainer.state.last_step}"
             )
         final = self.export_dir(step)
-        full = get_model_state_dict(
-            self.trainer.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-        )
+        tensors = self._serving_weights()
         if self.info.is_main:
             tmp = final.with_name(final.name + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
             dtype = DTYPES[self.info.config.model.export_dtype]
-            if self.trainer.model_info.tied_embeddings:
-                full.pop("lm_head.weight", None)
-            # Full (non-sharded) state dicts hold plain tensors only.
-            tensors = {name: cast(torch.Tensor, t).detach().to(dtype).contiguous() for name, t in full.items()}
             save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt", "step": str(step)})
             self._copy_model_files(tmp, dtype)
             _write_json(tmp / "tbt_export.json", {"step": step, "dtype": str(dtype).removeprefix("torch.")})
@@ -297,6 +293,55 @@ class Checkpointer:
         barrier()
         logger.info("exported step %s to %s", step, final)
         return final
+
+    def push(self, step: int, host: str, port: int, timeout_s: float) -> dict[str, Any]:
+        """Gather the full weights (all ranks call) and send them from rank 0 to one policy server's worker over
+        the collective transport (tbt_gpu.weight_transport): the server joins the group at host:port as rank 1.
+        A failed send is raised only after every rank has left the barrier, so the ranks stay in step."""
+        if step != self.trainer.state.last_step:
+            raise CheckpointError(f"push of step {step}: the weights in memory are step {self.trainer.state.last_step}")
+        started = time.perf_counter()
+        tensors = self._serving_weights()
+        gathered = time.perf_counter()
+        answer: dict[str, Any] = {}
+        failure: BaseException | None = None
+        if self.info.is_main:
+            backend = "nccl" if self.info.device.type == "cuda" else "gloo"
+            try:
+                group = WeightGroup(host, port, 0, 2, backend, timeout_s)
+                try:
+                    joined = time.perf_counter()
+                    sent = group.send(list(tensors.items()))
+                finally:
+                    group.close()
+                answer = {
+                    "bytes": sent,
+                    "tensors": len(tensors),
+                    "backend": backend,
+                    "gather_s": gathered - started,
+                    "join_s": joined - gathered,
+                    "send_s": time.perf_counter() - joined,
+                }
+            except Exception as err:  # noqa: BLE001 - re-raised below, after the barrier
+                failure = err
+        barrier()
+        if failure is not None:
+            raise WeightPushFailed(f"push of step {step} to {host}:{port}: {failure}") from failure
+        logger.info("pushed step %s to %s:%s in %.2f s", step, host, port, time.perf_counter() - started)
+        return answer
+
+    def _serving_weights(self) -> dict[str, torch.Tensor]:
+        """The full weights as the policy servers load them (every rank calls; rank 0 gets them, others {})."""
+        full = get_model_state_dict(
+            self.trainer.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        if not self.info.is_main:
+            return {}
+        if self.trainer.model_info.tied_embeddings:
+            full.pop("lm_head.weight", None)
+        dtype = DTYPES[self.info.config.model.export_dtype]
+        # Full (non-sharded) state dicts hold plain tensors only.
+        return {name: cast(torch.Tensor, t).detach().to(dtype).contiguous() for name, t in full.items()}
 
     def _copy_model_files(self, dest: pathlib.Path, dtype: torch.dtype) -> None:
         source = pathlib.Path(self.info.config.model.path)

@@ -14,6 +14,7 @@ campaign's batch folder (`control.batch_dir`), so the endpoint cannot be used to
     GET  /manifest                    every resolved hyperparameter
     POST /train_step {step_id, batch_ref}
     POST /export     {step_id}
+    POST /push_weights {step_id, host, port, timeout_s}   send the weights to a policy server over a collective
     POST /cancel                      abort the running step at its next micro-batch boundary
     POST /shutdown
 """
@@ -237,6 +238,12 @@ class LearnerService:
                     f"and step {step_id} was never exported"
                 )
             return {"op": "export", "step_id": step_id}
+        if command.op == "push_weights":
+            if command.args["step_id"] != state.last_step:
+                raise ExportRefused(
+                    f"push of step {command.args['step_id']} refused: the learner holds step {state.last_step}"
+                )
+            return {"op": "push_weights", **command.args}
         raise RequestError(f"unknown command {command.op!r}")
 
     def _execute(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -252,6 +259,10 @@ class LearnerService:
             self.trainer.progress.mark(step=message["step_id"], phase="export", micro_batch=0, of=0)
             folder = self.checkpointer.export(message["step_id"])
             return {"step_id": message["step_id"], "path": str(folder), "existing": False}
+        if op == "push_weights":
+            self.trainer.progress.mark(step=message["step_id"], phase="push", micro_batch=0, of=0)
+            pushed = self.checkpointer.push(message["step_id"], message["host"], message["port"], message["timeout_s"])
+            return {"step_id": message["step_id"], **pushed}
         raise RuntimeError(f"unknown broadcast op {op!r}")
 
     def _train_answer(self, step_id: int, *, repeated: bool) -> dict[str, Any]:
@@ -340,6 +351,7 @@ class _Handler(BaseHTTPRequestHandler):
         routes = {
             "/train_step": self._train_step,
             "/export": self._export,
+            "/push_weights": self._push_weights,
             "/cancel": lambda: self.service.cancel(),
             "/shutdown": lambda: self.service.submit("shutdown", {}).result(),
         }
@@ -350,7 +362,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         def work() -> dict[str, Any]:
             body = self._body()
-            return route(body) if self.path in ("/train_step", "/export") else route()
+            return route(body) if self.path in ("/train_step", "/export", "/push_weights") else route()
 
         self._guard(work)
 
@@ -364,6 +376,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _export(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.service.submit("export", {"step_id": _parse_step_id(body)}).result()
+
+    def _push_weights(self, body: dict[str, Any]) -> dict[str, Any]:
+        host, port, timeout_s = body.get("host"), body.get("port"), body.get("timeout_s", 120)
+        if not isinstance(host, str) or not host:
+            raise RequestError(f"field 'host': must be the address the policy server reaches, got {host!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise RequestError(f"field 'port': must be a free TCP port, got {port!r}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s <= 3600:
+            raise RequestError(f"field 'timeout_s': must be seconds in (0, 3600], got {timeout_s!r}")
+        args = {"step_id": _parse_step_id(body), "host": host, "port": port, "timeout_s": float(timeout_s)}
+        return self.service.submit("push_weights", args).result()
 
 
 def start_control_server(service: LearnerService) -> ThreadingHTTPServer:

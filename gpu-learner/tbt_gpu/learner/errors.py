@@ -47,3 +47,11 @@ class NotReady(LearnerError):
 class ExportRefused(LearnerError):
     code = "export_refused"
     http_status = 409
+
+
+class WeightPushFailed(LearnerError):
+    """The collective weight transport failed (the server never joined, or a send timed out); nothing changed in
+    the learner, and the caller syncs that server from the disk export instead."""
+
+    code = "push_failed"
+    http_status = 502
