@@ -33,6 +33,9 @@ function stepLine(r: StepRecord): Record<string, unknown> {
     infra_errors_refilled: r.infraErrors,
     zero_variance_replaced: r.replacements,
     wall_s: Number(r.update.time_s ?? 0),
+    // Which weights trained: `full`, or `lora` (adapters only, `trainable_parameters` of them).
+    training_mode: r.update.mode ?? 'full',
+    trainable_parameters: r.update.trainable_parameters ?? null,
     weight_version: r.weightVersion ?? null,
     sampled_weight_version: r.sampledWeightVersion ?? null,
     stale_episodes_dropped: r.staleEpisodes ?? 0,

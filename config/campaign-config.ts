@@ -114,6 +114,22 @@ export const learnerSchema = z
           'starts it again from its last checkpoint (the start-up time is in the step metrics). Not with attach_url',
       ),
     ...learnerHyperparameterShape,
+    lora: z
+      .object({
+        rank: z.number().int().min(1).describe('Adapter rank (vLLM serves ranks up to 512)'),
+        alpha: z.number().positive().optional().describe(learnerOwned('Adapter scale numerator: alpha / rank')),
+        targets: z
+          .array(z.string().min(1))
+          .min(1)
+          .optional()
+          .describe(learnerOwned('Linear modules that get adapters, by name (q_proj, ..., down_proj)')),
+      })
+      .strict()
+      .optional()
+      .describe(
+        "Train LoRA adapters only (the base weights freeze) and hot-load each step's adapter into the policy " +
+          'servers instead of full weights (docs/lora.md); unset = full fine-tuning',
+      ),
     hourly_price_usd: z
       .number()
       .min(0)

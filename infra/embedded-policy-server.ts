@@ -4,9 +4,11 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { readEnvironment } from '../config/environment.ts';
+import { BadInputError } from '../core/errors.ts';
 import { onCpus } from './cpu-affinity.ts';
 import { waitFor } from './daemon.ts';
 import type { ExpectedProcess } from './pid-identity.ts';
+import { LORA_ADAPTER_NAME, vllmLoraArgs, type PolicyLora } from './policy-lora.ts';
 import { gpuLearnerDir, pythonBinary, smallModelDir, vllmPythonBinary } from './python-env.ts';
 
 /**
@@ -81,15 +83,21 @@ export async function startPolicyServer(
     reloadTokenFile?: string;
     /** Folders weights may be reloaded from (the campaign's). */
     weightsRoots?: string[];
+    /** LoRA mode (vLLM only): serve the base model plus one hot-swappable adapter, started at zero in `adapterDir`. */
+    lora?: PolicyLora & { adapterDir: string };
   } = {},
 ): Promise<PolicyServerHandle> {
   const port = options.port ?? (await freePort());
   const modelDir = options.modelDir ?? smallModelDir();
-  const model = path.basename(modelDir);
   const engine = options.engine ?? 'vllm';
+  if (options.lora && engine !== 'vllm')
+    throw new BadInputError('learner.lora: needs episode.policy.engine vllm (the built-in server loads no adapters)');
+  const served = path.basename(modelDir);
+  // In LoRA mode requests name the adapter; the base model keeps its own name beside it.
+  const model = options.lora ? LORA_ADAPTER_NAME : served;
   const log = options.logFile ? fs.openSync(options.logFile, 'a') : 'ignore';
   const child =
-    engine === 'vllm' ? spawnVllm(port, modelDir, model, options, log) : spawnBuiltin(port, modelDir, options, log);
+    engine === 'vllm' ? spawnVllm(port, modelDir, served, options, log) : spawnBuiltin(port, modelDir, options, log);
   // vLLM runs its engine in a second process: it always gets a process group of its own, stopped as a whole.
   const signal = (sig: NodeJS.Signals) => {
     try {
@@ -136,6 +144,7 @@ type SpawnOptions = {
   detached?: boolean;
   reloadTokenFile?: string;
   weightsRoots?: string[];
+  lora?: PolicyLora & { adapterDir: string };
 };
 
 function spawnBuiltin(port: number, modelDir: string, options: SpawnOptions, log: Log): ChildProcess {
@@ -164,6 +173,7 @@ function spawnVllm(port: number, modelDir: string, model: string, options: Spawn
     ...['--generation-config', 'vllm', '--logprobs-mode', 'raw_logprobs', '--enforce-eager'],
     // The receiving end of `policy.weight_transport: collective` (idle unless called).
     ...['--worker-extension-cls', 'tbt_gpu.vllm_weight_receiver.WeightReceiver'],
+    ...(options.lora ? vllmLoraArgs(options.lora, modelDir, options.lora.adapterDir) : []),
     ...(options.chatTemplate ? ['--chat-template', options.chatTemplate] : []),
     ...(options.extraArgs ?? []),
   ];
@@ -174,6 +184,8 @@ function spawnVllm(port: number, modelDir: string, model: string, options: Spawn
     env: {
       ...process.env,
       VLLM_SERVER_DEV_MODE: '1',
+      // LoRA mode: each step's adapter replaces the served one through /v1/load_lora_adapter.
+      ...(options.lora ? { VLLM_ALLOW_RUNTIME_LORA_UPDATING: '1' } : {}),
       // vLLM spawns its worker: the receiver's package must be on the path explicitly, not just the cwd.
       PYTHONPATH: [gpuLearnerDir, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter),
       VLLM_CPU_KVCACHE_SPACE: process.env.VLLM_CPU_KVCACHE_SPACE ?? '2',

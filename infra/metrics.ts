@@ -107,7 +107,7 @@ export const metrics = {
   sandboxLeased(count: number): void {
     instruments?.sandboxLeased.set(count);
   },
-  weightSynced(seconds: number, reason: 'step' | 'catch_up', transport: 'disk' | 'collective'): void {
+  weightSynced(seconds: number, reason: 'step' | 'catch_up', transport: 'disk' | 'collective' | 'lora'): void {
     instruments?.weightSync.record(Math.max(0, seconds), { reason, transport });
   },
   learnerStepFinished(seconds: number, repeated: boolean): void {

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { readPid, stopPid } from '../infra/daemon.ts';
 import { startPolicyServer, writeRunToken, type PolicyEngine } from '../infra/embedded-policy-server.ts';
+import type { PolicyLora } from '../infra/policy-lora.ts';
 import { smallModelDir } from '../infra/python-env.ts';
 import type { LearnerFiles } from './learner-process.ts';
 import { policyServerUrlFile, policyTokenFile } from './policy-sync-token.ts';
@@ -17,22 +18,32 @@ export interface PolicyServerAddress {
   model: string;
 }
 
-/** The campaign's running server on `engine` if it answers; otherwise (or with `restart`) a new one. */
+/**
+ * The campaign's running server on `engine` (in LoRA mode with `lora`) if it answers; otherwise (or with
+ * `restart`) a new one.
+ */
 export async function ensureEmbeddedPolicyServer(
   files: LearnerFiles,
   engine: PolicyEngine,
   restart = false,
+  lora?: PolicyLora,
 ): Promise<PolicyServerAddress> {
   const { dir, policyServerPid: pidFile } = files;
   fs.mkdirSync(dir, { recursive: true });
   const urlFile = policyServerUrlFile(dir);
   if (!restart && readPid(pidFile) !== undefined && fs.existsSync(urlFile)) {
-    const known = JSON.parse(fs.readFileSync(urlFile, 'utf8')) as { baseUrl: string; model: string; engine?: string };
+    const known = JSON.parse(fs.readFileSync(urlFile, 'utf8')) as {
+      baseUrl: string;
+      model: string;
+      engine?: string;
+      lora?: PolicyLora;
+    };
     const ok = await fetch(known.baseUrl.replace(/\/v1$/, '/health'), { signal: AbortSignal.timeout(3000) }).then(
       (r) => r.ok,
       () => false,
     );
-    if (ok && (known.engine ?? 'builtin') === engine) return { baseUrl: known.baseUrl, model: known.model };
+    const sameMode = JSON.stringify(known.lora ?? null) === JSON.stringify(lora ?? null);
+    if (ok && sameMode && (known.engine ?? 'builtin') === engine) return { baseUrl: known.baseUrl, model: known.model };
   }
   // An old server that is alive but not answering is replaced, not left running beside the new one.
   await stopEmbeddedPolicyServer(files);
@@ -43,10 +54,11 @@ export async function ensureEmbeddedPolicyServer(
     // The built-in server's weight-sync routes need this run's token and load only from these folders.
     reloadTokenFile: writeRunToken(policyTokenFile(dir)),
     weightsRoots: [dir, smallModelDir()],
+    ...(lora ? { lora: { ...lora, adapterDir: path.join(dir, 'lora-zero-adapter') } } : {}),
   });
   const server = { baseUrl: handle.baseUrl, model: handle.model };
   fs.writeFileSync(pidFile, String(handle.process.pid));
-  fs.writeFileSync(urlFile, JSON.stringify({ ...server, engine }));
+  fs.writeFileSync(urlFile, JSON.stringify({ ...server, engine, lora }));
   return server;
 }
 

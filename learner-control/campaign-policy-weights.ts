@@ -1,6 +1,7 @@
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import type { PolicyEngine } from '../infra/embedded-policy-server.ts';
 import { metrics } from '../infra/metrics.ts';
+import { isAdapterFolder, type PolicyLora } from '../infra/policy-lora.ts';
 import { smallModelDir } from '../infra/python-env.ts';
 import { ensureEmbeddedPolicyServer, type PolicyServerAddress } from './campaign-policy-server.ts';
 import { learnerFiles } from './learner-process.ts';
@@ -22,6 +23,8 @@ export interface PolicyWeights {
   weightsPath?: string;
   basePath: string;
   deadlineMs: number;
+  /** LoRA mode (`learner.lora`): the embedded server serves adapters; exports are adapters. */
+  lora?: PolicyLora;
 }
 
 /**
@@ -33,13 +36,13 @@ export async function embeddedServerOnWeights(
   want: PolicyWeights & { engine: PolicyEngine },
 ): Promise<PolicyServerAddress> {
   const files = learnerFiles(stateDir, want.campaignId);
-  const server = await ensureEmbeddedPolicyServer(files, want.engine);
+  const server = await ensureEmbeddedPolicyServer(files, want.engine, false, want.lora);
   try {
     await bringToVersion(server.baseUrl, want, files.dir);
     return server;
   } catch (err) {
     // A server that cannot take the weights is restarted on them (an infrastructure fault, not the model's).
-    const fresh = await ensureEmbeddedPolicyServer(files, want.engine, true);
+    const fresh = await ensureEmbeddedPolicyServer(files, want.engine, true, want.lora);
     await bringToVersion(fresh.baseUrl, want, files.dir, errorMessage(err));
     return fresh;
   }
@@ -67,8 +70,9 @@ export async function syncStepWeights(
 ): Promise<{ weightVersion: number; servers: SyncedServer[] }> {
   const files = learnerFiles(stateDir, input.campaignId);
   const label = weightLabel(input.campaignId, input.weightVersion);
+  // An adapter export is hot-loaded as it is: the collective transport carries full weights only.
   const collective =
-    input.transport === 'collective'
+    input.transport === 'collective' && !isAdapterFolder(input.weightsPath)
       ? await learnerWeightPush(stateDir, input.campaignId, input.weightVersion)
       : undefined;
   const sync = async (baseUrl: string): Promise<SyncedServer> => {
@@ -85,7 +89,7 @@ export async function syncStepWeights(
     } catch (err) {
       if (!input.engine) throw err;
       warn('weight sync failed: restarting the embedded policy server', { baseUrl, error: errorMessage(err) });
-      const fresh = await ensureEmbeddedPolicyServer(files, input.engine, true);
+      const fresh = await ensureEmbeddedPolicyServer(files, input.engine, true, input.lora);
       done.push(await sync(fresh.baseUrl));
     }
   }

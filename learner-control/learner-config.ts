@@ -46,11 +46,13 @@ export function learnerConfigJson(
     const value = learner[yamlField];
     if (value !== undefined) (config[section] ??= {})[field] = value;
   }
+  if (learner.lora) config.lora = { ...learner.lora };
   return config;
 }
 
 /** The YAML field a learner config path such as `optimizer.betas[1]` came from. */
 export function learnerYamlField(learnerPath: string): string {
+  if (learnerPath.startsWith('lora.')) return `learner.${learnerPath}`;
   const [sectionField = '', index = ''] = learnerPath.split(/(?=\[)/);
   for (const [yamlField, [section, field]] of learnerFields) {
     if (`${section}.${field}` === sectionField) return `learner.${yamlField}${index}`;
@@ -87,5 +89,6 @@ export function resolveLearnerSection(learner: LearnerSection, seed: number): Le
   for (const [yamlField, [section, field]] of learnerFields) {
     resolved[yamlField] = answer.config![section]![field];
   }
+  if (learner.lora) resolved.lora = answer.config!.lora;
   return resolved as LearnerSection;
 }

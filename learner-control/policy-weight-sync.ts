@@ -1,6 +1,7 @@
 import { createServer, type AddressInfo } from 'node:net';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { longRequestDispatcher } from '../infra/long-request-dispatcher.ts';
+import { isAdapterFolder, LORA_ADAPTER_NAME } from '../infra/policy-lora.ts';
 
 /**
  * Full-weight sync into one policy server from an exported safetensors folder, in vLLM's dev-mode protocol
@@ -12,7 +13,8 @@ import { longRequestDispatcher } from '../infra/long-request-dispatcher.ts';
  * best-effort basis (the caller restarts or re-syncs it). The folder must be readable by the server's host.
  */
 
-export type WeightTransport = 'disk' | 'collective';
+/** How weights reach a server: full weights from the export folder or the learner, or a LoRA adapter's folder. */
+export type WeightTransport = 'disk' | 'collective' | 'lora';
 
 export interface WeightSyncResult {
   baseUrl: string;
@@ -85,8 +87,13 @@ export async function syncPolicyWeights(
   try {
     await call('POST', '/pause?mode=wait');
     paused = true;
-    const fallback = collective ? await receiveCollective(call, collective) : undefined;
-    if (!collective || fallback !== undefined)
+    const adapter = isAdapterFolder(weightsPath);
+    const fallback = collective && !adapter ? await receiveCollective(call, collective) : undefined;
+    if (adapter) {
+      // The served adapter replaced in place: its name, and so every request, stays the same (infra/policy-lora.ts).
+      const lora = { lora_name: LORA_ADAPTER_NAME, lora_path: weightsPath, load_inplace: true };
+      await call('POST', '/v1/load_lora_adapter', lora);
+    } else if (!collective || fallback !== undefined)
       await call('POST', '/collective_rpc', { method: 'reload_weights', kwargs: { weights_path: weightsPath } });
     await call('POST', '/reset_prefix_cache');
     await call('POST', '/update_weight_version', { new_version: label });
@@ -98,6 +105,7 @@ export async function syncPolicyWeights(
         `weight sync to ${root}: the server reports weight version ${reported} after loading ${label}`,
       );
     const seconds = (Date.now() - started) / 1000;
+    if (adapter) return { baseUrl, label, seconds, transport: 'lora' };
     if (!collective || fallback !== undefined) return { baseUrl, label, seconds, transport: 'disk', fallback };
     return { baseUrl, label, seconds, transport: 'collective' };
   } finally {

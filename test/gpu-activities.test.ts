@@ -35,9 +35,10 @@ async function insertEpisodes(
   step: number,
   count: number,
   length = 24,
+  campaign = campaignId,
 ): Promise<{ episodeId: string; advantage: number }[]> {
   const items = Array.from({ length: count }, (_, i) => ({
-    episodeId: `${campaignId}/step-${step}/t#${i}`,
+    episodeId: `${campaign}/step-${step}/t#${i}`,
     advantage: i % 2 === 0 ? 1 : -1,
   }));
   await withClient(controlUrlDb, async (c) => {
@@ -45,7 +46,7 @@ async function insertEpisodes(
       await c.query(
         `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, status, reward, ` +
           `record) VALUES ($1, 't', 's', 'sc', 'd', 'train', $2, $3, 'success', 1, $4) ON CONFLICT (id) DO NOTHING`,
-        [item.episodeId, campaignId, step, JSON.stringify({ trajectory: trajectory(step * 100 + i, length) })],
+        [item.episodeId, campaign, step, JSON.stringify({ trajectory: trajectory(step * 100 + i, length) })],
       );
     }
   });
@@ -242,6 +243,59 @@ test(
       console.log(`weight sync seconds: collective ${pushed.servers[0]!.seconds}, disk ${loaded.servers[0]!.seconds}`);
     } finally {
       await run(() => activities.stopLearner({ campaignId })).result;
+    }
+  },
+);
+
+test(
+  'LoRA: the learner trains and exports an adapter only, which the embedded vLLM hot-loads under one model name',
+  { timeout: 1_200_000 },
+  async () => {
+    const loraCampaign = `${campaignId}-lora`;
+    const lora = { rank: 8, alpha: 16, targets: ['q_proj', 'v_proj'] };
+    const loraLearner = learnerSchema.parse({ lr: 1e-2, micro_batch_tokens: 1024, lora });
+    try {
+      const started = await run(() =>
+        activities.startLearner({ campaignId: loraCampaign, learner: loraLearner, seed: 1 }),
+      ).result;
+      assert.deepEqual(started.manifest.lora, lora);
+      const items = await insertEpisodes(1, 4, 24, loraCampaign);
+      const step = await run(() =>
+        activities.trainStep({ campaignId: loraCampaign, stepId: 1, items, learner: loraLearner, seed: 1 }),
+      ).result;
+      assert.equal(step.metrics.mode, 'lora');
+      const exported = await run(() => activities.exportWeights({ campaignId: loraCampaign, stepId: 1 })).result;
+      assert.ok(fs.existsSync(path.join(exported.path, 'adapter_model.safetensors')));
+      assert.ok(!fs.existsSync(path.join(exported.path, 'model.safetensors')), 'no full weights in a LoRA export');
+
+      const want = { campaignId: loraCampaign, weightVersion: 0, basePath: 'embedded', deadlineMs: 600_000, lora };
+      const server = await run(() => activities.ensurePolicyServer({ ...want, engine: 'vllm' })).result;
+      assert.equal(server.model, 'policy-lora');
+      const nextTokens = async (model: string) => {
+        const response = await fetch(`${server.baseUrl}/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model, prompt: 'The database row was', max_tokens: 1, temperature: 0, logprobs: 5 }),
+        });
+        assert.equal(response.status, 200, await response.clone().text());
+        const body = (await response.json()) as { choices: { logprobs: { top_logprobs: Record<string, number>[] } }[] };
+        return body.choices[0]!.logprobs.top_logprobs[0]!;
+      };
+      const baseModel = (await (await fetch(`${server.baseUrl}/models`)).json()) as { data: { id: string }[] };
+      const baseName = baseModel.data.map((m) => m.id).find((id) => id !== 'policy-lora')!;
+      const atZero = await nextTokens('policy-lora');
+      assert.deepEqual(atZero, await nextTokens(baseName), 'the zero adapter it starts on is the base model');
+
+      const synced = await run(() =>
+        activities.syncWeights({ ...want, weightVersion: 1, servers: [server.baseUrl], weightsPath: exported.path }),
+      ).result;
+      assert.equal(synced.servers[0]!.transport, 'lora');
+      const afterSync = await nextTokens('policy-lora');
+      assert.notDeepEqual(afterSync, atZero, 'the trained adapter changed what the policy predicts');
+      assert.deepEqual(await nextTokens(baseName), atZero, 'the base model itself is untouched');
+      console.log(`weight sync seconds: lora adapter ${synced.servers[0]!.seconds}`);
+    } finally {
+      await run(() => activities.stopLearner({ campaignId: loraCampaign })).result;
     }
   },
 );

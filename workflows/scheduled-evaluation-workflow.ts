@@ -14,6 +14,7 @@ import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import type { CampaignActivities } from '../activities/campaign-activities.ts';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
+import { loraServing } from '../config/lora-serving.ts';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { evaluationWorkflow, type EvaluationInput, type EvaluationResult } from './evaluation-workflow.ts';
 import { campaignAttributes } from './search-attribute-keys.ts';
@@ -123,6 +124,7 @@ async function evaluateStep(
         weightVersion: latest.step,
         basePath: input.config.learner.model_path,
         deadlineMs: policy.sync_deadline_ms,
+        ...loraServing(input.config.learner),
       });
       return {
         ...episode,
@@ -227,6 +229,7 @@ async function evaluateLabelledByRun(
       weightVersion: latest.step,
       basePath: input.config.learner.model_path,
       deadlineMs: episode.policy.sync_deadline_ms,
+      ...loraServing(input.config.learner),
     });
     episode = {
       ...episode,

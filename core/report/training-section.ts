@@ -87,6 +87,14 @@ function trainingHeadline(t: TrainingStats): Headline[] {
       detail: `${smooth ? `mean of the last ${window} steps; ` : ''}${rewardRange} (${count(n)} steps)`,
     },
     {
+      label: 'Weights trained',
+      value: last.training_mode === 'lora' ? 'LoRA adapters' : 'all (full fine-tuning)',
+      detail:
+        last.training_mode === 'lora'
+          ? "learner.lora: the base model frozen; the policy servers hot-load each step's adapter"
+          : 'every weight updated; the policy servers load the full weights each step',
+    },
+    {
       label: 'Informative groups',
       value: percent(t.meanInformative),
       detail:

@@ -33,7 +33,9 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+from torch.distributed.tensor import DTensor
 
+from ..lora_adapter import adapter_config, write_adapter
 from ..weight_transport import WeightGroup
 from . import faults
 from .checkpoint_reader import (
@@ -45,6 +47,7 @@ from .checkpoint_reader import (
 )
 from .distributed import barrier, broadcast_object
 from .errors import WeightPushFailed
+from .lora import adapter_parameter
 from .model import DTYPES
 from .trainer import Trainer, TrainerState
 
@@ -277,15 +280,23 @@ class Checkpointer:
                 f"export of step {step}: the weights in memory are step {self.trainer.state.last_step}"
             )
         final = self.export_dir(step)
-        tensors = self._serving_weights()
+        lora = self.info.config.lora
+        tensors = self._adapter_weights() if lora.enabled else self._serving_weights()
         if self.info.is_main:
             tmp = final.with_name(final.name + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
             dtype = DTYPES[self.info.config.model.export_dtype]
-            save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt", "step": str(step)})
-            self._copy_model_files(tmp, dtype)
-            _write_json(tmp / "tbt_export.json", {"step": step, "dtype": str(dtype).removeprefix("torch.")})
+            if lora.enabled:  # the adapter only: the servers keep the base weights and hot-load this
+                config = adapter_config(lora.rank, lora.alpha, lora.targets, self.info.config.model.path)
+                write_adapter(tmp, tensors, config, {"step": str(step)})
+            else:
+                save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt", "step": str(step)})
+                self._copy_model_files(tmp, dtype)
+            mode = "lora" if lora.enabled else "full"
+            _write_json(
+                tmp / "tbt_export.json", {"step": step, "dtype": str(dtype).removeprefix("torch."), "mode": mode}
+            )
             _fsync_dir(tmp)
             shutil.rmtree(final, ignore_errors=True)
             os.rename(tmp, final)
@@ -342,6 +353,18 @@ class Checkpointer:
         dtype = DTYPES[self.info.config.model.export_dtype]
         # Full (non-sharded) state dicts hold plain tensors only.
         return {name: cast(torch.Tensor, t).detach().to(dtype).contiguous() for name, t in full.items()}
+
+    def _adapter_weights(self) -> dict[str, torch.Tensor]:
+        """The LoRA parameters only, gathered to rank 0 (every rank calls; others get {})."""
+        dtype = DTYPES[self.info.config.model.export_dtype]
+        out: dict[str, torch.Tensor] = {}
+        for name, p in self.trainer.model.named_parameters():
+            if not adapter_parameter(name):
+                continue
+            full = p.full_tensor() if isinstance(p, DTensor) else p  # a collective: every rank, same order
+            if self.info.is_main:
+                out[name] = full.detach().to("cpu", dtype).contiguous()
+        return out
 
     def _copy_model_files(self, dest: pathlib.Path, dtype: torch.dtype) -> None:
         source = pathlib.Path(self.info.config.model.path)

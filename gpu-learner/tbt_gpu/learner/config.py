@@ -193,6 +193,35 @@ class TrainConfig:
         _require(isinstance(shared, bool), "train.share_prompts", f"must be true or false, got {shared!r}")
 
 
+LORA_DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(kw_only=True, slots=True)
+class LoraConfig:
+    rank: int = 0
+    """Rank of the low-rank adapters; 0 = full fine-tuning (every weight trains, servers load full weights)."""
+    alpha: float = 32.0
+    """Adapter scale numerator: the update is (alpha / rank) * B @ A."""
+    targets: list[str] = field(default_factory=lambda: list(LORA_DEFAULT_TARGETS))
+    """Names (last path component) of the Linear modules that get adapters; the rest of the model is frozen."""
+
+    def __post_init__(self) -> None:
+        _require_int(self.rank, "lora.rank", 0)
+        _require(_require_number(self.alpha, "lora.alpha") > 0, "lora.alpha", "must be > 0")
+        _require(
+            isinstance(self.targets, (list, tuple))
+            and len(self.targets) > 0
+            and all(isinstance(t, str) and t and "." not in t for t in self.targets),
+            "lora.targets",
+            f"must be a non-empty list of module names such as q_proj, got {self.targets!r}",
+        )
+        self.targets = list(self.targets)
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+
 @dataclass(kw_only=True, slots=True)
 class CheckpointConfig:
     dir: str
@@ -255,6 +284,8 @@ class LearnerConfig:
     """PPO/GRPO surrogate."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Step mechanics: clipping, micro-batching, seed."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """Low-rank adapters instead of full fine-tuning (rank 0 = off)."""
     control: ControlConfig = field(default_factory=ControlConfig)
     """The HTTP control endpoint."""
 
@@ -320,6 +351,7 @@ class LearnerConfig:
             "optimizer": OptimizerConfig,
             "loss": LossConfig,
             "train": TrainConfig,
+            "lora": LoraConfig,
             "control": ControlConfig,
         }
         unknown = sorted(set(data) - set(sections))

@@ -239,6 +239,8 @@ class LearnerService:
                 )
             return {"op": "export", "step_id": step_id}
         if command.op == "push_weights":
+            if self.trainer.cfg.lora.enabled:
+                raise ExportRefused("push refused: a LoRA learner serves adapters (load its /export), not full weights")
             if command.args["step_id"] != state.last_step:
                 raise ExportRefused(
                     f"push of step {command.args['step_id']} refused: the learner holds step {state.last_step}"

@@ -12,6 +12,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from .distributed import DistInfo
+from .lora import apply_lora
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +26,7 @@ class ModelInfo:
     pad_id: int
     tied_embeddings: bool
     parameters: int
+    trainable_parameters: int
 
 
 def _decoder_layers(model: nn.Module) -> list[nn.Module]:
@@ -55,6 +57,8 @@ def load_model(info: DistInfo) -> tuple[nn.Module, ModelInfo]:
     )
     if cfg.fsdp.activation_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.lora.enabled:
+        apply_lora(model, cfg.lora, cfg.train.seed)
     model.train()
 
     compute_dtype = DTYPES[cfg.model.dtype]
@@ -96,11 +100,13 @@ def load_model(info: DistInfo) -> tuple[nn.Module, ModelInfo]:
         pad_id=int(pad_id) if pad_id is not None else 0,
         tied_embeddings=bool(getattr(text_config, "tie_word_embeddings", False)),
         parameters=sum(p.numel() for p in model.parameters()),
+        trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
     )
     logger.info(
-        "loaded %s (%s parameters, %s compute, offload=%s, activation checkpointing=%s)",
+        "loaded %s (%s parameters, %s trainable, %s compute, offload=%s, activation checkpointing=%s)",
         path,
         model_info.parameters,
+        model_info.trainable_parameters,
         cfg.model.dtype,
         cfg.fsdp.cpu_offload,
         cfg.fsdp.activation_checkpointing,

@@ -75,9 +75,9 @@ class Trainer:
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
         opt = self.cfg.optimizer
-        return torch.optim.AdamW(
-            self.model.parameters(), lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay
-        )
+        # Only what trains: with LoRA the frozen base weights carry no optimizer state.
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(trainable, lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay)
 
     def load_batch(self, path: str) -> Batch:
         return load_batch(path, vocab_size=self.model_info.vocab_size, max_seq_len=self.model_info.max_seq_len)
@@ -101,6 +101,9 @@ class Trainer:
                 result = {**self._skipped_result(batch), "non_finite": True, "skip_reason": str(err)}
         result["time_s"] = round(time.perf_counter() - started, 6)
         result["step_id"] = step_id
+        # Which weights train (the report and steps.jsonl say it): full, or LoRA adapters of this rank.
+        result["mode"] = "lora" if self.cfg.lora.enabled else "full"
+        result["trainable_parameters"] = self.model_info.trainable_parameters
         # Lineage: the step these weights were applied on, and which trajectories went in (sorted ids).
         result["parent_step"] = self.state.last_step
         result["batch_ids_sha256"] = batch_ids_sha256(batch)
