@@ -19,7 +19,7 @@ import { up } from '../cli/commands/infra.ts';
  * (SmolLM2-135M on CPU, the vLLM CPU engine, the CPU learner): train on the training half of tasks/tiny-learning,
  * evaluate the base and the trained policy on the held-out half only, and end with one line, the paired
  * comparison over the held-out tasks (same bootstrap as the report).
- *   npm run bench:learning [-- --seed N] [-- --config FILE] [-- --max-staleness K]
+ *   npm run bench:learning [-- --seed N] [-- --config FILE] [-- --max-staleness K] [-- --lora RANK]
  */
 
 const { values } = parseArgs({
@@ -27,6 +27,7 @@ const { values } = parseArgs({
     seed: { type: 'string' },
     config: { type: 'string', default: path.join(repoRoot, 'bench', 'learning', 'config.yaml') },
     'max-staleness': { type: 'string' },
+    lora: { type: 'string' },
   },
 });
 const seed = values.seed === undefined ? undefined : Number(values.seed);
@@ -35,14 +36,25 @@ if (seed !== undefined && !Number.isInteger(seed)) throw new Error(`--seed: expe
 const staleness = values['max-staleness'] === undefined ? undefined : Number(values['max-staleness']);
 if (staleness !== undefined && !(Number.isInteger(staleness) && staleness >= 0))
   throw new Error(`--max-staleness: expected an integer >= 0, got ${values['max-staleness']}`);
-const configFile =
-  staleness === undefined
-    ? values.config
-    : writeConfigVariant(values.config, path.join(os.tmpdir(), `bench-learning-k${staleness}.yaml`), (config) => {
-        config.name = `${config.name}-k${staleness}`;
+// --lora RANK: LoRA adapters instead of full fine-tuning (docs/lora.md), named apart (`-lora<RANK>`).
+const loraRank = values.lora === undefined ? undefined : Number(values.lora);
+if (loraRank !== undefined && !(Number.isInteger(loraRank) && loraRank >= 1))
+  throw new Error(`--lora: expected a rank (an integer >= 1), got ${values.lora}`);
+const variant = [staleness === undefined ? '' : `-k${staleness}`, loraRank === undefined ? '' : `-lora${loraRank}`];
+const configFile = variant.join('')
+  ? writeConfigVariant(values.config, path.join(os.tmpdir(), `bench-learning${variant.join('')}.yaml`), (config) => {
+      config.name = `${config.name}${variant.join('')}`;
+      if (staleness !== undefined) {
         config.training.max_staleness = staleness;
         config.learner.is_cap ??= 2;
-      });
+      }
+      if (loraRank !== undefined) {
+        config.learner.lora = { rank: loraRank, alpha: 2 * loraRank };
+        // LoRA takes about 10x full fine-tuning's learning rate (Schulman et al., "LoRA Without Regret").
+        config.learner.lr = 10 * Number(config.learner.lr);
+      }
+    })
+  : values.config;
 
 const started = Date.now();
 const env = readEnvironment();

@@ -3,7 +3,8 @@
 # no network, no package downloads): the learner's own FSDP2 training steps over NCCL in bf16 on a randomly
 # initialised ~1B Llama built from a config, first resident on the GPU, then with FSDP2 CPU offload. Prints one
 # JSON line per run (tokens/s, model TFLOP/s, MFU against --peak-tflops, peak GPU memory) and keeps them in
-# $OUT/gpu-check.jsonl (or .state/gpu-check.jsonl). At most 8 minutes (timeout 480 s).
+# $OUT/gpu-check.jsonl (or .state/gpu-check.jsonl); then the collective weight transport (learner rank 0 to a
+# receiver process, bench/learner/weight_transport_check.py). At most 10 minutes (timeouts 480 s + 120 s).
 #
 #   bash scripts/gpu-check.sh                         # the GPU check
 #   bash scripts/gpu-check.sh --device cpu --tiny     # the same code path on CPU with a tiny model (here)
@@ -35,6 +36,12 @@ started=$(date +%s)
 timeout --kill-after=10 480 "$py" -m torch.distributed.run --standalone --nproc-per-node=1 \
   bench/learner/gpu_check.py "$@" 2> "$out/gpu-check.log" | tee "$out/gpu-check.jsonl"
 rc=${PIPESTATUS[0]}
+# The collective weight transport, learner rank 0 to a receiver process (2 GB of bf16; 64 MB on CPU).
+device=cuda gb=2.0
+case " $* " in *" --device cpu "*) device=cpu gb=0.0625 ;; esac
+timeout --kill-after=10 120 "$py" bench/learner/weight_transport_check.py --device "$device" --gb "$gb" \
+  2>> "$out/gpu-check.log" | tee -a "$out/gpu-check.jsonl"
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
 echo "gpu-check: exit $rc after $(( $(date +%s) - started )) s (log $out/gpu-check.log)"
 [ "$rc" = 0 ] || tail -20 "$out/gpu-check.log" >&2
 exit "$rc"

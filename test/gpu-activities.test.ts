@@ -8,10 +8,10 @@ import { learnerSchema } from '../config/campaign-config.ts';
 import { createGpuActivities } from '../activities/gpu-activities.ts';
 import { learnerRequest } from '../learner-control/learner-client.ts';
 import { learnerFiles, controlEndpoint, stopLearner } from '../learner-control/learner-process.ts';
-import { withClient } from '../infra/control-database.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
 import { diskUsage } from '../infra/retention.ts';
 import { controlReady } from './helpers/stack.ts';
+import { insertSyntheticEpisodes } from './helpers/synthetic-episodes.ts';
 import { testTempDir } from './helpers/temp-dir.ts';
 
 /**
@@ -25,32 +25,8 @@ const learner = learnerSchema.parse({ lr: 1e-4, micro_batch_tokens: 1024 });
 let controlUrlDb: string;
 let activities: ReturnType<typeof createGpuActivities>;
 
-function trajectory(seed: number, length: number) {
-  const tokenIds = Array.from({ length }, (_, i) => 100 + ((seed * 31 + i * 7) % 4000));
-  const lossMask = tokenIds.map((_, i) => (i >= length / 2 ? 1 : 0));
-  return { tokenIds, lossMask, logprobs: tokenIds.map(() => 0) };
-}
-
-async function insertEpisodes(
-  step: number,
-  count: number,
-  length = 24,
-  campaign = campaignId,
-): Promise<{ episodeId: string; advantage: number }[]> {
-  const items = Array.from({ length: count }, (_, i) => ({
-    episodeId: `${campaign}/step-${step}/t#${i}`,
-    advantage: i % 2 === 0 ? 1 : -1,
-  }));
-  await withClient(controlUrlDb, async (c) => {
-    for (const [i, item] of items.entries()) {
-      await c.query(
-        `INSERT INTO episodes (id, task_uid, suite, scenario, domain, purpose, campaign, step, status, reward, ` +
-          `record) VALUES ($1, 't', 's', 'sc', 'd', 'train', $2, $3, 'success', 1, $4) ON CONFLICT (id) DO NOTHING`,
-        [item.episodeId, campaign, step, JSON.stringify({ trajectory: trajectory(step * 100 + i, length) })],
-      );
-    }
-  });
-  return items;
+function insertEpisodes(step: number, count: number, length = 24, campaign = campaignId) {
+  return insertSyntheticEpisodes(controlUrlDb, campaign, step, count, length);
 }
 
 function run<R>(

@@ -76,16 +76,21 @@ def target_linears(model: torch.nn.Module, targets: Sequence[str]) -> list[tuple
     return found
 
 
-def write_zero_adapter(model_dir: str, rank: int, alpha: float, targets: Sequence[str], out: pathlib.Path) -> int:
-    """A rank-`rank` adapter with A = B = 0 for every target of the model at `model_dir`; returns its module count."""
+def target_shapes(model_dir: str, targets: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(path, in, out) of every target Linear of the model at `model_dir`, read from its config alone."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with torch.device("meta"):  # shapes only: no weights are read or allocated
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    return [(name, m.in_features, m.out_features) for name, m in target_linears(model, targets)]
+
+
+def write_zero_adapter(model_dir: str, rank: int, alpha: float, targets: Sequence[str], out: pathlib.Path) -> int:
+    """A rank-`rank` adapter with A = B = 0 for every target of the model at `model_dir`; returns its module count."""
     tensors: dict[str, torch.Tensor] = {}
-    for name, linear in target_linears(model, targets):
-        tensors[f"{name}.lora_A.weight"] = torch.zeros(rank, linear.in_features)
-        tensors[f"{name}.lora_B.weight"] = torch.zeros(linear.out_features, rank)
+    for name, fan_in, fan_out in target_shapes(model_dir, targets):
+        tensors[f"{name}.lora_A.weight"] = torch.zeros(rank, fan_in)
+        tensors[f"{name}.lora_B.weight"] = torch.zeros(fan_out, rank)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

@@ -40,6 +40,24 @@ test('a value only the learner rejects is bad input naming the YAML field', () =
   assert.equal(learnerYamlField('checkpoint.keep_last'), 'learner.keep_checkpoints');
 });
 
+test('learner.lora: the learner fills in alpha and targets, and refuses a target the model lacks by its field', () => {
+  const resolved = resolveLearnerSection(learnerSchema.parse({ lora: { rank: 8 } }), 1);
+  assert.deepEqual(resolved.lora, {
+    rank: 8,
+    alpha: 32,
+    targets: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
+  });
+  assert.equal(resolveLearnerSection(learnerSchema.parse({}), 1).lora, undefined, 'unset stays full fine-tuning');
+  assert.throws(
+    () => resolveLearnerSection(learnerSchema.parse({ lora: { rank: 8, targets: ['qkv_proj'] } }), 1),
+    (err: unknown) => {
+      assert.ok(err instanceof BadInputError);
+      assert.match(err.message, /^learner\.lora\.targets: no Linear module is named any of \['qkv_proj'\] .*'q_proj'/);
+      return true;
+    },
+  );
+});
+
 test('tbt train --dry-run refuses a learner value outside its bounds, naming file and field', () => {
   const config = path.join(repoRoot, 'config', `learner-bounds-${process.pid}.yaml`);
   const local = fs.readFileSync(path.join(repoRoot, 'config', 'local.yaml'), 'utf8');
