@@ -19,7 +19,6 @@ import sys
 import time
 
 import torch
-
 from tbt_gpu.weight_transport import WeightGroup
 
 SIDE = 4096
