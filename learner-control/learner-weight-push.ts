@@ -15,15 +15,18 @@ export async function learnerWeightPush(
 ): Promise<CollectivePush> {
   const learner = await lastLaunchedLearner(stateDir, campaignId);
   const host = new URL(learner.url).hostname;
+  const manifest = await learnerRequest<{ distributed: { device: string } }>(learner, 'GET', '/manifest');
+  const backend = manifest.distributed.device === 'cuda' ? 'nccl' : 'gloo';
   return {
     host: host === '0.0.0.0' ? '127.0.0.1' : host,
     timeoutS,
+    backend,
     push: (host, port, seconds) =>
       learnerRequest(
         learner,
         'POST',
         '/push_weights',
-        { step_id: stepId, host, port, timeout_s: seconds },
+        { step_id: stepId, host, port, timeout_s: seconds, backend },
         (seconds + 60) * 1000,
       ),
   };

@@ -33,6 +33,8 @@ export interface WeightSyncResult {
 export interface CollectivePush {
   host: string;
   timeoutS: number;
+  /** Both ends must use the same: NCCL when the learner runs on CUDA, gloo otherwise. */
+  backend: 'gloo' | 'nccl';
   push: (host: string, port: number, timeoutS: number) => Promise<unknown>;
 }
 
@@ -135,10 +137,11 @@ async function receiveCollective(call: ServerCall, collective: CollectivePush): 
     return `the server has no collective receiver (${errorMessage(err)})`;
   }
   const port = await freePort(collective.host);
-  const { host, timeoutS } = collective;
+  const { host, timeoutS, backend } = collective;
+  const kwargs = { host, port, timeout_s: timeoutS, backend };
   const [sent, received] = await Promise.allSettled([
     collective.push(host, port, timeoutS),
-    call('POST', '/collective_rpc', { method: 'receive_tbt_weights', kwargs: { host, port, timeout_s: timeoutS } }),
+    call('POST', '/collective_rpc', { method: 'receive_tbt_weights', kwargs }),
   ]);
   if (sent.status === 'rejected') return `the learner's push failed: ${errorMessage(sent.reason)}`;
   if (received.status === 'rejected') return `the server's receive failed: ${errorMessage(received.reason)}`;

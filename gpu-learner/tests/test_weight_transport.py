@@ -97,6 +97,9 @@ def test_learner_pushes_the_exported_weights_and_refuses_without_a_receiver(tmp_
         assert learner.call("POST", "/push_weights", {"step_id": 2, "host": "127.0.0.1", "port": port})[0] == 409
         status, bad = learner.call("POST", "/push_weights", {"step_id": 1, "host": "127.0.0.1", "port": "x"})
         assert status == 400 and bad["error"].startswith("field 'port'")
+        body = {"step_id": 1, "host": "127.0.0.1", "port": port, "backend": "mpi"}
+        status, bad = learner.call("POST", "/push_weights", body)
+        assert status == 400 and bad["error"].startswith("field 'backend'")
 
         # Nobody joins: the push fails after its timeout, and the learner keeps serving.
         lonely = pool.submit(

@@ -305,7 +305,7 @@ class Checkpointer:
         logger.info("exported step %s to %s", step, final)
         return final
 
-    def push(self, step: int, host: str, port: int, timeout_s: float) -> dict[str, Any]:
+    def push(self, step: int, host: str, port: int, timeout_s: float, backend: str) -> dict[str, Any]:
         """Gather the full weights (all ranks call) and send them from rank 0 to one policy server's worker over
         the collective transport (tbt_gpu.weight_transport): the server joins the group at host:port as rank 1.
         A failed send is raised only after every rank has left the barrier, so the ranks stay in step."""
@@ -317,7 +317,6 @@ class Checkpointer:
         answer: dict[str, Any] = {}
         failure: BaseException | None = None
         if self.info.is_main:
-            backend = "nccl" if self.info.device.type == "cuda" else "gloo"
             try:
                 group = WeightGroup(host, port, 0, 2, backend, timeout_s)
                 try:

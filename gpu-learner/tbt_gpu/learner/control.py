@@ -14,7 +14,8 @@ campaign's batch folder (`control.batch_dir`), so the endpoint cannot be used to
     GET  /manifest                    every resolved hyperparameter
     POST /train_step {step_id, batch_ref}
     POST /export     {step_id}
-    POST /push_weights {step_id, host, port, timeout_s}   send the weights to a policy server over a collective
+    POST /push_weights {step_id, host, port, timeout_s, backend?}
+                                      send the weights into a policy server over a collective (gloo or nccl)
     POST /cancel                      abort the running step at its next micro-batch boundary
     POST /shutdown
 """
@@ -263,7 +264,9 @@ class LearnerService:
             return {"step_id": message["step_id"], "path": str(folder), "existing": False}
         if op == "push_weights":
             self.trainer.progress.mark(step=message["step_id"], phase="push", micro_batch=0, of=0)
-            pushed = self.checkpointer.push(message["step_id"], message["host"], message["port"], message["timeout_s"])
+            pushed = self.checkpointer.push(
+                message["step_id"], message["host"], message["port"], message["timeout_s"], message["backend"]
+            )
             return {"step_id": message["step_id"], **pushed}
         raise RuntimeError(f"unknown broadcast op {op!r}")
 
@@ -387,7 +390,17 @@ class _Handler(BaseHTTPRequestHandler):
             raise RequestError(f"field 'port': must be a free TCP port, got {port!r}")
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s <= 3600:
             raise RequestError(f"field 'timeout_s': must be seconds in (0, 3600], got {timeout_s!r}")
-        args = {"step_id": _parse_step_id(body), "host": host, "port": port, "timeout_s": float(timeout_s)}
+        default_backend = "nccl" if self.service.info.device.type == "cuda" else "gloo"
+        backend = body.get("backend", default_backend)
+        if backend not in ("gloo", "nccl"):
+            raise RequestError(f"field 'backend': must be gloo or nccl (the server's too), got {backend!r}")
+        args = {
+            "step_id": _parse_step_id(body),
+            "host": host,
+            "port": port,
+            "timeout_s": float(timeout_s),
+            "backend": backend,
+        }
         return self.service.submit("push_weights", args).result()
 
 
