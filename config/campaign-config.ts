@@ -283,7 +283,22 @@ export const campaignConfigSchema = z
       .describe('Experiment trackers (MLflow, W&B) for every step and evaluation; off unless set'),
   })
   .strict()
-  .superRefine(checkLagCorrection);
+  .superRefine(checkLagCorrection)
+  .superRefine(checkLoraServer);
+
+/** LoRA adapters are hot-loaded by vLLM; the built-in embedded server loads full weights only (docs/lora.md). */
+function checkLoraServer(
+  config: { episode: { policy: { base_url: string; engine: string } }; learner: { lora?: unknown } },
+  ctx: z.RefinementCtx,
+): void {
+  const { policy } = config.episode;
+  if (!config.learner.lora || policy.base_url !== 'embedded' || policy.engine === 'vllm') return;
+  ctx.addIssue({
+    code: 'custom',
+    path: ['learner', 'lora'],
+    message: `the embedded ${policy.engine} server loads no LoRA adapters: set episode.policy.engine: vllm`,
+  });
+}
 
 /**
  * Overlapped steps train on episodes up to max_staleness versions old: the loss must correct for that lag, with the

@@ -57,3 +57,16 @@ test('overlapped steps need a lag correction: refused naming learner.is_cap, acc
   assert.equal(loadCampaignConfig(overlapped({ old_logprobs: 'sampler' })).learner.old_logprobs, 'sampler');
   assert.equal(loadCampaignConfig(withField('training', 'max_staleness', 0)).training.max_staleness, 0);
 });
+
+test('learner.lora needs the embedded vLLM: the built-in server is refused naming learner.lora', () => {
+  const lora = (engine: string) => {
+    const doc = parse(fs.readFileSync(withField('learner', 'lora', { rank: 8 }), 'utf8')) as Record<string, any>;
+    doc.episode.policy = { ...doc.episode.policy, base_url: 'embedded', engine };
+    const file = path.join(testTempDir('tbt-config-'), 'campaign.yaml');
+    fs.writeFileSync(file, stringify(doc));
+    return file;
+  };
+  assert.throws(() => loadCampaignConfig(lora('builtin')), /learner\.lora: the embedded builtin server loads no LoRA/);
+  assert.equal(loadCampaignConfig(lora('vllm')).learner.lora?.rank, 8);
+  assert.throws(() => loadCampaignConfig(withField('learner', 'lora', { rank: 0 })), /learner\.lora\.rank/);
+});
