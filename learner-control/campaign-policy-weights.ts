@@ -7,7 +7,13 @@ import { ensureEmbeddedPolicyServer, type PolicyServerAddress } from './campaign
 import { learnerFiles } from './learner-process.ts';
 import { policySyncToken } from './policy-sync-token.ts';
 import { learnerWeightPush } from './learner-weight-push.ts';
-import { reportedWeightLabel, syncPolicyWeights, weightLabel, type WeightTransport } from './policy-weight-sync.ts';
+import {
+  reportedWeightLabel,
+  syncPolicyWeights,
+  weightLabel,
+  type CollectivePush,
+  type WeightTransport,
+} from './policy-weight-sync.ts';
 
 /**
  * Bringing a campaign's policy servers to its current weights: the embedded server (restarted on the weights
@@ -71,10 +77,14 @@ export async function syncStepWeights(
   const files = learnerFiles(stateDir, input.campaignId);
   const label = weightLabel(input.campaignId, input.weightVersion);
   // An adapter export is hot-loaded as it is: the collective transport carries full weights only.
-  const collective =
-    input.transport === 'collective' && !isAdapterFolder(input.weightsPath)
-      ? await learnerWeightPush(stateDir, input.campaignId, input.weightVersion)
-      : undefined;
+  let collective: CollectivePush | undefined;
+  if (input.transport === 'collective' && !isAdapterFolder(input.weightsPath)) {
+    try {
+      collective = await learnerWeightPush(stateDir, input.campaignId, input.weightVersion);
+    } catch (err) {
+      warn('collective weight sync fell back to the disk export', { why: `no learner to push: ${errorMessage(err)}` });
+    }
+  }
   const sync = async (baseUrl: string): Promise<SyncedServer> => {
     const token = policySyncToken(files.dir, baseUrl);
     const r = await syncPolicyWeights(baseUrl, input.weightsPath, label, input.deadlineMs, token, collective);
