@@ -54,12 +54,17 @@ export async function ensureEmbeddedPolicyServer(
     // The built-in server's weight-sync routes need this run's token and load only from these folders.
     reloadTokenFile: writeRunToken(policyTokenFile(dir)),
     weightsRoots: [dir, smallModelDir()],
-    ...(lora ? { lora: { ...lora, adapterDir: path.join(dir, 'lora-zero-adapter') } } : {}),
+    ...(lora ? { lora: { ...lora, adapterDir: loraZeroAdapterDir(dir) } } : {}),
   });
   const server = { baseUrl: handle.baseUrl, model: handle.model };
   fs.writeFileSync(pidFile, String(handle.process.pid));
   fs.writeFileSync(urlFile, JSON.stringify({ ...server, engine, lora }));
   return server;
+}
+
+/** Where a LoRA-mode server of the campaign folder `dir` gets its zero adapter (the base model, as an adapter). */
+export function loraZeroAdapterDir(dir: string): string {
+  return path.join(dir, 'lora-zero-adapter');
 }
 
 /** Stops the campaign's embedded policy server (its whole process group); false when none was running. */

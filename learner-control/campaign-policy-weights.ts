@@ -3,7 +3,7 @@ import type { PolicyEngine } from '../infra/embedded-policy-server.ts';
 import { metrics } from '../infra/metrics.ts';
 import { isAdapterFolder, type PolicyLora } from '../infra/policy-lora.ts';
 import { smallModelDir } from '../infra/python-env.ts';
-import { ensureEmbeddedPolicyServer, type PolicyServerAddress } from './campaign-policy-server.ts';
+import { ensureEmbeddedPolicyServer, loraZeroAdapterDir, type PolicyServerAddress } from './campaign-policy-server.ts';
 import { learnerFiles } from './learner-process.ts';
 import { policySyncToken } from './policy-sync-token.ts';
 import { learnerWeightPush } from './learner-weight-push.ts';
@@ -129,7 +129,10 @@ async function bringToVersion(
 ): Promise<void> {
   const label = weightLabel(want.campaignId, want.weightVersion);
   if ((await reportedWeightLabel(baseUrl)) === label) return;
-  const folder = want.weightsPath ?? (want.basePath === 'embedded' ? smallModelDir() : want.basePath);
+  // Version 0 in LoRA mode is the zero adapter: loading the base weights would leave a trained adapter in place.
+  const zero = want.lora ? loraZeroAdapterDir(campaignDir) : undefined;
+  const base = zero && isAdapterFolder(zero) ? zero : want.basePath === 'embedded' ? smallModelDir() : want.basePath;
+  const folder = want.weightsPath ?? base;
   try {
     const r = await syncPolicyWeights(baseUrl, folder, label, want.deadlineMs, policySyncToken(campaignDir, baseUrl));
     metrics.weightSynced(r.seconds, 'catch_up', r.transport);

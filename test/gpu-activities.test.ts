@@ -269,6 +269,9 @@ test(
       const afterSync = await nextTokens('policy-lora');
       assert.notDeepEqual(afterSync, atZero, 'the trained adapter changed what the policy predicts');
       assert.deepEqual(await nextTokens(baseName), atZero, 'the base model itself is untouched');
+      // Back to version 0 (an evaluation of the base policy on this server): the zero adapter, not the base weights.
+      await run(() => activities.ensurePolicyServer({ ...want, engine: 'vllm' })).result;
+      assert.deepEqual(await nextTokens('policy-lora'), atZero, 'version 0 is the zero adapter again');
       console.log(`weight sync seconds: lora adapter ${synced.servers[0]!.seconds}`);
     } finally {
       await run(() => activities.stopLearner({ campaignId: loraCampaign })).result;
