@@ -52,9 +52,7 @@ def tiny_model(folder: pathlib.Path) -> pathlib.Path:
     return folder
 
 
-def synthetic_batch(
-    path: pathlib.Path, *, count: int, seq_len: int, vocab: int, seed: int
-) -> pathlib.Path:
+def synthetic_batch(path: pathlib.Path, *, count: int, seq_len: int, vocab: int, seed: int) -> pathlib.Path:
     rng = random.Random(seed)
     lines = []
     for i in range(count):
@@ -86,12 +84,8 @@ def padded(group: list[Trajectory]) -> tuple[torch.Tensor, ...]:
 class BareLoop:
     """What a plain torch training step on this batch looks like."""
 
-    def __init__(
-        self, model_path: pathlib.Path, cfg: LearnerConfig, device: torch.device
-    ) -> None:
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=torch.float32
-        ).to(device)
+    def __init__(self, model_path: pathlib.Path, cfg: LearnerConfig, device: torch.device) -> None:
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device)
         self.model.config.use_cache = False
         self.model.train()
         opt = cfg.optimizer
@@ -103,14 +97,8 @@ class BareLoop:
     def step(self, micro_batches: list[list[Trajectory]], global_tokens: int) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         for group in micro_batches:
-            ids, attention, mask, advantages = (
-                t.to(self.device) for t in padded(group)
-            )
-            logits = (
-                self.model(input_ids=ids, attention_mask=attention)
-                .logits[:, :-1]
-                .float()
-            )
+            ids, attention, mask, advantages = (t.to(self.device) for t in padded(group))
+            logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
             logp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
             loss = -(logp * advantages[:, None] * mask[:, 1:]).sum() / global_tokens
             loss.backward()
@@ -119,25 +107,13 @@ class BareLoop:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--model",
-        help="Hugging Face model folder (default: SmolLM2-135M from the model store)",
-    )
-    parser.add_argument(
-        "--tiny", action="store_true", help="use a random tiny Llama instead"
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="Hugging Face model folder (default: SmolLM2-135M from the model store)")
+    parser.add_argument("--tiny", action="store_true", help="use a random tiny Llama instead")
     parser.add_argument("--trajectories", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=96)
     parser.add_argument("--micro-batch-tokens", type=int, default=512)
-    parser.add_argument(
-        "--steps",
-        type=int,
-        default=3,
-        help="timed steps per side (after one warm-up step each)",
-    )
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per side (after one warm-up step each)")
     args = parser.parse_args()
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-learner-"))
@@ -153,9 +129,7 @@ def main() -> int:
     cfg = LearnerConfig(
         model=ModelConfig(path=str(model_path), dtype="float32"),
         checkpoint=CheckpointConfig(dir=str(work / "ckpt")),
-        distributed=DistributedConfig(
-            device=device, backend="nccl" if device == "cuda" else "gloo"
-        ),
+        distributed=DistributedConfig(device=device, backend="nccl" if device == "cuda" else "gloo"),
         optimizer=OptimizerConfig(lr=1e-6),
         train=TrainConfig(micro_batch_tokens=args.micro_batch_tokens),
     )
@@ -167,10 +141,7 @@ def main() -> int:
     batch: Batch = trainer.load_batch(str(batch_path))
     # the learner's own grouping (every synthetic prompt differs, so one trajectory per row)
     rows = prompt_rows(batch.trajectories, args.micro_batch_tokens, share=False)
-    micro_batches = [
-        [r.members[0] for r in g]
-        for g in pack_micro_batches(rows, args.micro_batch_tokens)
-    ]
+    micro_batches = [[r.members[0] for r in g] for g in pack_micro_batches(rows, args.micro_batch_tokens)]
     tokens = sum(t.length for t in batch.trajectories)
 
     def sync() -> None:
@@ -189,9 +160,7 @@ def main() -> int:
             else:
                 bare.step(micro_batches, batch.token_count)
             sync()
-            if (
-                i > 0
-            ):  # the first step of each side warms allocators and lazy initialisation
+            if i > 0:  # the first step of each side warms allocators and lazy initialisation
                 times[side].append(time.perf_counter() - started)
 
     learner_tps = tokens / statistics.median(times["learner"])

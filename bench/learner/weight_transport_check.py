@@ -80,9 +80,7 @@ def check(backend: str, device: str, gb: float) -> dict[str, object]:
         if peer.is_alive():
             peer.kill()
     if answer["received"] != sent:
-        raise RuntimeError(
-            f"{backend}: sent {sent} bytes, the receiver got {answer['received']}"
-        )
+        raise RuntimeError(f"{backend}: sent {sent} bytes, the receiver got {answer['received']}")
     return {
         "check": "weight_transport",
         "backend": backend,
@@ -96,9 +94,7 @@ def check(backend: str, device: str, gb: float) -> dict[str, object]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument(
         "--gb",
