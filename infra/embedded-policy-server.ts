@@ -8,7 +8,8 @@ import { BadInputError } from '../core/errors.ts';
 import { onCpus } from './cpu-affinity.ts';
 import { waitFor } from './daemon.ts';
 import type { ExpectedProcess } from './pid-identity.ts';
-import { LORA_ADAPTER_NAME, vllmLoraArgs, type PolicyLora } from './policy-lora.ts';
+import type { PolicyLora } from '../config/lora-serving.ts';
+import { LORA_ADAPTER_NAME, vllmLoraArgs } from './policy-lora.ts';
 import { gpuLearnerDir, pythonBinary, smallModelDir, vllmPythonBinary } from './python-env.ts';
 
 /**
@@ -37,9 +38,10 @@ export interface PolicyServerHandle {
   stop(): Promise<void>;
 }
 
-export async function freePort(): Promise<number> {
+/** A TCP port free on `host` now (the caller binds it soon after). */
+export async function freePort(host = '127.0.0.1'): Promise<number> {
   const server = net.createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  await new Promise<void>((r) => server.listen(0, host, r));
   const port = (server.address() as net.AddressInfo).port;
   await new Promise<void>((r) => server.close(() => r()));
   return port;

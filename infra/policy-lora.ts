@@ -11,8 +11,6 @@ import { gpuLearnerDir, vllmPythonBinary } from './python-env.ts';
  * adapter (exactly the base model), so the name is valid before the first step and never changes.
  */
 
-export type { PolicyLora };
-
 /** The name requests use for the policy in LoRA mode (`--lora-modules NAME=...`, `load_lora_adapter`). */
 export const LORA_ADAPTER_NAME = 'policy-lora';
 

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { readPid, stopPid } from '../infra/daemon.ts';
 import { startPolicyServer, writeRunToken, type PolicyEngine } from '../infra/embedded-policy-server.ts';
-import type { PolicyLora } from '../infra/policy-lora.ts';
+import type { PolicyLora } from '../config/lora-serving.ts';
 import { smallModelDir } from '../infra/python-env.ts';
 import type { LearnerFiles } from './learner-process.ts';
 import { policyServerUrlFile, policyTokenFile } from './policy-sync-token.ts';

@@ -1,7 +1,8 @@
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import type { PolicyEngine } from '../infra/embedded-policy-server.ts';
 import { metrics } from '../infra/metrics.ts';
-import { isAdapterFolder, type PolicyLora } from '../infra/policy-lora.ts';
+import type { PolicyLora } from '../config/lora-serving.ts';
+import { isAdapterFolder } from '../infra/policy-lora.ts';
 import { smallModelDir } from '../infra/python-env.ts';
 import { ensureEmbeddedPolicyServer, loraZeroAdapterDir, type PolicyServerAddress } from './campaign-policy-server.ts';
 import { learnerFiles } from './learner-process.ts';

@@ -1,5 +1,5 @@
-import { createServer, type AddressInfo } from 'node:net';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
+import { freePort } from '../infra/embedded-policy-server.ts';
 import { longRequestDispatcher } from '../infra/long-request-dispatcher.ts';
 import { isAdapterFolder, LORA_ADAPTER_NAME } from '../infra/policy-lora.ts';
 
@@ -89,14 +89,7 @@ export async function syncPolicyWeights(
   try {
     await call('POST', '/pause?mode=wait');
     paused = true;
-    const adapter = isAdapterFolder(weightsPath);
-    const fallback = collective && !adapter ? await receiveCollective(call, collective) : undefined;
-    if (adapter) {
-      // The served adapter replaced in place: its name, and so every request, stays the same (infra/policy-lora.ts).
-      const lora = { lora_name: LORA_ADAPTER_NAME, lora_path: weightsPath, load_inplace: true };
-      await call('POST', '/v1/load_lora_adapter', lora);
-    } else if (!collective || fallback !== undefined)
-      await call('POST', '/collective_rpc', { method: 'reload_weights', kwargs: { weights_path: weightsPath } });
+    const { transport, fallback } = await loadWeights(call, weightsPath, collective);
     await call('POST', '/reset_prefix_cache');
     await call('POST', '/update_weight_version', { new_version: label });
     await call('POST', '/resume');
@@ -106,10 +99,7 @@ export async function syncPolicyWeights(
       throw new InfrastructureError(
         `weight sync to ${root}: the server reports weight version ${reported} after loading ${label}`,
       );
-    const seconds = (Date.now() - started) / 1000;
-    if (adapter) return { baseUrl, label, seconds, transport: 'lora' };
-    if (!collective || fallback !== undefined) return { baseUrl, label, seconds, transport: 'disk', fallback };
-    return { baseUrl, label, seconds, transport: 'collective' };
+    return { baseUrl, label, seconds: (Date.now() - started) / 1000, transport, fallback };
   } finally {
     if (paused) {
       await fetch(`${root}/resume`, {
@@ -124,6 +114,27 @@ export async function syncPolicyWeights(
 
 type ServerCall = (method: 'GET' | 'POST', route: string, body?: unknown) => Promise<Record<string, unknown>>;
 
+/** Into the paused server: the adapter in `weightsPath`, or full weights pushed by the learner or from the folder. */
+async function loadWeights(
+  call: ServerCall,
+  weightsPath: string,
+  collective: CollectivePush | undefined,
+): Promise<{ transport: WeightTransport; fallback?: string }> {
+  if (isAdapterFolder(weightsPath)) {
+    // The served adapter replaced in place: its name, and so every request, stays the same (infra/policy-lora.ts).
+    await call('POST', '/v1/load_lora_adapter', {
+      lora_name: LORA_ADAPTER_NAME,
+      lora_path: weightsPath,
+      load_inplace: true,
+    });
+    return { transport: 'lora' };
+  }
+  const fallback = collective ? await receiveCollective(call, collective) : undefined;
+  if (collective && fallback === undefined) return { transport: 'collective' };
+  await call('POST', '/collective_rpc', { method: 'reload_weights', kwargs: { weights_path: weightsPath } });
+  return { transport: 'disk', fallback };
+}
+
 /**
  * The server (paused) joins the learner's group and receives the weights while the learner sends them. Returns
  * undefined on success, or why it failed: the caller then loads the disk export, which also repairs a load that
@@ -136,6 +147,7 @@ async function receiveCollective(call: ServerCall, collective: CollectivePush): 
   } catch (err) {
     return `the server has no collective receiver (${errorMessage(err)})`;
   }
+  // The learner hosts the group's store on it and binds it at once.
   const port = await freePort(collective.host);
   const { host, timeoutS, backend } = collective;
   const kwargs = { host, port, timeout_s: timeoutS, backend };
@@ -146,18 +158,6 @@ async function receiveCollective(call: ServerCall, collective: CollectivePush): 
   if (sent.status === 'rejected') return `the learner's push failed: ${errorMessage(sent.reason)}`;
   if (received.status === 'rejected') return `the server's receive failed: ${errorMessage(received.reason)}`;
   return undefined;
-}
-
-/** A port free on `host` now, for the learner to host the group's store on (it binds it at once). */
-function freePort(host: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, host, () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 /** The weight-version label a server reports (`GET /weight_info`); null when none was ever set. */
