@@ -184,3 +184,20 @@ def read_export(folder: pathlib.Path) -> dict:
 def max_abs_diff(a: dict, b: dict) -> float:
     assert a.keys() == b.keys(), (sorted(a), sorted(b))
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+def build_trainer(tmp_path: pathlib.Path, model: pathlib.Path, **sections: dict) -> tuple[Any, Any]:
+    """A Trainer and its Checkpointer in this process (a one-rank gloo world), config sections as given."""
+    from tbt_gpu.learner.checkpoint import Checkpointer
+    from tbt_gpu.learner.config import LearnerConfig
+    from tbt_gpu.learner.distributed import init_distributed
+    from tbt_gpu.learner.trainer import Trainer
+
+    config = write_config(tmp_path / "learner.json", model=model, checkpoint_dir=tmp_path / "ckpt", **sections)
+    trainer = Trainer(init_distributed(LearnerConfig.load(config)))
+    return trainer, Checkpointer(trainer)
+
+
+def trainer_weights(trainer: Any) -> dict:
+    """A full copy of every tensor of the trainer's (sharded) model, by name."""
+    return {k: v.full_tensor().clone() for k, v in trainer.model.state_dict().items()}

@@ -8,33 +8,17 @@ import pathlib
 
 import pytest
 import torch
-from learner_support import make_tiny_model, random_batch, write_config
+from learner_support import build_trainer as build
+from learner_support import random_batch
+from learner_support import trainer_weights as named
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from tbt_gpu.learner.checkpoint import Checkpointer
 from tbt_gpu.learner.config import LearnerConfig
-from tbt_gpu.learner.distributed import init_distributed
 from tbt_gpu.learner.loss import token_logprobs
-from tbt_gpu.learner.trainer import Trainer
 from tbt_gpu.lora_adapter import KEY_PREFIX, WEIGHTS_FILE, write_zero_adapter
 
 LORA = {"rank": 4, "alpha": 8.0, "targets": ["q_proj", "v_proj", "down_proj"]}
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> pathlib.Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-def build(tmp_path: pathlib.Path, model: pathlib.Path, **sections: dict) -> tuple[Trainer, Checkpointer]:
-    config = write_config(tmp_path / "learner.json", model=model, checkpoint_dir=tmp_path / "ckpt", **sections)
-    trainer = Trainer(init_distributed(LearnerConfig.load(config)))
-    return trainer, Checkpointer(trainer)
-
-
-def named(trainer: Trainer) -> dict[str, torch.Tensor]:
-    return {k: v.full_tensor().clone() for k, v in trainer.model.named_parameters()}
 
 
 def merged_base(model_dir: pathlib.Path, adapter_dir: pathlib.Path, alpha: float, rank: int) -> torch.nn.Module:

@@ -8,38 +8,15 @@ import random
 
 import pytest
 import torch
-from learner_support import (
-    VOCAB,
-    make_tiny_model,
-    max_abs_diff,
-    random_batch,
-    read_export,
-    trajectory,
-    write_config,
-)
+from learner_support import VOCAB, max_abs_diff, random_batch, read_export, trajectory
+from learner_support import build_trainer as build
+from learner_support import trainer_weights as weights
 
 from tbt_gpu.learner.batch import plan_rank_micro_batches
-from tbt_gpu.learner.checkpoint import Checkpointer, verify
-from tbt_gpu.learner.config import LearnerConfig
-from tbt_gpu.learner.distributed import init_distributed
+from tbt_gpu.learner.checkpoint import verify
 from tbt_gpu.learner.errors import StepCancelled, StepRefused
 from tbt_gpu.learner.loss import token_logprobs
 from tbt_gpu.learner.trainer import Trainer
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> pathlib.Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-def build(tmp_path: pathlib.Path, model: pathlib.Path, **sections: dict) -> tuple[Trainer, Checkpointer]:
-    config = write_config(tmp_path / "learner.json", model=model, checkpoint_dir=tmp_path / "ckpt", **sections)
-    trainer = Trainer(init_distributed(LearnerConfig.load(config)))
-    return trainer, Checkpointer(trainer)
-
-
-def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
-    return {k: v.full_tensor().clone() for k, v in trainer.model.state_dict().items()}
 
 
 def adam_state(trainer: Trainer) -> list[torch.Tensor]:
