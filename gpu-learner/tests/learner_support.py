@@ -40,6 +40,35 @@ def make_tiny_model(folder: pathlib.Path, seed: int = 0) -> pathlib.Path:
     return folder
 
 
+def make_tiny_hybrid_model(folder: pathlib.Path, seed: int = 0) -> pathlib.Path:
+    """A tiny random Qwen3.5 (the reference's hybrid family): Gated-DeltaNet layers with one full-attention layer."""
+    import torch
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    config = Qwen3_5TextConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    torch.manual_seed(seed)
+    Qwen3_5ForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
 def trajectory(tid: str, ids: list[int], prompt_len: int, advantage: float, old: list[float] | None = None) -> dict:
     record: dict[str, Any] = {
         "trajectory_id": tid,

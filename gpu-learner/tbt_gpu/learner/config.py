@@ -17,6 +17,7 @@ Backend = Literal["auto", "nccl", "gloo"]
 DType = Literal["auto", "float32", "bfloat16"]
 Aggregation = Literal["token-mean"]
 OldLogprobs = Literal["recompute", "sampler"]
+SamplerLogprobs = Literal["raw", "processed"]
 
 
 def _require(cond: bool, name: str, message: str) -> None:
@@ -150,6 +151,12 @@ class LossConfig:
     policy server returned with the episode (raw, before temperature: use with temperature 1)."""
     temperature: float = 1.0
     """Logits are divided by it before the log-softmax: the distribution the sampler drew from."""
+    sampler_logprobs: SamplerLogprobs = "raw"
+    """What the sampler's log-probabilities in a batch are of: `raw` (vLLM's default --logprobs-mode raw_logprobs)
+    = the model's distribution at temperature 1, before temperature, top-k and top-p; `processed` (vLLM
+    processed_logprobs) = the distribution the token was drawn from, temperature applied. A ratio against the
+    sampler (is_cap, old_logprobs `sampler`) compares like with like only when they are of the learner's
+    distribution: raw at temperature 1, or processed (without top-k/top-p, which the learner does not apply)."""
     is_cap: float = 0.0
     """Truncated importance sampling against the sampler: each token's loss is weighted by
     min(pi_learner / pi_sampler, is_cap), detached, where rows carry the sampler's log-probabilities (raw: sample
@@ -170,6 +177,16 @@ class LossConfig:
             "loss.is_cap",
             "needs old_logprobs 'recompute' (with 'sampler' the PPO ratio is already against the sampler)",
         )
+        _require_choice(self.sampler_logprobs, SamplerLogprobs, "loss.sampler_logprobs")
+        against_sampler = "is_cap" if is_cap > 0 else "old_logprobs" if self.old_logprobs == "sampler" else None
+        _require(
+            against_sampler is None or self.temperature == 1 or self.sampler_logprobs == "processed",
+            f"loss.{against_sampler}",
+            f"the sampler's raw log-probabilities are of temperature 1 and the learner's of temperature "
+            f"{self.temperature}: the ratio would be off on every token; serve the sampled distribution's "
+            "log-probabilities (vLLM --logprobs-mode processed_logprobs, loss.sampler_logprobs: processed) or "
+            "sample at temperature 1",
+        )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -180,17 +197,25 @@ class TrainConfig:
     """Padded tokens (rows x longest row) per micro-batch; one longer sequence still forms its own micro-batch."""
     seed: int = 0
     """Base RNG seed; rank r uses seed + r."""
-    share_prompts: bool = True
+    share_prompts: bool | None = None
     """Trajectories with the same prompt (a group's episodes) run it through the model once per micro-batch row
     (batch.PromptRow): same values and gradients, ~6x fewer tokens for 8 episodes of a 1,300-token prompt. Such
-    rows carry an [S, S] attention mask, which also rules out flash attention: turn it off for very long rows."""
+    rows carry an [S, S] attention mask, which also rules out flash attention: turn it off for very long rows.
+    None (the default) = on, except for hybrid models (linear-attention or state-space layers, which ignore a 4-D
+    mask and would mix the episodes); true on such a model is refused."""
+    logprob_chunk_tokens: int = 1024
+    """Scored tokens projected onto the vocabulary at once (loss.chunked_logprobs): peak memory of the output head
+    is about 3 x chunk x vocabulary x 4 bytes (1,024 x 248k: ~3 GB), whatever the episode's length."""
 
     def __post_init__(self) -> None:
         _require(_require_number(self.grad_clip, "train.grad_clip") > 0, "train.grad_clip", "must be > 0")
         _require_int(self.micro_batch_tokens, "train.micro_batch_tokens", 2)
         _require_int(self.seed, "train.seed", 0)
         shared = self.share_prompts
-        _require(isinstance(shared, bool), "train.share_prompts", f"must be true or false, got {shared!r}")
+        _require(
+            shared is None or isinstance(shared, bool), "train.share_prompts", f"must be true or false, got {shared!r}"
+        )
+        _require_int(self.logprob_chunk_tokens, "train.logprob_chunk_tokens", 1)
 
 
 LORA_DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -229,7 +254,11 @@ class CheckpointConfig:
     keep_last: int = 3
     """Number of most recent checkpoints kept; older ones are deleted after a successful save."""
     verify_checksums: bool = True
-    """Check every file's sha256 against the manifest before loading a checkpoint."""
+    """Check every file's sha256 against the manifest before loading a checkpoint (the files are spread over the
+    ranks: each hashes about 1/world_size of the bytes)."""
+    io_threads: int = 1
+    """Files each rank writes its shards into, written and sha256-hashed in parallel (DCP's FileSystemWriter
+    thread_count); the resume check hashes with as many threads per rank. More helps once a rank holds GBs."""
     export_subdir: str = "exports"
     """Exports go to <dir>/<export_subdir>/step-<n>."""
 
@@ -237,6 +266,7 @@ class CheckpointConfig:
         _require(isinstance(self.dir, str) and self.dir != "", "checkpoint.dir", "must be a non-empty path")
         _require_int(self.keep_last, "checkpoint.keep_last", 1)
         _require(isinstance(self.verify_checksums, bool), "checkpoint.verify_checksums", "must be true or false")
+        _require_int(self.io_threads, "checkpoint.io_threads", 1)
         _require(
             isinstance(self.export_subdir, str)
             and self.export_subdir not in ("", ".", "..")

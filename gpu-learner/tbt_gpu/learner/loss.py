@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from .config import LossConfig
 
@@ -72,6 +73,35 @@ def predicted_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> tuple[tor
         probs = torch.softmax(logits, dim=-1)
         entropy = log_norm - (probs * logits).sum(dim=-1)
     return logp, entropy
+
+
+def chunked_logprobs(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *, temperature: float, chunk_tokens: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`predicted_logprobs` of `hidden @ weight.T / temperature` ([N, H] x [V, H] -> [N]), never holding more than
+    `chunk_tokens` rows of logits: each chunk is recomputed in backward instead of kept (activation checkpointing),
+    so peak memory is one chunk's [chunk, V] float32 logits and their gradient, whatever N is."""
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens: must be >= 1, got {chunk_tokens}")
+    logps: list[torch.Tensor] = []
+    entropies: list[torch.Tensor] = []
+    for start in range(0, hidden.shape[0], chunk_tokens):
+        end = start + chunk_tokens
+        logp, entropy = checkpoint(
+            _chunk_logprobs, hidden[start:end], weight, targets[start:end], temperature, use_reentrant=False
+        )
+        logps.append(logp)
+        entropies.append(entropy)
+    if not logps:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, empty
+    return torch.cat(logps), torch.cat(entropies)
+
+
+def _chunk_logprobs(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return predicted_logprobs(torch.nn.functional.linear(hidden, weight) / temperature, targets)
 
 
 def policy_loss(

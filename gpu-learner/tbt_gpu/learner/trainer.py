@@ -17,8 +17,8 @@ from . import faults
 from .batch import Batch, MicroBatch, collate, load_batch, pack_micro_batches, plan_rank_micro_batches, prompt_rows
 from .distributed import DistInfo, any_rank, sum_across_ranks
 from .errors import NonFiniteError, StepCancelled, StepRefused
-from .loss import LossSums, policy_loss, predicted_logprobs, sampler_mismatch
-from .model import fsdp_modules, load_model
+from .loss import LossSums, chunked_logprobs, policy_loss, sampler_mismatch
+from .model import fsdp_modules, load_model, output_head_replaced
 from .progress import Progress
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,7 @@ class Trainer:
         self.info = info
         self.cfg = info.config
         self.model, self.model_info = self._build_model()
+        self.share_prompts = self._share_prompts()
         self.optimizer = self._build_optimizer()
         self.state = TrainerState()
         self.cancel_requested = threading.Event()
@@ -72,6 +73,17 @@ class Trainer:
 
     def _build_model(self) -> tuple[torch.nn.Module, Any]:
         return load_model(self.info)
+
+    def _share_prompts(self) -> bool:
+        """train.share_prompts resolved for this model: a shared prompt needs every layer to obey a 4-D mask."""
+        wanted = self.cfg.train.share_prompts
+        if wanted and self.model_info.hybrid:
+            raise ValueError(
+                f"train.share_prompts: {self.cfg.model.path} has layers that are not softmax attention (linear "
+                "attention or state-space): they ignore the 4-D mask that keeps a group's episodes apart, so the "
+                "episodes would see each other; leave share_prompts unset or false for this model"
+            )
+        return not self.model_info.hybrid if wanted is None else wanted
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
         opt = self.cfg.optimizer
@@ -138,7 +150,7 @@ class Trainer:
             world_size=info.world_size,
             token_budget=self.cfg.train.micro_batch_tokens,
             pad_id=self.model_info.pad_id,
-            share_prompts=self.cfg.train.share_prompts,
+            share_prompts=self.share_prompts,
         )
         # FSDP averages gradients over ranks; the loss is already a share of the global token-mean,
         # so scaling by the world size turns that average into the sum the token-mean needs.
@@ -213,17 +225,30 @@ class Trainer:
     def _scored_logprobs(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities and entropies of every trajectory's scored tokens, both [B, W] (see MicroBatch).
 
-        Only the scored positions are projected onto the vocabulary (`logits_to_keep`): a prompt is most of each
-        sequence and its logits are never trained on, and the projection plus log-softmax over ~50k tokens per
-        position was a large share of a CPU step.
+        Only the scored positions reach the output head (`logits_to_keep`): a prompt is most of each sequence and
+        its logits are never trained on. The head itself runs here in chunks of `train.logprob_chunk_tokens`
+        (loss.chunked_logprobs): a 100k-token episode's full float32 logits would be 40-60 GB.
         """
-        logits = self.model(
-            input_ids=mb.input_ids,
-            attention_mask=mb.attention_mask,
-            position_ids=mb.position_ids,
-            logits_to_keep=mb.scored,
-        ).logits
-        return predicted_logprobs(logits[mb.gather] / self.cfg.loss.temperature, mb.targets)
+
+        def project(hidden: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            hidden = hidden[mb.gather]  # [B, W, H]: the position predicting each scored token
+            return chunked_logprobs(
+                hidden.reshape(-1, hidden.shape[-1]),
+                weight,
+                mb.targets.reshape(-1),
+                temperature=self.cfg.loss.temperature,
+                chunk_tokens=self.cfg.train.logprob_chunk_tokens,
+            )
+
+        with output_head_replaced(self.model, project) as results:
+            self.model(
+                input_ids=mb.input_ids,
+                attention_mask=mb.attention_mask,
+                position_ids=mb.position_ids,
+                logits_to_keep=mb.scored,
+            )
+        logp, entropy = results[0]
+        return logp.view(mb.targets.shape), entropy.view(mb.targets.shape)
 
     def _abandon_pass(self) -> None:
         """After an aborted step, drop gathered parameters so the next step starts from a clean state."""
@@ -244,7 +269,7 @@ class Trainer:
         Every rank computes all trajectories (same passes on every rank, as FSDP requires).
         """
         out: dict[str, float] = {}
-        rows = prompt_rows(batch.trajectories, self.cfg.train.micro_batch_tokens, self.cfg.train.share_prompts)
+        rows = prompt_rows(batch.trajectories, self.cfg.train.micro_batch_tokens, self.share_prompts)
         for group in pack_micro_batches(rows, self.cfg.train.micro_batch_tokens):
             mb = collate(group, self.model_info.pad_id).to(self.info.device)
             logp, _ = self._scored_logprobs(mb)
