@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import pathlib
-from dataclasses import dataclass
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
