@@ -24,11 +24,11 @@ ENV NODE_ENV=production PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VE
 
 ARG TORCH_VERSION=""
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
-COPY gpu-learner/requirements.txt gpu-learner/requirements.txt
+COPY gpu-learner/requirements.txt gpu-learner/requirements-cuda.txt gpu-learner/
 RUN set -eux; \
     if [ -n "$TORCH_VERSION" ]; then pip install --index-url "$TORCH_INDEX_URL" "torch==$TORCH_VERSION"; fi; \
     grep -vE '^torch([=<>!~ ]|$)' gpu-learner/requirements.txt > /tmp/requirements-cuda.txt; \
-    pip install -r /tmp/requirements-cuda.txt; \
+    pip install -r /tmp/requirements-cuda.txt -r gpu-learner/requirements-cuda.txt; \
     python -c "import torch; assert torch.version.cuda, f'torch {torch.__version__} is a CPU build'; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
 
 COPY --from=node-deps /app/node_modules node_modules
