@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 import torch
-from learner_support import build_trainer, make_tiny_hybrid_model
+from learner_support import GPU_LEARNER, build_trainer, learner_env, make_tiny_hybrid_model
 from test_learner_trainer import grouped_batch
 
 from tbt_gpu.learner.batch import collate, prompt_rows
@@ -55,7 +59,7 @@ def test_shared_prompts_would_mix_a_hybrid_models_episodes(tmp_path, hybrid_mode
 
 
 def test_shared_prompts_on_a_hybrid_model_are_refused(tmp_path, hybrid_model) -> None:
-    with pytest.raises(ValueError, match="train.share_prompts: .* ignore the 4-D mask"):
+    with pytest.raises(ValueError, match="train.share_prompts: .* linear_attention layers, which ignore the 4-D mask"):
         build_trainer(tmp_path, hybrid_model, train={"share_prompts": True})
 
 
@@ -84,3 +88,15 @@ def test_processed_sampler_logprobs_weigh_same_weights_tokens_by_one() -> None:
     assert same.sampler_log_ratio == pytest.approx(0.0, abs=1e-5) and same.is_truncated == 0
     _, mismatched = policy_loss(logp=tempered, sampler_logp=raw, cfg=cfg, **common)
     assert abs(mismatched.sampler_log_ratio / 48) > 0.1 and mismatched.sampler_kl / 48 > 0.1
+
+
+def test_tbt_train_refuses_shared_prompts_on_a_hybrid_model(hybrid_model) -> None:
+    """check_config (what `tbt train` runs before anything starts) reads the layer types from config.json."""
+    config = {"model": {"path": str(hybrid_model)}, "checkpoint": {"dir": "x"}, "train": {"share_prompts": True}}
+    run = subprocess.run([sys.executable, "-m", "tbt_gpu.learner.check_config"], input=json.dumps(config),
+                         capture_output=True, text=True, env=learner_env(), cwd=GPU_LEARNER, timeout=120)  # fmt: skip
+    assert run.returncode == 2 and "train.share_prompts" in json.loads(run.stdout)["error"]
+    config["train"] = {}
+    run = subprocess.run([sys.executable, "-m", "tbt_gpu.learner.check_config"], input=json.dumps(config),
+                         capture_output=True, text=True, env=learner_env(), cwd=GPU_LEARNER, timeout=120)  # fmt: skip
+    assert run.returncode == 0 and json.loads(run.stdout)["config"]["train"]["share_prompts"] is None

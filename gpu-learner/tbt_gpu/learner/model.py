@@ -16,13 +16,12 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from .distributed import DistInfo
 from .lora import apply_lora
+from .model_family import non_softmax_layer_types
 from .sharded_load import init_lora, load_sharded_weights
 
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-SOFTMAX_LAYER_TYPES = ("full_attention", "sliding_attention", "attention", "chunked_attention")
-"""`layer_types` values of Hugging Face configs whose layers are softmax attention (masks of any shape apply)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +166,7 @@ def describe_model(model: nn.Module, hf_config: Any, max_seq_len: int | None) ->
 
 def is_hybrid(hf_config: Any) -> bool:
     """Whether some layers are not softmax attention (Gated-DeltaNet, Mamba, ...): those ignore a 4-D mask."""
-    text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
-    layer_types = getattr(text_config, "layer_types", None) or []
-    return any(t not in SOFTMAX_LAYER_TYPES for t in layer_types)
+    return bool(non_softmax_layer_types(hf_config))
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from .distributed import DistInfo, any_rank, sum_across_ranks
 from .errors import NonFiniteError, StepCancelled, StepRefused
 from .loss import LossSums, chunked_logprobs, policy_loss, sampler_mismatch
 from .model import fsdp_modules, load_model, output_head_replaced
+from .model_family import share_prompts_refusal
 from .progress import Progress
 
 logger = logging.getLogger(__name__)
@@ -78,11 +79,7 @@ class Trainer:
         """train.share_prompts resolved for this model: a shared prompt needs every layer to obey a 4-D mask."""
         wanted = self.cfg.train.share_prompts
         if wanted and self.model_info.hybrid:
-            raise ValueError(
-                f"train.share_prompts: {self.cfg.model.path} has layers that are not softmax attention (linear "
-                "attention or state-space): they ignore the 4-D mask that keeps a group's episodes apart, so the "
-                "episodes would see each other; leave share_prompts unset or false for this model"
-            )
+            raise ValueError(share_prompts_refusal(self.cfg.model.path, self.model.config))
         return not self.model_info.hybrid if wanted is None else wanted
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
