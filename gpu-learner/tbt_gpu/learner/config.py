@@ -206,6 +206,11 @@ class TrainConfig:
     logprob_chunk_tokens: int = 1024
     """Scored tokens projected onto the vocabulary at once (loss.chunked_logprobs): peak memory of the output head
     is about 3 x chunk x vocabulary x 4 bytes (1,024 x 248k: ~3 GB), whatever the episode's length."""
+    context_parallel: int = 1
+    """Ranks that split one episode's sequence between them (context parallelism: Ulysses all-to-all attention,
+    context_parallel.py), for episodes longer than one GPU holds: 106k tokens at 8 ranks are 13.3k per GPU. Must
+    divide the ranks of a node and the model's attention heads; above 1, micro_batch_tokens is per rank and prompts
+    are never shared (rows hold one episode each)."""
 
     def __post_init__(self) -> None:
         _require(_require_number(self.grad_clip, "train.grad_clip") > 0, "train.grad_clip", "must be > 0")
@@ -216,6 +221,12 @@ class TrainConfig:
             shared is None or isinstance(shared, bool), "train.share_prompts", f"must be true or false, got {shared!r}"
         )
         _require_int(self.logprob_chunk_tokens, "train.logprob_chunk_tokens", 1)
+        _require_int(self.context_parallel, "train.context_parallel", 1)
+        _require(
+            not (self.context_parallel > 1 and shared),
+            "train.share_prompts",
+            "cannot be on with train.context_parallel > 1 (a split row holds one episode)",
+        )
 
 
 LORA_DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -341,6 +352,9 @@ class LearnerConfig:
             raise ValueError(
                 f"distributed.world_size: config says {self.distributed.world_size} but {world_size} ranks were started"
             )
+        cp = self.train.context_parallel
+        if world_size % cp:
+            raise ValueError(f"train.context_parallel: {cp} does not divide the world size {world_size}")
         device = self.distributed.device
         if device == "auto":
             device = "cuda" if cuda_available else "cpu"

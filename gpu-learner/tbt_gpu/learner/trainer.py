@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from . import faults
 from .batch import Batch, MicroBatch, collate, load_batch, pack_micro_batches, plan_rank_micro_batches, prompt_rows
+from .context_parallel import cp_micro_batch, enable_context_parallel, new_cp_groups, plan_cp_micro_batches
 from .distributed import DistInfo, any_rank, sum_across_ranks
 from .errors import NonFiniteError, StepCancelled, StepRefused
 from .loss import LossSums, chunked_logprobs, policy_loss, sampler_mismatch
@@ -66,6 +68,11 @@ class Trainer:
         self.cfg = info.config
         self.model, self.model_info = self._build_model()
         self.share_prompts = self._share_prompts()
+        cp_size = self.cfg.train.context_parallel
+        # Collective (every rank builds every group, in order); the model then splits each row's sequence.
+        self.cp = new_cp_groups(cp_size) if cp_size > 1 else None
+        if self.cp is not None:
+            enable_context_parallel(self.model, self.cp)
         self.optimizer = self._build_optimizer()
         self.state = TrainerState()
         self.cancel_requested = threading.Event()
@@ -80,6 +87,8 @@ class Trainer:
         wanted = self.cfg.train.share_prompts
         if wanted and self.model_info.hybrid:
             raise ValueError(share_prompts_refusal(self.cfg.model.path, self.model.config))
+        if self.cfg.train.context_parallel > 1:
+            return False
         return not self.model_info.hybrid if wanted is None else wanted
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
@@ -141,14 +150,7 @@ class Trainer:
     def _update(self, step_id: int, batch: Batch) -> dict[str, Any]:
         info = self.info
         global_tokens = batch.token_count
-        micro_batches = plan_rank_micro_batches(
-            batch,
-            rank=info.rank,
-            world_size=info.world_size,
-            token_budget=self.cfg.train.micro_batch_tokens,
-            pad_id=self.model_info.pad_id,
-            share_prompts=self.share_prompts,
-        )
+        micro_batches = self._plan(batch)
         # FSDP averages gradients over ranks; the loss is already a share of the global token-mean,
         # so scaling by the world size turns that average into the sum the token-mean needs.
         scale = float(info.world_size)
@@ -219,6 +221,23 @@ class Trainer:
             "lr": self.cfg.optimizer.lr,
         }
 
+    def _plan(self, batch: Batch) -> list[MicroBatch]:
+        """This rank's micro-batches; under context parallelism the ranks of a group get the same rows, each its
+        slice of every row's sequence."""
+        info, budget, pad_id = self.info, self.cfg.train.micro_batch_tokens, self.model_info.pad_id
+        if self.cp is not None:
+            return plan_cp_micro_batches(
+                batch, rank=info.rank, world_size=info.world_size, cp=self.cp, token_budget=budget, pad_id=pad_id
+            )
+        return plan_rank_micro_batches(
+            batch,
+            rank=info.rank,
+            world_size=info.world_size,
+            token_budget=budget,
+            pad_id=pad_id,
+            share_prompts=self.share_prompts,
+        )
+
     def _scored_logprobs(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities and entropies of every trajectory's scored tokens, both [B, W] (see MicroBatch).
 
@@ -266,12 +285,20 @@ class Trainer:
         Every rank computes all trajectories (same passes on every rank, as FSDP requires).
         """
         out: dict[str, float] = {}
-        rows = prompt_rows(batch.trajectories, self.cfg.train.micro_batch_tokens, self.share_prompts)
-        for group in pack_micro_batches(rows, self.cfg.train.micro_batch_tokens):
-            mb = collate(group, self.model_info.pad_id).to(self.info.device)
+        budget = self.cfg.train.micro_batch_tokens
+        rows = prompt_rows(batch.trajectories, budget, self.share_prompts)
+        for group in pack_micro_batches(rows, budget * (self.cp.size if self.cp else 1)):
+            mb = (
+                cp_micro_batch(group, self.model_info.pad_id, self.cp)
+                if self.cp
+                else collate(group, self.model_info.pad_id)
+            )
+            mb = mb.to(self.info.device)
             logp, _ = self._scored_logprobs(mb)
-            for b, trajectory_id in enumerate(mb.trajectory_ids):
-                out[trajectory_id] = float((logp[b] * mb.loss_mask[b]).sum())
+            sums = (logp * mb.loss_mask).sum(dim=1).double()
+            if self.cp is not None:  # each rank of the group holds a slice of every trajectory
+                dist.all_reduce(sums, group=self.cp.group)
+            out.update(zip(mb.trajectory_ids, (float(v) for v in sums.tolist()), strict=True))
         return out
 
 
