@@ -106,6 +106,16 @@ export const learnerSchema = z
       .optional()
       .describe("With attach_url: that learner's control.token file (0600), read by node 0's GPU worker"),
     device: z.enum(['cpu', 'cuda']).default('cpu').describe('cpu = gloo + fp32; cuda = nccl + bf16'),
+    weight_transport_host: z
+      .string()
+      .min(1)
+      .optional()
+      .describe(
+        "Address the policy servers' workers reach learner rank 0 on for a collective weight sync " +
+          '(episode.policy.weight_transport: collective; its TCPStore and the gloo/NCCL group listen there): a host ' +
+          "name or IP of node 0 on the servers' network. Default: the learner's control host (127.0.0.1 for a " +
+          'local learner, which reaches local servers only)',
+      ),
     release_outside_training: z
       .boolean()
       .default(true)

@@ -10,9 +10,11 @@ import { policySyncToken } from './policy-sync-token.ts';
 import { learnerWeightPush } from './learner-weight-push.ts';
 import {
   reportedWeightLabel,
+  syncPolicyServers,
   syncPolicyWeights,
   weightLabel,
   type CollectivePush,
+  type WeightSyncResult,
   type WeightTransport,
 } from './policy-weight-sync.ts';
 
@@ -55,20 +57,23 @@ export async function embeddedServerOnWeights(
   }
 }
 
-/** External policy servers: each one brought to the campaign's current weights (synced only if it differs). */
+/** External policy servers: each one brought to the campaign's current weights (synced only if it differs), all at once. */
 export async function externalServersOnWeights(
   stateDir: string,
   want: PolicyWeights,
   servers: string[],
 ): Promise<void> {
   const dir = learnerFiles(stateDir, want.campaignId).dir;
-  for (const baseUrl of servers) await bringToVersion(baseUrl, want, dir);
+  const settled = await Promise.allSettled(servers.map((baseUrl) => bringToVersion(baseUrl, want, dir)));
+  const failed = settled.find((r) => r.status === 'rejected');
+  if (failed) throw failed.reason;
 }
 
 /**
- * After a step: every listed server loads the step's export as version `weightVersion`, each sync under its
- * deadline. A failed sync of the embedded server (`engine` given) restarts it on this (the newest) export and
- * warns; a failed sync of an external one throws (an infrastructure error, which Temporal retries).
+ * After a step: every listed server loads the step's export as version `weightVersion`, all at once under one
+ * deadline (with `transport: collective`, one broadcast from the learner into every server's workers). A failed
+ * sync of the embedded server (`engine` given) restarts it on this (the newest) export and warns; a failed sync of
+ * an external one throws (an infrastructure error, which Temporal retries).
  */
 export async function syncStepWeights(
   stateDir: string,
@@ -81,28 +86,39 @@ export async function syncStepWeights(
   let collective: CollectivePush | undefined;
   if (input.transport === 'collective' && !isAdapterFolder(input.weightsPath)) {
     try {
-      collective = await learnerWeightPush(stateDir, input.campaignId, input.weightVersion);
+      collective = await learnerWeightPush(
+        stateDir,
+        input.campaignId,
+        input.weightVersion,
+        undefined,
+        input.transportHost,
+      );
     } catch (err) {
       warn('collective weight sync fell back to the disk export', { why: `no learner to push: ${errorMessage(err)}` });
     }
   }
-  const sync = async (baseUrl: string): Promise<SyncedServer> => {
-    const token = policySyncToken(files.dir, baseUrl);
-    const r = await syncPolicyWeights(baseUrl, input.weightsPath, label, input.deadlineMs, token, collective);
-    if (r.fallback) warn('collective weight sync fell back to the disk export', { baseUrl, why: r.fallback });
+  const recorded = (r: WeightSyncResult): SyncedServer => {
+    if (r.fallback)
+      warn('collective weight sync fell back to the disk export', { baseUrl: r.baseUrl, why: r.fallback });
     metrics.weightSynced(r.seconds, 'step', r.transport);
     return { baseUrl: r.baseUrl, seconds: r.seconds, transport: r.transport };
   };
+  const targets = input.servers.map((baseUrl) => ({ baseUrl, token: policySyncToken(files.dir, baseUrl) }));
+  const settled = await syncPolicyServers(targets, input.weightsPath, label, input.deadlineMs, collective);
   const done: SyncedServer[] = [];
-  for (const baseUrl of input.servers) {
-    try {
-      done.push(await sync(baseUrl));
-    } catch (err) {
-      if (!input.engine) throw err;
-      warn('weight sync failed: restarting the embedded policy server', { baseUrl, error: errorMessage(err) });
-      const fresh = await ensureEmbeddedPolicyServer(files, input.engine, true, input.lora);
-      done.push(await sync(fresh.baseUrl));
+  for (const [i, r] of settled.entries()) {
+    if (r.status === 'fulfilled') {
+      done.push(recorded(r.value));
+      continue;
     }
+    if (!input.engine) throw r.reason;
+    const baseUrl = input.servers[i]!;
+    warn('weight sync failed: restarting the embedded policy server', { baseUrl, error: errorMessage(r.reason) });
+    const fresh = await ensureEmbeddedPolicyServer(files, input.engine, true, input.lora);
+    const token = policySyncToken(files.dir, fresh.baseUrl);
+    done.push(
+      recorded(await syncPolicyWeights(fresh.baseUrl, input.weightsPath, label, input.deadlineMs, token, collective)),
+    );
   }
   return { weightVersion: input.weightVersion, servers: done };
 }
@@ -113,6 +129,8 @@ export interface StepWeightSync extends PolicyWeights {
   weightsPath: string;
   /** `collective`: the learner pushes the weights (disk stays the fallback); absent: every server loads the export. */
   transport?: WeightTransport;
+  /** Where the servers reach learner rank 0 for a collective push (`learner.weight_transport_host`). */
+  transportHost?: string;
 }
 
 export interface SyncedServer {

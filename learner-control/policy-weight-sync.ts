@@ -4,13 +4,15 @@ import { longRequestDispatcher } from '../infra/long-request-dispatcher.ts';
 import { isAdapterFolder, LORA_ADAPTER_NAME } from '../infra/policy-lora.ts';
 
 /**
- * Full-weight sync into one policy server from an exported safetensors folder, in vLLM's dev-mode protocol
- * (the built-in server speaks the same routes): pause (waiting for in-flight requests), reload the weights
- * from the folder (or receive them from the learner over the collective transport), reset the prefix cache
- * (entries computed with the old weights must not be reused), record the weight version, resume. The whole
- * sequence runs under one deadline; any failure, or a server that then reports another version, is an
- * InfrastructureError. A server left paused by a failed sync is resumed on a
- * best-effort basis (the caller restarts or re-syncs it). The folder must be readable by the server's host.
+ * Full-weight sync into policy servers from an exported safetensors folder, in vLLM's dev-mode protocol (the
+ * built-in server speaks the same routes): pause (waiting for in-flight requests), reload the weights from the
+ * folder (or receive them from the learner over the collective transport), reset the prefix cache (entries
+ * computed with the old weights must not be reused), record the weight version, resume. Several servers are synced
+ * at once, each step on every server concurrently; a collective push is one group for all of them (learner rank 0
+ * plus every worker of every server), so the learner sends once. The whole sequence runs under one deadline; any
+ * failure, or a server that then reports another version, is an InfrastructureError for that server. A server left
+ * paused by a failed sync is resumed on a best-effort basis (the caller restarts or re-syncs it). The folder must
+ * be readable by the servers' hosts.
  */
 
 /** How weights reach a server: full weights from the export folder or the learner, or a LoRA adapter's folder. */
@@ -27,15 +29,23 @@ export interface WeightSyncResult {
 }
 
 /**
- * The learner's end of a collective push: sends the step's weights into whoever joins `host:port` as rank 1,
- * within `timeoutS` (learner-control/learner-weight-push.ts).
+ * The learner's end of a collective push: sends the step's weights into the `worldSize - 1` server workers that
+ * join `host:port`, within `timeoutS` (learner-control/learner-weight-push.ts).
  */
 export interface CollectivePush {
+  /** The address the servers' workers reach learner rank 0 on (its store and gloo/NCCL listen there). */
   host: string;
   timeoutS: number;
   /** Both ends must use the same: NCCL when the learner runs on CUDA, gloo otherwise. */
   backend: 'gloo' | 'nccl';
-  push: (host: string, port: number, timeoutS: number) => Promise<unknown>;
+  push: (host: string, port: number, timeoutS: number, worldSize: number) => Promise<unknown>;
+}
+
+/** One server to sync: its base URL (with /v1) and the bearer token of its weight-sync routes, if it takes one. */
+export interface SyncTarget {
+  baseUrl: string;
+  /** Bearer token of the built-in server's weight-sync routes (vLLM's dev-mode routes take none). */
+  token?: string;
 }
 
 /**
@@ -46,6 +56,7 @@ export function weightLabel(campaignId: string, weightVersion: number): string {
   return `${campaignId}@${weightVersion}`;
 }
 
+/** One server's sync; throws its InfrastructureError (see syncPolicyServers for several at once). */
 export async function syncPolicyWeights(
   baseUrl: string,
   weightsPath: string,
@@ -56,21 +67,82 @@ export async function syncPolicyWeights(
   /** Push the weights from the learner instead of loading the folder; the folder stays the fallback. */
   collective?: CollectivePush,
 ): Promise<WeightSyncResult> {
-  const root = baseUrl.replace(/\/v1\/?$/, '');
+  const [result] = await syncPolicyServers([{ baseUrl, token }], weightsPath, label, deadlineMs, collective);
+  if (result!.status === 'rejected') throw result!.reason;
+  return result!.value;
+}
+
+/**
+ * Every target brought to the folder's weights as `label`, all at once; one settled result per target, in order.
+ * With `collective`, the servers that answer the receiver probe get the weights in one broadcast from the learner;
+ * the others, and any whose receive fails (or all of them, when the push fails), load the folder in the same
+ * paused window.
+ */
+export async function syncPolicyServers(
+  targets: SyncTarget[],
+  weightsPath: string,
+  label: string,
+  deadlineMs: number,
+  collective?: CollectivePush,
+): Promise<PromiseSettledResult<WeightSyncResult>[]> {
   const started = Date.now();
   const signal = AbortSignal.timeout(deadlineMs);
+  const servers = targets.map((t) => ({ ...t, root: t.baseUrl.replace(/\/v1\/?$/, ''), call: serverCall(t, signal) }));
+  const paused = await Promise.allSettled(servers.map((s) => s.call('POST', '/pause?mode=wait')));
+  const live = servers.filter((_, i) => paused[i]!.status === 'fulfilled');
+  const loads = await loadWeights(live, weightsPath, collective);
+  return Promise.allSettled(
+    servers.map(async (server, i) => {
+      const pause = paused[i]!;
+      if (pause.status === 'rejected') throw pause.reason;
+      try {
+        const load = loads.get(server)!;
+        if (load.status === 'rejected') throw load.reason;
+        const { transport, fallback } = load.value;
+        await server.call('POST', '/reset_prefix_cache');
+        await server.call('POST', '/update_weight_version', { new_version: label });
+        await server.call('POST', '/resume');
+        const left = Math.max(1000, deadlineMs - (Date.now() - started));
+        const reported = await reportedWeightLabel(server.baseUrl, left);
+        if (reported !== label)
+          throw new InfrastructureError(
+            `weight sync to ${server.root}: the server reports weight version ${reported} after loading ${label}`,
+          );
+        return { baseUrl: server.baseUrl, label, seconds: (Date.now() - started) / 1000, transport, fallback };
+      } catch (err) {
+        await server.call.resume();
+        throw err;
+      }
+    }),
+  );
+}
+
+type ServerCall = (method: 'GET' | 'POST', route: string, body?: unknown) => Promise<Record<string, unknown>>;
+
+interface Server extends SyncTarget {
+  root: string;
+  call: ServerCall & { resume: () => Promise<void> };
+}
+
+/** A server's dev-mode routes under the sync's deadline; every failure an InfrastructureError naming the route. */
+function serverCall(target: SyncTarget, signal: AbortSignal): ServerCall & { resume: () => Promise<void> } {
+  const root = target.baseUrl.replace(/\/v1\/?$/, '');
+  const headers = {
+    'content-type': 'application/json',
+    ...(target.token ? { authorization: `Bearer ${target.token}` } : {}),
+  };
   const call = async (method: 'GET' | 'POST', route: string, body?: unknown): Promise<Record<string, unknown>> => {
     let response: Response;
     try {
       response = await fetch(`${root}${route}`, {
         method,
-        headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+        headers,
         body: method === 'POST' ? JSON.stringify(body ?? {}) : undefined,
         signal,
         dispatcher: longRequestDispatcher, // loading a large model's weights can pass 5 minutes
       } as RequestInit);
     } catch (err) {
-      const why = signal.aborted ? `deadline of ${deadlineMs} ms passed` : errorMessage(err);
+      const why = signal.aborted ? 'the sync deadline passed' : errorMessage(err);
       throw new InfrastructureError(`weight sync to ${root}: ${route}: ${why}`, { cause: err });
     }
     const text = await response.text();
@@ -85,79 +157,115 @@ export async function syncPolicyWeights(
       return {};
     }
   };
-  let paused = false;
-  try {
-    await call('POST', '/pause?mode=wait');
-    paused = true;
-    const { transport, fallback } = await loadWeights(call, weightsPath, collective);
-    await call('POST', '/reset_prefix_cache');
-    await call('POST', '/update_weight_version', { new_version: label });
-    await call('POST', '/resume');
-    paused = false;
-    const reported = await reportedWeightLabel(baseUrl, Math.max(1000, deadlineMs - (Date.now() - started)));
-    if (reported !== label)
-      throw new InfrastructureError(
-        `weight sync to ${root}: the server reports weight version ${reported} after loading ${label}`,
-      );
-    return { baseUrl, label, seconds: (Date.now() - started) / 1000, transport, fallback };
-  } finally {
-    if (paused) {
-      await fetch(`${root}/resume`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
-        body: '{}',
-        signal: AbortSignal.timeout(5000),
-      }).catch(() => undefined);
-    }
-  }
+  // Best effort, outside the deadline: a server a failed sync left paused must not stay paused.
+  const resume = () =>
+    fetch(`${root}/resume`, { method: 'POST', headers, body: '{}', signal: AbortSignal.timeout(5000) }).then(
+      () => undefined,
+      () => undefined,
+    );
+  return Object.assign(call, { resume });
 }
 
-type ServerCall = (method: 'GET' | 'POST', route: string, body?: unknown) => Promise<Record<string, unknown>>;
-
-/** Into the paused server: the adapter in `weightsPath`, or full weights pushed by the learner or from the folder. */
-async function loadWeights(
-  call: ServerCall,
-  weightsPath: string,
-  collective: CollectivePush | undefined,
-): Promise<{ transport: WeightTransport; fallback?: string }> {
-  if (isAdapterFolder(weightsPath)) {
-    // The served adapter replaced in place: its name, and so every request, stays the same (infra/policy-lora.ts).
-    await call('POST', '/v1/load_lora_adapter', {
-      lora_name: LORA_ADAPTER_NAME,
-      lora_path: weightsPath,
-      load_inplace: true,
-    });
-    return { transport: 'lora' };
-  }
-  const fallback = collective ? await receiveCollective(call, collective) : undefined;
-  if (collective && fallback === undefined) return { transport: 'collective' };
-  await call('POST', '/collective_rpc', { method: 'reload_weights', kwargs: { weights_path: weightsPath } });
-  return { transport: 'disk', fallback };
-}
+type Load = PromiseSettledResult<{ transport: WeightTransport; fallback?: string }>;
 
 /**
- * The server (paused) joins the learner's group and receives the weights while the learner sends them. Returns
- * undefined on success, or why it failed: the caller then loads the disk export, which also repairs a load that
- * failed half way. A server without the receiver (the built-in one, or vLLM started without the worker extension)
- * is found by a cheap probe, so the learner never waits for a peer that cannot come.
+ * Into the paused servers, concurrently: the adapter in `weightsPath`, or full weights pushed by the learner, and
+ * for every server the push did not reach, from the folder.
  */
-async function receiveCollective(call: ServerCall, collective: CollectivePush): Promise<string | undefined> {
-  try {
-    await call('POST', '/collective_rpc', { method: 'tbt_weight_transport' });
-  } catch (err) {
-    return `the server has no collective receiver (${errorMessage(err)})`;
+async function loadWeights(
+  servers: Server[],
+  weightsPath: string,
+  collective: CollectivePush | undefined,
+): Promise<Map<Server, Load>> {
+  if (isAdapterFolder(weightsPath)) {
+    // The served adapter replaced in place: its name, and so every request, stays the same (infra/policy-lora.ts).
+    const body = { lora_name: LORA_ADAPTER_NAME, lora_path: weightsPath, load_inplace: true };
+    const loaded = await Promise.allSettled(
+      servers.map((s) => s.call('POST', '/v1/load_lora_adapter', body).then(() => ({ transport: 'lora' as const }))),
+    );
+    return new Map(servers.map((s, i) => [s, loaded[i]!]));
   }
+  const fallbacks = collective ? await receiveCollective(servers, collective) : new Map<Server, string>();
+  const loaded = await Promise.allSettled(
+    servers.map(async (s) => {
+      if (collective && !fallbacks.has(s)) return { transport: 'collective' as const };
+      await s.call('POST', '/collective_rpc', { method: 'reload_weights', kwargs: { weights_path: weightsPath } });
+      return { transport: 'disk' as const, fallback: fallbacks.get(s) };
+    }),
+  );
+  return new Map(servers.map((s, i) => [s, loaded[i]!]));
+}
+
+/** A server's receiving workers, from the probe's per-worker answers: their count, or why it has no receiver. */
+export function receiverWorkers(answer: Record<string, unknown>): number | string {
+  const results = answer.results;
+  if (!Array.isArray(results) || results.length === 0) return 'the probe returned no worker';
+  const workers = results.map((r) => r as { protocol?: unknown; worker?: unknown; workers?: unknown });
+  if (workers.some((w) => w.protocol !== RECEIVER_PROTOCOL))
+    return `a worker speaks receiver protocol ${String(workers.find((w) => w.protocol !== RECEIVER_PROTOCOL)?.protocol)}, not ${RECEIVER_PROTOCOL}`;
+  const indices = workers.map((w) => w.worker).sort((a, b) => Number(a) - Number(b));
+  if (!indices.every((w, i) => w === i) || workers.some((w) => w.workers !== results.length))
+    return `the workers' indices ${JSON.stringify(indices)} are not 0..${results.length - 1}`;
+  return results.length;
+}
+
+/** The tbt_gpu.vllm_weight_receiver protocol this side speaks: per-worker ranks (protocol 2). */
+export const RECEIVER_PROTOCOL = 2;
+
+/**
+ * The paused servers join one group with the learner and receive the weights while it broadcasts them: each
+ * server's workers get consecutive ranks after learner rank 0 (world = 1 + every worker). Returns, per server the
+ * push did not reach, why: the caller loads the disk export there, which also repairs a load that failed half way.
+ * A server without the receiver (the built-in one, vLLM without the worker extension, an older receiver) is found by
+ * a cheap probe, so the learner never waits for a peer that cannot come; a failed push fails every member.
+ */
+async function receiveCollective(servers: Server[], collective: CollectivePush): Promise<Map<Server, string>> {
+  const why = new Map<Server, string>();
+  const probes = await Promise.allSettled(
+    servers.map((s) => s.call('POST', '/collective_rpc', { method: 'tbt_weight_transport' })),
+  );
+  const members: { server: Server; baseRank: number }[] = [];
+  let world = 1;
+  servers.forEach((server, i) => {
+    const probe = probes[i]!;
+    const workers = probe.status === 'fulfilled' ? receiverWorkers(probe.value) : errorMessage(probe.reason);
+    if (typeof workers === 'string') why.set(server, `the server has no collective receiver (${workers})`);
+    else {
+      members.push({ server, baseRank: world });
+      world += workers;
+    }
+  });
+  if (members.length === 0) return why;
   // The learner hosts the group's store on it and binds it at once.
   const port = await freePort(collective.host);
   const { host, timeoutS, backend } = collective;
-  const kwargs = { host, port, timeout_s: timeoutS, backend };
-  const [sent, received] = await Promise.allSettled([
-    collective.push(host, port, timeoutS),
-    call('POST', '/collective_rpc', { method: 'receive_tbt_weights', kwargs }),
+  const [sent, ...received] = await Promise.allSettled([
+    collective.push(host, port, timeoutS, world),
+    ...members.map(({ server, baseRank }) =>
+      server.call('POST', '/collective_rpc', {
+        method: 'receive_tbt_weights',
+        kwargs: { host, port, timeout_s: timeoutS, backend, base_rank: baseRank, world_size: world },
+      }),
+    ),
   ]);
-  if (sent.status === 'rejected') return `the learner's push failed: ${errorMessage(sent.reason)}`;
-  if (received.status === 'rejected') return `the server's receive failed: ${errorMessage(received.reason)}`;
-  return undefined;
+  members.forEach(({ server }, i) => {
+    const answer = received[i]!;
+    const failed = answer.status === 'rejected' ? errorMessage(answer.reason) : workerErrors(answer.value);
+    if (sent.status === 'rejected') why.set(server, `the learner's push failed: ${errorMessage(sent.reason)}`);
+    else if (failed) why.set(server, `the server's receive failed: ${failed}`);
+  });
+  return why;
+}
+
+/** The errors a receive's per-worker answers report (a failed join, transport or load), or undefined. */
+function workerErrors(answer: Record<string, unknown>): string | undefined {
+  const results = Array.isArray(answer.results) ? answer.results : [];
+  const errors = results
+    .map((r) => r as { rank?: unknown; error?: unknown } | null)
+    .filter((r) => r && typeof r.error === 'string')
+    .map((r) => `rank ${String(r!.rank)}: ${String(r!.error)}`);
+  if (results.length === 0) return 'no worker answered';
+  return errors.length ? errors.join('; ') : undefined;
 }
 
 /** The weight-version label a server reports (`GET /weight_info`); null when none was ever set. */

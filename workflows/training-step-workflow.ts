@@ -347,6 +347,7 @@ async function updatePolicy(
       weightVersion: stepId,
       // Only when asked: the default's activity input stays as recorded histories have it.
       ...(input.episode.policy.weight_transport === 'collective' ? { transport: 'collective' as const } : {}),
+      ...(input.learner.weight_transport_host ? { transportHost: input.learner.weight_transport_host } : {}),
       basePath: input.learner.model_path,
       deadlineMs: input.episode.policy.sync_deadline_ms,
       ...loraServing(input.learner),

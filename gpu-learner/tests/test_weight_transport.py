@@ -1,4 +1,5 @@
-"""The collective weight transport: a gloo round trip between processes, and a learner pushing its weights."""
+"""The collective weight transport: gloo between processes standing for policy-server workers (one TP=2 server plus
+a second server, each worker its own rank), a learner pushing its weights, and the checkpoint names exports use."""
 
 from __future__ import annotations
 
@@ -7,11 +8,17 @@ import io
 import multiprocessing
 import pathlib
 import socket
+import time
+from collections.abc import Iterable
+from typing import Any
 
+import pytest
 import torch
 from learner_support import Learner, make_tiny_model, max_abs_diff, random_batch, read_export, write_config
 
-from tbt_gpu.weight_transport import WeightGroup, plan_buckets
+from tbt_gpu.learner.export_names import adapter_names, names_for_checkpoint
+from tbt_gpu.vllm_weight_receiver import WeightReceiver
+from tbt_gpu.weight_transport import WeightGroup, peak_pair_bytes, plan_buckets
 
 
 def free_port() -> int:
@@ -100,6 +107,9 @@ def test_learner_pushes_the_exported_weights_and_refuses_without_a_receiver(tmp_
         body = {"step_id": 1, "host": "127.0.0.1", "port": port, "backend": "mpi"}
         status, bad = learner.call("POST", "/push_weights", body)
         assert status == 400 and bad["error"].startswith("field 'backend'")
+        body = {"step_id": 1, "host": "127.0.0.1", "port": port, "world_size": 1}
+        status, bad = learner.call("POST", "/push_weights", body)
+        assert status == 400 and bad["error"].startswith("field 'world_size'")
 
         # Nobody joins: the push fails after its timeout, and the learner keeps serving.
         lonely = pool.submit(
@@ -114,3 +124,160 @@ def test_learner_pushes_the_exported_weights_and_refuses_without_a_receiver(tmp_
     finally:
         pool.shutdown(wait=False)
         learner.stop()
+
+
+class FakeWorker(WeightReceiver):
+    """A vLLM worker as the receiver sees it: its index in its server, and a reload_weights that consumes the
+    stream as vLLM's does (lazily, one tensor at a time), optionally failing after `fail_after` tensors."""
+
+    def __init__(self, worker: int, workers: int, fail_after: int | None = None) -> None:
+        self.worker, self.workers, self.fail_after = worker, workers, fail_after
+        self.loaded: dict[str, torch.Tensor] = {}
+
+    def _tbt_worker(self) -> tuple[int, int]:
+        return self.worker, self.workers
+
+    def reload_weights(self, weights_iterator: Iterable[tuple[str, torch.Tensor]]) -> None:
+        for name, tensor in weights_iterator:
+            if self.fail_after is not None and len(self.loaded) == self.fail_after:
+                raise RuntimeError("injected load failure")
+            self.loaded[name] = tensor.clone()  # a loader copies; the bucket is not kept
+
+
+def run_worker(kwargs: dict[str, Any], worker: int, workers: int, fail_after: int | None, out: Any) -> None:
+    """One server worker in its own process, as vLLM runs them: reports its answer and what it loaded."""
+    fake = FakeWorker(worker, workers, fail_after)
+    answer = fake.receive_tbt_weights(**kwargs)
+    buffer = io.BytesIO()  # bytes, not tensors: a queued tensor is shared memory that dies with this process
+    torch.save(fake.loaded, buffer)
+    out.put((worker, kwargs["base_rank"], answer, buffer.getvalue()))
+
+
+def start_workers(port: int, servers: list[tuple[int, int | None, int | None]], timeout_s: float):
+    """servers: (TP size, the worker whose load fails or None, after how many tensors). Each server's workers get
+    consecutive ranks after learner rank 0, as a sync assigns them; returns (processes, queue, world size)."""
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    world = 1 + sum(tp for tp, _, _ in servers)
+    processes = []
+    base = 1
+    for tp, failing_worker, fail_after in servers:
+        kwargs = {"host": "127.0.0.1", "port": port, "timeout_s": timeout_s, "backend": "gloo"}
+        for worker in range(tp):
+            fail = fail_after if worker == failing_worker else None
+            args = ({**kwargs, "base_rank": base, "world_size": world}, worker, tp, fail, out)
+            processes.append(context.Process(target=run_worker, args=args))
+        base += tp
+    for process in processes:
+        process.start()
+    return processes, out, world
+
+
+def collect(processes: list[Any], out: Any) -> dict[int, tuple[dict[str, Any], dict[str, torch.Tensor]]]:
+    """rank -> (answer, loaded tensors) of every worker process."""
+    got = {}
+    for _ in processes:
+        worker, base, answer, blob = out.get(timeout=120)
+        got[base + worker] = (answer, torch.load(io.BytesIO(blob)))
+    for process in processes:
+        process.join(timeout=60)
+    return got
+
+
+def weights(n: int = 24) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    dtypes = [torch.float32, torch.bfloat16, torch.float16]
+    return {f"model.layers.{i}.w": torch.randn(8 + i, 16, generator=generator).to(dtypes[i % 3]) for i in range(n)} | {
+        "model.norm.weight": torch.ones(16),
+        "model.scalar": torch.tensor(2.5),
+    }
+
+
+def test_every_tp_worker_of_every_server_streams_the_update_and_a_failed_load_strands_nobody() -> None:
+    """One group: learner rank 0, a TP=2 server (ranks 1, 2) and a second server (rank 3) whose load fails after
+    5 tensors. Both TP workers get every tensor bit-exact holding at most two buckets; the failing one drains the
+    rest and reports; the sender finishes."""
+    sent = weights()
+    bucket_bytes = 2048  # several buckets: the bound below means something
+    port = free_port()
+    processes, out, world = start_workers(port, [(2, None, None), (1, 0, 5)], timeout_s=60)
+    assert world == 4
+    group = WeightGroup("127.0.0.1", port, 0, world, "gloo", 60)
+    try:
+        sent_bytes = group.send(list(sent.items()), bucket_bytes=bucket_bytes)
+    finally:
+        group.close()
+    got = collect(processes, out)
+
+    plan = plan_buckets([t.dtype for t in sent.values()], [t.shape for t in sent.values()], bucket_bytes)
+    assert len(plan) >= 4 and sent_bytes == sum(size for size, _ in plan)
+    for rank in (1, 2):  # the TP=2 server: each worker with its own rank, each with the full tensors
+        answer, loaded = got[rank]
+        assert "error" not in answer and answer["rank"] == rank and answer["world_size"] == world, answer
+        assert list(loaded) == list(sent), rank
+        for name, tensor in sent.items():
+            assert loaded[name].dtype == tensor.dtype and torch.equal(loaded[name], tensor), (rank, name)
+        # Streamed: never more than the bucket being loaded plus the one in flight, far below the whole update.
+        assert 0 < answer["peak_buffered_bytes"] <= peak_pair_bytes(plan) < sent_bytes, answer
+    answer, loaded = got[3]
+    assert answer["error"].startswith("load: RuntimeError('injected load failure')"), answer
+    assert len(loaded) == 5 and answer["dropped"] == len(sent) - 6, answer  # drained to the end, then reported
+
+
+def test_a_missing_peer_fails_every_rank_within_the_timeout_and_the_sender_syncs_again() -> None:
+    """World 3 but only rank 1 comes: rank 0 and rank 1 both fail in the store rendezvous, within the timeout;
+    the same sender process then runs a full sync with a peer that does come."""
+    port = free_port()
+    processes, out, _ = start_workers(port, [(1, None, None)], timeout_s=4)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"missing ranks \[2\]"):
+        WeightGroup("127.0.0.1", port, 0, 3, "gloo", 4)
+    assert time.monotonic() - started < 4 + 10
+    answer, loaded = collect(processes, out)[1]
+    assert answer["error"].startswith("join:") and not loaded, answer
+
+    sent = weights(4)
+    port = free_port()
+    processes, out, world = start_workers(port, [(1, None, None)], timeout_s=60)
+    group = WeightGroup("127.0.0.1", port, 0, world, "gloo", 60)
+    try:
+        group.send(list(sent.items()), bucket_bytes=1024)
+    finally:
+        group.close()
+    answer, loaded = collect(processes, out)[1]
+    assert "error" not in answer and all(torch.equal(loaded[n], t) for n, t in sent.items()), answer
+
+
+def test_exports_use_the_checkpoints_names() -> None:
+    """A checkpoint that holds the text model under another prefix gets its own keys back; others stay."""
+    keys = {
+        "model.language_model.layers.0.self_attn.q_proj.weight",
+        "model.language_model.embed_tokens.weight",
+        "model.visual.blocks.0.attn.qkv.weight",
+        "lm_head.weight",
+    }
+    names = ["model.layers.0.self_attn.q_proj.weight", "model.embed_tokens.weight", "lm_head.weight", "extra.bias"]
+    assert names_for_checkpoint(names, keys) == {
+        "model.layers.0.self_attn.q_proj.weight": "model.language_model.layers.0.self_attn.q_proj.weight",
+        "model.embed_tokens.weight": "model.language_model.embed_tokens.weight",
+        "lm_head.weight": "lm_head.weight",
+        "extra.bias": "extra.bias",  # not in the checkpoint: kept (and warned about)
+    }
+    # A LoRA-wrapped target keeps its checkpoint name too; ambiguous candidates are not guessed.
+    assert names_for_checkpoint(["model.layers.0.self_attn.q_proj.base_layer.weight"], keys) == {
+        "model.layers.0.self_attn.q_proj.base_layer.weight": "model.language_model.layers.0.self_attn.q_proj.weight"
+    }
+    assert names_for_checkpoint(["a.w"], {"a.x.w", "a.y.w"}) == {"a.w": "a.w"}
+
+
+def test_adapter_names_follow_the_checkpoint(tmp_path: pathlib.Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file(
+        {"model.language_model.layers.0.mlp.up_proj.weight": torch.zeros(2, 2)}, str(tmp_path / "model.safetensors")
+    )
+    names = ["model.layers.0.mlp.up_proj.lora_A.weight", "model.layers.0.mlp.up_proj.lora_B.weight"]
+    assert adapter_names(names, tmp_path) == {
+        "model.layers.0.mlp.up_proj.lora_A.weight": "model.language_model.layers.0.mlp.up_proj.lora_A.weight",
+        "model.layers.0.mlp.up_proj.lora_B.weight": "model.language_model.layers.0.mlp.up_proj.lora_B.weight",
+    }

@@ -14,8 +14,9 @@ campaign's batch folder (`control.batch_dir`), so the endpoint cannot be used to
     GET  /manifest                    every resolved hyperparameter
     POST /train_step {step_id, batch_ref}
     POST /export     {step_id}
-    POST /push_weights {step_id, host, port, timeout_s, backend?}
-                                      send the weights into a policy server over a collective (gloo or nccl)
+    POST /push_weights {step_id, host, port, timeout_s, backend?, world_size?}
+                                      broadcast the weights into every policy-server worker of one sync over a
+                                      collective (gloo or nccl): world_size = 1 + the receiving workers (default 2)
     POST /cancel                      abort the running step at its next micro-batch boundary
     POST /shutdown
 """
@@ -46,6 +47,7 @@ from .trainer import Trainer
 logger = logging.getLogger(__name__)
 
 PORT_FILE = "control.json"
+MAX_WORLD = 4096  # learner rank 0 plus every receiving policy-server worker of one weight sync
 TOKEN_FILE = "control.token"
 
 
@@ -265,7 +267,12 @@ class LearnerService:
         if op == "push_weights":
             self.trainer.progress.mark(step=message["step_id"], phase="push", micro_batch=0, of=0)
             pushed = self.checkpointer.push(
-                message["step_id"], message["host"], message["port"], message["timeout_s"], message["backend"]
+                message["step_id"],
+                message["host"],
+                message["port"],
+                message["timeout_s"],
+                message["backend"],
+                message.get("world_size", 2),
             )
             return {"step_id": message["step_id"], **pushed}
         raise RuntimeError(f"unknown broadcast op {op!r}")
@@ -394,12 +401,18 @@ class _Handler(BaseHTTPRequestHandler):
         backend = body.get("backend", default_backend)
         if backend not in ("gloo", "nccl"):
             raise RequestError(f"field 'backend': must be gloo or nccl (the server's too), got {backend!r}")
+        world_size = body.get("world_size", 2)
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or not 2 <= world_size <= MAX_WORLD:
+            raise RequestError(
+                f"field 'world_size': must be 1 + the receiving workers, in [2, {MAX_WORLD}], got {world_size!r}"
+            )
         args = {
             "step_id": _parse_step_id(body),
             "host": host,
             "port": port,
             "timeout_s": float(timeout_s),
             "backend": backend,
+            "world_size": world_size,
         }
         return self.service.submit("push_weights", args).result()
 
