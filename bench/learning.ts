@@ -47,6 +47,8 @@ const configFile = variant.join('')
       if (staleness !== undefined) {
         config.training.max_staleness = staleness;
         config.learner.is_cap ??= 2;
+        // Temperature 0.6: the ratio must compare the sampled distribution's log-probabilities with the learner's.
+        config.learner.sampler_logprobs ??= 'processed';
       }
       if (loraRank !== undefined) {
         config.learner.lora = { rank: loraRank, alpha: 2 * loraRank };

@@ -49,6 +49,25 @@ export const learnerHyperparameters = {
     'is_cap',
   ),
   micro_batch_tokens: owned(z.number(), 'Tokens per micro-batch', 'train', 'micro_batch_tokens'),
+  logprob_chunk_tokens: owned(
+    z.number(),
+    'Scored tokens projected onto the vocabulary at once (never a full [tokens, vocabulary] tensor)',
+    'train',
+    'logprob_chunk_tokens',
+  ),
+  context_parallel: owned(
+    z.number(),
+    "Ranks of a node that split one episode's sequence (context parallelism) for episodes longer than a GPU holds",
+    'train',
+    'context_parallel',
+  ),
+  sampler_logprobs: owned(
+    z.enum(['raw', 'processed']),
+    "What the sampler's log-probabilities are of: raw (temperature 1) or processed (the distribution sampled); " +
+      'the embedded vLLM serves what this says',
+    'loss',
+    'sampler_logprobs',
+  ),
   share_prompts: owned(
     z.boolean(),
     "A group's episodes share one forward pass of their prompt (same gradient)",
@@ -294,6 +313,7 @@ export const campaignConfigSchema = z
   })
   .strict()
   .superRefine(checkLagCorrection)
+  .superRefine(checkSamplerRatio)
   .superRefine(checkLoraServer);
 
 /** LoRA adapters are hot-loaded by vLLM; the built-in embedded server loads full weights only (docs/lora.md). */
@@ -328,6 +348,37 @@ function checkLagCorrection(
       `training.max_staleness ${training.max_staleness} trains on episodes sampled by older weights: set ` +
       'learner.is_cap (2 is typical) or learner.old_logprobs: sampler so the loss corrects for the lag',
   });
+}
+
+/**
+ * A ratio against the sampler (is_cap, old_logprobs: sampler) compares the sampler's log-probabilities with the
+ * learner's tempered ones: only alike when the sampler's are of the same distribution. vLLM's default (raw) ones are
+ * of temperature 1; processed ones are of the distribution sampled, which top-k/top-p truncate where the learner
+ * does not. At temperature 0.6 the raw ratio weighed tokens 1.32 on average at lag 0 and capped 13.5% of them.
+ */
+function checkSamplerRatio(
+  config: {
+    episode: { sampling: { temperature: number; top_k: number; top_p: number }; policy: { base_url: string } };
+    learner: { is_cap?: number; old_logprobs?: string; sampler_logprobs?: string };
+  },
+  ctx: z.RefinementCtx,
+): void {
+  const { episode, learner } = config;
+  const field = (learner.is_cap ?? 0) > 0 ? 'is_cap' : learner.old_logprobs === 'sampler' ? 'old_logprobs' : null;
+  if (field === null) return;
+  const { temperature, top_k, top_p } = episode.sampling;
+  let problem: string | undefined;
+  if (top_k > 0 || top_p < 1)
+    problem =
+      `episode.sampling top_k ${top_k} / top_p ${top_p} truncate the sampled distribution, which the learner's ` +
+      'log-probabilities do not: sample with top_k -1 and top_p 1';
+  else if (temperature !== 1 && temperature !== 0 && learner.sampler_logprobs !== 'processed')
+    problem =
+      `the sampler's raw log-probabilities are of temperature 1 and the learner's of ${temperature}: set ` +
+      'learner.sampler_logprobs: processed (the embedded vLLM then serves them; an external vLLM needs ' +
+      '--logprobs-mode processed_logprobs) or sample at temperature 1';
+  if (problem)
+    ctx.addIssue({ code: 'custom', path: ['learner', field], message: `compares with the sampler: ${problem}` });
 }
 
 export type CampaignConfig = z.infer<typeof campaignConfigSchema>;

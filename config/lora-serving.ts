@@ -18,3 +18,12 @@ export function loraServing(learner: CampaignConfig['learner']): { lora?: Policy
     throw new Error('learner.lora: alpha and targets unset (resolveLearnerSection fills them in before a run)');
   return { lora: { rank: lora.rank, alpha: lora.alpha, targets: lora.targets } };
 }
+
+/**
+ * `{ logprobs: 'processed' }` when the learner compares against the sampled distribution's log-probabilities
+ * (`learner.sampler_logprobs: processed`): the embedded vLLM then serves them (`--logprobs-mode processed_logprobs`).
+ * `{}` otherwise, so other campaigns' activity inputs stay as recorded histories have them. Pure: workflows call it.
+ */
+export function logprobsServing(learner: CampaignConfig['learner']): { logprobs?: 'processed' } {
+  return learner.sampler_logprobs === 'processed' ? { logprobs: 'processed' } : {};
+}

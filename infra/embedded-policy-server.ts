@@ -87,6 +87,8 @@ export async function startPolicyServer(
     weightsRoots?: string[];
     /** LoRA mode (vLLM only): serve the base model plus one hot-swappable adapter, started at zero in `adapterDir`. */
     lora?: PolicyLora & { adapterDir: string };
+    /** vLLM only: log-probabilities of the distribution sampled (temperature applied), not the raw model's. */
+    logprobs?: 'processed';
   } = {},
 ): Promise<PolicyServerHandle> {
   const port = options.port ?? (await freePort());
@@ -94,6 +96,10 @@ export async function startPolicyServer(
   const engine = options.engine ?? 'vllm';
   if (options.lora && engine !== 'vllm')
     throw new BadInputError('learner.lora: needs episode.policy.engine vllm (the built-in server loads no adapters)');
+  if (options.logprobs && engine !== 'vllm')
+    throw new BadInputError(
+      'learner.sampler_logprobs: processed needs episode.policy.engine vllm (the built-in server serves raw ones)',
+    );
   const served = path.basename(modelDir);
   // In LoRA mode requests name the adapter; the base model keeps its own name beside it.
   const model = options.lora ? LORA_ADAPTER_NAME : served;
@@ -147,6 +153,7 @@ type SpawnOptions = {
   reloadTokenFile?: string;
   weightsRoots?: string[];
   lora?: PolicyLora & { adapterDir: string };
+  logprobs?: 'processed';
 };
 
 function spawnBuiltin(port: number, modelDir: string, options: SpawnOptions, log: Log): ChildProcess {
@@ -163,7 +170,8 @@ function spawnBuiltin(port: number, modelDir: string, options: SpawnOptions, log
 
 /**
  * vLLM's settings that would otherwise change what is sampled: `--generation-config vllm` (no sampling defaults
- * from the model folder), raw logprobs (before temperature and top-p/top-k: what the learner compares against),
+ * from the model folder), raw logprobs (before temperature and top-p/top-k) unless the learner asks for the
+ * sampled distribution's (`learner.sampler_logprobs: processed`: temperature applied, as the learner applies it),
  * tool calls not grammar-constrained. `--enforce-eager` starts in ~35 s instead of ~140 s (graph compilation).
  */
 function spawnVllm(port: number, modelDir: string, model: string, options: SpawnOptions, log: Log): ChildProcess {
@@ -172,7 +180,8 @@ function spawnVllm(port: number, modelDir: string, model: string, options: Spawn
     'vllm.entrypoints.openai.api_server',
     ...['--model', modelDir, '--served-model-name', model, '--host', '127.0.0.1', '--port', String(port)],
     ...['--max-model-len', String(readEnvironment().TBT_VLLM_MAX_MODEL_LEN), '--dtype', 'float32'],
-    ...['--generation-config', 'vllm', '--logprobs-mode', 'raw_logprobs', '--enforce-eager'],
+    ...['--generation-config', 'vllm', '--enforce-eager'],
+    ...['--logprobs-mode', options.logprobs === 'processed' ? 'processed_logprobs' : 'raw_logprobs'],
     // The receiving end of `policy.weight_transport: collective` (idle unless called).
     ...['--worker-extension-cls', 'tbt_gpu.vllm_weight_receiver.WeightReceiver'],
     ...(options.lora ? vllmLoraArgs(options.lora, modelDir, options.lora.adapterDir) : []),

@@ -27,6 +27,7 @@ export async function ensureEmbeddedPolicyServer(
   engine: PolicyEngine,
   restart = false,
   lora?: PolicyLora,
+  logprobs?: 'processed',
 ): Promise<PolicyServerAddress> {
   const { dir, policyServerPid: pidFile } = files;
   fs.mkdirSync(dir, { recursive: true });
@@ -37,12 +38,13 @@ export async function ensureEmbeddedPolicyServer(
       model: string;
       engine?: string;
       lora?: PolicyLora;
+      logprobs?: 'processed';
     };
     const ok = await fetch(known.baseUrl.replace(/\/v1$/, '/health'), { signal: AbortSignal.timeout(3000) }).then(
       (r) => r.ok,
       () => false,
     );
-    const sameMode = JSON.stringify(known.lora ?? null) === JSON.stringify(lora ?? null);
+    const sameMode = JSON.stringify(known.lora ?? null) === JSON.stringify(lora ?? null) && known.logprobs === logprobs;
     if (ok && sameMode && (known.engine ?? 'builtin') === engine) return { baseUrl: known.baseUrl, model: known.model };
   }
   // An old server that is alive but not answering is replaced, not left running beside the new one.
@@ -55,10 +57,11 @@ export async function ensureEmbeddedPolicyServer(
     reloadTokenFile: writeRunToken(policyTokenFile(dir)),
     weightsRoots: [dir, smallModelDir()],
     ...(lora ? { lora: { ...lora, adapterDir: loraZeroAdapterDir(dir) } } : {}),
+    ...(logprobs ? { logprobs } : {}),
   });
   const server = { baseUrl: handle.baseUrl, model: handle.model };
   fs.writeFileSync(pidFile, String(handle.process.pid));
-  fs.writeFileSync(urlFile, JSON.stringify({ ...server, engine, lora }));
+  fs.writeFileSync(urlFile, JSON.stringify({ ...server, engine, lora, logprobs }));
   return server;
 }
 

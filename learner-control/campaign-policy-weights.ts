@@ -34,6 +34,8 @@ export interface PolicyWeights {
   deadlineMs: number;
   /** LoRA mode (`learner.lora`): the embedded server serves adapters; exports are adapters. */
   lora?: PolicyLora;
+  /** The embedded server serves the sampled distribution's log-probabilities (`learner.sampler_logprobs`). */
+  logprobs?: 'processed';
 }
 
 /**
@@ -45,13 +47,13 @@ export async function embeddedServerOnWeights(
   want: PolicyWeights & { engine: PolicyEngine },
 ): Promise<PolicyServerAddress> {
   const files = learnerFiles(stateDir, want.campaignId);
-  const server = await ensureEmbeddedPolicyServer(files, want.engine, false, want.lora);
+  const server = await ensureEmbeddedPolicyServer(files, want.engine, false, want.lora, want.logprobs);
   try {
     await bringToVersion(server.baseUrl, want, files.dir);
     return server;
   } catch (err) {
     // A server that cannot take the weights is restarted on them (an infrastructure fault, not the model's).
-    const fresh = await ensureEmbeddedPolicyServer(files, want.engine, true, want.lora);
+    const fresh = await ensureEmbeddedPolicyServer(files, want.engine, true, want.lora, want.logprobs);
     await bringToVersion(fresh.baseUrl, want, files.dir, errorMessage(err));
     return fresh;
   }
@@ -114,7 +116,7 @@ export async function syncStepWeights(
     if (!input.engine) throw r.reason;
     const baseUrl = input.servers[i]!;
     warn('weight sync failed: restarting the embedded policy server', { baseUrl, error: errorMessage(r.reason) });
-    const fresh = await ensureEmbeddedPolicyServer(files, input.engine, true, input.lora);
+    const fresh = await ensureEmbeddedPolicyServer(files, input.engine, true, input.lora, input.logprobs);
     const token = policySyncToken(files.dir, fresh.baseUrl);
     done.push(
       recorded(await syncPolicyWeights(fresh.baseUrl, input.weightsPath, label, input.deadlineMs, token, collective)),

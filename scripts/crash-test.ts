@@ -56,6 +56,7 @@ if (opts['max-staleness'] !== undefined) {
       c.name = `${c.name}-k${k}`;
       c.training.max_staleness = k;
       c.learner.is_cap ??= 2;
+      c.learner.sampler_logprobs ??= 'processed'; // sampled at temperature 0.7: compare like with like
     },
   );
 }

@@ -23,7 +23,7 @@ import type { EpisodeActivities } from '../activities/episode-activities.ts';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
-import { loraServing } from '../config/lora-serving.ts';
+import { logprobsServing, loraServing } from '../config/lora-serving.ts';
 import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow.ts';
 import { probeWorkflow, type ProbeResult } from './probe-workflow.ts';
 import { campaignAttributes, campaignKey, pausedKey, stageKey, stepKey } from './search-attribute-keys.ts';
@@ -287,6 +287,7 @@ async function episodeConfig({ input, state, gpu }: CampaignRun): Promise<{
     deadlineMs: policy.sync_deadline_ms,
     // Only when set: the activity input of a full fine-tuning campaign stays as recorded histories have it.
     ...loraServing(config.learner),
+    ...logprobsServing(config.learner),
   };
   if (policy.base_url !== 'embedded') {
     const servers = policy.sync_instances ?? [policy.base_url];

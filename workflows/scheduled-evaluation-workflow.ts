@@ -14,7 +14,7 @@ import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import type { CampaignActivities } from '../activities/campaign-activities.ts';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
-import { loraServing } from '../config/lora-serving.ts';
+import { logprobsServing, loraServing } from '../config/lora-serving.ts';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { evaluationWorkflow, type EvaluationInput, type EvaluationResult } from './evaluation-workflow.ts';
 import { campaignAttributes } from './search-attribute-keys.ts';
@@ -125,6 +125,7 @@ async function evaluateStep(
         basePath: input.config.learner.model_path,
         deadlineMs: policy.sync_deadline_ms,
         ...loraServing(input.config.learner),
+        ...logprobsServing(input.config.learner),
       });
       return {
         ...episode,
@@ -230,6 +231,7 @@ async function evaluateLabelledByRun(
       basePath: input.config.learner.model_path,
       deadlineMs: episode.policy.sync_deadline_ms,
       ...loraServing(input.config.learner),
+      ...logprobsServing(input.config.learner),
     });
     episode = {
       ...episode,

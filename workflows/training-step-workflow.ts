@@ -11,7 +11,7 @@ import type { CampaignActivities, StepRecord } from '../activities/campaign-acti
 import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
 import type { EpisodeSummary } from '../rollout/episode-store.ts';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
-import { loraServing } from '../config/lora-serving.ts';
+import { logprobsServing, loraServing } from '../config/lora-serving.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { groupAdvantages } from '../core/grpo.ts';
@@ -351,6 +351,7 @@ async function updatePolicy(
       basePath: input.learner.model_path,
       deadlineMs: input.episode.policy.sync_deadline_ms,
       ...loraServing(input.learner),
+      ...logprobsServing(input.learner),
     });
     if (syncing) sampling.episode = onSyncedWeights(sampling.episode, synced, input.embeddedEngine !== undefined);
     const seconds = { update: (updated - started) / 1000, drain: (drained - updated) / 1000 };

@@ -40,6 +40,29 @@ test('shard sizes default to 500 keys', () => {
   assert.equal(config.evaluation.shard_size, 500);
 });
 
+test('a ratio against the sampler at temperature 0.6 needs processed log-probabilities and no top-k/top-p', () => {
+  const withLearner = (learner: Record<string, unknown>, sampling: Record<string, unknown> = {}) => {
+    const doc = parse(fs.readFileSync(path.join(repoRoot, 'config', 'local.yaml'), 'utf8')) as Record<string, any>;
+    assert.equal(doc.episode.sampling.temperature, 0.6, 'local.yaml samples at 0.6, else this checks nothing');
+    doc.learner = { ...doc.learner, ...learner };
+    doc.episode.sampling = { ...doc.episode.sampling, ...sampling };
+    const file = path.join(testTempDir('tbt-config-'), 'campaign.yaml');
+    fs.writeFileSync(file, stringify(doc));
+    return file;
+  };
+  assert.throws(
+    () => loadCampaignConfig(withLearner({ is_cap: 2 })),
+    /learner\.is_cap: compares with the sampler: the sampler's raw log-probabilities are of temperature 1 and the learner's of 0\.6/,
+  );
+  assert.throws(() => loadCampaignConfig(withLearner({ old_logprobs: 'sampler' })), /learner\.old_logprobs: compares/);
+  assert.equal(loadCampaignConfig(withLearner({ is_cap: 2, sampler_logprobs: 'processed' })).learner.is_cap, 2);
+  assert.throws(
+    () => loadCampaignConfig(withLearner({ is_cap: 2, sampler_logprobs: 'processed' }, { top_k: 20 })),
+    /learner\.is_cap: compares with the sampler: episode\.sampling top_k 20/,
+  );
+  assert.equal(loadCampaignConfig(withLearner({}, { top_k: 20 })).episode.sampling.top_k, 20); // no ratio: no rule
+});
+
 test('overlapped steps need a lag correction: refused naming learner.is_cap, accepted with is_cap or sampler', () => {
   const overlapped = (learner: Record<string, unknown>) => {
     const doc = parse(fs.readFileSync(withField('training', 'max_staleness', 1), 'utf8')) as Record<string, any>;
@@ -53,8 +76,12 @@ test('overlapped steps need a lag correction: refused naming learner.is_cap, acc
     /learner\.is_cap: training\.max_staleness 1 trains on episodes sampled by older weights: set learner\.is_cap/,
   );
   assert.throws(() => loadCampaignConfig(overlapped({ is_cap: 0 })), /learner\.is_cap/);
-  assert.equal(loadCampaignConfig(overlapped({ is_cap: 2 })).training.max_staleness, 1);
-  assert.equal(loadCampaignConfig(overlapped({ old_logprobs: 'sampler' })).learner.old_logprobs, 'sampler');
+  const processed = { sampler_logprobs: 'processed' }; // local.yaml samples at temperature 0.6
+  assert.equal(loadCampaignConfig(overlapped({ is_cap: 2, ...processed })).training.max_staleness, 1);
+  assert.equal(
+    loadCampaignConfig(overlapped({ old_logprobs: 'sampler', ...processed })).learner.old_logprobs,
+    'sampler',
+  );
   assert.equal(loadCampaignConfig(withField('training', 'max_staleness', 0)).training.max_staleness, 0);
 });
 
