@@ -40,7 +40,8 @@ class WeightReceiver:
 
     def _tbt_worker(self) -> tuple[int, int]:
         """(this worker's index in its server, the server's worker count), from vLLM's TP and PP groups."""
-        from vllm.distributed.parallel_state import get_pp_group, get_tp_group
+        # vLLM's venv only (the learner's type checker does not see it).
+        from vllm.distributed.parallel_state import get_pp_group, get_tp_group  # pyright: ignore[reportMissingImports]
 
         tp, pp = get_tp_group(), get_pp_group()
         return pp.rank_in_group * tp.world_size + tp.rank_in_group, tp.world_size * pp.world_size

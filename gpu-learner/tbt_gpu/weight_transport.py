@@ -27,7 +27,7 @@ import datetime
 import json
 import os
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -234,7 +234,7 @@ class ReceivedStream:
         self.peak_bytes = 0
         self.broken = False
         self._inflight: Any = None
-        self._iterator: Iterator[tuple[str, torch.Tensor]] | None = None
+        self._iterator: Generator[tuple[str, torch.Tensor], None, None] | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -265,7 +265,7 @@ class ReceivedStream:
             self._iterator = self._tensors()
         return self._iterator
 
-    def _tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+    def _tensors(self) -> Generator[tuple[str, torch.Tensor], None, None]:
         self._post()
         while self._inflight is not None:
             size, items = self.plan[self.taken]

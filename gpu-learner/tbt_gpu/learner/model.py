@@ -7,7 +7,7 @@ import logging
 import pathlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -178,10 +178,10 @@ def output_head_replaced(model: nn.Module, project: Callable[[torch.Tensor, torc
     and `project` runs inside it, where FSDP has the head's weight gathered (and in the compute dtype).
     """
     results: list[Any] = []
-    head = model.get_output_embeddings()
+    head = cast(nn.Module, cast(Any, model).get_output_embeddings())
 
     def replace(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        results.append(project(args[0], module.weight))
+        results.append(project(args[0], cast(torch.Tensor, module.weight)))
         return (args[0][..., :0, :],)
 
     handle = head.register_forward_pre_hook(replace)

@@ -15,6 +15,7 @@ import pathlib
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -94,7 +95,7 @@ def read_rows(stored: StoredTensor, start: int, rows: int) -> torch.Tensor:
         return out
     with stored.file.open("rb") as fh:
         fh.seek(stored.offset + start * row_items * item)
-        view = memoryview(out.view(torch.uint8).numpy()).cast("B")
+        view = memoryview(cast(Any, out.view(torch.uint8).numpy())).cast("B")  # numpy's stubs lack __buffer__
         if fh.readinto(view) != len(view):
             raise ValueError(f"model.path: {stored.file.name} ends inside a tensor (truncated file)")
     return out
