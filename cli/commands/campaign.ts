@@ -46,6 +46,7 @@ import {
 import { campaignFileName } from '../../core/campaign-id.ts';
 import { explainedWorkflowFailure, workflowFailureText } from '../workflow-failure-text.ts';
 import { terminateCampaign } from './campaign-terminate.ts';
+import { dryRunMemoryVerdict } from '../memory-verdict.ts';
 import { resumeCampaign } from './campaign-resume.ts';
 import { connectTemporalClient } from '../../infra/temporal-connection.ts';
 
@@ -361,6 +362,9 @@ export async function train(args: string[]): Promise<number> {
       dryRun: true,
     });
     dryRun(input, values.config);
+    const memory = dryRunMemoryVerdict(input.config);
+    for (const line of memory.lines) console.log(line);
+    if (memory.refusal) throw new BadInputError(`${values.config}: field ${memory.refusal}`);
     return 0;
   }
   const { status } = await startCampaign(values.config, { wait: values.wait, id: values.id });

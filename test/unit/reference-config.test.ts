@@ -51,6 +51,11 @@ test('dry run of the reference config: 3 torchrun commands, 8 ranks each, placeh
   assert.match(out, /placeholders +<node-0-host>, <node-1-host>, <node-2-host>/);
   assert.match(out, /learner node 2: started by the GPU worker of host <node-2-host> \(placeholder\)/);
   assert.match(out, /evaluate on held-out tasks only \(\d+ uids in .*benchmark-uids\.yaml, never trained on\)/);
+  // The memory model of the learner's own code at 24 ranks: the 106k-token budget fits with context_parallel 8.
+  assert.match(
+    out,
+    /memory +26\.9B parameters on 24 ranks: [\d.]+ GiB per GPU at 106496 tokens \(limit 75\).*: fits\n/,
+  );
 });
 
 test('a real start of the reference config refuses its placeholders, naming the field', async () => {
