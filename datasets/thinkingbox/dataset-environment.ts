@@ -1,4 +1,5 @@
 import { spawnSync } from 'node:child_process';
+import { hostPythonSync } from './host-python.ts';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -55,12 +56,7 @@ export function declaredDependencies(packages: string[]): string[] {
     '        sys.exit(p+"/pyproject.toml: project.dependencies must be a list of strings")\n' +
     '    out+=deps\n' +
     'print(json.dumps(sorted(set(out))))\n';
-  const run = spawnSync('python3', ['-c', script], {
-    input: JSON.stringify(packages),
-    encoding: 'utf8',
-    timeout: 60_000,
-    killSignal: 'SIGKILL',
-  });
+  const run = hostPythonSync(['-c', script], { input: JSON.stringify(packages), timeoutMs: 60_000 });
   if (run.status !== 0) throw new BadInputError(`cannot read server packages: ${(run.stderr || '').trim()}`);
   return JSON.parse(run.stdout) as string[];
 }
@@ -137,7 +133,7 @@ function copyPackages(packages: string[], dest: string): string[] {
 }
 
 function environmentKey(dependencies: string[], packages: string[]): string {
-  const python = spawnSync('python3', ['-c', 'import sys;print(sys.version.split()[0])'], { encoding: 'utf8' });
+  const python = hostPythonSync(['-c', 'import sys;print(sys.version.split()[0])'], { timeoutMs: 60_000 });
   return createHash('sha256')
     .update(JSON.stringify({ dependencies, constraints: fs.readFileSync(CONSTRAINTS_FILE, 'utf8') }))
     .update(packagesDigest(packages))
@@ -415,11 +411,9 @@ function buildEnvironment(
   );
   fs.rmSync(venv, { recursive: true, force: true });
   fs.mkdirSync(path.dirname(venv), { recursive: true });
-  const made = spawnSync('python3', ['-m', 'venv', venv], {
-    encoding: 'utf8',
+  const made = hostPythonSync(['-m', 'venv', path.resolve(venv)], {
     stdio: ['ignore', 'pipe', 'pipe'],
-    timeout: VENV_TIMEOUT_MS,
-    killSignal: 'SIGKILL',
+    timeoutMs: VENV_TIMEOUT_MS,
   });
   if (made.status !== 0)
     throw new InfrastructureError(`python3 -m venv failed: ${(made.stderr || made.error?.message || '').trim()}`);

@@ -151,7 +151,7 @@ const ETC_FILES = [
 ];
 const SAFE_PATH = '/usr/local/bin:/usr/bin:/bin';
 /** Where host-side helpers (prlimit, bwrap, setpriv, unshare, env, python3) are looked up: never a dataset PATH. */
-const SYSTEM_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+export const SYSTEM_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 const variableName = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**

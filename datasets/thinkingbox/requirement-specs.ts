@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { hostPythonSync } from './host-python.ts';
 import { BadInputError } from '../../core/errors.ts';
 
 /**
@@ -100,14 +100,13 @@ export function urlProblem(url: string, policy: RequirementPolicy): string | und
 export function readDeclaredRequirements(
   packages: string[],
   policy: RequirementPolicy,
-  python = 'python3',
+  python?: string,
 ): DeclaredRequirement[] {
   if (packages.length === 0) return [];
-  const run = spawnSync(python, ['-I', '-c', PARSE_SCRIPT], {
+  const run = hostPythonSync(['-c', PARSE_SCRIPT], {
     input: JSON.stringify(packages),
-    encoding: 'utf8',
-    timeout: 60_000,
-    killSignal: 'SIGKILL',
+    timeoutMs: 60_000,
+    ...(python ? { python } : {}),
   });
   if (run.status !== 0)
     throw new BadInputError(`cannot read the server packages' requirements: ${(run.stderr || '').trim().slice(-800)}`);
