@@ -26,7 +26,8 @@ if (lengths.some((n) => !(Number.isInteger(n) && n >= 2)))
 const gpuLimitGib = Number(flag('gpu-limit-gib') ?? 75);
 const { learner } = config;
 console.log(
-  `${file}: ${learner.model_path}, ${learner.nodes} x ${learner.gpus_per_node} ranks, episode budget ${budget ?? 'none'}, ` +
+  `${file}: ${learner.model_path}, ${learner.nodes} x ${learner.gpus_per_node} ranks, ` +
+    `episode budget ${budget ?? 'none'}, ` +
     `lengths ${lengths.join(',')}, GPU limit ${gpuLimitGib} GiB`,
 );
 const started = Date.now();

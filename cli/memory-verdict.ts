@@ -20,8 +20,10 @@ export interface MemorySummary {
   fits: boolean;
 }
 
-export const MEMORY_LINE =
-  /^memory: params_b=([\d.]+) ranks=(\d+) peak_gpu_gib=([\d.]+) peak_host_gib=([\d.]+) max_episode_tokens=(\d+) fits=(yes|no)$/;
+export const MEMORY_LINE = new RegExp(
+  '^memory: params_b=([\\d.]+) ranks=(\\d+) peak_gpu_gib=([\\d.]+) peak_host_gib=([\\d.]+) ' +
+    'max_episode_tokens=(\\d+) fits=(yes|no)$',
+);
 
 /** The summary line the memory model prints last, or undefined when its output has none. */
 export function parseMemoryLine(output: string): MemorySummary | undefined {

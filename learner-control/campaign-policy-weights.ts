@@ -59,7 +59,10 @@ export async function embeddedServerOnWeights(
   }
 }
 
-/** External policy servers: each one brought to the campaign's current weights (synced only if it differs), all at once. */
+/**
+ * External policy servers: each one brought to the campaign's current weights (synced only if it differs), all at
+ * once.
+ */
 export async function externalServersOnWeights(
   stateDir: string,
   want: PolicyWeights,

@@ -201,8 +201,8 @@ export function receiverWorkers(answer: Record<string, unknown>): number | strin
   const results = answer.results;
   if (!Array.isArray(results) || results.length === 0) return 'the probe returned no worker';
   const workers = results.map((r) => r as { protocol?: unknown; worker?: unknown; workers?: unknown });
-  if (workers.some((w) => w.protocol !== RECEIVER_PROTOCOL))
-    return `a worker speaks receiver protocol ${String(workers.find((w) => w.protocol !== RECEIVER_PROTOCOL)?.protocol)}, not ${RECEIVER_PROTOCOL}`;
+  const other = workers.find((w) => w.protocol !== RECEIVER_PROTOCOL);
+  if (other) return `a worker speaks receiver protocol ${String(other.protocol)}, not ${RECEIVER_PROTOCOL}`;
   const indices = workers.map((w) => w.worker).sort((a, b) => Number(a) - Number(b));
   if (!indices.every((w, i) => w === i) || workers.some((w) => w.workers !== results.length))
     return `the workers' indices ${JSON.stringify(indices)} are not 0..${results.length - 1}`;

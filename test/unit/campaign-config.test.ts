@@ -52,7 +52,11 @@ test('a ratio against the sampler at temperature 0.6 needs processed log-probabi
   };
   assert.throws(
     () => loadCampaignConfig(withLearner({ is_cap: 2 })),
-    /learner\.is_cap: compares with the sampler: the sampler's raw log-probabilities are of temperature 1 and the learner's of 0\.6/,
+    /learner\.is_cap: compares with the sampler: the sampler's raw log-probabilities are of temperature 1 and the/,
+  );
+  assert.throws(
+    () => loadCampaignConfig(withLearner({ is_cap: 2 })),
+    /the learner's of 0\.6: set learner\.sampler_logprobs/,
   );
   assert.throws(() => loadCampaignConfig(withLearner({ old_logprobs: 'sampler' })), /learner\.old_logprobs: compares/);
   assert.equal(loadCampaignConfig(withLearner({ is_cap: 2, sampler_logprobs: 'processed' })).learner.is_cap, 2);
