@@ -44,6 +44,10 @@ function withHeartbeats<T extends Record<string, (...args: never[]) => Promise<u
 export function createCampaignActivities(deps: { controlUrl: string; stateDir: string }) {
   // A cancelled (or timed-out) activity ends the `tbt` subprocess it runs, so a retry never runs beside an orphan.
   const withSignal = () => ({ ...deps, signal: currentActivity()?.cancellationSignal });
+  const tracking = () => ({
+    ...withSignal(),
+    warn: (message: string) => (currentActivity()?.log ?? console).warn(message),
+  });
   // Experiment trackers (campaign-records/experiment-tracking.ts): retried by the first attempts, then a warning.
   const tracked = (work: () => Promise<unknown>) =>
     trackOrWarn(work, currentActivity()?.info.attempt ?? trackingAttempts, (message, attributes) =>
@@ -72,14 +76,14 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
       await saveStepRecord(deps.controlUrl, record);
       const steps = stepsFile(deps.stateDir, record.campaignId);
       writeStepsFile(steps, await stepRecordsInOrder(deps.controlUrl, record.campaignId));
-      await tracked(() => trackStep(withSignal(), record));
+      await tracked(() => trackStep(tracking(), record));
     },
 
     /** Coverage-gated aggregation of an evaluation, by `tbt eval aggregate`. */
     async aggregateEvaluation(input: EvaluationAggregationInput): Promise<{ aggregate: string; summary: string }> {
       const result = await aggregateEvaluation(withSignal(), input);
       const stepsTrained = (await latestStepRecord(deps.controlUrl, input.campaignId))?.step ?? 0;
-      await tracked(() => trackEvaluation(withSignal(), { ...input, aggregate: result.aggregate, stepsTrained }));
+      await tracked(() => trackEvaluation(tracking(), { ...input, aggregate: result.aggregate, stepsTrained }));
       return result;
     },
 

@@ -59,8 +59,8 @@ try {
   // The learner's own breakdown of each push (gather the shards, join the group, send).
   const recording: CollectivePush = {
     ...learnerPush,
-    push: async (host, port, timeoutS, worldSize) => {
-      const answer = (await learnerPush.push(host, port, timeoutS, worldSize)) as Record<string, number>;
+    push: async (host, port, timeoutS, worldSize, secret) => {
+      const answer = (await learnerPush.push(host, port, timeoutS, worldSize, secret)) as Record<string, number>;
       pushes.push(answer);
       return answer;
     },

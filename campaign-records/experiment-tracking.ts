@@ -6,6 +6,7 @@ import { redactSecretsInText } from '../core/secret-text.ts';
 import { trackingPackageDir, trackingPythonBinary } from '../infra/python-env.ts';
 import { restoreCampaignFileByName } from './campaign-files.ts';
 import { campaignRunDir } from './campaign-run-folder.ts';
+import { trackerEnvironment } from './tracker-credentials.ts';
 import { trackingEntryOfEvaluation, trackingEntryOfStep, type TrackingEntry } from './tracking-metrics.ts';
 import type { StepRecord } from './step-record.ts';
 
@@ -62,8 +63,11 @@ export function flattenParams(value: unknown, prefix = '', out: Record<string, s
   return out;
 }
 
-/** What tracking reads: the state folder, and the control database the manifest is restored from when given. */
-type TrackingDeps = { stateDir: string; controlUrl?: string; signal?: AbortSignal };
+/**
+ * What tracking reads: the state folder, and the control database the manifest is restored from when given;
+ * `warn` says why credentials were withheld (campaign-records/tracker-credentials.ts), console.warn by default.
+ */
+type TrackingDeps = { stateDir: string; controlUrl?: string; signal?: AbortSignal; warn?: (message: string) => void };
 
 /**
  * Logs one entry to the campaign's trackers; undefined when it has none. Throws when a tracker failed. With a
@@ -87,24 +91,31 @@ export async function trackCampaignEntry(
     mlflow: mlflow && { ...mlflow, default_uri: stores.mlflowUri },
     wandb: wandb && { ...wandb, dir: stores.wandbDir },
   };
-  return runTracker(request, deps.signal);
+  const { env, warning } = trackerEnvironment(mlflow?.tracking_uri, process.env);
+  if (warning) (deps.warn ?? console.warn)(warning);
+  return runTracker(request, env, deps.signal);
 }
 
 const mlflowHttpDefaults = { MLFLOW_HTTP_REQUEST_MAX_RETRIES: '2', MLFLOW_HTTP_REQUEST_TIMEOUT: '30' };
 
-function runTracker(request: object, signal: AbortSignal | undefined): Promise<TrackingOutcome> {
+function runTracker(
+  request: object,
+  env: NodeJS.ProcessEnv,
+  signal: AbortSignal | undefined,
+): Promise<TrackingOutcome> {
   return new Promise((resolve, reject) => {
     const child = execFile(
       trackingPythonBinary(),
       ['-m', 'tbt_tracking'],
-      // WANDB_API_KEY and MLFLOW_TRACKING_URI reach the clients through the inherited environment, never the request.
+      // WANDB_API_KEY and MLFLOW_TRACKING_URI reach the clients through the environment, never the request; MLflow's
+      // credentials only where the operator tied them (campaign-records/tracker-credentials.ts).
       // MLflow's HTTP client retries for about 4 minutes by default; the activity's retries are ours (set = wins).
       {
         cwd: trackingPackageDir,
         signal,
         timeout: 5 * 60_000,
         maxBuffer: 16 << 20,
-        env: { ...mlflowHttpDefaults, ...process.env },
+        env: { ...mlflowHttpDefaults, ...env },
       },
       (error, stdout, stderr) => {
         const last = stdout.trim().split('\n').pop() ?? '';

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { CampaignConfig } from '../config/campaign-config.ts';
+import { readEnvironment } from '../config/environment.ts';
 import { learnerConfigJson } from '../learner-control/learner-config.ts';
 import { gpuLearnerDir, pythonBinary } from '../infra/python-env.ts';
 
@@ -124,7 +125,8 @@ export function dryRunMemoryVerdict(
   gpuLimitGib = 75,
 ): { lines: string[]; refusal?: string } {
   const budget = config.episode.limits.episode_token_budget;
-  if (process.env.TBT_MEMORY_CHECK === 'off') return { lines: ['  memory       not checked: TBT_MEMORY_CHECK=off'] };
+  if (readEnvironment().TBT_MEMORY_CHECK === 'off')
+    return { lines: ['  memory       not checked: TBT_MEMORY_CHECK=off'] };
   if (config.learner.device !== 'cuda')
     return { lines: ['  memory       not checked: the memory model is of GPU learners (learner.device: cuda)'] };
   if (!budget) return { lines: ['  memory       not checked: no episode.limits.episode_token_budget to check'] };

@@ -116,7 +116,7 @@ export const environmentSchema = z.object({
     .optional()
     .describe(
       "Workers' Prometheus metrics: orchestrator on PORT, bookkeeping +1, rollout +2, gpu +3 (HOST:PORT binds " +
-        'HOST, else all interfaces); unset or empty = off (docs/metrics.md)',
+        'HOST, else 127.0.0.1 only); unset or empty = off (docs/metrics.md)',
     ),
   TBT_GPU_HOST: queueName
     .default(
@@ -161,6 +161,10 @@ export const environmentSchema = z.object({
   TBT_VLLM_MAX_MODEL_LEN: count(256, 1_048_576)
     .default(4096)
     .describe('Context length (--max-model-len) of the embedded vLLM policy server'),
+  TBT_MEMORY_CHECK: z
+    .enum(['on', 'off'])
+    .default('on')
+    .describe("off: tbt train --dry-run skips the learner's memory model (about 80 s at 27B on 2 cores)"),
   TBT_MODEL_CACHE: z
     .string()
     .optional()
@@ -185,6 +189,16 @@ export const environmentSchema = z.object({
     )
     .default('')
     .describe('Hosts each API key variable may be sent to, added to the built-in ties (docs/security.md)'),
+  TBT_MLFLOW_CREDENTIAL_ORIGINS: z
+    .string()
+    .regex(
+      new RegExp(String.raw`^\s*(${keyOrigin}(\s*,\s*${keyOrigin})*)?\s*$`),
+      'expected origin,origin (host[:port], https://host[:port] or http://host[:port])',
+    )
+    .default('')
+    .describe(
+      "Origins MLflow's credentials may be sent to when a campaign config names tracking_uri (docs/security.md)",
+    ),
   TBT_POLICY_SYNC_TOKEN_FILE: z
     .string()
     .min(1)

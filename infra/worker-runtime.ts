@@ -16,12 +16,13 @@ export const metricsPortOffsets: Record<WorkerKind, number> = { orchestrator: 0,
 
 /**
  * `PORT` or `HOST:PORT` (the schema checked it) into the exporter's bind address for `kind`; undefined = off.
- * Without a host it binds every interface, so Prometheus on another host (or in compose's network) can scrape it.
+ * The exporter has no authentication: without a host it binds loopback only, and only a host the operator names
+ * (`0.0.0.0:PORT` for compose's network or Prometheus on another host) opens it to other machines.
  */
 export function metricsBindAddress(setting: string | undefined, kind: WorkerKind): string | undefined {
   if (!setting) return undefined;
   const split = setting.lastIndexOf(':');
-  const host = split < 0 ? '0.0.0.0' : setting.slice(0, split);
+  const host = split < 0 ? '127.0.0.1' : setting.slice(0, split);
   return `${host}:${Number(setting.slice(split + 1)) + metricsPortOffsets[kind]}`;
 }
 

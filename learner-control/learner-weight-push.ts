@@ -6,7 +6,8 @@ import type { CollectivePush } from './policy-weight-sync.ts';
  * The campaign learner's end of a collective weight sync: rank 0 hosts the group's store on `transportHost` (the
  * campaign's `learner.weight_transport_host`; default the learner's control host, 127.0.0.1 for a local learner,
  * which reaches local servers only) and broadcasts the step's weights to every server worker that joins (world =
- * 1 + those workers). A push that not every worker joins fails after `timeoutS`, and the learner carries on.
+ * 1 + those workers) that prove the sync's secret. A push that not every worker joins fails after `timeoutS`, and
+ * the learner carries on.
  */
 export async function learnerWeightPush(
   stateDir: string,
@@ -23,12 +24,12 @@ export async function learnerWeightPush(
     host: transportHost ?? (controlHost === '0.0.0.0' ? '127.0.0.1' : controlHost),
     timeoutS,
     backend,
-    push: (host, port, seconds, worldSize) =>
+    push: (host, port, seconds, worldSize, secret) =>
       learnerRequest(
         learner,
         'POST',
         '/push_weights',
-        { step_id: stepId, host, port, timeout_s: seconds, backend, world_size: worldSize },
+        { step_id: stepId, host, port, timeout_s: seconds, backend, world_size: worldSize, secret },
         (seconds + 60) * 1000,
       ),
   };

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { freePort } from '../infra/embedded-policy-server.ts';
 import { longRequestDispatcher } from '../infra/long-request-dispatcher.ts';
@@ -30,7 +31,7 @@ export interface WeightSyncResult {
 
 /**
  * The learner's end of a collective push: sends the step's weights into the `worldSize - 1` server workers that
- * join `host:port`, within `timeoutS` (learner-control/learner-weight-push.ts).
+ * join `host:port` and prove `secret`, within `timeoutS` (learner-control/learner-weight-push.ts).
  */
 export interface CollectivePush {
   /** The address the servers' workers reach learner rank 0 on (its store and gloo/NCCL listen there). */
@@ -38,7 +39,7 @@ export interface CollectivePush {
   timeoutS: number;
   /** Both ends must use the same: NCCL when the learner runs on CUDA, gloo otherwise. */
   backend: 'gloo' | 'nccl';
-  push: (host: string, port: number, timeoutS: number, worldSize: number) => Promise<unknown>;
+  push: (host: string, port: number, timeoutS: number, worldSize: number, secret: string) => Promise<unknown>;
 }
 
 /** One server to sync: its base URL (with /v1) and the bearer token of its weight-sync routes, if it takes one. */
@@ -218,6 +219,9 @@ export const RECEIVER_PROTOCOL = 2;
  * push did not reach, why: the caller loads the disk export there, which also repairs a load that failed half way.
  * A server without the receiver (the built-in one, vLLM without the worker extension, an older receiver) is found by
  * a cheap probe, so the learner never waits for a peer that cannot come; a failed push fails every member.
+ * Every rank proves a secret drawn for this sync alone (tbt_gpu.weight_transport), so a process that joins in a
+ * member's place gets no weights and the sync falls back to the export. It travels only in the push's and the
+ * receives' HTTP bodies: never in a result, an error, a log or a Temporal payload.
  */
 async function receiveCollective(servers: Server[], collective: CollectivePush): Promise<Map<Server, string>> {
   const why = new Map<Server, string>();
@@ -239,12 +243,13 @@ async function receiveCollective(servers: Server[], collective: CollectivePush):
   // The learner hosts the group's store on it and binds it at once.
   const port = await freePort(collective.host);
   const { host, timeoutS, backend } = collective;
+  const secret = randomBytes(32).toString('hex');
   const [sent, ...received] = await Promise.allSettled([
-    collective.push(host, port, timeoutS, world),
+    collective.push(host, port, timeoutS, world, secret),
     ...members.map(({ server, baseRank }) =>
       server.call('POST', '/collective_rpc', {
         method: 'receive_tbt_weights',
-        kwargs: { host, port, timeout_s: timeoutS, backend, base_rank: baseRank, world_size: world },
+        kwargs: { host, port, timeout_s: timeoutS, backend, base_rank: baseRank, world_size: world, secret },
       }),
     ),
   ]);

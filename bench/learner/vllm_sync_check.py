@@ -13,7 +13,7 @@ docs/serving.md):
 - collective: POST /pause?mode=wait; the probe POST /collective_rpc {"method": "tbt_weight_transport"} (each worker
   answers {protocol, worker, workers}); at once, this process as learner rank 0 (WeightGroup, rank 0 hosts the
   store on a free port, world 1 + workers, then send()) and POST /collective_rpc {"method": "receive_tbt_weights",
-  "kwargs": {host, port, timeout_s, backend, base_rank: 1, world_size}}, where each worker streams the buckets
+  "kwargs": {host, port, timeout_s, backend, base_rank: 1, world_size, secret}}, where each worker streams the buckets
   into its reload_weights; then POST /reset_prefix_cache, /update_weight_version, /resume, GET /weight_info. The
   tensors are the saved checkpoint's, in host memory, named as the checkpoint names them: what the learner's
   push sends after its gather (get_model_state_dict(cpu_offload=True)), whose own time is not in these numbers.
@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import pathlib
+import secrets
 import signal
 import socket
 import subprocess
@@ -187,8 +188,9 @@ def push_collective(base: str, named: list[tuple[str, torch.Tensor]], backend: s
     workers = int(results[0]["workers"])
     world = 1 + workers
     port = free_port()
+    secret = secrets.token_hex(32)  # the sync's secret: every rank proves it (tbt_gpu.weight_transport)
     kwargs = {"host": "127.0.0.1", "port": port, "timeout_s": timeout_s, "backend": backend, "base_rank": 1,
-              "world_size": world}  # fmt: skip
+              "world_size": world, "secret": secret}  # fmt: skip
     answer: dict[str, Any] = {}
 
     def receive() -> None:
@@ -202,7 +204,7 @@ def push_collective(base: str, named: list[tuple[str, torch.Tensor]], backend: s
     started = time.perf_counter()
     receiver.start()
     try:
-        group = WeightGroup("127.0.0.1", port, 0, world, backend, timeout_s)
+        group = WeightGroup("127.0.0.1", port, 0, world, backend, timeout_s, secret=secret)
         try:
             joined = time.perf_counter()
             sent = group.send(named)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import secrets
 import socket
 import sys
 import time
@@ -30,11 +31,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def receiver(port: int, backend: str, device: str, answers: mp.Queue) -> None:
+def receiver(
+    port: int, backend: str, device: str, answers: mp.Queue, secret: str
+) -> None:
     if device == "cuda":
         torch.cuda.set_device(1 if backend == "nccl" else 0)
     started = time.perf_counter()
-    group = WeightGroup("127.0.0.1", port, 1, 2, backend, 120)
+    group = WeightGroup("127.0.0.1", port, 1, 2, backend, 120, secret=secret)
     try:
         named = group.receive()
         # Onto the server's device (a no-op for NCCL, whose buffers are already there).
@@ -61,13 +64,14 @@ def check(backend: str, device: str, gb: float) -> dict[str, object]:
         for i in range(count)
     ]
     port = free_port()
+    secret = secrets.token_hex(32)
     ctx = mp.get_context("spawn")
     answers: mp.Queue = ctx.Queue()
-    peer = ctx.Process(target=receiver, args=(port, backend, device, answers))
+    peer = ctx.Process(target=receiver, args=(port, backend, device, answers, secret))
     peer.start()
     try:
         started = time.perf_counter()
-        group = WeightGroup("127.0.0.1", port, 0, 2, backend, 120)
+        group = WeightGroup("127.0.0.1", port, 0, 2, backend, 120, secret=secret)
         joined = time.perf_counter()
         try:
             sent = group.send(named)
@@ -80,7 +84,9 @@ def check(backend: str, device: str, gb: float) -> dict[str, object]:
         if peer.is_alive():
             peer.kill()
     if answer["received"] != sent:
-        raise RuntimeError(f"{backend}: sent {sent} bytes, the receiver got {answer['received']}")
+        raise RuntimeError(
+            f"{backend}: sent {sent} bytes, the receiver got {answer['received']}"
+        )
     return {
         "check": "weight_transport",
         "backend": backend,
@@ -94,7 +100,9 @@ def check(backend: str, device: str, gb: float) -> dict[str, object]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument(
         "--gb",

@@ -6,15 +6,16 @@ worker's PYTHONPATH; vLLM's CPU build spawns its worker) and dev mode on; then
     POST /collective_rpc {"method": "tbt_weight_transport"}
         -> {"results": [{"protocol", "worker", "workers"}, ...]}, one per worker: how many ranks the server needs
     POST /collective_rpc {"method": "receive_tbt_weights",
-                          "kwargs": {"host", "port", "timeout_s", "backend", "base_rank", "world_size"}}
+                          "kwargs": {"host", "port", "timeout_s", "backend", "base_rank", "world_size", "secret"}}
 
 runs on every worker of the server at once (vLLM's collective_rpc): each joins the learner's group as
 `base_rank + worker`, where `worker` is its index in the server (tp rank + tp size x pp rank). Each worker gets the
-full tensors and loads them, bucket by bucket as they arrive, through its own `reload_weights(weights_iterator=...)`
-(the disk sync's loading code, layerwise reload and cache resets included): vLLM's weight loaders slice what its TP
-rank owns, and a PP stage skips the layers it does not hold. reload_weights takes one iterator and consumes it
-lazily; it cannot be split into several calls (each call finalises every layer, and a layer loaded half in one call
-would be processed half-filled), so the stream is that one iterator.
+full tensors (once every rank proved the sync's `secret`, which the caller draws per sync and gives the learner's
+push too: tbt_gpu.weight_transport) and loads them, bucket by bucket as they arrive, through its own
+`reload_weights(weights_iterator=...)` (the disk sync's loading code, layerwise reload and cache resets included):
+vLLM's weight loaders slice what its TP rank owns, and a PP stage skips the layers it does not hold.
+reload_weights takes one iterator and consumes it lazily; it cannot be split into several calls (each call finalises
+every layer, and a layer loaded half in one call would be processed half-filled), so the stream is that one iterator.
 
 A failed load does not stop the receiving: the rest of the broadcast is drained and dropped, so the learner and the
 other workers finish, and the failure is reported afterwards, as the result's `error` (the caller then loads the
@@ -54,6 +55,7 @@ class WeightReceiver:
         backend: str = "gloo",
         base_rank: int = 1,
         world_size: int | None = None,
+        secret: str | None = None,
     ) -> dict[str, Any]:
         worker, workers = self._tbt_worker()
         rank = int(base_rank) + worker
@@ -61,7 +63,7 @@ class WeightReceiver:
         answer: dict[str, Any] = {"rank": rank, "world_size": world}
         started = time.perf_counter()
         try:
-            group = WeightGroup(host, int(port), rank, world, backend, float(timeout_s))
+            group = WeightGroup(host, int(port), rank, world, backend, float(timeout_s), secret=secret)
         except Exception as err:  # noqa: BLE001 - reported, not raised: the caller falls back to disk
             return {**answer, "error": f"join: {err}", "join_s": time.perf_counter() - started}
         joined = time.perf_counter()

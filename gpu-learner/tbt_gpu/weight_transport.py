@@ -11,6 +11,13 @@ Rendezvous: every rank first checks in through the store (a key per rank) and wa
 all the others and then for rank 0's go; only then is the backend group built. A missing peer is therefore a store
 timeout on every rank, never a NCCL communicator waiting for a rank that does not come.
 
+Peers are authenticated by a per-sync secret the caller draws and hands to every rank (never logged): the store has
+no authentication, so a check-in is HMAC(secret, rank) and rank 0 checks every one before its go, which is itself an
+HMAC only the holder of the secret can write. A wrong or missing proof aborts the group on every rank before any
+weight moves (the caller then loads the disk export); a rank 0 that is not our learner gets no joiner. The backend
+group's store keys sit under a prefix derived from the secret, so a stranger that copies a valid check-in cannot
+find the mesh either.
+
 Wire format, every message a broadcast from rank 0:
   1. an int64 tensor [n], the length of the metadata;
   2. n uint8, JSON {"names", "dtype_names", "shapes", "bucket_bytes"}: the receiver needs no arguments;
@@ -23,7 +30,10 @@ are never stranded. Every collective is bounded by the group's timeout; after an
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import hashlib
+import hmac
 import json
 import os
 import socket
@@ -38,6 +48,19 @@ DEFAULT_BUCKET_BYTES = 64 << 20
 STORE_PREFIX = "tbt-weight-transport"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 NCCL_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+MIN_SECRET_CHARS = 32
+ABORT = "abort"
+_GRACE = datetime.timedelta(seconds=5)
+
+
+def _proof(secret: str, what: str) -> str:
+    return hmac.new(secret.encode(), f"{STORE_PREFIX}/{what}".encode(), hashlib.sha256).hexdigest()
+
+
+def _checked_secret(secret: str | None) -> str:
+    if not isinstance(secret, str) or len(secret) < MIN_SECRET_CHARS:
+        raise ValueError(f"weight group: no sync secret of at least {MIN_SECRET_CHARS} characters; nothing is sent")
+    return secret
 
 
 def _nbytes(dtype: torch.dtype, shape: Sequence[int]) -> int:
@@ -89,7 +112,17 @@ class WeightGroup:
     """The group of one update; rank 0 hosts the store. Construct concurrently on every rank: the constructor is
     the rendezvous and blocks (at most about `timeout_s`) until all ranks joined, else raises on every rank."""
 
-    def __init__(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        rank: int,
+        world_size: int,
+        backend: str,
+        timeout_s: float,
+        secret: str | None = None,
+    ) -> None:
+        self._secret = _checked_secret(secret)
         if not 0 <= rank < world_size:
             raise ValueError(f"weight group: rank {rank} outside a world of {world_size}")
         if backend not in ("gloo", "nccl"):
@@ -115,6 +148,7 @@ class WeightGroup:
             )
             prefixed = c10d.PrefixStore(STORE_PREFIX, self.store)
             self._check_in(prefixed, timeout)
+            mesh = f"pg/{_proof(self._secret, f'mesh/{world_size}')[:32]}"
             if backend == "gloo":
                 opts = c10d.ProcessGroupGloo._Options()
                 opts._timeout = timeout
@@ -126,9 +160,9 @@ class WeightGroup:
                     else c10d.ProcessGroupGloo.create_default_device()
                 )
                 opts._devices = [device]
-                self.pg = c10d.ProcessGroupGloo(c10d.PrefixStore("pg", prefixed), rank, world_size, opts)
+                self.pg = c10d.ProcessGroupGloo(c10d.PrefixStore(mesh, prefixed), rank, world_size, opts)
             else:
-                self.pg = _nccl_group(c10d, c10d.PrefixStore("pg", prefixed), rank, world_size, timeout)
+                self.pg = _nccl_group(c10d, c10d.PrefixStore(mesh, prefixed), rank, world_size, timeout)
             probe = torch.ones(1, device=_device(backend))
             self.pg.allreduce([probe]).wait()  # proves the mesh is up (and builds NCCL's communicator eagerly)
             if int(probe.item()) != world_size:
@@ -138,15 +172,45 @@ class WeightGroup:
             raise
 
     def _check_in(self, store: Any, timeout: datetime.timedelta) -> None:
-        """Every rank announces itself and waits for all others, then for rank 0's go: a rank that never comes
-        (or a rank 0 that gave up) is a store timeout here, before any backend state exists."""
-        store.set(f"joined/{self.rank}", "1")
+        """Every rank announces itself with its proof and waits for all others, then for rank 0's go: a rank that
+        never comes (or a rank 0 that gave up) is a store timeout here, a wrong proof a refusal, both before any
+        backend state exists."""
+        store.set(f"joined/{self.rank}", _proof(self._secret, f"rank/{self.rank}/{self.world_size}"))
+        self._wait(store, [f"joined/{r}" for r in range(self.world_size)], timeout)
+        go = _proof(self._secret, f"go/{self.world_size}")
+        if self.rank == 0:
+            unproven = [
+                r
+                for r in range(1, self.world_size)
+                if not hmac.compare_digest(
+                    store.get(f"joined/{r}"), _proof(self._secret, f"rank/{r}/{self.world_size}").encode()
+                )
+            ]
+            if unproven:
+                store.set("go", ABORT)
+                # The honest joiners read the abort before this store goes with this rank (a stranger never says).
+                with contextlib.suppress(Exception):
+                    store.wait([f"aborted/{r}" for r in range(1, self.world_size) if r not in unproven], _GRACE)
+                raise PermissionError(
+                    f"weight group: ranks {unproven} did not prove the sync's secret; the group is aborted and "
+                    "nothing was sent"
+                )
+            store.set("go", go)
+            return
+        self._wait(store, ["go"], timeout)
+        said = store.get("go")
+        if said == ABORT.encode():
+            store.set(f"aborted/{self.rank}", "1")
+        if not hmac.compare_digest(said, go.encode()):
+            raise PermissionError(
+                f"weight group, rank {self.rank}: rank 0 aborted the group (a peer did not prove the sync's secret)"
+                if said == ABORT.encode()
+                else f"weight group, rank {self.rank}: rank 0 did not prove the sync's secret (not our learner)"
+            )
+
+    def _wait(self, store: Any, keys: list[str], timeout: datetime.timedelta) -> None:
         try:
-            store.wait([f"joined/{r}" for r in range(self.world_size)], timeout)
-            if self.rank == 0:
-                store.set("go", "1")
-            else:
-                store.wait(["go"], timeout)
+            store.wait(keys, timeout)
         except Exception as err:  # DistStoreError and friends: say who is missing
             try:
                 missing: Any = [r for r in range(self.world_size) if not store.check([f"joined/{r}"])]

@@ -4,9 +4,12 @@ a second server, each worker its own rank), a learner pushing its weights, and t
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
 import io
+import json
 import multiprocessing
 import pathlib
+import secrets
 import socket
 import time
 from collections.abc import Iterable
@@ -14,11 +17,12 @@ from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 from learner_support import Learner, make_tiny_model, max_abs_diff, random_batch, read_export, write_config
 
 from tbt_gpu.learner.export_names import adapter_names, names_for_checkpoint
 from tbt_gpu.vllm_weight_receiver import WeightReceiver
-from tbt_gpu.weight_transport import WeightGroup, peak_pair_bytes, plan_buckets
+from tbt_gpu.weight_transport import STORE_PREFIX, WeightGroup, peak_pair_bytes, plan_buckets
 
 
 def free_port() -> int:
@@ -27,9 +31,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def receive_into(port: int, out: multiprocessing.Queue) -> None:
+def receive_into(port: int, out: multiprocessing.Queue, secret: str) -> None:
     """Rank 1 in its own process, as a policy server's worker is: reports what arrived."""
-    group = WeightGroup("127.0.0.1", port, 1, 2, "gloo", 60)
+    group = WeightGroup("127.0.0.1", port, 1, 2, "gloo", 60, secret=secret)
     try:
         buffer = io.BytesIO()  # bytes, not tensors: a queued tensor is shared memory that dies with this process
         torch.save({name: t.clone() for name, t in group.receive()}, buffer)
@@ -58,11 +62,12 @@ def test_round_trip_keeps_every_dtype_shape_and_value() -> None:
         "e.transposed": torch.randn(5, 9, generator=generator).t(),  # not contiguous
     }
     port = free_port()
+    secret = secrets.token_hex(32)
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
-    receiver = context.Process(target=receive_into, args=(port, out))
+    receiver = context.Process(target=receive_into, args=(port, out, secret))
     receiver.start()
-    group = WeightGroup("127.0.0.1", port, 0, 2, "gloo", 60)
+    group = WeightGroup("127.0.0.1", port, 0, 2, "gloo", 60, secret=secret)
     try:
         group.send(list(sent.items()), bucket_bytes=4096)  # small buckets: several in flight
     finally:
@@ -89,10 +94,12 @@ def test_learner_pushes_the_exported_weights_and_refuses_without_a_receiver(tmp_
         assert status == 200, export
 
         port = free_port()
+        secret = secrets.token_hex(32)
         out = context.Queue()
-        receiver = context.Process(target=receive_into, args=(port, out))
+        receiver = context.Process(target=receive_into, args=(port, out, secret))
         receiver.start()
-        status, pushed = learner.call("POST", "/push_weights", {"step_id": 1, "host": "127.0.0.1", "port": port})
+        push = {"step_id": 1, "host": "127.0.0.1", "port": port, "secret": secret}
+        status, pushed = learner.call("POST", "/push_weights", push)
         assert status == 200, pushed
         got = received(out)
         receiver.join(timeout=60)
@@ -101,22 +108,24 @@ def test_learner_pushes_the_exported_weights_and_refuses_without_a_receiver(tmp_
         assert max_abs_diff(got, exported) == 0.0
 
         # A step the learner does not hold, and bad fields, are refused before any group is opened.
-        assert learner.call("POST", "/push_weights", {"step_id": 2, "host": "127.0.0.1", "port": port})[0] == 409
-        status, bad = learner.call("POST", "/push_weights", {"step_id": 1, "host": "127.0.0.1", "port": "x"})
+        assert learner.call("POST", "/push_weights", {**push, "step_id": 2})[0] == 409
+        status, bad = learner.call("POST", "/push_weights", {**push, "port": "x"})
         assert status == 400 and bad["error"].startswith("field 'port'")
-        body = {"step_id": 1, "host": "127.0.0.1", "port": port, "backend": "mpi"}
-        status, bad = learner.call("POST", "/push_weights", body)
+        status, bad = learner.call("POST", "/push_weights", {**push, "backend": "mpi"})
         assert status == 400 and bad["error"].startswith("field 'backend'")
-        body = {"step_id": 1, "host": "127.0.0.1", "port": port, "world_size": 1}
-        status, bad = learner.call("POST", "/push_weights", body)
+        status, bad = learner.call("POST", "/push_weights", {**push, "world_size": 1})
         assert status == 400 and bad["error"].startswith("field 'world_size'")
+        for short in ({}, {"secret": "short"}):  # no secret, no push: nobody could be told from a stranger
+            no_secret = {k: v for k, v in push.items() if k != "secret"} | short
+            status, bad = learner.call("POST", "/push_weights", no_secret)
+            assert status == 400 and bad["error"].startswith("field 'secret'") and "short" not in bad["error"]
 
         # Nobody joins: the push fails after its timeout, and the learner keeps serving.
         lonely = pool.submit(
             learner.call,
             "POST",
             "/push_weights",
-            {"step_id": 1, "host": "127.0.0.1", "port": free_port(), "timeout_s": 2},
+            {**push, "port": free_port(), "timeout_s": 2},
         )
         status, failed = lonely.result(timeout=60)
         assert status == 502 and failed["code"] == "push_failed", failed
@@ -153,16 +162,17 @@ def run_worker(kwargs: dict[str, Any], worker: int, workers: int, fail_after: in
     out.put((worker, kwargs["base_rank"], answer, buffer.getvalue()))
 
 
-def start_workers(port: int, servers: list[tuple[int, int | None, int | None]], timeout_s: float):
+def start_workers(port: int, servers: list[tuple[int, int | None, int | None]], timeout_s: float, secret: str):
     """servers: (TP size, the worker whose load fails or None, after how many tensors). Each server's workers get
-    consecutive ranks after learner rank 0, as a sync assigns them; returns (processes, queue, world size)."""
+    consecutive ranks after learner rank 0, as a sync assigns them, and the sync's secret; returns (processes,
+    queue, world size)."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     world = 1 + sum(tp for tp, _, _ in servers)
     processes = []
     base = 1
     for tp, failing_worker, fail_after in servers:
-        kwargs = {"host": "127.0.0.1", "port": port, "timeout_s": timeout_s, "backend": "gloo"}
+        kwargs = {"host": "127.0.0.1", "port": port, "timeout_s": timeout_s, "backend": "gloo", "secret": secret}
         for worker in range(tp):
             fail = fail_after if worker == failing_worker else None
             args = ({**kwargs, "base_rank": base, "world_size": world}, worker, tp, fail, out)
@@ -200,9 +210,10 @@ def test_every_tp_worker_of_every_server_streams_the_update_and_a_failed_load_st
     sent = weights()
     bucket_bytes = 2048  # several buckets: the bound below means something
     port = free_port()
-    processes, out, world = start_workers(port, [(2, None, None), (1, 0, 5)], timeout_s=60)
+    secret = secrets.token_hex(32)
+    processes, out, world = start_workers(port, [(2, None, None), (1, 0, 5)], timeout_s=60, secret=secret)
     assert world == 4
-    group = WeightGroup("127.0.0.1", port, 0, world, "gloo", 60)
+    group = WeightGroup("127.0.0.1", port, 0, world, "gloo", 60, secret=secret)
     try:
         sent_bytes = group.send(list(sent.items()), bucket_bytes=bucket_bytes)
     finally:
@@ -228,24 +239,119 @@ def test_a_missing_peer_fails_every_rank_within_the_timeout_and_the_sender_syncs
     """World 3 but only rank 1 comes: rank 0 and rank 1 both fail in the store rendezvous, within the timeout;
     the same sender process then runs a full sync with a peer that does come."""
     port = free_port()
-    processes, out, _ = start_workers(port, [(1, None, None)], timeout_s=4)
+    secret = secrets.token_hex(32)
+    processes, out, _ = start_workers(port, [(1, None, None)], timeout_s=4, secret=secret)
     started = time.monotonic()
     with pytest.raises(TimeoutError, match=r"missing ranks \[2\]"):
-        WeightGroup("127.0.0.1", port, 0, 3, "gloo", 4)
+        WeightGroup("127.0.0.1", port, 0, 3, "gloo", 4, secret=secret)
     assert time.monotonic() - started < 4 + 10
     answer, loaded = collect(processes, out)[1]
     assert answer["error"].startswith("join:") and not loaded, answer
 
     sent = weights(4)
     port = free_port()
-    processes, out, world = start_workers(port, [(1, None, None)], timeout_s=60)
-    group = WeightGroup("127.0.0.1", port, 0, world, "gloo", 60)
+    processes, out, world = start_workers(port, [(1, None, None)], timeout_s=60, secret=secret)
+    group = WeightGroup("127.0.0.1", port, 0, world, "gloo", 60, secret=secret)
     try:
         group.send(list(sent.items()), bucket_bytes=1024)
     finally:
         group.close()
     answer, loaded = collect(processes, out)[1]
     assert "error" not in answer and all(torch.equal(loaded[n], t) for n, t in sent.items()), answer
+
+
+def stranger(port: int, rank: int, world: int, out: Any) -> None:
+    """Someone who speaks the group's wire protocol but holds no secret: checks in as `rank`, takes rank 0's go
+    whatever it says, joins the mesh and counts the tensors and bytes rank 0 broadcasts."""
+    got: dict[str, Any] = {"tensors": 0, "bytes": 0}
+    c10d: Any = dist
+    timeout = datetime.timedelta(seconds=8)
+    try:
+        store = c10d.PrefixStore(STORE_PREFIX, c10d.TCPStore("127.0.0.1", port, world, False, timeout=timeout))
+        store.set(f"joined/{rank}", "1")
+        store.wait(["go"], timeout)
+        opts = c10d.ProcessGroupGloo._Options()
+        opts._timeout = timeout
+        opts._devices = [c10d.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+        pg = c10d.ProcessGroupGloo(c10d.PrefixStore("pg", store), rank, world, opts)
+        pg.allreduce([torch.ones(1)]).wait()
+        header = torch.zeros(1, dtype=torch.int64)
+        pg.broadcast(header, 0).wait()
+        body = torch.empty(int(header.item()), dtype=torch.uint8)
+        pg.broadcast(body, 0).wait()
+        meta = json.loads(bytes(body.numpy()).decode())
+        got["tensors"] = len(meta["names"])
+        dtypes = [getattr(torch, d) for d in meta["dtype_names"]]
+        for size, _ in plan_buckets(dtypes, meta["shapes"], int(meta["bucket_bytes"])):
+            pg.broadcast(torch.empty(size, dtype=torch.uint8), 0).wait()
+            got["bytes"] += size
+    except Exception as err:  # noqa: BLE001 - what stopped it is the answer
+        got["error"] = repr(err)
+    out.put(got)
+
+
+def test_third_review_finding_8_a_stranger_without_the_secret_gets_no_weights() -> None:
+    """third review, finding 8: a process that joins the group first, without the sync's secret, gets nothing:
+    rank 0 refuses its check-in before the go-ahead, and the sync fails (the caller then loads the disk export)."""
+    port = free_port()
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    intruder = context.Process(target=stranger, args=(port, 1, 2, out))
+    intruder.start()
+    started = time.monotonic()
+    with pytest.raises(PermissionError, match=r"ranks \[1\] did not prove the sync's secret"):
+        group = WeightGroup("127.0.0.1", port, 0, 2, "gloo", 30, secret=secrets.token_hex(32))
+        try:
+            group.send(list(weights(4).items()))
+        finally:
+            group.close()
+    assert time.monotonic() - started < 20, "refused at the check-in, not after a timeout"
+    got = out.get(timeout=60)
+    intruder.join(timeout=30)
+    assert got["tensors"] == 0 and got["bytes"] == 0 and "error" in got, f"the stranger received {got}"
+
+
+def test_third_review_finding_8_a_wrong_secret_aborts_the_sync_for_everyone_before_any_weights_move() -> None:
+    """third review, finding 8: in a group of a real receiver (the right secret) and a stranger with a wrong one,
+    rank 0 refuses, every rank fails at the check-in and nobody loads a tensor; a rank 0 that does not hold the
+    secret (a process that took the port first) gets no receiver to take its weights. With the right secrets
+    every other test of this file syncs as before."""
+    secret = secrets.token_hex(32)
+    port = free_port()
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    kwargs = {"host": "127.0.0.1", "port": port, "timeout_s": 30, "backend": "gloo", "world_size": 3}
+    processes = [  # rank 1 a server worker with the sync's secret, rank 2 a stranger with its own
+        context.Process(target=run_worker, args=({**kwargs, "base_rank": rank, "secret": key}, 0, 1, None, out))
+        for rank, key in ((1, secret), (2, "x" * 64))
+    ]
+    for process in processes:
+        process.start()
+    with pytest.raises(PermissionError, match=r"ranks \[2\] did not prove"):
+        WeightGroup("127.0.0.1", port, 0, 3, "gloo", 30, secret=secret)
+    got = collect(processes, out)
+    assert got[1][0]["error"].startswith("join: weight group, rank 1: rank 0 aborted the group"), got[1][0]
+    assert got[2][0]["error"].startswith("join:"), got[2][0]
+    assert not got[1][1] and not got[2][1], "nobody loaded a tensor"
+
+    # Someone else as rank 0 (it took the port first): the receivers refuse its go-ahead and load nothing.
+    port = free_port()
+    processes, out, world = start_workers(port, [(2, None, None)], timeout_s=30, secret=secret)
+    c10d: Any = dist
+    timeout = datetime.timedelta(seconds=30)
+    host = c10d.TCPStore("127.0.0.1", port, world, True, timeout=timeout, wait_for_workers=False)
+    fake = c10d.PrefixStore(STORE_PREFIX, host)
+    fake.set("joined/0", "1")
+    fake.wait([f"joined/{r}" for r in range(world)], timeout)
+    fake.set("go", "1")
+    for answer, loaded in collect(processes, out).values():
+        assert answer["error"].startswith("join: weight group, rank") and "not our learner" in answer["error"], answer
+        assert not loaded
+    del fake, host
+
+    # No secret at all: refused before anything listens.
+    with pytest.raises(ValueError, match="no sync secret"):
+        WeightGroup("127.0.0.1", free_port(), 0, 2, "gloo", 5)
 
 
 def test_exports_use_the_checkpoints_names() -> None:

@@ -4,10 +4,10 @@ import { readEnvironment } from '../../config/environment.ts';
 import { workerKinds } from '../../infra/local-workers.ts';
 import { metricsBindAddress, metricsPortOffsets } from '../../infra/worker-runtime.ts';
 
-test('TBT_METRICS_PORT: orchestrator on the port, bookkeeping +1, rollout +2, gpu +3, every interface', () => {
+test('TBT_METRICS_PORT: orchestrator on the port, bookkeeping +1, rollout +2, gpu +3, loopback', () => {
   assert.deepEqual(
     workerKinds.map((kind) => metricsBindAddress('9464', kind)),
-    ['0.0.0.0:9464', '0.0.0.0:9465', '0.0.0.0:9466', '0.0.0.0:9467'],
+    ['127.0.0.1:9464', '127.0.0.1:9465', '127.0.0.1:9466', '127.0.0.1:9467'],
   );
   assert.deepEqual(Object.keys(metricsPortOffsets).sort(), [...workerKinds].sort(), 'a port for every worker kind');
 });

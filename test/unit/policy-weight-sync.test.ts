@@ -84,15 +84,15 @@ async function fakeServer(options: FakeOptions): Promise<FakeServer> {
   return fake;
 }
 
-function fakePush(fail?: string): CollectivePush & { pushes: { port: number; worldSize: number }[] } {
-  const pushes: { port: number; worldSize: number }[] = [];
+function fakePush(fail?: string): CollectivePush & { pushes: { port: number; worldSize: number; secret: string }[] } {
+  const pushes: { port: number; worldSize: number; secret: string }[] = [];
   return {
     host: '127.0.0.1',
     timeoutS: 5,
     backend: 'gloo',
     pushes,
-    push: async (_host, port, _timeoutS, worldSize) => {
-      pushes.push({ port, worldSize });
+    push: async (_host, port, _timeoutS, worldSize, secret) => {
+      pushes.push({ port, worldSize, secret });
       if (fail) throw new Error(fail);
       return {};
     },
@@ -116,6 +116,7 @@ test('one push spans every worker of every server with the receiver; the others 
     backend: 'gloo',
     base_rank: 1,
     world_size: 4,
+    secret: push.pushes[0]!.secret,
   });
   assert.equal((kwargs(b) as { base_rank: number }).base_rank, 3);
   assert.equal(kwargs(c), undefined);
@@ -140,6 +141,25 @@ test('one push spans every worker of every server with the receiver; the others 
   const lastPause = Math.max(...[a, b, c].map((s) => s.calls.find((x) => x.route === '/pause')!.at));
   const firstReceive = Math.min(...[a, b].map((s) => s.calls.find((x) => x.route === 'rpc:receive_tbt_weights')!.at));
   assert.ok(lastPause <= firstReceive);
+});
+
+test('third review, finding 8: a fresh secret per sync for the push and every receiver, in no result', async () => {
+  const [a, b] = await Promise.all([fakeServer({ workers: 2 }), fakeServer({ workers: 1 })]);
+  const push = fakePush();
+  const first = await syncPolicyServers([a, b], '/exports/step-3', 'camp@3', 10_000, push);
+  const again = await syncPolicyServers([a, b], '/exports/step-4', 'camp@4', 10_000, push);
+  const secrets = push.pushes.map((p) => p.secret);
+  assert.equal(secrets.length, 2);
+  for (const secret of secrets) assert.match(secret, /^[0-9a-f]{64}$/);
+  assert.notEqual(secrets[0], secrets[1], 'a fresh secret per sync');
+  const given = [a, b].flatMap((s) =>
+    s.calls
+      .filter((x) => x.route === 'rpc:receive_tbt_weights')
+      .map((x) => (x.body.kwargs as { secret: string }).secret),
+  );
+  assert.deepEqual(given.sort(), [secrets[0], secrets[0], secrets[1], secrets[1]].sort() as string[]);
+  const results = JSON.stringify([...first, ...again]);
+  for (const secret of secrets) assert.ok(!results.includes(secret), 'never in a result (a Temporal payload)');
 });
 
 test('a server whose receive fails loads the export; the others keep the pushed weights', async () => {

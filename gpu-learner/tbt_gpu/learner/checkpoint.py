@@ -492,7 +492,7 @@ class Checkpointer:
         return final
 
     def push(
-        self, step: int, host: str, port: int, timeout_s: float, backend: str, world_size: int = 2
+        self, step: int, host: str, port: int, timeout_s: float, backend: str, secret: str, world_size: int = 2
     ) -> dict[str, Any]:
         """Gather the full weights (all ranks call) and broadcast them from rank 0 to every policy-server worker of
         one sync over the collective transport (tbt_gpu.weight_transport): rank 0 hosts the group at host:port and
@@ -507,7 +507,7 @@ class Checkpointer:
         failure: BaseException | None = None
         if self.info.is_main:
             try:
-                group = WeightGroup(host, port, 0, world_size, backend, timeout_s)
+                group = WeightGroup(host, port, 0, world_size, backend, timeout_s, secret)
                 try:
                     joined = time.perf_counter()
                     sent = group.send(list(tensors.items()))

@@ -14,9 +14,10 @@ campaign's batch folder (`control.batch_dir`), so the endpoint cannot be used to
     GET  /manifest                    every resolved hyperparameter
     POST /train_step {step_id, batch_ref}
     POST /export     {step_id}
-    POST /push_weights {step_id, host, port, timeout_s, backend?, world_size?}
+    POST /push_weights {step_id, host, port, timeout_s, secret, backend?, world_size?}
                                       broadcast the weights into every policy-server worker of one sync over a
-                                      collective (gloo or nccl): world_size = 1 + the receiving workers (default 2)
+                                      collective (gloo or nccl): world_size = 1 + the receiving workers (default 2);
+                                      only to peers that prove the sync's `secret` (tbt_gpu.weight_transport)
     POST /cancel                      abort the running step at its next micro-batch boundary
     POST /shutdown
 """
@@ -38,6 +39,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ..weight_transport import MIN_SECRET_CHARS
 from .batch import BatchError
 from .checkpoint import Checkpointer
 from .distributed import DistInfo, broadcast_object
@@ -81,7 +83,7 @@ class Fatal(LearnerError):
 @dataclass(slots=True)
 class Command:
     op: str
-    args: dict[str, Any]
+    args: dict[str, Any] = field(repr=False)  # a push's args hold the sync's secret
     future: Future = field(default_factory=Future)
 
 
@@ -272,6 +274,7 @@ class LearnerService:
                 message["port"],
                 message["timeout_s"],
                 message["backend"],
+                message["secret"],
                 message.get("world_size", 2),
             )
             return {"step_id": message["step_id"], **pushed}
@@ -401,6 +404,10 @@ class _Handler(BaseHTTPRequestHandler):
         backend = body.get("backend", default_backend)
         if backend not in ("gloo", "nccl"):
             raise RequestError(f"field 'backend': must be gloo or nccl (the server's too), got {backend!r}")
+        secret = body.get("secret")
+        if not isinstance(secret, str) or not MIN_SECRET_CHARS <= len(secret) <= 1024:
+            # Never echoed: the answer and the logs must not hold it.
+            raise RequestError(f"field 'secret': must be the sync's secret, {MIN_SECRET_CHARS} to 1024 characters")
         world_size = body.get("world_size", 2)
         if isinstance(world_size, bool) or not isinstance(world_size, int) or not 2 <= world_size <= MAX_WORLD:
             raise RequestError(
@@ -413,6 +420,7 @@ class _Handler(BaseHTTPRequestHandler):
             "timeout_s": float(timeout_s),
             "backend": backend,
             "world_size": world_size,
+            "secret": secret,
         }
         return self.service.submit("push_weights", args).result()
 
