@@ -243,7 +243,7 @@ class Trainer:
 
         Only the scored positions reach the output head (`logits_to_keep`): a prompt is most of each sequence and
         its logits are never trained on. The head itself runs here in chunks of `train.logprob_chunk_tokens`
-        (loss.chunked_logprobs): a 100k-token episode's full float32 logits would be 40-60 GB.
+        (loss.chunked_logprobs): a 106k-token episode's full float32 logits would be 64-106 GB (152k-248k vocab).
         """
 
         def project(hidden: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
