@@ -70,9 +70,10 @@ function writeLearnerConfig(files: LearnerFiles, learnerConfig: Record<string, u
 }
 
 function spawnTorchrun(files: LearnerFiles, launch: LearnerLaunch): number {
-  const torchrun = path.join(path.dirname(pythonBinary()), 'torchrun');
+  // torchrun through tbt_gpu.learner.bound_torchrun: on one node its stores listen on loopback only.
+  const args = ['-m', 'tbt_gpu.learner.bound_torchrun', ...torchrunArgs(launch, files.config)];
   const out = fs.openSync(files.log, 'a');
-  const child = spawn(...onCpus(torchrun, torchrunArgs(launch, files.config), readEnvironment().TBT_LEARNER_CPUS), {
+  const child = spawn(...onCpus(pythonBinary(), args, readEnvironment().TBT_LEARNER_CPUS), {
     cwd: gpuLearnerDir,
     detached: true,
     stdio: ['ignore', out, out],

@@ -134,7 +134,7 @@ def learner_env(hooks: dict | None = None) -> dict[str, str]:
 
 def learner_cmd(nproc: int, config: pathlib.Path, *extra: str) -> list[str]:
     """torchrun for several ranks; one rank runs as a plain process (same code path, one torch import less)."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+    launcher = [sys.executable, "-m", "tbt_gpu.learner.bound_torchrun", "--standalone", "--nproc-per-node", str(nproc)]
     return [*(launcher if nproc > 1 else [sys.executable]), "-m", "tbt_gpu.learner", "--config", str(config), *extra]
 
 

@@ -90,13 +90,14 @@ test('dry run: one launch command per node, the one its GPU worker runs', () => 
   );
   assert.match(out, /learner node 0: started by the GPU worker of host node-a \(queue \S+-gpu-node-a\)/);
   assert.match(out, /learner node 1: started by the GPU worker of host node-b \(queue \S+-gpu-node-b\)/);
-  const commands = out.split('\n').filter((l) => l.trim().startsWith('torchrun '));
+  const launcher = 'python -m tbt_gpu.learner.bound_torchrun';
+  const commands = out.split('\n').filter((l) => l.trim().startsWith(`${launcher} `));
   assert.equal(commands.length, 2, out);
   const config = loadCampaignConfig(file);
   const configPath = learnerFiles(env.TBT_STATE_DIR, 'c1').config;
   for (const [rank, line] of commands.entries()) {
     const args = torchrunArgs(learnerLaunch(config.learner, 'c1', rank), configPath);
-    assert.equal(line.trim(), ['torchrun', ...args].join(' '));
+    assert.equal(line.trim(), [launcher, ...args].join(' '));
     assert.ok(args.includes('c10d') && args.includes('10.0.0.1:29400'));
   }
 });

@@ -67,8 +67,10 @@ def node_argv(topology: Topology, node_rank: int, config_path: str, *, resume: b
     return argv
 
 
-def node_commands(topology: Topology, config_path: str, *, resume: bool, torchrun: str = "torchrun") -> list[str]:
-    return [shlex.join([torchrun, *node_argv(topology, r, config_path, resume=resume)]) for r in range(topology.nodes)]
+def node_commands(topology: Topology, config_path: str, *, resume: bool) -> list[str]:
+    """What the GPU worker runs per node: torchrun through bound_torchrun (loopback-only stores on one node)."""
+    launcher = ["python", "-m", "tbt_gpu.learner.bound_torchrun"]
+    return [shlex.join([*launcher, *node_argv(topology, r, config_path, resume=resume)]) for r in range(topology.nodes)]
 
 
 def plan(topology: Topology, config_path: str, *, resume: bool, shown_path: str | None = None) -> str:
