@@ -5,6 +5,7 @@ import { test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { chromium } from 'playwright-core';
 import { report } from '../cli/commands/report.ts';
+import { chromiumLaunchOptions } from '../infra/headless-chromium.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const fixture = (name: string) => path.join(root, 'test', 'fixtures', 'report', name);
@@ -50,15 +51,7 @@ test(
 
     const browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--no-first-run',
-      ],
+      ...chromiumLaunchOptions(),
     });
     try {
       const page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
