@@ -26,7 +26,11 @@ export const upCommand = defineCommand({
   flags: noFlags,
 });
 
-export const downCommand = defineCommand({ path: 'down', summary: 'stop the local servers', flags: noFlags });
+export const downCommand = defineCommand({
+  path: 'down',
+  summary: "stop this checkout's workers, then the local servers",
+  flags: noFlags,
+});
 
 export const statusCommand = defineCommand({
   path: 'status',

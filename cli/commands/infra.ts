@@ -2,6 +2,7 @@ import { readEnvironment, temporalUiUrl } from '../../config/environment.ts';
 import { ensureControlDatabase } from '../../infra/control-database.ts';
 import { defaultRetention, rotateLogs } from '../../infra/retention.ts';
 import { postgresStatus, startPostgres, stopPostgres } from '../../infra/local-postgres.ts';
+import { stopWorkers } from '../../infra/local-workers.ts';
 import { startTemporal, stopTemporal, temporalStatus } from '../../infra/temporal-dev-server.ts';
 import { startTypesense, stopTypesense, typesenseStatus } from '../../infra/typesense-standin.ts';
 
@@ -22,6 +23,10 @@ export async function up(): Promise<void> {
 
 export async function down(): Promise<void> {
   const env = readEnvironment();
+  // Workers first: one left running retries its connection and would serve whatever server next takes the port
+  // (another checkout's, with another database password and learner folder).
+  const workers = await stopWorkers(env);
+  console.log(`workers: ${workers.length ? `stopped ${workers.join(', ')}` : 'not running'}`);
   const [t, p, k] = await Promise.all([stopTemporal(env), stopPostgres(env), stopTypesense(env)]);
   console.log(`temporal: ${t ? 'stopped' : 'not running'}`);
   console.log(`typesense: ${k ? 'stopped' : 'not ours or not running'}`);
