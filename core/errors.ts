@@ -87,6 +87,8 @@ const infrastructureSystemCodes = new Set([
   'ENETUNREACH',
   'ENETDOWN',
   'EAI_AGAIN',
+  // A name that does not resolve: in compose, the DNS of a container that is being restarted.
+  'ENOTFOUND',
   'ENOSPC',
   'EDQUOT',
   'EIO',
@@ -95,12 +97,27 @@ const infrastructureSystemCodes = new Set([
   'ENOMEM',
 ]);
 
-/** The first error along `err`'s cause chain whose code says the infrastructure failed (see above), if any. */
+/** node-postgres' errors that carry no SQLSTATE: the connection, not the statement, failed. */
+const databaseConnectionMessage = /^(Connection terminated|timeout expired|Client has encountered a connection error)/;
+
+/**
+ * What along `err`'s cause chain says the infrastructure failed, if anything: a system code (above), a Postgres
+ * SQLSTATE of a server failure (`isInfrastructureSqlState`; the error carries a `severity`), node-postgres' lost
+ * connection, or an HTTP 5xx answer of a service of ours (an error with `infrastructureStatus`).
+ */
 export function infrastructureSystemCode(err: unknown): string | undefined {
   const seen = new Set<unknown>();
   for (let e: unknown = err; e instanceof Error && !seen.has(e) && seen.size < 20; e = e.cause) {
     seen.add(e);
-    const code = (e as { code?: unknown }).code;
+    const { code, severity, infrastructureStatus } = e as {
+      code?: unknown;
+      severity?: unknown;
+      infrastructureStatus?: unknown;
+    };
+    if (typeof infrastructureStatus === 'number') return `HTTP ${infrastructureStatus}`;
+    if (typeof code === 'string' && typeof severity === 'string' && /^[0-9A-Z]{5}$/.test(code))
+      return isInfrastructureSqlState(code) ? `SQLSTATE ${code}` : undefined;
+    if (databaseConnectionMessage.test(e.message) && code === undefined) return 'database connection lost';
     if (typeof code !== 'string') continue;
     if (infrastructureSystemCodes.has(code) || code.startsWith('UND_ERR_')) return code;
   }

@@ -14,12 +14,15 @@ export interface LearnerEndpoint {
 }
 
 export class LearnerHttpError extends Error {
+  /** A 5xx answer: the learner failed, not the request (core/errors.ts reads this as infrastructure). */
+  readonly infrastructureStatus?: number;
   constructor(
     readonly status: number,
     readonly code: string,
     message: string,
   ) {
     super(message);
+    if (status >= 500) this.infrastructureStatus = status;
   }
 }
 
