@@ -15,7 +15,7 @@ import { gpuLearnerDir, pythonBinary, smallModelDir, vllmPythonBinary } from './
 /**
  * Starts a local policy server as a child process. `vllm` (the default): vLLM's CPU build from its own venv,
  * in dev mode so the GPU worker can pause it, reload weights from a folder and set the weight version (the port
- * is bound to 127.0.0.1 only: dev mode must never be exposed). `builtin`: the hand-written server in
+ * is bound to 127.0.0.1 only, and dev mode's routes need the run's token: tbt_gpu/vllm_route_guard.py). `builtin`: the hand-written server in
  * gpu-learner/tbt_gpu/policy_server, kept because it starts in seconds with ~0.6 GB (template and fault tests,
  * the benchmark baseline); it speaks the same routes for tokens and weight sync.
  */
@@ -79,8 +79,9 @@ export async function startPolicyServer(
     extraArgs?: string[];
     detached?: boolean;
     /**
-     * Built-in engine: 0600 file with the token its weight-sync routes require (without it they are refused).
-     * vLLM's dev-mode routes take no token: it listens on 127.0.0.1 only (docs/security.md).
+     * 0600 file with the token the server's weight-sync and other control routes require (the built-in
+     * engine's own check; vLLM's through tbt_gpu/vllm_route_guard.py). Without it vLLM's dev-mode routes are open
+     * to every local process (it listens on 127.0.0.1 only; docs/security.md).
      */
     reloadTokenFile?: string;
     /** Folders weights may be reloaded from (the campaign's). */
@@ -184,6 +185,8 @@ function spawnVllm(port: number, modelDir: string, model: string, options: Spawn
     ...['--logprobs-mode', options.logprobs === 'processed' ? 'processed_logprobs' : 'raw_logprobs'],
     // The receiving end of `policy.weight_transport: collective` (idle unless called).
     ...['--worker-extension-cls', 'tbt_gpu.vllm_weight_receiver.WeightReceiver'],
+    // Dev mode's control routes (weight sync, pause, LoRA loading) behind the run's token: tbt_gpu/vllm_route_guard.py.
+    ...(options.reloadTokenFile ? ['--middleware', 'tbt_gpu.vllm_route_guard.guard_routes'] : []),
     ...(options.lora ? vllmLoraArgs(options.lora, modelDir, options.lora.adapterDir) : []),
     ...(options.chatTemplate ? ['--chat-template', options.chatTemplate] : []),
     ...(options.extraArgs ?? []),
@@ -195,6 +198,12 @@ function spawnVllm(port: number, modelDir: string, model: string, options: Spawn
     env: {
       ...process.env,
       VLLM_SERVER_DEV_MODE: '1',
+      ...(options.reloadTokenFile
+        ? {
+            TBT_POLICY_TOKEN_FILE: options.reloadTokenFile,
+            TBT_WEIGHTS_ROOTS: (options.weightsRoots ?? []).join(path.delimiter),
+          }
+        : {}),
       // LoRA mode: each step's adapter replaces the served one through /v1/load_lora_adapter.
       ...(options.lora ? { VLLM_ALLOW_RUNTIME_LORA_UPDATING: '1' } : {}),
       // vLLM spawns its worker: the receiver's package must be on the path explicitly, not just the cwd.

@@ -9,13 +9,13 @@ import { keyOrigins } from '../rollout/api-key.ts';
 const POLICY_KEY = 'TBT_POLICY_API_KEY';
 
 /**
- * Bearer tokens for the built-in policy server's weight-sync routes, read from their files at call time so
+ * Bearer tokens for a policy server's weight-sync routes, read from their files at call time so
  * that they never enter a Temporal payload, an activity result or a log. The campaign's embedded server gets
  * the token the GPU worker wrote at its start, and no other server does. An external server gets the token in
  * the file TBT_POLICY_SYNC_TOKEN_FILE names, when that is set (the operator starts those servers with the same
  * file), and only at an origin the operator trusts with the policy key: TBT_POLICY_API_KEY's ties (loopback
  * and http://policy-server:8000 built in, more in TBT_API_KEY_HOSTS), never wherever a campaign's
- * `sync_instances` point. vLLM's dev-mode routes take no token (vLLM checks its API key on inference routes only).
+ * `sync_instances` point. vLLM takes it through tbt_gpu/vllm_route_guard.py (its own API key guards /v1 only).
  */
 
 /** The embedded policy server's token file in a campaign folder (written 0600 at each server start). */

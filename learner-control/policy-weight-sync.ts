@@ -45,7 +45,7 @@ export interface CollectivePush {
 /** One server to sync: its base URL (with /v1) and the bearer token of its weight-sync routes, if it takes one. */
 export interface SyncTarget {
   baseUrl: string;
-  /** Bearer token of the built-in server's weight-sync routes (vLLM's dev-mode routes take none). */
+  /** Bearer token of the server's weight-sync routes (vLLM's through tbt_gpu/vllm_route_guard.py). */
   token?: string;
 }
 
@@ -63,7 +63,7 @@ export async function syncPolicyWeights(
   weightsPath: string,
   label: string,
   deadlineMs: number,
-  /** Bearer token of the built-in server's weight-sync routes (vLLM's dev-mode routes take none). */
+  /** Bearer token of the server's weight-sync routes (vLLM's through tbt_gpu/vllm_route_guard.py). */
   token?: string,
   /** Push the weights from the learner instead of loading the folder; the folder stays the fallback. */
   collective?: CollectivePush,

@@ -8,6 +8,7 @@ import { learnerSchema } from '../config/campaign-config.ts';
 import { createGpuActivities } from '../activities/gpu-activities.ts';
 import { learnerRequest } from '../learner-control/learner-client.ts';
 import { learnerFiles, controlEndpoint, stopLearner } from '../learner-control/learner-process.ts';
+import { policyTokenFile } from '../learner-control/policy-sync-token.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
 import { diskUsage } from '../infra/retention.ts';
 import { controlReady } from './helpers/stack.ts';
@@ -196,12 +197,21 @@ test(
     try {
       const server = await run(() => activities.ensurePolicyServer({ ...want, engine: 'vllm' })).result;
       const root = server.baseUrl.replace(/\/v1\/?$/, '');
-      const checksums = async () => {
-        const response = await fetch(`${root}/weight_checker`, {
+      const token = fs.readFileSync(policyTokenFile(learnerFiles(stateDir, campaignId).dir), 'utf8').trim();
+      const post = (route: string, body: unknown, bearer?: string) =>
+        fetch(`${root}${route}`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ action: 'checksum' }),
+          headers: { 'content-type': 'application/json', ...(bearer ? { authorization: `Bearer ${bearer}` } : {}) },
+          body: JSON.stringify(body),
         });
+      // third review, finding 7: dev mode's control routes need the run's token, and collective_rpc runs only
+      // what weight sync uses (before the guard: 200 from both, any worker method).
+      const rpc = { method: 'get_model' };
+      assert.equal((await post('/collective_rpc', rpc)).status, 401, 'collective_rpc without the token');
+      assert.equal((await post('/reset_prefix_cache', {})).status, 401, 'reset_prefix_cache without the token');
+      assert.equal((await post('/collective_rpc', rpc, token)).status, 403, 'a worker method weight sync never uses');
+      const checksums = async () => {
+        const response = await post('/weight_checker', { action: 'checksum' }, token);
         assert.equal(response.status, 200);
         return ((await response.json()) as { checksums: Record<string, string> }).checksums;
       };
