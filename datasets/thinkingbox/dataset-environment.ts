@@ -8,7 +8,7 @@ import { readEnvironment, repoRoot } from '../../config/environment.ts';
 import { BadInputError, InfrastructureError } from '../../core/errors.ts';
 import { isInside, unchangedPath } from './dataset-paths.ts';
 import { DatasetSandbox, helperPackageDir, hostProgram, pythonRoots } from './dataset-sandbox.ts';
-import { hostPort, startIndexProxy } from './index-proxy.ts';
+import { hostPort, operatorPrivateHosts, startIndexProxy } from './index-proxy.ts';
 import { readPipIndexConfig } from './pip-index-config.ts';
 import { readDeclaredRequirements, type DeclaredRequirement } from './requirement-specs.ts';
 
@@ -278,7 +278,11 @@ function installInSandbox(
   fs.chmodSync(work, 0o755);
   // Unsandboxed (the operator's --unsandboxed), pip shares the host's network anyway: no proxy to go through.
   const hosts = [...index.hosts, ...requirements.flatMap((r) => (r.url ? [hostPort(new URL(r.url))] : []))];
-  const proxy = sandbox.mode === 'bubblewrap' ? startIndexProxy(path.join(work, 'proxy'), hosts) : undefined;
+  // Every allowed host is reached at public addresses only, but for the operator's own: their index settings'
+  // hosts and TBT_INSTALL_PROXY_PRIVATE_HOSTS (a dataset URL at 127.0.0.1 would reach the worker's services).
+  const privateHosts = [...index.hosts, ...operatorPrivateHosts()];
+  const proxy =
+    sandbox.mode === 'bubblewrap' ? startIndexProxy(path.join(work, 'proxy'), hosts, { privateHosts }) : undefined;
   const relay = path.join(helperPackageDir, 'tbt_thinkingbox', 'loopback_forward.py');
   const proxyUrl = `http://127.0.0.1:${PROXY_PORT}`;
   const before = interpreterSnapshot(venv);

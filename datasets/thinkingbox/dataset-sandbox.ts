@@ -5,6 +5,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { readEnvironment, repoRoot } from '../../config/environment.ts';
 import { BadInputError, InfrastructureError } from '../../core/errors.ts';
+import { connectionLimit } from './capped-lines.ts';
 import { isInside } from './dataset-paths.ts';
 import { connectTrustedService } from './search-service-check.ts';
 import { sandboxCgroups, type SandboxCgroup, type SandboxCgroups } from './sandbox-cgroups.ts';
@@ -79,6 +80,10 @@ export interface DatasetCommand {
   label: string;
   /** 'loopback': the sandbox's configured loopback ports reach their host services (tool servers); default none. */
   network?: 'none' | 'loopback';
+  /** A server template (server-template.ts): no RLIMIT_NPROC for it, as it counts per uid and every server it forks
+   * has its uid; each of those gets the sandbox's limit in a cgroup and a user namespace of its own instead
+   * (`forkedServersBounded`; third review, finding 4). Its own processes are bounded by its cgroup. */
+  forksServers?: boolean;
 }
 
 /** A loopback port inside the sandbox that reaches one host address. */
@@ -177,6 +182,24 @@ export const hostProgram = (() => {
     throw new Error(`${name}: not found in ${SYSTEM_PATH} (the dataset sandbox needs it)`);
   };
 })();
+
+/** argv[0] of the launcher that closes inherited descriptors (what `ps` shows for it). */
+export const CLOSE_FDS_LAUNCHER = 'tbt-close-inherited-fds';
+// Closes every descriptor but 0-2 (those the worker inherited without close-on-exec, which Node and libuv leave
+// open across exec), then execs the command line it was given. bash: `exec {fd}>&-` closes any number.
+const CLOSE_FDS_SCRIPT =
+  'for fd in /proc/self/fd/*; do fd=${fd##*/}; case $fd in 0|1|2|*[!0-9]*) continue ;; esac; ' +
+  '[ -e "/proc/self/fd/$fd" ] && exec {fd}>&-; done; exec "$@"';
+
+/**
+ * Every command line that runs dataset code starts here (third review, finding 10): a `bash` that closes the
+ * descriptors beyond stdin, stdout and stderr that this process inherited without close-on-exec, then execs
+ * `command` (the cgroup join, prlimit, bwrap, ...). The sandbox passes no other descriptor on, so nothing the
+ * worker was started with reaches the code, bubblewrap or the helpers before it.
+ */
+export function closingInheritedFds(command: string, args: string[]): { command: string; args: string[] } {
+  return { command: hostProgram('bash'), args: ['-c', CLOSE_FDS_SCRIPT, CLOSE_FDS_LAUNCHER, command, ...args] };
+}
 
 /** Our helper package (the test runner, the loopback relay), which the sandbox needs to see. */
 export const helperPackageDir = path.join(repoRoot, 'thinkingbox');
@@ -438,8 +461,9 @@ export class DatasetSandbox {
     const prlimit = hostProgram('prlimit');
     const command = join[0] ?? prlimit;
     const head = join.length ? [...join.slice(1), prlimit] : [];
-    const limits = limitArgs(this.limits, !group || this.asRoot);
-    if (mode === 'unsandboxed') return { command, args: [...head, ...limits, '--', ...withCodeEnv], env, cwd };
+    const limits = limitArgs(this.limits, !group || (this.asRoot && !code.forksServers));
+    if (mode === 'unsandboxed')
+      return { ...closingInheritedFds(command, [...head, ...limits, '--', ...withCodeEnv]), env, cwd };
     const readOnly = [...(code.readOnly ?? []), ...pathPrefix, ...(code.cwd ? [cwd] : [])];
     // The relay runs first inside the sandbox: it binds the loopback ports, forks, and execs the code.
     const relay = relayDir
@@ -496,11 +520,13 @@ export class DatasetSandbox {
       ...withCodeEnv,
     ];
     // bwrap itself gets only the fixed environment too: its init (pid 1 inside) is what /proc/1/environ shows.
-    return { command, args, env, cwd: '/' };
+    return { ...closingInheritedFds(command, args), env, cwd: '/' };
   }
 
   /** The command line that runs `code` in this sandbox, with a fresh scratch folder. */
   prepare(code: DatasetCommand): SandboxedCommand {
+    if (code.forksServers && !this.forkedServersBounded)
+      throw new InfrastructureError(`${code.label}: its forked servers would share one uid's process limit here`);
     const scratch = this.makeScratch(code.label);
     // Unsandboxed code shares the host's network anyway; under the sandbox each forward is a unix socket the
     // worker relays to its one host address (outside the scratch folder, so the code cannot replace it).
@@ -551,6 +577,16 @@ export class DatasetSandbox {
   }
 
   /**
+   * Whether each server a template forks has the sandbox's process limit to itself, as a cold start has: with
+   * per-sandbox cgroups (`adopt`), yes. Without them, as root, no: a cold start's limit is RLIMIT_NPROC of a fresh
+   * uid, and forked servers all have their template's (third review, finding 4), so servers start cold there.
+   * Without them and not as root every sandbox, cold or forked, counts against the worker's own uid anyway.
+   */
+  get forkedServersBounded(): boolean {
+    return this.mode === 'bubblewrap' && (this.cgroups !== undefined || !this.asRoot);
+  }
+
+  /**
    * Moves a running process (one a server template forked, not yet running dataset code) into a cgroup of its
    * own with this sandbox's totals, as a cold start's first process joins one; undefined where there are none.
    */
@@ -571,9 +607,17 @@ export class DatasetSandbox {
 
   private startRelays(dir: string): { dir: string; close(): void } {
     fs.mkdirSync(dir, { mode: 0o755 });
+    // Dataset code may connect to the socket itself, not only through its relay: at most 64 connections at a time
+    // per socket (two descriptors each here), more are closed at once, and one idle for 60 s is closed (third
+    // review, finding 3: 2000 connections held 3000 of the worker's descriptors and stalled it for a minute).
+    const [connections, idleMs] = [64, 60_000];
     const servers = this.loopback.map((f) => {
       const socketPath = path.join(dir, `${f.port}.sock`);
+      const admit = connectionLimit(connections);
       const server = net.createServer((inside) => {
+        inside.on('error', () => undefined);
+        if (!admit(inside)) return;
+        inside.setTimeout(idleMs, () => inside.destroy());
         const host = connectTrustedService(f.host, f.hostPort);
         inside.pipe(host).pipe(inside);
         const end = () => {

@@ -5,6 +5,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { InfrastructureError } from '../../core/errors.ts';
+import { connectionLimit, MiB, readCappedLines, type OutputCaps } from './capped-lines.ts';
 import type { ServerProcess } from './capped-stdio-transport.ts';
 import { helperPackageDir, SCRATCH_ARG, type DatasetSandbox, type SandboxedCommand } from './dataset-sandbox.ts';
 import type { LaunchSpec } from './server-launch.ts';
@@ -22,12 +23,26 @@ import type { LaunchSpec } from './server-launch.ts';
 const FORKS_PER_TEMPLATE = 500;
 const TEMPLATE_SCRIPT = path.join(helperPackageDir, 'tbt_thinkingbox', 'server_template.py');
 const RELAY_SCRIPT = path.join(helperPackageDir, 'tbt_thinkingbox', 'loopback_forward.py');
-const HEADER_BYTES = 200;
+/**
+ * The template's stdout carries its `ready`, `forked` and `failed` lines (under 500 bytes each) and whatever a
+ * preloaded dependency prints: a longer line or more output in all is the template misbehaving (third review,
+ * finding 2: a 64 MiB line, rescanned per chunk, stalled the worker for seconds). It is stopped and replaced.
+ */
+const TEMPLATE_OUTPUT_CAPS: OutputCaps = { lineBytes: 64 * 1024, totalBytes: 4 * MiB, unit: 'line' };
+/**
+ * A connection to servers.sock first sends `TOKEN ROLE` and a newline (a forked server does so at once). One
+ * that sends more, or nothing within the deadline, is closed; at most WAITING_CONNECTIONS wait for their header
+ * at a time, more are closed at once (third review, finding 3: connections that never sent a header held a
+ * descriptor each, 20,000 in 3 s). Forks pending at once need two each.
+ */
+const HEADER_CAPS: OutputCaps = { lineBytes: 200, totalBytes: 201, unit: 'header', maxLines: 1, timeoutMs: 5000 };
+const WAITING_CONNECTIONS = 32;
 
 /** Whether `spec` can be forked from a template: a Python interpreter running `-m module` or a script. */
 export function templatable(spec: LaunchSpec, sandbox: DatasetSandbox): boolean {
   return (
     sandbox.mode === 'bubblewrap' &&
+    sandbox.forkedServersBounded &&
     /^python(\d(\.\d+)?)?$/.test(path.basename(spec.command)) &&
     spec.args.length > 0 &&
     (spec.args[0] === '-m' ? spec.args.length >= 2 : !spec.args[0]!.startsWith('-'))
@@ -41,25 +56,6 @@ interface Pending {
   /** Why the forked process gave up before it ran the server (it says so on the template's stdout). */
   failed?: string;
   settle(): void;
-}
-
-function readHeader(socket: net.Socket): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let got = Buffer.alloc(0);
-    const onData = (chunk: Buffer) => {
-      got = Buffer.concat([got, chunk]);
-      const end = got.indexOf(10);
-      if (end < 0 && got.length < HEADER_BYTES) return;
-      socket.off('data', onData);
-      socket.pause();
-      if (end < 0) return reject(new Error('no header'));
-      if (end + 1 < got.length) socket.unshift(got.subarray(end + 1));
-      resolve(got.subarray(0, end).toString('utf8'));
-    };
-    socket.on('data', onData);
-    socket.once('error', reject);
-    socket.resume(); // paused on connect: nothing is read before the listener is there
-  });
 }
 
 /** SIGKILL to a pid that may have ended meanwhile. */
@@ -101,8 +97,13 @@ function hostPidOf(root: number, inner: number, depth = 6): number | undefined {
 
 export class ServerTemplate {
   private readonly pending = new Map<string, Pending>();
-  private stdoutLines = '';
   private stderrTail = '';
+  /** Why the template was stopped for what it wrote (over TEMPLATE_OUTPUT_CAPS). */
+  private fault?: InfrastructureError;
+  /** The stderr of each forked server still running: told why, should the template be stopped. */
+  private readonly serverStderr = new Set<PassThrough>();
+  /** Connections to servers.sock waiting for their header. */
+  private readonly admit = connectionLimit(WAITING_CONNECTIONS);
   private templatePid?: number;
   private forks = 0;
   /** Forked servers still running: a retired template is stopped when the last one ends. */
@@ -123,29 +124,28 @@ export class ServerTemplate {
   ) {
     this.ready = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(this.failure(`no answer within ${timeoutMs} ms`)), timeoutMs);
-      child.stdout!.on('data', (chunk: Buffer) => {
-        this.stdoutLines += chunk.toString('utf8');
-        let end: number;
-        while ((end = this.stdoutLines.indexOf('\n')) >= 0) {
-          const line = this.stdoutLines.slice(0, end).trim().split(' ');
-          this.stdoutLines = this.stdoutLines.slice(end + 1);
-          if (line[0] === 'ready') {
-            clearTimeout(timer);
-            this.templatePid = hostPidOf(child.pid!, Number(line[1]));
-            if (this.templatePid) resolve();
-            else reject(this.failure(`its process (pid ${line[1]} inside) is not found under pid ${child.pid}`));
-          } else if (line[0] === 'forked' || line[0] === 'failed') {
-            const p = this.pending.get(line[1]!);
-            if (!p) {
-              // A server that failed after its start was handed over: its error goes with the template's stderr.
-              if (line[0] === 'failed') this.stderrTail = `${this.stderrTail}\n${line.slice(2).join(' ')}`.slice(-4000);
-              continue;
-            }
-            if (line[0] === 'forked') p.nsPid = Number(line[2]);
-            else p.failed = line.slice(2).join(' ');
-            p.settle();
+      const onLine = (text: string) => {
+        const line = text.trim().split(' ');
+        if (line[0] === 'ready') {
+          clearTimeout(timer);
+          this.templatePid = hostPidOf(child.pid!, Number(line[1]));
+          if (this.templatePid) resolve();
+          else reject(this.failure(`its process (pid ${line[1]} inside) is not found under pid ${child.pid}`));
+        } else if (line[0] === 'forked' || line[0] === 'failed') {
+          const p = this.pending.get(line[1]!);
+          if (!p) {
+            // A server that failed after its start was handed over: its error goes with the template's stderr.
+            if (line[0] === 'failed') this.stderrTail = `${this.stderrTail}\n${line.slice(2).join(' ')}`.slice(-4000);
+            return;
           }
+          if (line[0] === 'forked') p.nsPid = Number(line[2]);
+          else p.failed = line.slice(2).join(' ');
+          p.settle();
         }
+      };
+      readCappedLines(child.stdout!, TEMPLATE_OUTPUT_CAPS, onLine, (reason) => {
+        clearTimeout(timer);
+        reject(this.stopFor(reason));
       });
       child.on('close', () => {
         clearTimeout(timer);
@@ -156,7 +156,7 @@ export class ServerTemplate {
     });
     this.ready.catch(() => undefined);
     child.stderr!.on('data', (chunk: Buffer) => {
-      this.stderrTail = (this.stderrTail + chunk.toString('utf8')).slice(-4000);
+      this.stderrTail = (this.stderrTail + chunk.subarray(-4000).toString('utf8')).slice(-4000);
     });
     server.on('connection', (socket) => this.accept(socket));
   }
@@ -176,6 +176,7 @@ export class ServerTemplate {
         SCRATCH_ARG,
         String(sandbox.limits.scratchMb * 1024 * 1024),
         sandbox.loopbackPorts.join(',') || '-',
+        String(sandbox.limits.processes), // each forked server's RLIMIT_NPROC, in its own user namespace
         '--',
         spec.command,
         ...spec.args,
@@ -186,6 +187,7 @@ export class ServerTemplate {
       pathPrefix: spec.pathPrefix,
       label: `${name}-template`,
       network: 'loopback',
+      forksServers: true,
     });
     const child = spawn(sandboxed.command, sandboxed.args, {
       env: sandboxed.env,
@@ -219,23 +221,40 @@ export class ServerTemplate {
     return new InfrastructureError(`tool server '${this.name}' template: ${what}${tail ? `; stderr: ${tail}` : ''}`);
   }
 
+  /**
+   * The template wrote over its caps: it is stopped at once, and with its sandbox every server it forked (each
+   * one's stderr says why); the pool starts another on its next use. Returns the reason.
+   */
+  private stopFor(reason: string): InfrastructureError {
+    this.fault = this.failure(`wrote ${reason}; it was stopped`);
+    this.ended = true;
+    process.stderr.write(`[tool-servers] ${this.fault.message}\n`);
+    for (const stderr of this.serverStderr) if (!stderr.writableEnded) stderr.write(`\n${this.fault.message}\n`);
+    this.child.kill('SIGKILL');
+    return this.fault;
+  }
+
   private accept(socket: net.Socket): void {
     socket.on('error', () => undefined);
-    readHeader(socket).then(
-      (header) => {
-        const [token, role] = header.split(' ');
-        const p = token ? this.pending.get(token) : undefined;
-        if (!p || (role !== 'io' && role !== 'err') || p[role]) return socket.destroy();
-        p[role] = socket;
-        p.settle();
-      },
-      () => socket.destroy(),
-    );
+    const release = this.admit(socket); // at most WAITING_CONNECTIONS wait for a header; others closed at once
+    if (!release) return;
+    const onHeader = (header: string) => {
+      release();
+      const [token, role] = header.split(' ');
+      const p = token ? this.pending.get(token) : undefined;
+      if (!p || (role !== 'io' && role !== 'err') || p[role]) return socket.destroy();
+      p[role] = socket;
+      p.settle();
+    };
+    // Over a cap or past the deadline the reader destroys the socket.
+    readCappedLines(socket, HEADER_CAPS, onHeader, () => undefined);
+    socket.resume(); // paused on connect: nothing is read before the reader listens
   }
 
   /** A fresh server forked from the template, moved into its own cgroup, then let go. */
   async fork(timeoutMs: number): Promise<ServerProcess> {
     await this.ready;
+    if (this.ended) throw this.fault ?? this.failure('it exited');
     this.forks++;
     const token = randomBytes(16).toString('hex');
     const p: Pending = { settle: () => undefined };
@@ -244,7 +263,7 @@ export class ServerTemplate {
       await new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => reject(this.failure(`no forked server within ${timeoutMs} ms`)), timeoutMs);
         p.settle = () => {
-          if (this.ended) reject(this.failure('it exited'));
+          if (this.ended) reject(this.fault ?? this.failure('it exited'));
           else if (p.failed) reject(this.failure(`the forked server failed: ${p.failed}`));
           else if (p.io && p.err && p.nsPid) resolve();
           else return;
@@ -286,6 +305,8 @@ export class ServerTemplate {
     });
     const stderr = new PassThrough(); // holds what the server writes before the transport listens
     err.pipe(stderr);
+    this.serverStderr.add(stderr);
+    err.on('close', () => this.serverStderr.delete(stderr));
     io.resume();
     io.write('go\n');
     return {

@@ -10,10 +10,18 @@ interpreter, environment and working directory). Lines on stdin ask for a server
 4. drops every capability (bounding set, securebits, no_new_privs) and runs the server's ``-m module`` or script
    in this already-initialised interpreter, with its stdin/stdout on the first connection.
 
+Right after the fork a child re-seeds what the template's random generators hold (the random module, every
+``random.Random`` a preloaded module seeded from entropy, numpy's global one): no two episodes draw the same numbers.
+In its own user namespace it sets RLIMIT_NPROC to the sandbox's process limit, which then counts its own processes
+only (the template itself is started without one: the limit counts per user namespace and uid, and every server of
+the template has the template's uid), besides the cgroup of its own the host moves it into.
+
 The template itself never reads a request's data before the fork and holds no episode state: a child starts
-from the same pages as every other. Usage: server_template.py SOCKET SCRATCH SCRATCH_BYTES PORTS -- SERVER_ARGV...
+from the same pages as every other.
+Usage: server_template.py SOCKET SCRATCH SCRATCH_BYTES PORTS [PROCESSES] -- SERVER_ARGV...
 PORTS: the loopback ports the sandbox forwards (comma-separated, or -): each child binds them in its own network
 namespace and relays them, as loopback_forward.py does, to the sockets the worker serves at SCRATCH.net/PORT.sock.
+PROCESSES: each child's RLIMIT_NPROC (the sandbox's process limit), 0 or absent for none.
 """
 
 from __future__ import annotations
@@ -23,7 +31,9 @@ import fcntl
 import importlib
 import json
 import os
+import random
 import re
+import resource
 import runpy
 import signal
 import socket
@@ -31,6 +41,9 @@ import struct
 import subprocess
 import sys
 import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
 
 from loopback_forward import serve_forward
 
@@ -49,6 +62,42 @@ SECUREBITS = 0x01 | 0x02 | 0x20
 PRELOAD = ("mcp.server.fastmcp", "mcp.server.stdio", "mcp.server.lowlevel", "mcp.types", "pydantic", "anyio")
 
 libc = ctypes.CDLL(None, use_errno=True)
+# Generators a preloaded module seeded from entropy (`random.Random()`): each child seeds them afresh.
+ENTROPY_SEEDED: weakref.WeakSet[random.Random] = weakref.WeakSet()
+
+
+def track_entropy_seeded() -> Callable[[], None]:
+    """Records every random.Random seeded from entropy (seed None) while the template preloads; returns the undo.
+    One seeded with a value keeps its state in the children, as a cold start would give it the same."""
+    original = random.Random.seed
+
+    def seed(self: random.Random, a: Any = None, *args: Any, **kwargs: Any) -> None:
+        (ENTROPY_SEEDED.add if a is None else ENTROPY_SEEDED.discard)(self)
+        original(self, a, *args, **kwargs)
+
+    random.Random.seed = seed  # type: ignore[method-assign]
+    return lambda: setattr(random.Random, "seed", original)
+
+
+def reseed_random() -> None:
+    """In a child right after the fork: the random state it copied from the template is drawn afresh from
+    os.urandom (the string hash seed cannot change after the interpreter started: it is the template's)."""
+    random.seed()
+    for generator in list(ENTROPY_SEEDED):
+        generator.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None and hasattr(numpy_random, "seed"):
+        numpy_random.seed()  # its global legacy RandomState, from the OS's entropy
+
+
+def limit_processes(processes: int) -> None:
+    """RLIMIT_NPROC in the child's own user namespace: counts the processes and threads of this server alone, as
+    a cold start's fresh uid has it (a limit is only ever lowered here)."""
+    if processes <= 0:
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    value = processes if hard == resource.RLIM_INFINITY else min(processes, hard)
+    resource.setrlimit(resource.RLIMIT_NPROC, (value, value))
 
 
 def check(result: int, what: str) -> None:
@@ -195,13 +244,17 @@ def run_server(argv: list[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
-def child(sock_path: str, token: str, scratch: str, scratch_bytes: int, ports: list[int], argv: list[str]) -> None:
+def child(
+    sock_path: str, token: str, scratch: str, scratch_bytes: int, ports: list[int], processes: int, argv: list[str]
+) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
+        reseed_random()
         stream = connect(sock_path, token, "io")
         errors = connect(sock_path, token, "err")
         wait_for_go(stream)
         enter_own_namespaces(scratch, scratch_bytes)
+        limit_processes(processes)  # counted in the new user namespace: this server's processes only
         forwards = bind_forwards(scratch, ports)  # bound before the server starts: its first connect succeeds
         server = os.fork()  # the first process in the new pid namespace; when it dies, all of that namespace does
         if server:
@@ -280,12 +333,15 @@ def server_dependencies(argv: list[str]) -> list[str]:
 def main() -> None:
     sock_path, scratch, scratch_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
     ports = [int(p) for p in sys.argv[4].split(",") if p.strip() and p != "-"]
+    processes = int(sys.argv[5]) if sys.argv.index("--") > 5 else 0
     argv = sys.argv[sys.argv.index("--") + 1 :]
+    untrack = track_entropy_seeded()
     for name in (*PRELOAD, *server_dependencies(argv)):
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - not preloaded: the forked server imports it itself
             continue
+    untrack()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked servers are reaped by the kernel
     os.write(1, f"ready {os.getpid()}\n".encode())
     pending = b""
@@ -297,10 +353,14 @@ def main() -> None:
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
             token = line.decode().strip()
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError as e:  # out of processes or memory: this server is refused, the template carries on
+                os.write(1, f"failed {token} fork: {e}".replace("\n", " ")[:400].encode() + b"\n")
+                continue
             if pid == 0:
                 try:
-                    child(sock_path, token, scratch, scratch_bytes, ports, argv)
+                    child(sock_path, token, scratch, scratch_bytes, ports, processes, argv)
                 finally:
                     os._exit(70)
             os.write(1, f"forked {token} {pid}\n".encode())
