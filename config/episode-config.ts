@@ -61,6 +61,23 @@ export const thinkingboxSettingsSchema = z
       .boolean()
       .default(true)
       .describe('Grade the common hash-and-rubrics test body natively instead of in Python'),
+    // Test code chooses how often and with what settings it asks the judge, on the operator's key (third review,
+    // finding 14): these are the operator's maxima (datasets/thinkingbox/judge-limits.ts). A bench rubric test
+    // asks a few yes/no questions of 128 tokens; the shim's largest preset is 1024.
+    judge_calls_per_test: z
+      .number()
+      .int()
+      .min(1)
+      .max(1000)
+      .default(32)
+      .describe('Judge calls one test case may make (one at a time); more is an infrastructure error'),
+    judge_max_completion_tokens: z
+      .number()
+      .int()
+      .min(1)
+      .max(65_536)
+      .default(1024)
+      .describe("Largest max_completion_tokens sent to the judge; a test's larger setting is lowered to it"),
   })
   .strict()
   .prefault({})

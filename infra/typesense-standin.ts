@@ -21,6 +21,23 @@ function files(env: Environment) {
   return { log: path.join(dir, 'standin.log'), pid: path.join(dir, 'standin.pid') };
 }
 
+/**
+ * The stand-in's arguments: its port, key and caps. It is one process shared by every sandbox on the machine,
+ * outside their limits, so what a dataset may make it hold is capped (third review, finding 12); the caps come
+ * from `TBT_TYPESENSE_MAX_*` (config/environment.ts) and each refusal names its flag and variable.
+ */
+export function typesenseStandinArgs(env: Environment, port = TYPESENSE_PORT): string[] {
+  const caps: [string, number][] = [
+    ['--max-body-mb', env.TBT_TYPESENSE_MAX_BODY_MB],
+    ['--max-import-documents', env.TBT_TYPESENSE_MAX_IMPORT_DOCUMENTS],
+    ['--max-collection-documents', env.TBT_TYPESENSE_MAX_COLLECTION_DOCUMENTS],
+    ['--max-collection-mb', env.TBT_TYPESENSE_MAX_COLLECTION_MB],
+    ['--max-collections', env.TBT_TYPESENSE_MAX_COLLECTIONS],
+    ['--max-total-mb', env.TBT_TYPESENSE_MAX_TOTAL_MB],
+  ];
+  return ['--port', String(port), '--api-key', TYPESENSE_API_KEY, ...caps.flatMap(([f, v]) => [f, String(v)])];
+}
+
 /** The stand-in `startTypesense` runs: its module, on our port. */
 const standinProcess: ExpectedProcess = {
   argvIncludes: ['tbt_thinkingbox.typesense_standin', '--port', String(TYPESENSE_PORT)],
@@ -60,7 +77,7 @@ export async function startTypesense(env: Environment): Promise<boolean> {
   const f = files(env);
   spawnDetached(
     'python3',
-    ['-m', 'tbt_thinkingbox.typesense_standin', '--port', String(TYPESENSE_PORT), '--api-key', TYPESENSE_API_KEY],
+    ['-m', 'tbt_thinkingbox.typesense_standin', ...typesenseStandinArgs(env)],
     f.log,
     f.pid,
     { PATH: process.env.PATH ?? '/usr/bin:/bin', LANG: 'C.UTF-8' },

@@ -1,13 +1,19 @@
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { thinkingboxSettingsSchema, type ThinkingboxSettings } from '../config/episode-config.ts';
+import { defaultJudgeLimits } from '../datasets/thinkingbox/judge-limits.ts';
 import { StdioServerPool } from '../datasets/thinkingbox/stdio-server-pool.ts';
 import type { ThinkingBoxResources } from '../datasets/thinkingbox/thinkingbox-environment.ts';
 
+/** Settings with the judge maxima optional (their defaults apply). */
+type ResourceSettings = Omit<ThinkingboxSettings, 'judge_calls_per_test' | 'judge_max_completion_tokens'> &
+  Partial<Pick<ThinkingboxSettings, 'judge_calls_per_test' | 'judge_max_completion_tokens'>>;
+
 /** What episodes of imported ThinkingBox tasks run on: a pool of warm tool-server processes and their settings. */
 export function thinkingboxResources(
-  settings: ThinkingboxSettings = thinkingboxSettingsSchema.parse(undefined),
+  settings: ResourceSettings = thinkingboxSettingsSchema.parse(undefined),
   servers?: StdioServerPool,
 ): ThinkingBoxResources {
+  const judgeDefaults = defaultJudgeLimits();
   return {
     servers:
       servers ??
@@ -18,6 +24,10 @@ export function thinkingboxResources(
       }),
     testTimeoutMs: settings.test_timeout_ms,
     nativeGrading: settings.native_grading,
+    judgeLimits: {
+      callsPerTest: settings.judge_calls_per_test ?? judgeDefaults.callsPerTest,
+      maxCompletionTokens: settings.judge_max_completion_tokens ?? judgeDefaults.maxCompletionTokens,
+    },
   };
 }
 

@@ -5,6 +5,7 @@ import { BadInputError, errorMessage } from '../../core/errors.ts';
 import { interpretCompletion, interpretNativeMessage, type NativeToolCall } from '../../core/interpret/index.ts';
 import type { GradeRequest, ToolCallMade } from '../../rollout/episode-environment.ts';
 import { ungradedReport, type GradeReport } from '../../sandbox/terminal-state-grader.ts';
+import { defaultJudgeLimits, limitedJudge, type JudgeLimits } from './judge-limits.ts';
 import { gradeNatively } from './native-grading.ts';
 import { serverEffects, type ServerEffects } from './reserved-tools.ts';
 import type { StartedServer } from './stdio-server-pool.ts';
@@ -40,6 +41,8 @@ export interface EpisodeGrading {
   nativeGrading: boolean;
   testTimeoutMs: number;
   toolTimeoutMs: number;
+  /** What the test may ask of the judge (third review, finding 14); default: episode.thinkingbox's defaults. */
+  judgeLimits?: JudgeLimits;
 }
 
 function combinedHash(effects: Record<string, ServerEffects>, field: 'result_db_hash' | 'golden_db_hash'): string {
@@ -176,13 +179,18 @@ function runTest(
   request: GradeRequest,
 ): Promise<TestCaseResult> {
   const { task } = episode;
-  if (episode.nativeGrading && task.test.native)
-    return gradeNatively(task.test.native, effects, request.lastAssistantText, request.judge);
+  const judgeLimits = episode.judgeLimits ?? defaultJudgeLimits();
+  if (episode.nativeGrading && task.test.native) {
+    // The rubric questions come from the servers' effects: the same caps as for test code apply.
+    const judge = request.judge && limitedJudge(request.judge, judgeLimits, `test of ${task.uid}`);
+    return gradeNatively(task.test.native, effects, request.lastAssistantText, judge);
+  }
   return runTestCase({
     file: task.test.file,
     function: task.test.function,
     context: testContext(episode, effects, request),
     judge: request.judge,
+    judgeLimits,
     timeoutMs: episode.testTimeoutMs,
     python: episode.python,
   });

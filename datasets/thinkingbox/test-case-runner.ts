@@ -6,6 +6,7 @@ import { MiB, readCappedLines, type OutputCaps } from './capped-lines.ts';
 import { SHIM_DIR } from './dataset-environment.ts';
 import { datasetSandbox, helperPackageDir, type DatasetSandbox } from './dataset-sandbox.ts';
 import { unchangedPath } from './dataset-paths.ts';
+import { defaultJudgeLimits, limitedJudge, type JudgeLimits } from './judge-limits.ts';
 
 /**
  * Runs a ThinkingBox test function in a Python subprocess: returning None or a number = pass (the number is
@@ -16,7 +17,8 @@ import { unchangedPath } from './dataset-paths.ts';
  * `judge(...)` calls in the test come back over stdout as requests answered by our judge client; each yes/no
  * decision the test's judge reads from an answer comes back as a verdict. A test that does not finish within
  * the timeout is killed with every process it started (the sandbox's pid namespace goes with it), and so is
- * one that writes more than TEST_OUTPUT_CAPS.
+ * one that writes more than TEST_OUTPUT_CAPS. Judge calls are held to `judgeLimits` (judge-limits.ts): one at a
+ * time, answered in order, at most so many per test case; a test that asked for more is an infrastructure error.
  */
 
 /**
@@ -88,6 +90,10 @@ export interface TestCaseRequest {
   sandbox?: DatasetSandbox;
   /** The reference's judge type: "legacy" (default) yes/no prompts, or "motivation" (JSON with a reason). */
   judgeType?: 'legacy' | 'motivation';
+  /** What the test may ask of the judge; default: episode.thinkingbox's defaults. */
+  judgeLimits?: JudgeLimits;
+  /** Where refusals and clamped settings are logged (default: stderr). */
+  log?: (line: string) => void;
 }
 
 export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
@@ -116,6 +122,9 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
     stderr = (stderr + c.subarray(-STDERR_KEPT).toString('utf8')).slice(-STDERR_KEPT);
   });
   const where = `${request.file}:${request.function}`;
+  const judge =
+    request.judge &&
+    limitedJudge(request.judge, request.judgeLimits ?? defaultJudgeLimits(), `test ${where}`, request.log);
 
   return new Promise<TestCaseResult>((resolve, reject) => {
     let settled = false;
@@ -167,9 +176,9 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
       if (message.type === 'judge') {
         const settings = message.settings ?? {};
         const what = settings.question ?? 'a judge completion';
-        if (!request.judge)
+        if (!judge)
           return finish(new BadInputError(`test ${where} asks the judge (${what}) but no judge is configured`));
-        request.judge.complete(message.messages ?? [], settings).then(
+        judge.complete(message.messages ?? [], settings).then(
           (answer) => {
             if (settled) return;
             lastAnswer = answer;
@@ -194,6 +203,9 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
         return;
       }
       if (message.type === 'result') {
+        // A test refused a judge call grades on answers it did not get, whatever it did with the refusal.
+        const refused = judge?.refused();
+        if (refused) return finish(new InfrastructureError(refused));
         if (message.status === 'pass' || message.status === 'fail')
           return finish(undefined, {
             status: message.status,

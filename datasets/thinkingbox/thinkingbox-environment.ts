@@ -8,6 +8,7 @@ import { startEpisodeServers, stopEpisodeServers } from './episode-tool-servers.
 import { formatWithInit } from './format-query.ts';
 import { episodeHistory, replayHistory } from './history-replay.ts';
 import type { ThinkingBoxSuite } from './imported-suite.ts';
+import type { JudgeLimits } from './judge-limits.ts';
 import { initServers } from './reserved-tools.ts';
 import { routedToolSession } from './routed-tool-session.ts';
 import type { StartedServer, StdioServerPool } from './stdio-server-pool.ts';
@@ -27,6 +28,8 @@ export interface ThinkingBoxResources {
   /** Grade the recognised common test body natively instead of in Python. */
   nativeGrading: boolean;
   toolTimeoutMs?: number;
+  /** What one test case may ask of the judge (default: episode.thinkingbox's defaults). */
+  judgeLimits?: JudgeLimits;
 }
 
 /** The domain prompt: the scenario's bot_instructions followed by the test's own (the agent prompt is separate). */
@@ -110,6 +113,7 @@ export function thinkingboxEnvironment(
         nativeGrading: resources.nativeGrading,
         testTimeoutMs: resources.testTimeoutMs,
         toolTimeoutMs,
+        ...(resources.judgeLimits ? { judgeLimits: resources.judgeLimits } : {}),
       };
       return {
         tools,

@@ -17,6 +17,15 @@ filter_by (`field:=value` joined by `||` or `&&`), group_by (one field), group_l
 highlight_start_tag, highlight_end_tag, highlight_affix_num_tokens. Requests need the X-TYPESENSE-API-KEY
 header (or the api key query parameter) equal to --api-key.
 
+Caps (third review, finding 12): the stand-in is one process shared by every sandbox on the machine, outside
+their limits, so what one dataset stores here is capped: the request body (8 MiB; bodies in flight together
+4 x that), documents per import (10,000), documents and bytes per collection (10,000 and 16 MiB), collections
+(1,000) and bytes in all collections (128 MiB). Bytes are those of each stored document's JSON and indexed
+text. Over a cap the request is answered 413 (a collection more: 422) with a message naming the cap, its flag
+and the TBT_ variable `tbt up` reads it from (infra/typesense-standin.ts); an import past a collection cap
+stores the lines before it and answers each later line with that error. Search answers keep Typesense's own
+limits: per_page <= 250, 50 searches per multi_search, and answers of at most the body cap.
+
 Run: python -m tbt_thinkingbox.typesense_standin --port 8108 --api-key Fake
 """
 
@@ -29,11 +38,39 @@ import sqlite3
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 WORD = re.compile(r"\w+", re.UNICODE)
+MiB = 1024 * 1024
+# Typesense's own limits on a search answer (per_page, searches in one multi_search).
+MAX_PER_PAGE = 250
+MAX_MULTI_SEARCHES = 50
+# Bytes of a refused body still read (and discarded) so the client gets the answer; past it the connection closes.
+DRAIN_MAX = 1024 * MiB
+
+
+@dataclass(frozen=True)
+class Caps:
+    """What one dataset may make the shared stand-in hold; each cap's flag and variable are named in its error."""
+
+    body_bytes: int = 8 * MiB
+    import_documents: int = 10_000
+    collection_documents: int = 10_000
+    collection_bytes: int = 16 * MiB
+    collections: int = 1_000
+    total_bytes: int = 128 * MiB
+
+
+def cap_name(flag: str) -> str:
+    """`--max-body-mb, TBT_TYPESENSE_MAX_BODY_MB`: where an operator sets a cap."""
+    return f"{flag}, TBT_TYPESENSE_{flag[2:].replace('-', '_').upper()}"
+
+
+def mib(n: int) -> str:
+    return f"{n / MiB:g} MiB"
 
 
 class ApiError(Exception):
@@ -42,14 +79,39 @@ class ApiError(Exception):
         self.status = status
 
 
+class BodyBudget:
+    """Bytes of request bodies held at once (bodies wait their turn), so concurrent requests stay bounded too."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.cond = threading.Condition()
+
+    def acquire(self, n: int, timeout: float = 60.0) -> None:
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.used + n <= self.limit, timeout):
+                raise ApiError(503, "the stand-in is busy reading other request bodies; retry")
+            self.used += n
+
+    def release(self, n: int) -> None:
+        with self.cond:
+            self.used -= n
+            self.cond.notify_all()
+
+
 class Store:
     """Collections in one in-memory SQLite database: a documents table and an FTS5 index per collection."""
 
-    def __init__(self) -> None:
+    def __init__(self, caps: Caps | None = None) -> None:
         self.db = sqlite3.connect(":memory:", check_same_thread=False)
-        self.lock = threading.Lock()
+        # Reentrant: a search holds it throughout (its rows are parsed one search at a time).
+        self.lock = threading.RLock()
+        self.caps = caps or Caps()
         self.collections: dict[str, dict[str, Any]] = {}
         self.tables: dict[str, str] = {}
+        # Per table: [documents, bytes]; and bytes in all tables.
+        self.usage: dict[str, list[int]] = {}
+        self.total_bytes = 0
         self.counter = 0
 
     def _table(self, name: str) -> str:
@@ -64,11 +126,20 @@ class Store:
         with self.lock:
             if name in self.collections:
                 raise ApiError(409, f"A collection with name `{name}` already exists.")
+            if len(self.collections) >= self.caps.collections:
+                raise ApiError(
+                    422,
+                    f"The stand-in holds {len(self.collections)} collections, the stand-in's cap "
+                    f"({cap_name('--max-collections')}); drop one first.",
+                )
             self.counter += 1
             table = f"c{self.counter}"
-            self.db.execute(f"CREATE TABLE {table}_docs (rowid INTEGER PRIMARY KEY, id TEXT UNIQUE, doc TEXT)")
+            self.db.execute(
+                f"CREATE TABLE {table}_docs (rowid INTEGER PRIMARY KEY, id TEXT UNIQUE, doc TEXT, size INTEGER)"
+            )
             self.db.execute(f"CREATE VIRTUAL TABLE {table}_fts USING fts5(body, tokenize='porter unicode61')")
             self.tables[name] = table
+            self.usage[table] = [0, 0]
             info = {
                 "name": name,
                 "fields": schema.get("fields", []),
@@ -90,6 +161,7 @@ class Store:
         with self.lock:
             table = self.tables.pop(name)
             self.collections.pop(name)
+            self.total_bytes -= self.usage.pop(table)[1]
             self.db.execute(f"DROP TABLE {table}_docs")
             self.db.execute(f"DROP TABLE {table}_fts")
         return info
@@ -102,24 +174,63 @@ class Store:
             doc = dict(doc)
             doc_id = str(doc.get("id") or f"auto{self.counter}_{time.monotonic_ns()}")
             doc["id"] = doc_id
-            row = self.db.execute(f"SELECT rowid FROM {table}_docs WHERE id = ?", (doc_id,)).fetchone()
+            row = self.db.execute(f"SELECT rowid, size FROM {table}_docs WHERE id = ?", (doc_id,)).fetchone()
             if row and action == "create":
                 raise ApiError(409, f"A document with id {doc_id} already exists.")
+            body = " ".join(str(v) for k, v in doc.items() if isinstance(v, str) and k != "id")
+            doc_json = json.dumps(doc)
+            size = len(doc_json.encode()) + len(body.encode())
+            self._check_room(name, table, size - (row[1] if row else 0), 0 if row else 1)
             if row:
                 self.db.execute(f"DELETE FROM {table}_fts WHERE rowid = ?", (row[0],))
                 self.db.execute(f"DELETE FROM {table}_docs WHERE rowid = ?", (row[0],))
-            body = " ".join(str(v) for k, v in doc.items() if isinstance(v, str) and k != "id")
-            cur = self.db.execute(f"INSERT INTO {table}_docs (id, doc) VALUES (?, ?)", (doc_id, json.dumps(doc)))
+            cur = self.db.execute(
+                f"INSERT INTO {table}_docs (id, doc, size) VALUES (?, ?, ?)", (doc_id, doc_json, size)
+            )
             self.db.execute(f"INSERT INTO {table}_fts (rowid, body) VALUES (?, ?)", (cur.lastrowid, body))
+            usage = self.usage[table]
+            usage[0] += 0 if row else 1
+            usage[1] += size - (row[1] if row else 0)
+            self.total_bytes += size - (row[1] if row else 0)
             return doc
 
+    def _check_room(self, name: str, table: str, more_bytes: int, more_docs: int) -> None:
+        """413 naming the cap when a document would take the collection or the stand-in past one."""
+        docs, size = self.usage[table]
+        caps = self.caps
+        if docs + more_docs > caps.collection_documents:
+            raise ApiError(
+                413,
+                f"Collection `{name}` holds {docs} documents, the stand-in's cap of {caps.collection_documents} "
+                f"documents per collection ({cap_name('--max-collection-documents')}).",
+            )
+        if size + more_bytes > caps.collection_bytes:
+            raise ApiError(
+                413,
+                f"Collection `{name}` holds {size} bytes; {more_bytes} more would pass the stand-in's cap of "
+                f"{mib(caps.collection_bytes)} per collection ({cap_name('--max-collection-mb')}).",
+            )
+        if self.total_bytes + more_bytes > caps.total_bytes:
+            raise ApiError(
+                413,
+                f"The stand-in holds {self.total_bytes} bytes; {more_bytes} more would pass its cap of "
+                f"{mib(caps.total_bytes)} in all collections ({cap_name('--max-total-mb')}).",
+            )
+
     def search(self, params: dict[str, Any]) -> dict[str, Any]:
+        # One search at a time: the matching documents are parsed whole, so their memory is one collection's.
+        with self.lock:
+            return self._search(params)
+
+    def _search(self, params: dict[str, Any]) -> dict[str, Any]:
         started = time.monotonic()
         name = params.get("collection")
         if not isinstance(name, str):
             raise ApiError(400, "Parameter `collection` is required.")
         q = str(params.get("q", ""))
         per_page = int(params.get("per_page", 10))
+        if per_page > MAX_PER_PAGE:
+            raise ApiError(422, f"Only upto {MAX_PER_PAGE} hits can be fetched per page.")
         page = max(1, int(params.get("page", 1)))
         group_by = str(params.get("group_by") or "").strip()
         group_limit = int(params.get("group_limit", 3))
@@ -129,10 +240,9 @@ class Store:
         end_tag = str(params.get("highlight_end_tag", "</mark>"))
         affix = int(params.get("highlight_affix_num_tokens", 4))
         filters = parse_filter(str(params.get("filter_by") or ""))
-        with self.lock:
-            table = self._table(name)
-            total = self.db.execute(f"SELECT count(*) FROM {table}_docs").fetchone()[0]
-            rows = self._match(table, q)
+        table = self._table(name)
+        total = self.db.execute(f"SELECT count(*) FROM {table}_docs").fetchone()[0]
+        rows = self._match(table, q)
         hits = []
         terms = [t.lower() for t in WORD.findall(q)] if q.strip() != "*" else []
         for doc_json, score in rows:
@@ -181,6 +291,14 @@ class Store:
             result["found"] = len(hits)
             result["hits"] = hits[first : first + per_page]
         result["search_time_ms"] = int((time.monotonic() - started) * 1000)
+        returned = [h for g in result.get("grouped_hits", []) for h in g["hits"]] + result["hits"]
+        size = sum(len(json.dumps(h)) for h in returned)
+        if size > self.caps.body_bytes:
+            raise ApiError(
+                413,
+                f"The answer would be {size} bytes, over the stand-in's cap of {mib(self.caps.body_bytes)} "
+                f"({cap_name('--max-body-mb')}); ask for fewer hits.",
+            )
         return result
 
     def _match(self, table: str, q: str) -> list[tuple[str, float]]:
@@ -242,7 +360,11 @@ def highlight(text: str, terms: list[str], start: str, end: str, affix: int) -> 
 class Handler(BaseHTTPRequestHandler):
     store: Store
     api_key: str
+    budget: BodyBudget
     protocol_version = "HTTP/1.1"
+    # Body bytes of the current request not read yet, and those held in the budget.
+    _unread = 0
+    _held = 0
 
     def log_message(self, fmt: str, *args: Any) -> None:  # quiet: one line per error only
         pass
@@ -252,12 +374,55 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "text/plain" if jsonl else "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
+        if self._unread > DRAIN_MAX:
+            self.close_connection = True
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
     def _body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
+        length, self._unread = self._unread, 0
+        if not length:
+            return b""
+        self.budget.acquire(length)
+        self._held += length
+        return self.rfile.read(length)
+
+    def _check_length(self) -> None:
+        """The declared body size, refused over the cap before a byte of it is read."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            self.close_connection = True
+            raise ApiError(411, "A Content-Length is required (chunked bodies are not supported).")
+        text = (self.headers.get("Content-Length") or "0").strip()
+        if not text.isdigit():
+            self.close_connection = True
+            raise ApiError(400, "Bad Content-Length.")
+        self._unread = int(text)
+        cap = self.store.caps.body_bytes
+        if self._unread > cap:
+            raise ApiError(
+                413,
+                f"The request body of {self._unread} bytes is over the stand-in's cap of {mib(cap)} "
+                f"({cap_name('--max-body-mb')}).",
+            )
+
+    def _finish_request(self) -> None:
+        """Gives back the budget; a body left unread is read and dropped (so the client gets its answer), or the
+        connection closes when it is over DRAIN_MAX."""
+        if self._held:
+            self.budget.release(self._held)
+            self._held = 0
+        unread, self._unread = self._unread, 0
+        if unread > DRAIN_MAX:
+            self.close_connection = True
+            return
+        while unread > 0:
+            chunk = self.rfile.read(min(unread, 1 << 16))
+            if not chunk:
+                self.close_connection = True
+                return
+            unread -= len(chunk)
 
     def _json(self) -> Any:
         raw = self._body()
@@ -267,10 +432,18 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(400, "Bad JSON.") from None
 
     def _handle(self, method: str) -> None:
+        self._unread = self._held = 0
+        try:
+            self._route(method)
+        finally:
+            self._finish_request()
+
+    def _route(self, method: str) -> None:
         try:
             url = urlparse(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             parts = [unquote(p) for p in url.path.strip("/").split("/") if p]
+            self._check_length()
             if parts == ["health"]:
                 return self._send(200, {"ok": True})
             key = self.headers.get("X-TYPESENSE-API-KEY") or query.pop("x-typesense-api-key", None)
@@ -281,10 +454,23 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(201, s.create(self._json()))
             if method == "POST" and parts == ["multi_search"]:
                 body = self._json()
-                results = []
-                for search in body.get("searches", []):
+                searches = body.get("searches", [])
+                if len(searches) > MAX_MULTI_SEARCHES:
+                    raise ApiError(
+                        422, f"Number of multi searches exceeds `limit_multi_searches` ({MAX_MULTI_SEARCHES})."
+                    )
+                results: list[dict[str, Any]] = []
+                answer_bytes = 0
+                for search in searches:
                     try:
+                        if answer_bytes > s.caps.body_bytes:
+                            raise ApiError(
+                                413,
+                                f"The answer is over the stand-in's cap of {mib(s.caps.body_bytes)} "
+                                f"({cap_name('--max-body-mb')}); ask for fewer hits.",
+                            )
                         results.append(s.search({**query, **search}))
+                        answer_bytes += len(json.dumps(results[-1]))
                     except ApiError as e:
                         results.append({"code": e.status, "error": str(e)})
                 return self._send(200, {"results": results})
@@ -298,14 +484,23 @@ class Handler(BaseHTTPRequestHandler):
                 if rest == ["documents"] and method == "POST":
                     return self._send(201, s.add(name, self._json(), query.get("action", "create")))
                 if rest == ["documents", "import"] and method == "POST":
+                    docs = [line for line in self._body().decode().splitlines() if line.strip()]
+                    if len(docs) > s.caps.import_documents:
+                        raise ApiError(
+                            413,
+                            f"The import holds {len(docs)} documents, over the stand-in's cap of "
+                            f"{s.caps.import_documents} per import ({cap_name('--max-import-documents')}).",
+                        )
                     lines = []
-                    for line in self._body().decode().splitlines():
-                        if not line.strip():
-                            continue
+                    for line in docs:
                         try:
                             s.add(name, json.loads(line), query.get("action", "create"))
                             lines.append(json.dumps({"success": True}))
-                        except (ApiError, json.JSONDecodeError) as e:
+                        except ApiError as e:
+                            lines.append(
+                                json.dumps({"success": False, "code": e.status, "error": str(e), "document": line})
+                            )
+                        except json.JSONDecodeError as e:
                             lines.append(json.dumps({"success": False, "error": str(e), "document": line}))
                     return self._send(200, "\n".join(lines), jsonl=True)
                 if rest == ["documents", "search"] and method == "GET":
@@ -332,13 +527,35 @@ def main() -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8108)
     parser.add_argument("--api-key", default="Fake")
+    defaults = Caps()
+    for flag, default in (
+        ("--max-body-mb", defaults.body_bytes // MiB),
+        ("--max-import-documents", defaults.import_documents),
+        ("--max-collection-documents", defaults.collection_documents),
+        ("--max-collection-mb", defaults.collection_bytes // MiB),
+        ("--max-collections", defaults.collections),
+        ("--max-total-mb", defaults.total_bytes // MiB),
+    ):
+        parser.add_argument(flag, type=int, default=default, help=f"cap (default {default}; {cap_name(flag)})")
     args = parser.parse_args()
-    Handler.store = Store()
+    caps = Caps(
+        body_bytes=args.max_body_mb * MiB,
+        import_documents=args.max_import_documents,
+        collection_documents=args.max_collection_documents,
+        collection_bytes=args.max_collection_mb * MiB,
+        collections=args.max_collections,
+        total_bytes=args.max_total_mb * MiB,
+    )
+    if min(vars(args)[k] for k in vars(args) if k.startswith("max_")) < 1:
+        parser.error("every cap must be at least 1")
+    Handler.store = Store(caps)
+    Handler.budget = BodyBudget(4 * caps.body_bytes)
     Handler.api_key = args.api_key
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     print(
-        f"typesense stand-in (SQLite FTS5 {sqlite3.sqlite_version}, lexical only) on {args.host}:{args.port}",
+        f"typesense stand-in (SQLite FTS5 {sqlite3.sqlite_version}, lexical only) on {args.host}:{args.port}; "
+        f"caps: {caps}",
         flush=True,
     )
     server.serve_forever()
