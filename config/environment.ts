@@ -143,6 +143,25 @@ export const environmentSchema = z.object({
     .regex(/^[\w.-]+:\d{1,5}$/, 'expected host:port')
     .optional()
     .describe("host:port of a Typesense the rollout worker forwards its 127.0.0.1:8108 to (compose's service)"),
+  // Caps of the Typesense stand-in `tbt up` starts, shared by every sandbox (third review, finding 12).
+  TBT_TYPESENSE_MAX_BODY_MB: count(1, 1024)
+    .default(8)
+    .describe('Typesense stand-in: largest request body, MiB (bodies read at once: 4 x this)'),
+  TBT_TYPESENSE_MAX_IMPORT_DOCUMENTS: count(1, 10_000_000)
+    .default(10_000)
+    .describe('Typesense stand-in: documents in one import'),
+  TBT_TYPESENSE_MAX_COLLECTION_DOCUMENTS: count(1, 100_000_000)
+    .default(10_000)
+    .describe('Typesense stand-in: documents in one collection'),
+  TBT_TYPESENSE_MAX_COLLECTION_MB: count(1, 1_048_576)
+    .default(16)
+    .describe("Typesense stand-in: bytes of one collection's documents and indexed text, MiB"),
+  TBT_TYPESENSE_MAX_COLLECTIONS: count(1, 1_000_000)
+    .default(1000)
+    .describe('Typesense stand-in: collections at once (each tool-server session makes one)'),
+  TBT_TYPESENSE_MAX_TOTAL_MB: count(1, 1_048_576)
+    .default(128)
+    .describe("Typesense stand-in: bytes of all collections' documents and indexed text, MiB"),
   TBT_THINKINGBOX_DATA: z
     .string()
     .optional()
@@ -204,6 +223,15 @@ export const environmentSchema = z.object({
     .min(1)
     .optional()
     .describe('0600 file whose token weight syncs send to external built-in policy servers (read at each sync)'),
+  TBT_POLICY_TOKEN_FILE: z
+    .string()
+    .min(1)
+    .optional()
+    .describe('vLLM side (tbt_gpu/vllm_route_guard.py): 0600 file with the token its control routes require'),
+  TBT_WEIGHTS_ROOTS: z
+    .string()
+    .optional()
+    .describe('vLLM side (tbt_gpu/vllm_route_guard.py): folders weights and adapters may load from (: separated)'),
   TBT_CHROMIUM: z.string().default('/usr/bin/chromium').describe('Chromium for the report and UI screenshots'),
   TBT_DEBUG: z.enum(['', '0', '1']).default('').describe('1 = print stack traces of command errors'),
   TBT_BENCH_ENGINES: z
@@ -227,6 +255,18 @@ export const environmentSchema = z.object({
     .describe(
       'PORT=HOST:PORT,...: loopback ports inside the tool-server sandbox and the one host address each reaches ' +
         "(default: the knowledge-base search service the bench's servers expect on 127.0.0.1:8108); '' = none",
+    ),
+  TBT_INSTALL_PROXY_PRIVATE_HOSTS: z
+    .string()
+    .regex(
+      /^\s*((\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?\s*(,\s*|$))*$/,
+      'expected HOST or HOST:PORT entries separated by commas (IPv6 in brackets)',
+    )
+    .default('')
+    .describe(
+      'HOST[:PORT],...: hosts `tbt tasks prepare-env` may reach at private, loopback or link-local addresses ' +
+        "(an internal mirror a URL requirement names); others only at public ones; the operator's pip index hosts " +
+        'always may (docs/dataset-sandbox.md)',
     ),
   TBT_SANDBOX_RECYCLE: z
     .enum(['true', 'false', '1', '0'])

@@ -15,9 +15,9 @@ import { gpuLearnerDir, pythonBinary, smallModelDir, vllmPythonBinary } from './
 /**
  * Starts a local policy server as a child process. `vllm` (the default): vLLM's CPU build from its own venv,
  * in dev mode so the GPU worker can pause it, reload weights from a folder and set the weight version (the port
- * is bound to 127.0.0.1 only, and dev mode's routes need the run's token: tbt_gpu/vllm_route_guard.py). `builtin`: the hand-written server in
- * gpu-learner/tbt_gpu/policy_server, kept because it starts in seconds with ~0.6 GB (template and fault tests,
- * the benchmark baseline); it speaks the same routes for tokens and weight sync.
+ * is bound to 127.0.0.1 only, and dev mode's routes need the run's token: tbt_gpu/vllm_route_guard.py).
+ * `builtin`: the hand-written server in gpu-learner/tbt_gpu/policy_server, kept because it starts in seconds with
+ * ~0.6 GB (template and fault tests, the benchmark baseline); it speaks the same routes for tokens and weight sync.
  */
 
 export type PolicyEngine = 'vllm' | 'builtin';

@@ -86,8 +86,8 @@ def test_launch_commands_per_node() -> None:
     topology = Topology(nodes=3, gpus_per_node=8, rdzv_endpoint="10.0.0.1:29400", rdzv_id="c1")
     commands = node_commands(topology, "/etc/l.json", resume=True)
     assert commands[2] == (
-        "python -m tbt_gpu.learner.bound_torchrun --nnodes 3 --nproc-per-node 8 --node-rank 2 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 "
-        "--rdzv-id c1 -m tbt_gpu.learner --config /etc/l.json --node-rank 2 --resume"
+        "python -m tbt_gpu.learner.bound_torchrun --nnodes 3 --nproc-per-node 8 --node-rank 2 --rdzv-backend c10d "
+        "--rdzv-endpoint 10.0.0.1:29400 --rdzv-id c1 -m tbt_gpu.learner --config /etc/l.json --node-rank 2 --resume"
     )
     assert node_commands(Topology(nodes=1, gpus_per_node=2), "/l.json", resume=False) == [
         "python -m tbt_gpu.learner.bound_torchrun --standalone --nproc-per-node=2 -m tbt_gpu.learner --config /l.json"

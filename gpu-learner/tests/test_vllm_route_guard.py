@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from tbt_gpu.vllm_route_guard import refusal
 
 

@@ -40,7 +40,7 @@ test('dry run of the reference config: 3 torchrun commands, 8 ranks each, placeh
     env,
     cwd: repoRoot,
   });
-  const commands = out.split('\n').filter((l) => l.trim().startsWith('torchrun '));
+  const commands = out.split('\n').filter((l) => l.trim().startsWith('python -m tbt_gpu.learner.bound_torchrun '));
   assert.equal(commands.length, 3, out);
   for (const [rank, line] of commands.entries()) {
     assert.match(line, /--nnodes 3 /);

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-_PlainTCPStore: Any = dist.TCPStore
+_PlainTCPStore: Any = dist.TCPStore  # pyright: ignore[reportPrivateImportUsage] - exported at runtime
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
         # Before torchrun's modules import the name: they bind `TCPStore` at import (and look it up on `dist` later).
-        dist.TCPStore = bound_store_class("127.0.0.1")  # pyright: ignore[reportAttributeAccessIssue]
+        dist.TCPStore = bound_store_class("127.0.0.1")  # pyright: ignore[reportPrivateImportUsage]
     from torch.distributed.run import main as torchrun
 
     torchrun(argv)
