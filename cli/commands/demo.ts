@@ -31,9 +31,6 @@ export async function demo(args: string[]): Promise<number> {
     console.log(`summary:     ${status.report.markdown}`);
   }
   console.log(`Temporal UI: ${temporalUiUrl(env)} (search: TbtCampaign = "${workflowId}")`);
-  console.log(
-    'workers keep running in the background; stop them with `./bin/tbt workers down`, the servers with `./bin/tbt ' +
-      'down`.',
-  );
+  console.log('workers and servers keep running in the background; stop them all with `./bin/tbt down`.');
   return 0;
 }

@@ -115,3 +115,31 @@ def test_steps_apply_exactly_once_across_kill_and_resume(tmp_path: pathlib.Path)
     exported = read_export(pathlib.Path(export["path"]))
     ref = {k: v.full_tensor() for k, v in reference.model.state_dict().items() if k in exported}
     assert max_abs_diff(exported, ref) < 1e-6
+
+
+def test_full_checkpoint_volume_saves_again_without_retraining(tmp_path: pathlib.Path) -> None:
+    """Issue 40: a step whose checkpoint does not fit answers 507 disk_full and keeps its update; the retry of the
+    same step id only saves (before, the learner exited and retrained the step on every retry)."""
+    model = make_tiny_model(tmp_path / "model")
+    b1 = random_batch(tmp_path / "b1.jsonl", seed=1)
+    ckpt = tmp_path / "ckpt"
+    config = write_config(tmp_path / "learner.json", model=model, checkpoint_dir=ckpt)
+    train = ("POST", "/train_step", {"step_id": 1, "batch_ref": str(b1)})
+    learner = Learner(config, ckpt, hooks={"disk_full_saves": 2})
+    try:
+        for attempt in (1, 2):
+            status, full = learner.call(*train)
+            assert status == 507 and full["code"] == "disk_full", (attempt, full)
+            assert "it does not train it again" in full["error"]
+            assert not (ckpt / "step-1.tmp").exists(), "the half-written checkpoint holds space"
+            assert learner.call("GET", "/health")[1]["step"] == 1, "the applied update is kept"
+            refused = learner.call("POST", "/train_step", {"step_id": 2, "batch_ref": str(b1)})
+            assert refused[0] == 507, refused
+        status, saved = learner.call(*train)
+        assert status == 200 and saved["repeated"] is False, saved
+        state = json.loads((ckpt / "step-1" / "trainer_state.json").read_text())
+        assert state["trajectories_seen"] == saved["result"]["trajectories"], "step 1 was trained more than once"
+        assert learner.call(*train)[1]["repeated"] is True
+    finally:
+        code = learner.stop()
+    assert code == 0, learner.output()

@@ -15,6 +15,7 @@ all-reduce. A checkpoint loads onto any world size (DCP reshards); see `Checkpoi
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -245,6 +246,15 @@ def verify(folder: pathlib.Path, *, checksums: bool, threads: int = 1) -> dict[s
     return manifest
 
 
+def volume_full(err: BaseException, world_size: int) -> bool:
+    """Whether a failed save ran out of space (ENOSPC, EDQUOT) on every rank at once: DCP raises a
+    CheckpointException on all ranks when any rank's write failed; alone, a plain OSError is one rank's."""
+    full = (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(err, CheckpointException):
+        return any(isinstance(e, OSError) and e.errno in full for e, _ in err.failures.values())
+    return world_size == 1 and isinstance(err, OSError) and err.errno in full
+
+
 class Checkpointer:
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
@@ -261,6 +271,12 @@ class Checkpointer:
 
     def export_dir(self, step: int) -> pathlib.Path:
         return self.export_root / f"step-{step}"
+
+    def discard_partial(self, step: int) -> None:
+        """Every rank, after a save that failed on every rank: the half-written folder goes (it holds space)."""
+        if self.info.is_main:
+            shutil.rmtree(self.root / f"step-{step}.tmp", ignore_errors=True)
+        barrier()
 
     def committed_steps(self) -> list[int]:
         steps = [_step_of(p.name) for p in self.root.iterdir() if p.is_dir()] if self.root.exists() else []
@@ -282,6 +298,7 @@ class Checkpointer:
         model_sd, optim_sd = get_state_dict(self.trainer.model, self.trainer.optimizer)
         writer = _RecordingWriter(str(tmp), thread_count=threads)
         dcp_save({"model": model_sd, "optimizer": optim_sd}, storage_writer=writer)
+        faults.disk_full_after_write()
         rng_name = f"rng-rank{self.info.rank}.pt"
         torch.save(_rng_state(), tmp / rng_name)
         written = time.perf_counter()

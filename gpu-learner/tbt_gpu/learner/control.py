@@ -41,9 +41,9 @@ from typing import Any
 
 from ..weight_transport import MIN_SECRET_CHARS
 from .batch import BatchError
-from .checkpoint import Checkpointer
+from .checkpoint import Checkpointer, volume_full
 from .distributed import DistInfo, broadcast_object
-from .errors import ExportRefused, LearnerError, NotReady, StepRefused
+from .errors import CheckpointVolumeFull, ExportRefused, LearnerError, NotReady, StepRefused
 from .trainer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -101,6 +101,8 @@ class LearnerService:
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._running: tuple[int, Future] | None = None
+        # A step applied whose checkpoint did not fit (CheckpointVolumeFull): its retry only saves.
+        self._uncommitted: int | None = None
         self._pending_train: dict[int, Future] = {}
 
     # ---- rank 0, HTTP threads -------------------------------------------------------------------
@@ -219,6 +221,11 @@ class LearnerService:
             return {"op": "shutdown"}
         if command.op == "train_step":
             step_id = command.args["step_id"]
+            if step_id == state.last_step and step_id == self._uncommitted:
+                self._running = (step_id, command.future)
+                return {"op": "commit", "step_id": step_id}
+            if self._uncommitted is not None:
+                raise CheckpointVolumeFull(f"step {self._uncommitted} is applied but not saved yet: retry it first")
             if step_id == state.last_step and step_id in state.ledger:
                 self._finish(command, self._train_answer(step_id, repeated=True))
                 return None
@@ -259,9 +266,9 @@ class LearnerService:
             self.trainer.train_step(message["step_id"], message["batch"])
             # The answer leaves only after the checkpoint is committed: a crash before that point
             # replays the step from the previous checkpoint, a crash after it finds the step done.
-            self.trainer.progress.mark(phase="checkpoint")
-            self.checkpointer.save()
-            return self._train_answer(message["step_id"], repeated=False)
+            return self._commit(message["step_id"])
+        if op == "commit":
+            return self._commit(message["step_id"])
         if op == "export":
             self.trainer.progress.mark(step=message["step_id"], phase="export", micro_batch=0, of=0)
             folder = self.checkpointer.export(message["step_id"])
@@ -279,6 +286,23 @@ class LearnerService:
             )
             return {"step_id": message["step_id"], **pushed}
         raise RuntimeError(f"unknown broadcast op {op!r}")
+
+    def _commit(self, step_id: int) -> dict[str, Any]:
+        """Checkpoint the applied step and answer it; a full volume is answered 507 and leaves the step to save."""
+        self.trainer.progress.mark(phase="checkpoint")
+        try:
+            self.checkpointer.save()
+        except BaseException as err:  # DCP's CheckpointException is a BaseException
+            if not volume_full(err, self.info.world_size):
+                raise
+            self._uncommitted = step_id
+            self.checkpointer.discard_partial(step_id)
+            raise CheckpointVolumeFull(
+                f"step {step_id} was applied but its checkpoint does not fit in {self.checkpointer.root} ({err}); "
+                "free space there and resume: the retry saves the step, it does not train it again"
+            ) from err
+        self._uncommitted = None
+        return self._train_answer(step_id, repeated=False)
 
     def _train_answer(self, step_id: int, *, repeated: bool) -> dict[str, Any]:
         return {

@@ -49,6 +49,15 @@ class ExportRefused(LearnerError):
     http_status = 409
 
 
+class CheckpointVolumeFull(LearnerError):
+    """The step was applied but its checkpoint did not fit on the volume: nothing was committed or answered. The
+    learner keeps the updated state, and a retry of the same step id only tries the save again (never retrains),
+    so freeing space and resuming costs one save (issue 40)."""
+
+    code = "disk_full"
+    http_status = 507
+
+
 class WeightPushFailed(LearnerError):
     """The collective weight transport failed (the server never joined, or a send timed out); nothing changed in
     the learner, and the caller syncs that server from the disk export instead."""
