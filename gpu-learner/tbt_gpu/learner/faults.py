@@ -52,7 +52,9 @@ def disk_full_after_write() -> None:
     limit = _hooks().get("disk_full_saves")
     if isinstance(limit, int) and _failed_saves < limit:
         _failed_saves += 1
+        import traceback
+
         from torch.distributed.checkpoint.api import CheckpointException
 
         full = OSError(errno.ENOSPC, "No space left on device (test hook)")
-        raise CheckpointException("write", {0: (full, None)})
+        raise CheckpointException("write", {0: (full, traceback.StackSummary())})
