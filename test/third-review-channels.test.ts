@@ -226,6 +226,8 @@ test('third review, finding 3: a header is read with a deadline and a count limi
     await waitUntil('the third connection refused', () => seen.includes('refused'), 2000);
     await waitUntil('the silent ones timed out', () => seen.filter((s) => s.includes('within')).length === 2, 2000);
     assert.deepEqual(seen, ['refused', 'no complete header within 300 ms', 'no complete header within 300 ms']);
+    // A timed-out connection frees its place when it has closed, which follows the report: wait for the closes.
+    await waitUntil('the silent ones closed', () => silent.every((s) => s.closed), 2000);
     // Once they are gone, connections are admitted again; one sends its header and a payload in one write.
     const talker = await connect();
     talker.write('token io\npayload');
