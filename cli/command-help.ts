@@ -1,3 +1,4 @@
+import { exitCodeHelp } from '../core/exit-codes.ts';
 import type { CommandDefinition, FlagDefinition, FlagDefinitions } from './command-definition.ts';
 import { globalFlags, tbtCommands } from './command-definitions.ts';
 
@@ -107,7 +108,7 @@ export function helpText(command: CommandDefinition): string {
   return parts.join('\n');
 }
 
-/** `tbt --help` (and bare `tbt`): every command and subcommand, and the global flags. */
+/** `tbt --help` (and bare `tbt`): every command and subcommand, the global flags and the exit codes. */
 export function topLevelHelp(): string {
   return [
     'usage: tbt [--unsandboxed] <command> [subcommand] [args]',
@@ -117,6 +118,9 @@ export function topLevelHelp(): string {
     '',
     'options (anywhere on the command line):',
     ...optionLines(globalFlags),
+    '',
+    'exit codes (every command):',
+    ...exitCodeHelp.map(([code, meaning]) => entry(String(code), meaning)),
     '',
     "'tbt <command> --help' prints a command's usage, arguments and flags.",
   ].join('\n');

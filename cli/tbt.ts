@@ -1,6 +1,7 @@
 import { allowUnsandboxedDatasetCode, readEnvironment } from '../config/environment.ts';
+import { exitClassOf, exitCodes } from '../core/exit-codes.ts';
 import { redactSecretsInText } from '../core/secret-text.ts';
-import { HelpRequest, UsageError } from './command-support.ts';
+import { HelpRequest, InputError, UsageError } from './command-support.ts';
 import { tbtCommands } from './command-definitions.ts';
 import { helpText, isGroup, subcommandsOf, topLevelHelp, usageErrorText } from './command-help.ts';
 import { asksForHelp, parseCommandLine, resolveCommand } from './command-line.ts';
@@ -83,25 +84,39 @@ async function main(argv: string[]): Promise<number> {
       console.log(helpText(err.command));
       return 0;
     }
-    // Bad flags (node:util parseArgs's own errors included) exit 2 with the usage line; anything else 1.
+    // Bad flags (node:util parseArgs's own errors included) exit 2 with the usage line.
     if (err instanceof UsageError || /^ERR_PARSE_ARGS/.test(String((err as { code?: string }).code))) {
       console.error(usageErrorText(command, errorMessage(err)));
-      return 2;
+      return exitCodes.usage;
     }
-    console.error(`tbt: ${errorMessage(err)}`);
-    if (debugEnabled() && err instanceof Error) console.error(redactSecretsInText(err.stack ?? ''));
-    return 1;
+    if (err instanceof InputError) {
+      console.error(`tbt: ${errorMessage(err)}`);
+      return exitCodes.badInput;
+    }
+    return reportFailure(err);
   }
+}
+
+/**
+ * Prints an error and returns its exit code by class (core/exit-codes.ts). Infrastructure and unclassified errors
+ * end with a `tbt: class=NAME exit=N` line: their message alone does not say that the input is not at fault.
+ */
+function reportFailure(err: unknown): number {
+  const exitClass = exitClassOf(err);
+  console.error(`tbt: ${errorMessage(err)}`);
+  if (debugEnabled() && err instanceof Error) console.error(redactSecretsInText(err.stack ?? ''));
+  if (exitClass !== 'badInput') console.error(`tbt: class=${exitClass} exit=${exitCodes[exitClass]}`);
+  return exitCodes[exitClass];
 }
 
 // Every top-level command of the definitions has code here (test/unit/cli-help.test.ts runs each one).
 for (const c of tbtCommands)
   if (!c.path.includes(' ') && !runners[c.path]) throw new Error(`tbt: no code for ${c.path}`);
 
+// An error no command awaited (a pool's idle client losing Postgres) would end Node with its own exit 1.
+process.on('uncaughtException', (err) => process.exit(reportFailure(err)));
+
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
-  (err: unknown) => {
-    console.error(`tbt: ${errorMessage(err)}`);
-    process.exit(1);
-  },
+  (err: unknown) => process.exit(reportFailure(err)),
 );

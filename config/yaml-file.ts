@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { isMap, isNode, isScalar, LineCounter, parseDocument, type Document } from 'yaml';
 import type { z } from 'zod';
+import { BadInputError } from '../core/errors.ts';
 
 /** A YAML file parsed against a zod schema, every problem located by file, line and field. */
 
@@ -80,10 +81,10 @@ export function readYamlValue(file: string): unknown {
   try {
     text = fs.readFileSync(file, 'utf8');
   } catch (err) {
-    throw new Error(`${file}: cannot read file: ${(err as Error).message}`, { cause: err });
+    throw new BadInputError(`${file}: cannot read file: ${(err as Error).message}`, { cause: err });
   }
   const parsed = parseYamlText(text, file);
-  if (parsed.problems.length) throw new Error(parsed.problems.map(formatProblem).join('\n'));
+  if (parsed.problems.length) throw new BadInputError(parsed.problems.map(formatProblem).join('\n'));
   return parsed.value;
 }
 

@@ -12,6 +12,7 @@ import { databaseUrl, readEnvironment } from '../../config/environment.ts';
 import { withClient } from '../../infra/control-database.ts';
 import { parityCommand } from '../command-definitions.ts';
 import { commandLineOrExit } from '../command-line.ts';
+import { BadInputError } from '../../core/errors.ts';
 
 /** `tbt parity <episodes.jsonl | campaign id>`: exit 1 if training and evaluation interpret any output differently. */
 
@@ -30,13 +31,14 @@ function readEpisodesFile(file: string): StoredEpisode[] {
       try {
         value = JSON.parse(line);
       } catch (err) {
-        throw new Error(`${file}:${i + 1}: not JSON: ${(err as Error).message}`);
+        throw new BadInputError(`${file}:${i + 1}: not JSON: ${(err as Error).message}`);
       }
       const e = value as Partial<StoredEpisode>;
-      if (typeof e.id !== 'string') throw new Error(`${file}:${i + 1}: field id: expected a string`);
+      if (typeof e.id !== 'string') throw new BadInputError(`${file}:${i + 1}: field id: expected a string`);
       if (!e.record || !Array.isArray(e.record.completions))
-        throw new Error(`${file}:${i + 1}: field record.completions: expected a list`);
-      if (!Array.isArray(e.record.tools)) throw new Error(`${file}:${i + 1}: field record.tools: expected a list`);
+        throw new BadInputError(`${file}:${i + 1}: field record.completions: expected a list`);
+      if (!Array.isArray(e.record.tools))
+        throw new BadInputError(`${file}:${i + 1}: field record.tools: expected a list`);
       return [e as StoredEpisode];
     });
 }
@@ -47,7 +49,7 @@ async function readCampaignEpisodes(campaign: string): Promise<StoredEpisode[]> 
       campaign,
     ]),
   );
-  if (rows.rowCount === 0) throw new Error(`no recorded episodes for campaign '${campaign}'`);
+  if (rows.rowCount === 0) throw new BadInputError(`no recorded episodes for campaign '${campaign}'`);
   return rows.rows;
 }
 
