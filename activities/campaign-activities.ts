@@ -11,6 +11,7 @@ import { selectPool, type PoolSelectionInput } from '../campaign-records/pool-se
 import type { StepRecord } from '../campaign-records/step-record.ts';
 import { latestStepRecord, saveStepRecord, stepRecordsInOrder } from '../campaign-records/step-records.ts';
 import { stepsFile, writeStepsFile } from '../campaign-records/steps-file.ts';
+import { trainedEpisodes, type TrainedEpisode } from '../campaign-records/trained-episodes.ts';
 import { ingestCandidates, type CandidateIngestInput } from '../campaign-records/training-candidates.ts';
 
 export type { StepRecord } from '../campaign-records/step-record.ts';
@@ -77,6 +78,11 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
       const steps = stepsFile(deps.stateDir, record.campaignId);
       writeStepsFile(steps, await stepRecordsInOrder(deps.controlUrl, record.campaignId));
       await tracked(() => trackStep(tracking(), record));
+    },
+
+    /** Task uid, reward, outcome and version of episodes a learner trained, for a step's record (by episode id). */
+    async trainedEpisodes(input: { episodeIds: string[] }): Promise<TrainedEpisode[]> {
+      return trainedEpisodes(deps.controlUrl, input.episodeIds);
     },
 
     /** Coverage-gated aggregation of an evaluation, by `tbt eval aggregate`. */

@@ -47,5 +47,7 @@ function stepLine(r: StepRecord): Record<string, unknown> {
     update_s: r.phaseSeconds?.update ?? null,
     drain_s: r.phaseSeconds?.drain ?? null,
     sync_s: r.phaseSeconds?.sync ?? null,
+    // The learner had trained this step on another batch than a re-run drew: the line describes the batch trained.
+    batch_mismatch: r.batchMismatch ?? false,
   };
 }

@@ -27,6 +27,23 @@ export interface TrainStepResult {
   repeated: boolean;
   checkpoint: string;
   metrics: Record<string, unknown>;
+  /**
+   * For a step the learner had applied already: whether the batch offered this time holds the episodes it trained
+   * (null: the learner could not tell). Absent for a fresh step, and in results recorded before it was asked.
+   */
+  batchMatches?: boolean | null;
+  /** The episode ids the learner trained (sorted), only when `batchMatches` is false and the learner kept them. */
+  trainedEpisodeIds?: string[];
+}
+
+/** The learner's answer to POST /train_step (gpu-learner/tbt_gpu/learner/control.py). */
+interface TrainStepAnswer {
+  step_id: number;
+  result: Record<string, unknown>;
+  repeated: boolean;
+  checkpoint: string;
+  batch_matches?: boolean | null;
+  trained_batch_ids?: string[];
 }
 
 /** What the caller (the trainStep activity) lends a step: progress reports, its cancellation and its log. */
@@ -75,7 +92,7 @@ export async function trainLearnerStep(
     progress = watchLearnerProgress(learner, files, input.stepId, deps.stallLimitMs);
     try {
       const answer = await Promise.race([
-        learnerRequest<{ step_id: number; result: Record<string, unknown>; repeated: boolean; checkpoint: string }>(
+        learnerRequest<TrainStepAnswer>(
           learner,
           'POST',
           '/train_step',
@@ -92,6 +109,7 @@ export async function trainLearnerStep(
         repeated: answer.repeated,
         episodes: input.items.length,
         seconds,
+        ...(answer.batch_matches === undefined ? {} : { batchMatches: answer.batch_matches }),
       });
       metrics.learnerStepFinished(seconds, answer.repeated);
       // Retention: batches of committed steps and all but the last exports go (tbt gc does the same).
@@ -101,6 +119,7 @@ export async function trainLearnerStep(
         repeated: answer.repeated,
         checkpoint: answer.checkpoint,
         metrics: learnerStartS === undefined ? answer.result : { ...answer.result, learner_start_s: learnerStartS },
+        ...trainedBatch(answer),
       };
     } catch (err) {
       // Stopping a stalled learner also fails its step request: the stall is the reason to report.
@@ -110,4 +129,11 @@ export async function trainLearnerStep(
     clearInterval(beat);
     progress?.stop();
   }
+}
+
+/** What the learner says of the batch a step it had applied was offered again; nothing for a fresh step. */
+function trainedBatch(answer: TrainStepAnswer): Pick<TrainStepResult, 'batchMatches' | 'trainedEpisodeIds'> {
+  if (answer.batch_matches === undefined) return {};
+  const ids = answer.batch_matches === false ? answer.trained_batch_ids : undefined;
+  return { batchMatches: answer.batch_matches, ...(ids ? { trainedEpisodeIds: ids } : {}) };
 }

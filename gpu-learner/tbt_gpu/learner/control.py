@@ -13,6 +13,8 @@ campaign's batch folder (`control.batch_dir`), so the endpoint cannot be used to
     GET  /health                      {"ready", "step", "world_size", "busy", ...}
     GET  /manifest                    every resolved hyperparameter
     POST /train_step {step_id, batch_ref}
+                                      a step already applied is answered, never trained again: `batch_matches` says
+                                      whether batch_ref holds the ids it trained (`trained_batch_ids` when not)
     POST /export     {step_id}
     POST /push_weights {step_id, host, port, timeout_s, secret, backend?, world_size?}
                                       broadcast the weights into every policy-server worker of one sync over a
@@ -33,6 +35,7 @@ import queue
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -40,11 +43,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..weight_transport import MIN_SECRET_CHARS
-from .batch import BatchError
+from .batch import Batch, BatchError
 from .checkpoint import Checkpointer, volume_full
 from .distributed import DistInfo, broadcast_object
 from .errors import CheckpointVolumeFull, ExportRefused, LearnerError, NotReady, StepRefused
-from .trainer import Trainer
+from .trainer import Trainer, batch_ids_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -223,11 +226,12 @@ class LearnerService:
             step_id = command.args["step_id"]
             if step_id == state.last_step and step_id == self._uncommitted:
                 self._running = (step_id, command.future)
-                return {"op": "commit", "step_id": step_id}
+                return {"op": "commit", "step_id": step_id, "offered": self._offered_batch(step_id, command.args)}
             if self._uncommitted is not None:
                 raise CheckpointVolumeFull(f"step {self._uncommitted} is applied but not saved yet: retry it first")
             if step_id == state.last_step and step_id in state.ledger:
-                self._finish(command, self._train_answer(step_id, repeated=True))
+                offered = self._offered_batch(step_id, command.args)
+                self._finish(command, {**self._train_answer(step_id, repeated=True), **offered})
                 return None
             if step_id != state.last_step + 1:
                 raise StepRefused(step_id, state.last_step)
@@ -268,7 +272,7 @@ class LearnerService:
             # replays the step from the previous checkpoint, a crash after it finds the step done.
             return self._commit(message["step_id"])
         if op == "commit":
-            return self._commit(message["step_id"])
+            return {**self._commit(message["step_id"]), **message["offered"]}
         if op == "export":
             self.trainer.progress.mark(step=message["step_id"], phase="export", micro_batch=0, of=0)
             folder = self.checkpointer.export(message["step_id"])
@@ -304,10 +308,18 @@ class LearnerService:
         self._uncommitted = None
         return self._train_answer(step_id, repeated=False)
 
+    def _offered_batch(self, step_id: int, args: dict[str, Any]) -> dict[str, Any]:
+        """Rank 0: whether a step already applied is offered the batch it trained; it is never trained again."""
+        return offered_batch_check(
+            step_id, self.trainer.state.ledger[step_id], lambda: self.trainer.load_batch(args["batch_ref"])
+        )
+
     def _train_answer(self, step_id: int, *, repeated: bool) -> dict[str, Any]:
+        # The trained ids travel only in a mismatch's answer (offered_batch_check), not in every step's result.
+        result = {k: v for k, v in self.trainer.state.ledger[step_id].items() if k != "batch_ids"}
         return {
             "step_id": step_id,
-            "result": self.trainer.state.ledger[step_id],
+            "result": result,
             "repeated": repeated,
             "checkpoint": str(self.checkpointer.step_dir(step_id)),
         }
@@ -330,6 +342,29 @@ class LearnerService:
             except queue.Empty:
                 return
             self._fail(command, NotReady("the learner is shutting down"))
+
+
+def offered_batch_check(step_id: int, trained: dict[str, Any], load: Callable[[], Batch]) -> dict[str, Any]:
+    """What a repeated step's answer says of the batch offered this time, next to the ledger entry `trained`.
+
+    A caller that runs the step again (a workflow re-run, say) may have drawn other episodes than the first time:
+    `batch_matches` false tells it so, with the ids trained (`trained_batch_ids`, absent from ledgers saved before
+    they were kept), so its record can name the batch trained. An offered batch that cannot be read, or a ledger
+    entry without a hash, gives `batch_matches` null: the step stays answered.
+    """
+    try:
+        offered = batch_ids_sha256(load())
+    except Exception as err:  # noqa: BLE001 - logged: whatever the file holds, the applied step is answered
+        logger.warning("step %s is applied; its offered batch cannot be read (%s): batch_matches unknown", step_id, err)
+        return {"batch_matches": None}
+    expected = trained.get("batch_ids_sha256")
+    if expected is None:
+        return {"batch_matches": None}
+    if offered == expected:
+        return {"batch_matches": True}
+    logger.warning("step %s is applied on another batch than the one offered again: answered, not trained", step_id)
+    ids = trained.get("batch_ids")
+    return {"batch_matches": False, **({"trained_batch_ids": list(ids)} if ids is not None else {})}
 
 
 def _parse_step_id(body: dict[str, Any]) -> int:

@@ -34,7 +34,9 @@ class TrainerState:
     last_step: int = 0
     """Id of the last applied step (0 = none)."""
     ledger: dict[int, dict[str, Any]] = field(default_factory=dict)
-    """Result of every applied step by id, returned again when a finished step is requested."""
+    """Result of every applied step by id, returned again when a finished step is requested. The last step's entry
+    also keeps its sorted trajectory ids (`batch_ids`): only that step can be asked again, so older entries drop
+    them and the saved state stays small (ledgers saved before the ids were kept load all the same)."""
     trajectories_seen: int = 0
     tokens_seen: int = 0
 
@@ -56,10 +58,14 @@ class TrainerState:
         )
 
 
+def batch_ids(batch: Batch) -> list[str]:
+    """The batch's trajectory ids, sorted: which episodes a step trained on."""
+    return sorted(t.trajectory_id for t in batch.trajectories)
+
+
 def batch_ids_sha256(batch: Batch) -> str:
-    """sha256 of the batch's sorted trajectory ids, one per line: which episodes a step trained on."""
-    ids = sorted(t.trajectory_id for t in batch.trajectories)
-    return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
+    """sha256 of the batch's sorted trajectory ids, one per line."""
+    return hashlib.sha256("\n".join(batch_ids(batch)).encode("utf-8")).hexdigest()
 
 
 class Trainer:
@@ -125,11 +131,14 @@ class Trainer:
         # Lineage: the step these weights were applied on, and which trajectories went in (sorted ids).
         result["parent_step"] = self.state.last_step
         result["batch_ids_sha256"] = batch_ids_sha256(batch)
+        logger.info("step %s done: %s", step_id, result)
+        # A repeat of this step is told which ids it trained (see TrainerState.ledger); the log needs only the hash.
+        result["batch_ids"] = batch_ids(batch)
+        self.state.ledger.get(self.state.last_step, {}).pop("batch_ids", None)
         self.state.last_step = step_id
         self.state.ledger[step_id] = result
         self.state.trajectories_seen += len(batch.trajectories)
         self.state.tokens_seen += batch.token_count
-        logger.info("step %s done: %s", step_id, result)
         return result
 
     def _skipped_result(self, batch: Batch) -> dict[str, Any]:
