@@ -1,7 +1,7 @@
-import { ApplicationFailure, patched, proxyActivities } from '@temporalio/workflow';
+import { ApplicationFailure, continueAsNew, patched, proxyActivities } from '@temporalio/workflow';
 import type { CampaignActivities } from '../activities/campaign-activities.ts';
 import type { KeyedEpisodesInput } from './keyed-episode-types.ts';
-import { runShardedEpisodesWaitingOutOutages, type OutageWaits } from './outage-waits.ts';
+import { runShardedEpisodesWaitingOutOutages, type OutageWaits, type StageResume } from './outage-waits.ts';
 import { runKeyedEpisodesV1 } from './keyed-episodes-v1.ts';
 import { bookkeepingOptions } from './activity-options.ts';
 import { coverageGateFailureType } from './evaluation-workflow.ts';
@@ -20,6 +20,8 @@ export interface ProbeInput extends Omit<KeyedEpisodesInput, 'idPrefix' | 'purpo
   retainBands: string[];
   /** Times the probe waits and runs its keys again while some still end in infrastructure errors. */
   outageWaits?: OutageWaits;
+  /** Set by the probe itself when it continues as new part-way through its keys (outage-waits.ts). */
+  stageResume?: StageResume;
 }
 export interface ProbeResult {
   pool: string[];
@@ -46,7 +48,15 @@ export async function probeWorkflow(input: ProbeInput): Promise<ProbeResult> {
     });
     return { ...selection, episodes: results.reduce((a, r) => a + r.attempts, 0) };
   }
-  const stage = await runShardedEpisodesWaitingOutOutages({ ...input, idPrefix, purpose: 'probe' }, input.outageWaits);
+  const { stageResume, ...stageInput } = input;
+  const stage = await runShardedEpisodesWaitingOutOutages(
+    { ...stageInput, idPrefix, purpose: 'probe' },
+    input.outageWaits,
+    {
+      resume: stageResume,
+      continueAsNew: (resume) => continueAsNew<typeof probeWorkflow>({ ...input, stageResume: resume }),
+    },
+  );
   // Probes that selected from an outage before this gate failed in selection (as bad input): replay keeps them so.
   if (stage.keys > 0 && stage.uncovered === stage.keys && patched('probe-outage-gate'))
     throw ApplicationFailure.nonRetryable(
