@@ -1,6 +1,7 @@
 import { Worker } from '@temporalio/worker';
 import { databaseUrl, readEnvironment, taskQueues } from '../config/environment.ts';
 import { createCampaignActivities } from '../activities/campaign-activities.ts';
+import { createQueueWatchActivities } from '../activities/queue-watch-activities.ts';
 import { createSmokeActivities } from '../activities/smoke-activities.ts';
 import { ensureControlDatabase } from '../infra/control-database.ts';
 import { createServiceLogger, exitWithCrash } from '../infra/service-logger.ts';
@@ -39,6 +40,8 @@ async function run(): Promise<void> {
       activities: {
         ...createCampaignActivities({ controlUrl: databaseUrl(env), stateDir: env.TBT_STATE_DIR }),
         ...createSmokeActivities(databaseUrl(env)),
+        // The campaign's look at the rollout queue's pollers (workflows/queue-watch.ts).
+        ...createQueueWatchActivities(),
       },
       maxConcurrentActivityTaskExecutions: 8,
       shutdownGraceTime: '10s',

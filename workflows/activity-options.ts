@@ -45,6 +45,26 @@ export function gpuOptions(
 }
 
 /**
+ * How long the rollout and bookkeeping queues may go without a poller while a stage waits on them, when the config
+ * does not say (inputs recorded before it did): `recovery.rollout_queue_wait_ms`, `bookkeeping_queue_wait_ms`.
+ */
+export const defaultRolloutQueueWaitMs = 30 * 60_000;
+export const defaultBookkeepingQueueWaitMs = 15 * 60_000;
+
+/**
+ * The queue watch's look at Temporal (workflows/queue-watch.ts), on the bookkeeping queue: one quick call, never
+ * retried (a failed look is only skipped). Nobody taking it within the bookkeeping queue's wait is how that queue's
+ * missing poller shows.
+ */
+export function queueLookOptions(bookkeepingWaitMs: number): ActivityOptions {
+  return {
+    scheduleToStartTimeout: bookkeepingWaitMs,
+    startToCloseTimeout: '30 seconds',
+    retry: { maximumAttempts: 1, nonRetryableErrorTypes },
+  };
+}
+
+/**
  * Episode activities on the rollout queue. The episode enforces its own wall clock; the activity gets that plus
  * room for set-up and grading. It heartbeats every 5 s and per turn, so a killed rollout worker's episodes are
  * retried within 90 s. 5 attempts, 2 s doubling (2+4+8+16 = 30 s of backoff).

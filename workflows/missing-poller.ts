@@ -38,3 +38,23 @@ export function withMissingPollerNamed<A extends object>(activities: A, taskQueu
     },
   });
 }
+
+/** A wait in words: seconds below a minute (test configs), else minutes. */
+function waited(ms: number): string {
+  return ms < 60_000 ? `${Math.round(ms / 1000)} s` : `${Math.round(ms / 60_000)} min`;
+}
+
+/**
+ * Why the campaign paused while `what` waits on a rollout or bookkeeping queue that no worker polled for `waitMs`
+ * (queue-watch.ts): the queue, its worker, and how the pause ends. Worded as explainMissingPoller, so that the CLI
+ * and a search for the queue's name find both.
+ */
+export function missingPollerReason(what: string, queue: string, role: string, waitMs: number): string {
+  const unseen = role === 'bookkeeping' ? 'took a task from' : 'polled';
+  return (
+    `no worker polls task queue "${queue}" (the ${role} queue): none ${unseen} it for ${waited(waitMs)} while ` +
+    `${what} waited on it. Start the ${role} worker (\`tbt workers up\`) or check the configured queue name; ` +
+    `${what} goes on by itself once a worker polls. \`tbt campaign resume\` clears this pause; it comes back if ` +
+    `the queue still has no poller ${waited(waitMs)} later`
+  );
+}
