@@ -104,6 +104,7 @@ function resultRefs(aggregateFile: string, notes: string[]): EpisodeResultRef[] 
           domain: String(line.domain ?? ''),
           success: line.success === true,
           infrastructure_error: line.infrastructure_error === true,
+          task_error: line.task_error === true,
         });
     }
     if (withoutId) notes.push(`${withoutId} result lines of ${file} name no episode id.`);

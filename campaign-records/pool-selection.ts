@@ -53,7 +53,8 @@ export async function selectPool(
       '--success-field',
       'success',
       '--system-error-field',
-      'infrastructure_error',
+      // Infrastructure and task errors alike (a task error's test raised: it says nothing of the policy).
+      'is_system_error',
       '--min-clean-runs',
       String(input.minCleanRuns),
       ...input.retainBands.flatMap((b) => ['--retain-band', b]),

@@ -8,6 +8,8 @@ export interface StepRecord {
   replacements: number;
   lostGroups: number;
   infraErrors: number;
+  /** Groups dropped because their task's own test code raised twice (outcome task_error); absent when none. */
+  taskErrorGroups?: { uid: string; cause: string }[];
   leakedInfraEpisodes: number;
   fallback: 'train_on_fewer' | 'keep_zero_variance' | null;
   meanReward: number;
@@ -30,4 +32,13 @@ export interface StepRecord {
    * previous step when steps overlap), update and export, waiting for episodes in flight before the sync, the sync.
    */
   phaseSeconds?: { sample: number; update: number; drain: number; sync: number };
+  /**
+   * True when the learner had already trained this step on another batch than the one this run drew (a re-run step
+   * whose lost episodes now succeeded): `groups`, `meanReward`, `leakedInfraEpisodes` and `episodeLag` then describe
+   * the batch trained, the selection counts (informative, replaced, lost, refilled, stale) this run's drawing.
+   * Absent: the batch drawn is the batch trained (or the record predates the check).
+   */
+  batchMismatch?: boolean;
+  /** With `batchMismatch`: the ids of the episodes trained, sorted (absent when the learner had not kept them). */
+  trainedEpisodeIds?: string[];
 }

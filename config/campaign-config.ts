@@ -4,6 +4,7 @@ import { episodeConfigSchema } from './episode-config.ts';
 import { checkLearnerTopology } from './learner-topology.ts';
 import { trackingConfigSchema } from './tracking-config.ts';
 import { formatProblem, parseYamlFile } from './yaml-file.ts';
+import { BadInputError } from '../core/errors.ts';
 
 /**
  * A training campaign: which tasks, how to probe and select them, the GRPO loop, the learner's
@@ -277,6 +278,13 @@ export const campaignConfigSchema = z
           .default(500)
           .describe('Keys (task x repeat) per shard workflow; about 6 history events each'),
         before_training: z.boolean().default(true).describe('Also evaluate the base policy'),
+        task_errors: z
+          .enum(['list', 'fail'])
+          .default('list')
+          .describe(
+            "Keys whose task's own test code raised the same exception twice (task errors): score the other tasks " +
+              'and list these (list), or fail the evaluation naming them (fail)',
+          ),
       })
       .strict()
       .prefault({}),
@@ -303,6 +311,24 @@ export const campaignConfigSchema = z
           .min(10_000)
           .default(1_800_000)
           .describe('How long a GPU activity waits for a worker on its queue before the campaign pauses, naming it'),
+        rollout_queue_wait_ms: z
+          .number()
+          .int()
+          .min(10_000)
+          .default(1_800_000)
+          .describe(
+            'How long the rollout queue may have no poller while a stage waits on it before the campaign pauses, ' +
+              'naming it; never less than episode.limits.wall_clock_ms (a busy worker polls when an episode ends)',
+          ),
+        bookkeeping_queue_wait_ms: z
+          .number()
+          .int()
+          .min(10_000)
+          .default(900_000)
+          .describe(
+            'How long the bookkeeping queue may have no poller while a stage waits on it before the campaign ' +
+              'pauses, naming it',
+          ),
       })
       .strict()
       .prefault({})
@@ -384,8 +410,8 @@ function checkSamplerRatio(
 export type CampaignConfig = z.infer<typeof campaignConfigSchema>;
 
 export function loadCampaignConfig(file: string): CampaignConfig {
-  if (!fs.existsSync(file)) throw new Error(`${file}: no such config file`);
+  if (!fs.existsSync(file)) throw new BadInputError(`${file}: no such config file`);
   const { value, problems } = parseYamlFile(file, campaignConfigSchema);
-  if (!value) throw new Error(`invalid campaign config:\n${problems.map(formatProblem).join('\n')}`);
+  if (!value) throw new BadInputError(`invalid campaign config:\n${problems.map(formatProblem).join('\n')}`);
   return Object.freeze(value);
 }

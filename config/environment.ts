@@ -3,6 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { readLocalPassword } from './local-database-password.ts';
+import { BadInputError } from '../core/errors.ts';
 
 /** Repository root, resolved from this file so commands work from any working directory. */
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -107,6 +108,12 @@ export const environmentSchema = z.object({
     ),
   TBT_SANDBOX_WARM: count(0, 64).default(2).describe('Ready sandbox clones each worker keeps per template'),
   TBT_ROLLOUT_CONCURRENCY: count(1, 256).default(4).describe('Episodes one rollout worker runs at once'),
+  TBT_ROLLOUT_DRAIN_S: count(0, 86_400)
+    .default(30)
+    .describe(
+      'Seconds a rollout worker told to stop (SIGTERM: a deploy, a scale-down) lets its running episodes finish ' +
+        'before it hands the rest back to Temporal to run elsewhere; a container stop grace must exceed it',
+    ),
   TBT_METRICS_PORT: z
     .string()
     .regex(/^$|^(([A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]):)?\d{1,5}$/, 'expected PORT or HOST:PORT (e.g. 9464)')
@@ -286,7 +293,7 @@ export function readEnvironment(env: NodeJS.ProcessEnv = process.env): Environme
   if (!parsed.success) {
     // The message names the variable and the rule, never the value (it may be a password or hold one).
     const issue = parsed.error.issues[0]!;
-    throw new Error(`environment variable ${issue.path.join('.')}: ${issue.message}`);
+    throw new BadInputError(`environment variable ${issue.path.join('.')}: ${issue.message}`);
   }
   return Object.freeze(parsed.data);
 }

@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS episodes (
   step           integer,
   group_index    integer,
   repetition     integer NOT NULL DEFAULT 0,
-  status         text NOT NULL CHECK (status IN ('running', 'success', 'agent_failure', 'infrastructure_error')),
+  status         text NOT NULL
+                 CHECK (status IN ('running', 'success', 'agent_failure', 'infrastructure_error', 'task_error')),
   reward         real,
   finish_reason  text,
   cause          text,
@@ -60,6 +61,15 @@ CREATE TABLE IF NOT EXISTS episodes (
   finished_at    timestamptz
 );
 ALTER TABLE episodes ADD COLUMN IF NOT EXISTS attempt text;
+-- task_error came later: a database made before it gets the wider check once (re-adding it each start would scan).
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'episodes_status_check'
+                 AND pg_get_constraintdef(oid) LIKE '%task_error%') THEN
+    ALTER TABLE episodes DROP CONSTRAINT IF EXISTS episodes_status_check;
+    ALTER TABLE episodes ADD CONSTRAINT episodes_status_check
+      CHECK (status IN ('running', 'success', 'agent_failure', 'infrastructure_error', 'task_error'));
+  END IF;
+END $$;
 CREATE INDEX IF NOT EXISTS episodes_by_task ON episodes (task_uid, status);
 CREATE INDEX IF NOT EXISTS episodes_by_campaign ON episodes (campaign, step, purpose);
 CREATE TABLE IF NOT EXISTS campaign_steps (

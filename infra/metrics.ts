@@ -83,7 +83,7 @@ export function metricsEnabled(): boolean {
   return instruments !== undefined;
 }
 
-export type EpisodeOutcome = 'success' | 'agent_failure' | 'infrastructure_error';
+export type EpisodeOutcome = 'success' | 'agent_failure' | 'infrastructure_error' | 'task_error';
 
 export const metrics = {
   /** A finished episode this worker stored (not one a retry found stored already). */

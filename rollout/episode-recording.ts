@@ -136,8 +136,8 @@ async function storedByAnotherAttempt(controlUrl: string, episodeId: string): Pr
 
 function logOutcome(attempt: EpisodeAttempt, episodeId: string, record: EpisodeRecord): void {
   const outcome = { episodeId, outcome: record.outcome, finishReason: record.finishReason };
-  if (record.outcome === 'infrastructure_error')
-    attempt.log.warn('episode hit an infrastructure error', {
+  if (record.outcome === 'infrastructure_error' || record.outcome === 'task_error')
+    attempt.log.warn(`episode hit ${record.outcome === 'task_error' ? 'a task' : 'an infrastructure'} error`, {
       ...outcome,
       cause: record.cause,
     });

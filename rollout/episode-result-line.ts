@@ -2,7 +2,8 @@ import type { EpisodeRecord } from './episode-runner.ts';
 
 /**
  * One episode as a result line that `tbt eval aggregate` and `tbt prepare` read with their default
- * fields: uid, repetition, success, infrastructure_error, domain, tokens {role: {input, output, cached_input}}
+ * fields: uid, repetition, success, infrastructure_error, task_error, domain, tokens {role: {input, output,
+ * cached_input}}
  * (input = uncached input tokens). The same line also carries the reference's result shape (`test_result`,
  * `is_system_error`, reference `finish_reason` names in `metadata.finish_reason`, `usage`, `metadata`), so
  * `tbt eval aggregate --format thinkingbox` and tools written for the reference read it too.
@@ -14,6 +15,9 @@ export interface EpisodeResultLine {
   domain: string;
   success: boolean;
   infrastructure_error: boolean;
+  /** The task's own test code raised the same exception twice: not scored, listed apart (a system error to the
+   * reference's tools). */
+  task_error: boolean;
   finish_reason: string;
   cause?: string;
   tokens: Record<'policy' | 'user' | 'judge', { input: number; output: number; cached_input: number }>;
@@ -57,6 +61,7 @@ export function resultLine(
     output: u.output,
     cached_input: u.cached,
   });
+  const systemError = record.outcome === 'infrastructure_error' || record.outcome === 'task_error';
   return {
     id,
     uid,
@@ -64,14 +69,14 @@ export function resultLine(
     domain,
     success: record.outcome === 'success',
     infrastructure_error: record.outcome === 'infrastructure_error',
+    task_error: record.outcome === 'task_error',
     finish_reason: record.finishReason,
     ...(record.cause ? { cause: record.cause.slice(0, 300) } : {}),
     tokens: { policy: tokens(record.usage.policy), user: tokens(record.usage.user), judge: tokens(record.usage.judge) },
-    test_result:
-      record.outcome === 'infrastructure_error'
-        ? null
-        : { result: record.outcome === 'success', reward: record.reward ?? 0, is_system_error: false },
-    is_system_error: record.outcome === 'infrastructure_error',
+    test_result: systemError
+      ? null
+      : { result: record.outcome === 'success', reward: record.reward ?? 0, is_system_error: false },
+    is_system_error: systemError,
     usage: [
       {
         input_tokens: record.usage.policy.input,

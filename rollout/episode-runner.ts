@@ -20,7 +20,7 @@ import type {
 import type { ChatMessage, SamplingParams } from './policy-client.ts';
 import type { Generation, PolicyDriver, Trajectory } from './policy-driver.ts';
 import type { SimulatedUser } from './simulated-user.ts';
-import type { GradeReport } from '../sandbox/terminal-state-grader.ts';
+import type { GradeReport, Outcome } from '../sandbox/terminal-state-grader.ts';
 
 /**
  * One full episode (docs/reference-rules.md §2): a fresh backend (sandbox database or tool-server processes), its own
@@ -98,7 +98,7 @@ export interface RoleCallUsage {
 }
 
 export interface EpisodeRecord {
-  outcome: 'success' | 'agent_failure' | 'infrastructure_error';
+  outcome: Outcome;
   reward: number;
   finishReason: FinishReason;
   cause?: string;

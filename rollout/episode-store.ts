@@ -135,7 +135,7 @@ export async function saveEpisode(
     [
       id,
       record.outcome,
-      record.outcome === 'infrastructure_error' ? null : record.reward,
+      record.outcome === 'infrastructure_error' || record.outcome === 'task_error' ? null : record.reward,
       record.finishReason,
       record.cause ?? null,
       JSON.stringify(record),

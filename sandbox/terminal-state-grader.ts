@@ -20,10 +20,18 @@ import { readSnapshot } from './state-snapshot.ts';
  * Terminal-state grading (docs/reference-rules.md §3). Expected state = a fresh sandbox + the task's data patch
  * + the golden tool calls replayed through the same MCP tools the agent uses. Reward 1 iff the canonical
  * state hashes match, every SQL assertion holds and every rubric gets a yes. Infrastructure problems give
- * the outcome `infrastructure_error` (never reward 0).
+ * the outcome `infrastructure_error` (never reward 0). A task whose own test code raises the same exception at the
+ * same place in two gradings gives `task_error`: not retried, never trained on, counted apart in coverage.
  */
 
-export type Outcome = 'success' | 'agent_failure' | 'infrastructure_error';
+export type Outcome = 'success' | 'agent_failure' | 'infrastructure_error' | 'task_error';
+
+/** Where a task's test code raised (outcome `task_error`): its file, line and exception. */
+export interface TaskErrorPlace {
+  file: string;
+  line: number;
+  exception: string;
+}
 
 export interface AssertionResult {
   name: string;
@@ -38,8 +46,9 @@ export interface GradeReport {
   diff: StateDifference[];
   assertions: AssertionResult[];
   rubrics: JudgeVerdict[];
-  /** Why the episode failed (agent failure) or could not be graded (infrastructure error). */
+  /** Why the episode failed (agent failure) or could not be graded (infrastructure or task error). */
   cause?: string;
+  taskError?: TaskErrorPlace;
 }
 
 /** The report a grader starts from and fills in: a failure until every check has passed. */

@@ -15,7 +15,8 @@ import { episodeHeartbeatMs } from '../rollout/episode-recording.ts';
 /**
  * Rollout worker: runs episodes (CPU activities) from the shared rollout task queue. Start as many as you
  * like, on as many hosts as you like: Temporal spreads episodes across every worker polling the queue.
- * Concurrency: TBT_ROLLOUT_CONCURRENCY (default 4) episodes at once per worker.
+ * Concurrency: TBT_ROLLOUT_CONCURRENCY (default 4) episodes at once per worker; on SIGTERM it drains them for
+ * TBT_ROLLOUT_DRAIN_S (default 30 s).
  */
 
 const log = createServiceLogger('rollout-worker', { host: os.hostname() });
@@ -55,7 +56,9 @@ async function run(): Promise<void> {
         thinkingbox,
       }),
       maxConcurrentActivityTaskExecutions: env.TBT_ROLLOUT_CONCURRENCY,
-      shutdownGraceTime: '30s',
+      // SIGTERM: stop polling, let running episodes finish within the drain, then cancel the rest, which Temporal
+      // retries on another worker (the episode id keeps it exactly once).
+      shutdownGraceTime: env.TBT_ROLLOUT_DRAIN_S * 1000,
       // A cancellation reaches an episode only as the answer to a heartbeat: send them as often as it beats (the
       // SDK's default throttle sends one a minute at most), so an abandoned episode frees its sandbox in seconds.
       maxHeartbeatThrottleInterval: episodeHeartbeatMs,

@@ -28,7 +28,8 @@ import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow
 import { probeWorkflow, type ProbeResult } from './probe-workflow.ts';
 import { campaignAttributes, campaignKey, pausedKey, stageKey, stepKey } from './search-attribute-keys.ts';
 import { campaignDetails } from './campaign-details.ts';
-import { withMissingPollerNamed } from './missing-poller.ts';
+import { missingPollerReason, withMissingPollerNamed } from './missing-poller.ts';
+import { watchingQueues, type WatchedQueue } from './queue-watch.ts';
 import { infrastructureCause } from './failure-class.ts';
 import { controlAnswer, type ControlAction } from './campaign-control-answers.ts';
 import { evaluationSummary, probeSummary as probeStaticSummary, trainingStepSummary } from './ui-text.ts';
@@ -37,7 +38,9 @@ import { stepLostFailureType, trainingStepWorkflow, type TrainingStepResult } fr
 import type { SampledStep } from './sampled-step.ts';
 import {
   bookkeepingOptions,
+  defaultBookkeepingQueueWaitMs,
   defaultMaxReruns,
+  defaultRolloutQueueWaitMs,
   gpuOptions,
   nonFiniteStepsBeforePause,
   outageWaits,
@@ -89,6 +92,8 @@ export interface CampaignState {
   nonFiniteInARow?: number;
   /** The next step's groups, sampled during the last step's update (`training.max_staleness` > 0). */
   nextSample?: SampledStep;
+  /** Tasks no later step draws: a group of theirs ended in a task error (their test code raised), with the cause. */
+  droppedTasks?: { uid: string; step: number; cause: string }[];
 }
 
 export interface CampaignInput {
@@ -164,6 +169,13 @@ interface CampaignRun {
   gpu: ReturnType<typeof proxyActivities<GpuActivities>>;
   /** True while waiting paused before a training step (the UI's details say "paused", not "pause requested"). */
   waitingPaused?: boolean;
+  /**
+   * Set while the campaign is paused on a rollout or bookkeeping queue without a poller (watchedStage): the queue,
+   * and the pause it replaced (a pause the user requested), which comes back when the queue has a poller again.
+   */
+  queueWait?: { queue: string; pausedBefore: boolean; reasonBefore?: string };
+  /** Bumped by a resume: every watched queue's wait starts over (queue-watch.ts). */
+  watchEpoch: number;
 }
 
 async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
@@ -175,6 +187,7 @@ async function campaignStages(input: CampaignInput): Promise<CampaignStatus> {
       proxyActivities<GpuActivities>(gpuOptions(input.queues.gpu, '1 hour', input.config.recovery?.gpu_queue_wait_ms)),
       input.queues.gpu,
     ),
+    watchEpoch: 0,
   };
   setCampaignHandlers(run);
   if (!input.state) upsertMemo({ config: input.config });
@@ -206,11 +219,22 @@ function setCampaignHandlers(run: CampaignRun): void {
   setHandler(statusQuery, () => campaignStatus(run));
   const pause = (request?: { reason?: string }) => {
     state.paused = true;
-    if (request?.reason) state.pauseReason = request.reason;
+    // Paused on a queue without a poller: its reason stays shown; the requested pause outlasts it.
+    if (run.queueWait) {
+      run.queueWait.pausedBefore = true;
+      if (request?.reason) run.queueWait.reasonBefore = request.reason;
+    } else if (request?.reason) state.pauseReason = request.reason;
     flagPaused(true);
     showDetails(run);
   };
   const resume = () => {
+    if (run.queueWait) {
+      // The stage keeps waiting on the queue; the watch gives it another full wait before it pauses again.
+      run.queueWait = undefined;
+      state.pausedAt = undefined;
+      run.waitingPaused = false;
+      run.watchEpoch += 1;
+    }
     state.paused = false;
     state.pauseReason = undefined;
     state.nonFiniteInARow = undefined;
@@ -449,7 +473,14 @@ async function evaluate(run: CampaignRun, label: 'before' | 'after'): Promise<Ev
       workflowId: `${campaignId}/eval-${label}`,
       staticSummary: evaluationSummary(`evaluation ${label} training`, uids.length, config.evaluation.repeats),
       typedSearchAttributes: campaignAttributes(campaignId, `evaluate-${label}`, state.step),
-      args: [{ ...keyedInput(run, episode, uids, config.evaluation), label, prices: input.pricesFile }],
+      args: [
+        {
+          ...keyedInput(run, episode, uids, config.evaluation),
+          label,
+          prices: input.pricesFile,
+          taskErrors: config.evaluation.task_errors,
+        },
+      ],
     });
   });
 }
@@ -494,11 +525,31 @@ async function train(run: CampaignRun): Promise<void> {
       fallback: record.fallback,
       loss: record.update.loss,
     };
+    dropTasksWithTaskErrors(state, record);
     pauseOnNonFiniteRun(run, record);
     // Signals that arrived during the step are part of `state` and survive the continue-as-new.
     await continueCampaignAsNew({ ...input, state });
   }
   state.stage = state.step < config.training.steps ? 'stopped' : 'evaluate-after';
+}
+
+/**
+ * A task whose group ended in a task error (its own test code raised the same exception twice) is dropped from the
+ * pool for the rest of the campaign: every later group of it would meet the same test. No patch: only records of
+ * code that knows task errors carry `taskErrorGroups`, so recorded histories never reach the change.
+ */
+function dropTasksWithTaskErrors(state: CampaignState, record: StepRecord): void {
+  for (const { uid, cause } of record.taskErrorGroups ?? []) {
+    if (state.droppedTasks?.some((d) => d.uid === uid)) continue;
+    (state.droppedTasks ??= []).push({ uid, step: record.step, cause });
+    log.warn('task dropped from training: its test code raised', { uid, step: record.step, cause });
+  }
+}
+
+/** The pool a step draws from: the selected tasks less the dropped ones. */
+function trainingPool(state: CampaignState): string[] {
+  const dropped = new Set((state.droppedTasks ?? []).map((d) => d.uid));
+  return dropped.size ? state.pool!.filter((uid) => !dropped.has(uid)) : state.pool!;
 }
 
 /**
@@ -552,18 +603,24 @@ function unpause(run: CampaignRun): void {
  * endpoint down past the re-runs, a GPU queue without a poller, a worker gone, a child terminated by hand) the
  * campaign pauses with that reason (status, `TbtPaused`, the UI's details) and runs `work` again on a resume, or by
  * itself after `recovery.paused_stage_retry_ms`, doubling up to `paused_stage_retry_max_ms`. A pause already
- * requested by the user waits for a resume only. Bad input and bugs fail the campaign as before. Returns
- * undefined when the campaign is stopped while `work` waits paused.
+ * requested by the user waits for a resume only. Bad input and bugs fail the campaign as before. While `work` runs,
+ * the `watched` queues are watched for a missing poller (watchedStage). Returns undefined when the campaign is
+ * stopped while `work` waits paused.
  */
 async function pausingOnInfrastructure<T>(
   run: CampaignRun,
   what: string,
   work: () => Promise<T>,
+  watched: WatchedQueue['role'][] = ['rollout', 'bookkeeping'],
 ): Promise<T | undefined> {
   const { state, input } = run;
   for (let retry = 1; ; retry++) {
     try {
-      return await work();
+      const done = await watchedStage(run, what, work, watched);
+      if ('value' in done) return done.value;
+      // Stopped while paused on a queue without a poller: the stage was cancelled, nothing waits for a resume.
+      if (state.paused) unpause(run);
+      return undefined;
     } catch (err) {
       const cause = infrastructureCause(err);
       // Histories from before this pause failed here: replay must fail them the same way.
@@ -596,6 +653,87 @@ async function pausingOnInfrastructure<T>(
   }
 }
 
+/**
+ * `work` while the rollout and bookkeeping queues are watched (queue-watch.ts). One that lists no poller for its
+ * wait (`recovery.rollout_queue_wait_ms`, at least the episode wall clock; `recovery.bookkeeping_queue_wait_ms`)
+ * pauses the campaign at `what` with the queue named; `work` is left as it is, its activities still scheduled, so no
+ * episode is lost or run twice. The pause ends by itself when the queue has a poller again or `work` ends, or on a
+ * resume (the watch then waits a full wait again); a stop while so paused cancels `work`. Runs recorded before the
+ * watch replay without its commands.
+ */
+async function watchedStage<T>(
+  run: CampaignRun,
+  what: string,
+  work: () => Promise<T>,
+  watched: WatchedQueue['role'][],
+): Promise<{ value: T } | { abandoned: true }> {
+  if (!patched('watch-every-queue')) return { value: await work() };
+  const { input, state } = run;
+  const { recovery, episode } = input.config;
+  const queues: Record<WatchedQueue['role'], WatchedQueue> = {
+    rollout: {
+      role: 'rollout',
+      name: input.queues.rollout,
+      waitMs: Math.max(recovery?.rollout_queue_wait_ms ?? defaultRolloutQueueWaitMs, episode.limits.wall_clock_ms),
+    },
+    // Bookkeeping activities take the workflow's own queue (they name none); the looks run there, so it is always
+    // watched: nobody taking a look within its wait is its missing poller.
+    bookkeeping: {
+      role: 'bookkeeping',
+      name: workflowInfo().taskQueue,
+      waitMs: recovery?.bookkeeping_queue_wait_ms ?? defaultBookkeepingQueueWaitMs,
+    },
+  };
+  try {
+    return await watchingQueues(
+      {
+        lookQueue: queues.bookkeeping,
+        asked: watched.filter((role) => role !== 'bookkeeping').map((role) => queues[role]),
+        onLook: (missing) => (missing[0] ? pauseOnQueue(run, what, missing[0]) : endQueuePause(run)),
+        epoch: () => run.watchEpoch,
+        abandon: () => run.queueWait !== undefined && state.stopAfterStep,
+      },
+      work,
+    );
+  } finally {
+    endQueuePause(run);
+  }
+}
+
+/** Pauses the campaign at `what`, naming a queue without a poller; a pause requested before is kept aside. */
+function pauseOnQueue(run: CampaignRun, what: string, queue: WatchedQueue): void {
+  const { state } = run;
+  if (run.queueWait?.queue === queue.name) return;
+  run.queueWait = run.queueWait
+    ? { ...run.queueWait, queue: queue.name }
+    : { queue: queue.name, pausedBefore: state.paused, reasonBefore: state.pauseReason };
+  state.paused = true;
+  state.pausedAt = what;
+  state.pauseReason = missingPollerReason(what, queue.name, queue.role, queue.waitMs);
+  flagPaused(true);
+  run.waitingPaused = true;
+  showDetails(run);
+  log.warn('campaign paused: a queue has no poller', { campaignId: run.input.campaignId, what, queue: queue.name });
+}
+
+/** Ends a pause on a queue without a poller (a poller is back, or the stage ended): the pause before it returns. */
+function endQueuePause(run: CampaignRun): void {
+  const { state } = run;
+  const wait = run.queueWait;
+  if (!wait) return;
+  run.queueWait = undefined;
+  state.paused = wait.pausedBefore;
+  state.pauseReason = wait.reasonBefore;
+  state.pausedAt = undefined;
+  run.waitingPaused = false;
+  flagPaused(state.paused);
+  showDetails(run);
+  log.info('campaign no longer paused on a queue without a poller', {
+    campaignId: run.input.campaignId,
+    queue: wait.queue,
+  });
+}
+
 /** The step's child workflow; a step that lost every group to infrastructure errors yields its reason instead. */
 async function trainingStep(run: CampaignRun, step: number): Promise<{ record?: TrainingStepResult; lost?: string }> {
   const { input, state } = run;
@@ -615,7 +753,7 @@ async function trainingStep(run: CampaignRun, step: number): Promise<{ record?: 
       {
         campaignId,
         step,
-        pool: state.pool!,
+        pool: trainingPool(state),
         suiteDir: input.suiteDir,
         episode,
         training: config.training,
@@ -654,7 +792,8 @@ async function report(run: CampaignRun): Promise<void> {
   if (state.paused) flagPaused(false);
   // Stopped or paused: a later pause here (Postgres or the GPU queue down) waits for the retry or a resume.
   state.paused = false;
-  await pausingOnInfrastructure(run, 'the report', () => writeReportAndRelease(run));
+  // The report runs no episode: only the bookkeeping queue is watched.
+  await pausingOnInfrastructure(run, 'the report', () => writeReportAndRelease(run), ['bookkeeping']);
   enter(run, stopped ? 'stopped' : 'done');
 }
 

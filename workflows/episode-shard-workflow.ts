@@ -4,6 +4,7 @@ import { ConcurrencySlots } from './concurrency-slots.ts';
 import {
   laneGiveBackBatch,
   shardSlotsSignal,
+  countTaskError,
   stageSlotsSignal,
   type ShardInput,
   type ShardSummary,
@@ -41,6 +42,7 @@ export async function episodeShardWorkflow(input: ShardInput): Promise<ShardSumm
         inFlight: slots.inFlight,
         reruns: summary.reruns,
         uncovered: summary.uncovered,
+        taskErrors: summary.taskErrors,
       }),
     );
   showProgress();
@@ -89,6 +91,8 @@ export async function episodeShardWorkflow(input: ShardInput): Promise<ShardSumm
       if (final.outcome !== 'infrastructure_error' || attempt >= input.maxReruns) done += 1;
       giveBackSpare();
       showProgress();
+      // Not re-run: the grader already graded it twice and met the same exception at the same place.
+      if (final.outcome === 'task_error') countTaskError(summary, uid, final.cause);
       if (final.outcome !== 'infrastructure_error') return;
       if (attempt >= input.maxReruns) {
         summary.uncovered += 1;

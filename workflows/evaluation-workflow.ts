@@ -1,7 +1,7 @@
-import { ApplicationFailure, patched, proxyActivities } from '@temporalio/workflow';
+import { ApplicationFailure, continueAsNew, patched, proxyActivities } from '@temporalio/workflow';
 import type { CampaignActivities } from '../activities/campaign-activities.ts';
 import type { KeyedEpisodesInput } from './keyed-episode-types.ts';
-import { runShardedEpisodesWaitingOutOutages, type OutageWaits } from './outage-waits.ts';
+import { runShardedEpisodesWaitingOutOutages, type OutageWaits, type StageResume } from './outage-waits.ts';
 import { runKeyedEpisodesV1 } from './keyed-episodes-v1.ts';
 import { bookkeepingOptions } from './activity-options.ts';
 
@@ -11,7 +11,8 @@ import { bookkeepingOptions } from './activity-options.ts';
  * infrastructure error) must pass before any score is computed. An evaluation outside a campaign may first wait
  * out an outage (`outageWaits`): it runs the keys again after a capped backoff (finished episodes are reused by id;
  * infrastructure-errored ones are played again under their ids). A campaign's evaluation waits none: the campaign
- * pauses instead, visibly. Aggregation reads the stored episodes of this evaluation by id prefix.
+ * pauses instead, visibly. Keys ending in task errors are not re-run and are counted apart (`taskErrors`).
+ * Aggregation reads the stored episodes of this evaluation by id prefix.
  */
 
 export interface EvaluationInput extends Omit<KeyedEpisodesInput, 'idPrefix' | 'purpose'> {
@@ -22,6 +23,13 @@ export interface EvaluationInput extends Omit<KeyedEpisodesInput, 'idPrefix' | '
    * coverage gate fails it; the waits double from `initialMs` up to `maxMs`. Default: none.
    */
   outageWaits?: OutageWaits;
+  /** Set by the evaluation itself when it continues as new part-way through its keys (outage-waits.ts). */
+  stageResume?: StageResume;
+  /**
+   * Keys that end in a task error (the task's own test code raised the same exception twice) are never re-run:
+   * `list` (default) scores the rest and names them; `fail` fails the evaluation with them named, before scoring.
+   */
+  taskErrors?: 'list' | 'fail';
 }
 export interface EvaluationResult {
   label: string;
@@ -29,6 +37,9 @@ export interface EvaluationResult {
   summary: string;
   episodes: number;
   reruns: number;
+  /** Keys that ended in a task error, and one `uid: cause` line per such task (absent: none). */
+  taskErrors?: number;
+  taskErrorTasks?: string[];
 }
 
 const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('30 minutes', 5));
@@ -42,6 +53,22 @@ function coverageGate(label: string, uncovered: number, keys: number, maxReruns:
     `coverage gate failed for evaluation ${label}: ${uncovered} of ${keys} keys still end in infrastructure errors ` +
       `after ${maxReruns} re-runs (e.g. ${samples.join('; ')}); no score is reported`,
     coverageGateFailureType,
+  );
+}
+
+/** The failure type of an evaluation with task errors when the config says they fail it. */
+export const taskErrorGateFailureType = 'TaskErrors';
+
+function taskErrorGate(
+  input: EvaluationInput,
+  stage: { keys: number; taskErrors?: number; taskErrorTasks?: string[] },
+) {
+  if (!stage.taskErrors || input.taskErrors !== 'fail') return;
+  const tasks = stage.taskErrorTasks ?? [];
+  throw ApplicationFailure.nonRetryable(
+    `evaluation ${input.label}: ${stage.taskErrors} of ${stage.keys} keys end in task errors (the task's own test ` +
+      `code raised the same exception twice; fix the tests or set task_errors: list). Tasks:\n${tasks.join('\n')}`,
+    taskErrorGateFailureType,
   );
 }
 
@@ -67,8 +94,25 @@ export async function evaluationWorkflow(input: EvaluationInput): Promise<Evalua
     const episodes = results.reduce((a, r) => a + r.attempts, 0);
     return { label: input.label, aggregate, summary, episodes, reruns: episodes - results.length };
   }
-  const stage = await runShardedEpisodesWaitingOutOutages({ ...input, idPrefix, purpose: 'eval' }, input.outageWaits);
+  const { stageResume, ...stageInput } = input;
+  const stage = await runShardedEpisodesWaitingOutOutages(
+    { ...stageInput, idPrefix, purpose: 'eval' },
+    input.outageWaits,
+    {
+      resume: stageResume,
+      continueAsNew: (resume) => continueAsNew<typeof evaluationWorkflow>({ ...input, stageResume: resume }),
+    },
+  );
   coverageGate(input.label, stage.uncovered, stage.keys, input.maxReruns, stage.uncoveredSamples);
+  taskErrorGate(input, stage);
   const { aggregate, summary } = await bookkeeping.aggregateEvaluation({ ...aggregateOptions, idPrefix });
-  return { label: input.label, aggregate, summary, episodes: stage.episodes, reruns: stage.reruns };
+  const { taskErrors, taskErrorTasks } = stage;
+  return {
+    label: input.label,
+    aggregate,
+    summary,
+    episodes: stage.episodes,
+    reruns: stage.reruns,
+    ...(taskErrors ? { taskErrors, taskErrorTasks } : {}),
+  };
 }

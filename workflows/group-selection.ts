@@ -28,6 +28,8 @@ export interface DrawnGroup {
   lost: boolean;
   infraErrors: number;
   stale: number;
+  /** Set when an episode of the group was a task error (its cause): the group is lost, its task dropped. */
+  taskError?: string;
 }
 
 export interface GroupDraws<G extends DrawnGroup> {
@@ -55,6 +57,8 @@ export interface GroupSelection<G extends DrawnGroup> {
   lostGroups: number;
   infraErrors: number;
   staleEpisodes: number;
+  /** Groups lost to their task's own test code raising (outcome task_error), with the cause. */
+  taskErrors: { uid: string; cause: string }[];
 }
 
 export type GroupVerdict = 'lost' | 'zero_variance' | 'informative';
@@ -110,5 +114,6 @@ export function selectGroups<G extends DrawnGroup>(
     lostGroups: counted.filter((g) => g.lost).length,
     infraErrors: counted.reduce((n, g) => n + g.infraErrors, 0),
     staleEpisodes: counted.reduce((n, g) => n + g.stale, 0),
+    taskErrors: counted.flatMap((g) => (g.taskError ? [{ uid: g.uid, cause: g.taskError }] : [])),
   };
 }

@@ -2,6 +2,7 @@ import { defineSignal } from '@temporalio/workflow';
 import type { EpisodeActivityInput } from '../activities/episode-activities.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import type { InfraBackoff } from './activity-options.ts';
+import type { HistorySize } from './history-budget.ts';
 
 /**
  * Inputs and results of the sharded episode runner (keyed-episodes.ts) and of its shards
@@ -26,9 +27,11 @@ export interface KeyedEpisodesInput {
   infraBackoff?: InfraBackoff;
   /** Search attribute TbtStage of the shards (default: the parent's). */
   stage?: string;
+  /** History budget per workflow of the stage (default: history-budget.ts); tests set a small one to see the cut. */
+  historyBudget?: HistorySize;
 }
 
-export interface ShardInput extends Omit<KeyedEpisodesInput, 'shardSize' | 'stage'> {
+export interface ShardInput extends Omit<KeyedEpisodesInput, 'shardSize' | 'stage' | 'historyBudget'> {
   keyOffset: number;
   keyCount: number;
   /** A lane of the stage's one bound (keyed-episodes.ts): the slots it starts with, instead of `concurrency`.
@@ -55,4 +58,30 @@ export interface ShardSummary {
   uncoveredSamples: string[];
   /** Most episodes in flight at once. */
   peakInFlight: number;
+  /** Keys that ended in a task error (their test code raised twice); absent in results of older code. */
+  taskErrors?: number;
+  /** One `uid: cause` line per task with a task error, at most taskErrorTasksKept. */
+  taskErrorTasks?: string[];
+}
+
+/** Tasks with task errors a stage names (a dataset with more is named by the aggregate and the report). */
+export const taskErrorTasksKept = 20;
+
+/** Adds a key of `uid` that ended in a task error to `summary` (its task named once, within the cap). */
+export function countTaskError(summary: ShardSummary, uid: string, cause: string | undefined): void {
+  summary.taskErrors = (summary.taskErrors ?? 0) + 1;
+  nameTask(summary, `${uid}: ${cause ?? 'task error'}`);
+}
+
+/** Adds a shard's task errors to its stage's summary. */
+export function addTaskErrors(total: ShardSummary, shard: ShardSummary): void {
+  if (!shard.taskErrors) return;
+  total.taskErrors = (total.taskErrors ?? 0) + shard.taskErrors;
+  for (const line of shard.taskErrorTasks ?? []) nameTask(total, line);
+}
+
+function nameTask(summary: ShardSummary, line: string): void {
+  const tasks = (summary.taskErrorTasks ??= []);
+  const uid = line.slice(0, line.indexOf(': ') + 2);
+  if (tasks.length < taskErrorTasksKept && !tasks.some((t) => t.startsWith(uid))) tasks.push(line);
 }

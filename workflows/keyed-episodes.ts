@@ -12,6 +12,7 @@ import { episodeShardWorkflow } from './episode-shard-workflow.ts';
 import {
   shardSlotsSignal,
   stageSlotsSignal,
+  addTaskErrors,
   type KeyedEpisodesInput,
   type ShardInput,
   type ShardSummary,
@@ -22,8 +23,9 @@ import { shardSummary, thousands } from './ui-text.ts';
 /**
  * The one sharded episode runner of probing and evaluation. A stage of `uids x repeats` keys (`uid#rep`,
  * uid-major) is cut into shards of at most `shardSize` keys; each shard is a child workflow
- * (`<idPrefix>/shard-<n>`, episode-shard-workflow.ts), so no history grows with the stage's size (a shard of 500
- * keys is about 3,000 events; the stage itself about 8 per shard, plus a few per slot handed over).
+ * (`<idPrefix>/shard-<n>`, episode-shard-workflow.ts), so no shard's history grows with the stage's size (a shard of
+ * 500 keys is about 3,000 events; the stage itself about 8 per shard, plus a few per slot handed over). The cut is
+ * planned before the stage starts (history-budget.ts, outage-waits.ts) so that every history stays within a budget.
  *
  * The stage's concurrency bound is one pool of slots shared by shards running as lanes (patched 'shard-lanes'):
  * the first shard gets every slot; a shard whose unfinished keys drop below its slots gives the spare ones back,
@@ -35,7 +37,10 @@ import { shardSummary, thousands } from './ui-text.ts';
  * aggregation activities find a stage's episodes by `idPrefix`.
  */
 
-/** About 6 history events per episode: 500 keys keep a shard near 3,000 events, re-runs included. */
+/**
+ * About 6 history events per episode: 500 keys keep a shard near 3,000 events when its episodes end well. A cap:
+ * history-budget.ts plans smaller shards where re-runs could take one past its budget (outage-waits.ts).
+ */
 export const defaultShardSize = 500;
 
 export interface StageSummary extends Omit<ShardSummary, 'uncoveredSamples'> {
@@ -52,9 +57,21 @@ export function shardRanges(keys: number, shardSize: number): [number, number][]
   return ranges;
 }
 
-export async function runShardedEpisodes(input: KeyedEpisodesInput): Promise<StageSummary> {
-  const { uids, repeats, shardSize, ...common } = input;
-  const total: StageSummary = {
+/**
+ * Shards `first` up to `end` of a pass cut into shards of `shardSize` keys (history-budget.ts plans it), added to
+ * `total` (the pass so far, possibly from an earlier run of the workflow).
+ */
+export interface ShardSegment {
+  shardSize: number;
+  first: number;
+  end: number;
+  total?: StageSummary;
+}
+
+/** Runs a whole pass (`segment` absent: as before the history budget) or one segment of one. */
+export async function runShardedEpisodes(input: KeyedEpisodesInput, segment?: ShardSegment): Promise<StageSummary> {
+  const { uids, repeats, shardSize, historyBudget: _budget, ...common } = input;
+  const total: StageSummary = segment?.total ?? {
     keys: 0,
     episodes: 0,
     reruns: 0,
@@ -64,7 +81,7 @@ export async function runShardedEpisodes(input: KeyedEpisodesInput): Promise<Sta
     shards: 0,
   };
   const parent = workflowInfo().typedSearchAttributes;
-  const ranges = shardRanges(uids.length * repeats, shardSize ?? defaultShardSize);
+  const ranges = shardRanges(uids.length * repeats, segment?.shardSize ?? shardSize ?? defaultShardSize);
   const keys = uids.length * repeats;
   const stageName = input.stage ?? input.purpose;
   const shardId = (i: number) => `${input.idPrefix}/shard-${i}`;
@@ -104,6 +121,7 @@ export async function runShardedEpisodes(input: KeyedEpisodesInput): Promise<Sta
     total.uncovered += summary.uncovered;
     total.peakInFlight = Math.max(total.peakInFlight, summary.peakInFlight);
     total.uncoveredSamples.push(...summary.uncoveredSamples.slice(0, 3 - total.uncoveredSamples.length));
+    addTaskErrors(total, summary);
   };
   const progress = (running: string) =>
     setCurrentDetails(
@@ -113,6 +131,8 @@ export async function runShardedEpisodes(input: KeyedEpisodesInput): Promise<Sta
   if (patched('shard-lanes'))
     await runLanes({
       keyCounts: ranges.map(([, keyCount]) => keyCount),
+      first: segment?.first ?? 0,
+      end: segment?.end ?? ranges.length,
       bound: input.concurrency,
       shardId,
       start: (i, laneSlots) => startChild(episodeShardWorkflow, shard(i, laneSlots)),
@@ -129,12 +149,14 @@ export async function runShardedEpisodes(input: KeyedEpisodesInput): Promise<Sta
 }
 
 /**
- * Shards as lanes of one bound of `bound` slots (see above). A shard that is given slots but has not given any
- * back yet is short of slots; slots given back go to the youngest such shard, else start the next shard, else
- * (the last shards' tails) stay with the stage.
+ * Shards `first` up to `end` as lanes of one bound of `bound` slots (see above). A shard that is given slots but has
+ * not given any back yet is short of slots; slots given back go to the youngest such shard, else start the next
+ * shard, else (the last shards' tails) stay with the stage.
  */
 async function runLanes(lanes: {
   keyCounts: number[];
+  first: number;
+  end: number;
   bound: number;
   shardId: (i: number) => string;
   start: (i: number, laneSlots: number) => Promise<ChildWorkflowHandle<typeof episodeShardWorkflow>>;
@@ -144,7 +166,7 @@ async function runLanes(lanes: {
   const { keyCounts, add, progress } = lanes;
   const shards = keyCounts.length;
   let spare = lanes.bound;
-  let next = 0;
+  let next = lanes.first;
   /** Bumped on every signal and shard end: the loop looks again. */
   let changes = 0;
   let failure: unknown;
@@ -159,7 +181,7 @@ async function runLanes(lanes: {
     const at = [...running.values()].map((r) => r.index + 1);
     progress(`shard${at.length > 1 ? 's' : ''} ${at.join(', ') || '-'} of ${shards} running`);
   };
-  while (next < shards || running.size > 0) {
+  while (next < lanes.end || running.size > 0) {
     if (failure !== undefined) throw failure;
     const youngest = [...running.keys()].filter((id) => short.has(id)).at(-1);
     if (spare > 0 && youngest !== undefined) {
@@ -176,7 +198,7 @@ async function runLanes(lanes: {
         });
       continue;
     }
-    if (spare > 0 && next < shards) {
+    if (spare > 0 && next < lanes.end) {
       const [index, slots] = [next, spare];
       next += 1;
       spare = 0;

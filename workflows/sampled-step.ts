@@ -23,6 +23,8 @@ export interface SampledStep {
   infraErrors: number;
   staleEpisodes: number;
   fallback: GroupSelection<DrawnGroup>['fallback'];
+  /** Groups dropped because their task's test code raised (absent: none, or sampled by older code). */
+  taskErrors?: GroupSelection<DrawnGroup>['taskErrors'];
 }
 
 export type SampledEpisode = Pick<EpisodeSummary, 'id' | 'reward' | 'outcome' | 'weightVersion'>;
@@ -49,6 +51,7 @@ export function sampledStep(
     infraErrors: selection.infraErrors,
     staleEpisodes: selection.staleEpisodes,
     fallback: selection.fallback,
+    ...(selection.taskErrors.length ? { taskErrors: selection.taskErrors } : {}),
   };
 }
 

@@ -16,6 +16,7 @@ import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import { logprobsServing, loraServing } from '../config/lora-serving.ts';
 import { canonicalJson } from '../core/canonical-json.ts';
+import { pausingEvaluation } from './evaluation-pauses.ts';
 import { evaluationWorkflow, type EvaluationInput, type EvaluationResult } from './evaluation-workflow.ts';
 import { campaignAttributes } from './search-attribute-keys.ts';
 import { withMissingPollerNamed } from './missing-poller.ts';
@@ -144,11 +145,13 @@ async function evaluateStep(
     return { ...episode, policy: { ...policy, weight_version: latest.step } };
   };
   const evaluated = stepLabel === 'external' ? 'the external policy as served' : `step ${latest.step}`;
-  try {
+  const run = async (): Promise<ScheduledEvaluationResult> => {
     for (let waits = 0; ; waits++) {
       // Again after each wait: the run waited for may have stopped the server they shared when it ended.
       const episode = await policyOnWeights();
       if (waits > 0) setCurrentDetails(`starting ${evaluationId} again after waiting for it`);
+      // `tbt eval run` follows the child this names (cli/evaluation-progress.ts); metadata only, no command.
+      setCurrentDetails(`running ${evaluationId}`);
       try {
         const result = await executeChild(evaluationWorkflow, {
           workflowId: evaluationId,
@@ -171,6 +174,7 @@ async function evaluateStep(
               shardSize: input.config.evaluation.shard_size,
               maxReruns: defaultMaxReruns,
               outageWaits: evaluationOutageWaits(input.config),
+              taskErrors: input.config.evaluation.task_errors,
             },
           ],
         });
@@ -187,6 +191,11 @@ async function evaluateStep(
       setCurrentDetails(`waiting for ${evaluationId}, already running (another run of the same evaluation)`);
       await sleep(ms);
     }
+  };
+  try {
+    // Runs started before this patch failed on an infrastructure failure: replay fails them the same way.
+    if (!patched('evaluation-pauses')) return await run();
+    return await pausingEvaluation(`evaluation ${evaluationId}`, input.config.recovery, run);
   } finally {
     if (embedded) await stopEvaluationServer(input.queues.gpu, serverId);
   }

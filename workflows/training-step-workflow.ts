@@ -1,4 +1,5 @@
 import {
+  type ActivityInterfaceFor,
   ApplicationFailure,
   condition,
   log,
@@ -27,6 +28,7 @@ import { ConcurrencySlots } from './concurrency-slots.ts';
 import { episodeLag, sampledStep, type SampledStep } from './sampled-step.ts';
 import { selectGroups, type DrawnGroup, type GroupSelection } from './group-selection.ts';
 import { startLearnerNodes } from './learner-nodes.ts';
+import { episodesToRead, trainedBatchRecord } from './trained-batch-record.ts';
 import { runEpisodeOrInfraError } from './one-episode.ts';
 import { withMissingPollerNamed } from './missing-poller.ts';
 
@@ -137,7 +139,12 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<Tr
   const items = advantageItems(sample, t.normalize_std);
   if (!overlapped || !input.sampleNext) {
     setCurrentDetails(`${trained}, then export and weight sync`);
-    const record = stepRecord(input, sample, await updatePolicy(input, items));
+    const policy = await updatePolicy(input, items);
+    // No await on the usual path: the commands keep the order recorded histories have.
+    const record =
+      policy.update.batchMatches === false
+        ? await trainedStepRecord(input, sample, policy, bookkeeping)
+        : stepRecord(input, sample, policy);
     await bookkeeping.recordStep(record);
     return record;
   }
@@ -147,7 +154,10 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<Tr
   const next = samplingOf(input, input.step + 1, input.step);
   const [record, nextSample] = await Promise.all([
     updatePolicy(input, items, next).then(async (policy) => {
-      const r = stepRecord(input, sample, policy);
+      const r =
+        policy.update.batchMatches === false
+          ? await trainedStepRecord(input, sample, policy, bookkeeping)
+          : stepRecord(input, sample, policy);
       await bookkeeping.recordStep(r);
       return r;
     }),
@@ -211,6 +221,14 @@ function groupRunner(input: TrainingStepInput, sampling: Sampling, current: bool
     sampling.trainVersion - (e.weightVersion ?? sampling.trainVersion) > t.max_staleness;
   return async (uid: string): Promise<GroupResult> => {
     const first = await Promise.all(Array.from({ length: t.group_size }, (_, rep) => episode(uid, rep)));
+    // The task's own test raised twice (task_error): its group is never trained on and nothing is refilled, since
+    // a refill meets the same test; the group is replaced like a lost one and the step record names the cause.
+    const taskError = first.find((e) => e.outcome === 'task_error');
+    if (taskError) {
+      const infraErrors = first.filter((e) => e.outcome === 'infrastructure_error').length;
+      const cause = taskError.cause ?? `task ${uid}: its test raised`;
+      return { uid, episodes: [], rewards: [], lost: true, infraErrors, stale: 0, taskError: cause };
+    }
     const valid = first.filter((e) => e.outcome !== 'infrastructure_error' && !isStale(e));
     let infraErrors = first.filter((e) => e.outcome === 'infrastructure_error').length;
     let stale = first.length - valid.length - infraErrors;
@@ -381,7 +399,7 @@ function stepRecord(
 ): StepRecord {
   const episodes = sample.groups.flatMap((g) => g.episodes);
   // Leakage check: an infrastructure-errored episode must never reach an advantage.
-  const leaked = episodes.filter((e) => e.outcome === 'infrastructure_error').length;
+  const leaked = episodes.filter((e) => e.outcome === 'infrastructure_error' || e.outcome === 'task_error').length;
   const rewards = episodes.map((e) => e.reward);
   return {
     campaignId: input.campaignId,
@@ -396,6 +414,7 @@ function stepRecord(
     replacements: sample.replacements,
     lostGroups: sample.lostGroups,
     infraErrors: sample.infraErrors,
+    ...(sample.taskErrors ? { taskErrorGroups: sample.taskErrors } : {}),
     leakedInfraEpisodes: leaked,
     fallback: sample.fallback,
     meanReward: rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : 0,
@@ -410,4 +429,28 @@ function stepRecord(
     episodeLag: episodeLag(sample),
     phaseSeconds: { sample: sample.seconds, ...seconds },
   };
+}
+
+/**
+ * The record of a step the learner had trained on another batch than the one drawn (trained-batch-record.ts),
+ * called only then (`batchMatches` false): recorded histories replay without the patch's marker. The trained
+ * episodes this run did not draw are read from the episode store.
+ */
+async function trainedStepRecord(
+  input: TrainingStepInput,
+  sample: SampledStep,
+  policy: Awaited<ReturnType<typeof updatePolicy>>,
+  bookkeeping: ActivityInterfaceFor<CampaignActivities>,
+): Promise<StepRecord> {
+  const record = stepRecord(input, sample, policy);
+  if (!patched('trained-batch-record')) return record;
+  const ids = policy.update.trainedEpisodeIds;
+  const missing = ids ? episodesToRead(sample, ids) : [];
+  const read = missing.length ? await bookkeeping.trainedEpisodes({ episodeIds: missing }) : [];
+  log.warn('the learner had trained this step on another batch: the record names the batch trained', {
+    step: input.step,
+    trained: ids?.length ?? null,
+    drawn: sample.groups.reduce((n, g) => n + g.episodes.length, 0),
+  });
+  return trainedBatchRecord(record, sample, ids, read);
 }

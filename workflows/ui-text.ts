@@ -42,9 +42,11 @@ export function episodeProgress(p: {
   inFlight: number;
   reruns: number;
   uncovered: number;
+  taskErrors?: number;
 }) {
   const parts = [`${thousands(p.done)}/${thousands(p.keys)} keys done`, `${p.inFlight} in flight`];
   if (p.reruns) parts.push(`${p.reruns} re-runs`);
   if (p.uncovered) parts.push(`${p.uncovered} uncovered`);
+  if (p.taskErrors) parts.push(`${p.taskErrors} task errors (their tests raise; not re-run)`);
   return parts.join(' · ');
 }

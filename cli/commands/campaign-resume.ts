@@ -9,7 +9,8 @@ import { campaignWorkflow, resumeUpdate, type CampaignInput } from '../../workfl
  * run. The campaign continues as new after every committed training step, so that input holds the state at its
  * last committed step: the stage and step it was in run again (the learner restores that step's checkpoint,
  * stored episodes are reused by id, a step the learner already applied is answered from its store), so no step is
- * trained twice and no episode counted twice.
+ * trained twice and no episode counted twice. A running evaluation paused by an infrastructure failure
+ * (workflows/evaluation-pauses.ts) is resumed by the same Update.
  */
 
 /** Where a campaign whose workflow has closed starts again: the input of its latest run, pause and stop cleared. */
@@ -34,6 +35,14 @@ export async function resumeCampaign(client: Client, env: Environment, id: strin
   if (status === 'RUNNING') {
     console.log(`${id}: ${await handle.executeUpdate(resumeUpdate)}`);
     return 0;
+  }
+  // A paused evaluation (`tbt eval run`, a schedule) answers the same Update; a closed one is run again by its CLI.
+  if (description.type !== campaignWorkflow.name) {
+    console.error(
+      `${id} is a ${description.type} and ${status.toLowerCase()}: run the same \`tbt eval run\` again ` +
+        '(its finished episodes are reused)',
+    );
+    return 1;
   }
   if (status === 'COMPLETED') {
     console.error(`campaign ${id} completed (its report is written): nothing to resume`);

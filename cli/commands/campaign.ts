@@ -47,6 +47,7 @@ import { campaignFileName } from '../../core/campaign-id.ts';
 import { explainedWorkflowFailure, workflowFailureText } from '../workflow-failure-text.ts';
 import { terminateCampaign } from './campaign-terminate.ts';
 import { dryRunMemoryVerdict } from '../memory-verdict.ts';
+import { followEvaluation } from '../evaluation-progress.ts';
 import { resumeCampaign } from './campaign-resume.ts';
 import { connectTemporalClient } from '../../infra/temporal-connection.ts';
 
@@ -79,16 +80,16 @@ function campaignInput(
     [path.resolve(base, p), path.resolve(repoRoot, p)].find((x) => fs.existsSync(x)) ?? path.resolve(repoRoot, p);
   const suiteDir = resolve(config.suite);
   if (!isSuiteDir(suiteDir))
-    throw new Error(
+    throw new BadInputError(
       `${configFile}: field suite: ${config.suite} is not a task suite folder (scenarios/ and tasks/, or an ` +
         'imported suite written by `tbt tasks import-thinkingbox`)',
     );
   const excludeUidsFile = config.exclude_uids ? resolve(config.exclude_uids) : undefined;
   if (excludeUidsFile && !fs.existsSync(excludeUidsFile))
-    throw new Error(`${configFile}: field exclude_uids: ${config.exclude_uids} does not exist`);
+    throw new BadInputError(`${configFile}: field exclude_uids: ${config.exclude_uids} does not exist`);
   const pricesFile = config.prices ? resolve(config.prices) : undefined;
   if (pricesFile && !fs.existsSync(pricesFile))
-    throw new Error(`${configFile}: field prices: ${config.prices} does not exist`);
+    throw new BadInputError(`${configFile}: field prices: ${config.prices} does not exist`);
   let learner: CampaignConfig['learner'];
   try {
     learner = resolveLearnerSection(config.learner, config.seed);
@@ -386,7 +387,7 @@ async function evaluationUids(tasks: string, suiteDir: string): Promise<string[]
   const { loadSuites, formatProblem } = await import('../../task-suites/task-suite-loader.ts');
   const { suites, problems } = loadSuites(suiteDir);
   if (!suites[0] || problems.length)
-    throw new Error(
+    throw new BadInputError(
       `suite ${suiteDir}: ${problems.slice(0, 5).map(formatProblem).join('; ') || 'no task suite there'}`,
     );
   const known = suites[0].tasks.map((t) => t.uid);
@@ -440,7 +441,8 @@ export async function runEvaluation(args: string[]): Promise<number> {
       again: ['tbt', 'eval', 'run', ...args].map(shellWord).join(' '),
       uiUrl: workflowUrl(env, workflowId),
     } as const;
-    const result = await explainedWorkflowFailure(waitForResult(handle), waited);
+    const stopFollowing = followEvaluation(client, handle, (line) => console.log(line));
+    const result = await explainedWorkflowFailure(waitForResult(handle), waited).finally(stopFollowing);
     console.log(result.summary);
     console.log(`aggregate: ${result.aggregate}`);
     return 0;

@@ -44,11 +44,13 @@ import { integerFlag } from '../flag-values.ts';
 import { evalAggregateCommand, evalCommand, evalCompareCommand } from '../command-definitions.ts';
 import { asksForHelp, parseCommandLine } from '../command-line.ts';
 import { dollars, percent } from '../../core/report/format.ts';
+import { leftOutNote, withoutTaskErrorTasks } from '../../core/task-error-pairing.ts';
 
 /**
  * `tbt eval`: metrics from result files (our episode records or ThinkingBox result lines), behind a
  * coverage gate: no score is printed or written unless every (task, repetition) key is present exactly
- * once and no row is an infrastructure error.
+ * once and no row is an infrastructure error. A task with a key that ended in a task error (its own test code
+ * raised the same exception twice) is counted apart: listed with the cause, left out of every score.
  */
 
 const FORMAT_DEFAULTS = {
@@ -57,6 +59,7 @@ const FORMAT_DEFAULTS = {
     repetition: 'repetition',
     success: 'success',
     systemError: ['infrastructure_error'],
+    taskError: 'task_error',
     domain: 'domain',
     tokens: 'tokens',
   },
@@ -66,6 +69,8 @@ const FORMAT_DEFAULTS = {
     repetition: 'metadata.repetition',
     success: 'test_result.result',
     systemError: ['is_system_error', 'test_result.is_system_error'],
+    // The reference has no task errors: its system errors are all re-run.
+    taskError: '',
     domain: '',
     tokens: 'usage',
   },
@@ -103,6 +108,8 @@ interface AggregateConfig {
   repetitionField: string | null;
   successField: string;
   systemErrorFields: string[];
+  /** Field that marks a task error (true); null when the format has none. */
+  taskErrorField: string | null;
   domainField: string | null;
   tokensField: string;
   repeats: number;
@@ -133,6 +140,7 @@ function parseAggregateArgs(args: string[]): AggregateConfig {
     repetitionField: (values['repetition-field'] ?? defaults.repetition) || null,
     successField: required('--success-field', values['success-field'], defaults.success),
     systemErrorFields,
+    taskErrorField: defaults.taskError || null,
     domainField: (values['domain-field'] ?? defaults.domain) || null,
     tokensField: required('--tokens-field', values['tokens-field'], defaults.tokens),
     repeats: integerFlag('--repeats', values.repeats, { min: 1 }),
@@ -150,6 +158,8 @@ interface ResultRow {
   /** Canonical JSON of the repetition value, or the row's position among the uid's rows. */
   repetition: string;
   systemErrorField: string | null;
+  /** The row's cause when it is a task error. */
+  taskError: string | null;
   success: boolean | null;
   domain: string;
   tokens: RoleUsage | null;
@@ -222,6 +232,11 @@ function readResultRows(file: string, text: string, config: AggregateConfig, wit
         break;
       }
     }
+    // Optional: result lines written before task errors existed have no such field.
+    const taskError =
+      !systemErrorField && config.taskErrorField && r.row[config.taskErrorField] === true
+        ? String(r.row.cause ?? 'task error')
+        : null;
     let domain = datasetGroup(uid);
     if (config.domainField) {
       const value = r.get(config.domainField);
@@ -235,7 +250,8 @@ function readResultRows(file: string, text: string, config: AggregateConfig, wit
       uid,
       repetition,
       systemErrorField,
-      success: systemErrorField ? null : r.getBoolean(config.successField),
+      taskError,
+      success: systemErrorField || taskError ? null : r.getBoolean(config.successField),
       domain,
       tokens: withTokens && !systemErrorField ? readTokens(r, config.tokensField) : null,
     };
@@ -417,11 +433,37 @@ function aggregateCost(
   return { cost, taskCost };
 }
 
+/** Tasks with task errors (each key's cause), and the rows of every other task: the ones scored. */
+function setAsideTaskErrors(all: readonly ResultRow[]): { rows: ResultRow[]; taskErrors: TaskErrorReport } {
+  const byUid = new Map<string, { uid: string; keys: number; cause: string }>();
+  for (const r of all) {
+    if (r.taskError === null) continue;
+    const t = byUid.get(r.uid);
+    if (t) t.keys += 1;
+    else byUid.set(r.uid, { uid: r.uid, keys: 1, cause: r.taskError });
+  }
+  const tasks = [...byUid.values()].sort((a, b) => compareStrings(a.uid, b.uid));
+  const keys = tasks.reduce((n, t) => n + t.keys, 0);
+  const rows = all.filter((r) => !byUid.has(r.uid));
+  if (rows.length === 0 && tasks.length > 0)
+    throw new InputError(
+      `every task has a key that ended in a task error (its test code raised); nothing to score:\n` +
+        tasks.map((t) => `${t.uid}: ${t.cause}`).join('\n'),
+    );
+  return { rows, taskErrors: { keys, tasks } };
+}
+
+interface TaskErrorReport {
+  keys: number;
+  tasks: { uid: string; keys: number; cause: string }[];
+}
+
 function aggregateCommand(args: string[], io: CommandIo): number {
   const config = parseAggregateArgs(args);
   const prices = config.pricesFile ? loadPrices(config.pricesFile) : null;
-  const { expected, tasksInput, rows, inputs } = readAggregateInputs(config, prices !== null);
-  requireCoverage(rows, config.repeats, expected);
+  const { expected, tasksInput, rows: allRows, inputs } = readAggregateInputs(config, prices !== null);
+  requireCoverage(allRows, config.repeats, expected);
+  const { rows, taskErrors } = setAsideTaskErrors(allRows);
 
   const outcomes = taskOutcomes(rows);
   const ks = reportedKs(config.repeats);
@@ -459,7 +501,14 @@ function aggregateCommand(args: string[], io: CommandIo): number {
       tasks: tasksInput,
       prices: config.pricesFile ? { path: config.pricesFile, sha256: sha256(readInputFile(config.pricesFile)) } : null,
     },
-    coverage: { tasks: outcomes.length, attempts: rows.length, complete: true },
+    coverage: {
+      tasks: outcomes.length,
+      attempts: rows.length,
+      complete: true,
+      task_error_tasks: taskErrors.tasks.length,
+      task_error_keys: taskErrors.keys,
+    },
+    task_errors: taskErrors.tasks,
     overall,
     domains,
     cost,
@@ -468,7 +517,7 @@ function aggregateCommand(args: string[], io: CommandIo): number {
   const outDir = path.dirname(config.out);
   fs.mkdirSync(outDir, { recursive: true });
   writeFileAtomic(config.out, `${JSON.stringify(JSON.parse(canonicalJson(report)), null, 2)}\n`);
-  io.out(renderAggregate(config.repeats, overall, domains, cost));
+  io.out(renderAggregate(config.repeats, overall, domains, cost, taskErrors));
   io.out(`\nwrote ${config.out}`);
   return 0;
 }
@@ -478,6 +527,10 @@ function aggregateCommand(args: string[], io: CommandIo): number {
 
 function interval([lo, hi]: [number, number]): string {
   return `[${(100 * lo).toFixed(1)}, ${(100 * hi).toFixed(1)}]`;
+}
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
 }
 
 function table(header: string[], rows: string[][]): string {
@@ -492,6 +545,7 @@ function renderAggregate(
   overall: Summary,
   domains: Record<string, Summary>,
   cost: (CostReport & { domains: Record<string, CostReport> }) | null,
+  taskErrors: TaskErrorReport,
 ): string {
   const k = repeats;
   const header = [
@@ -528,6 +582,13 @@ function renderAggregate(
   const lines = [
     `coverage: ${overall.tasks} tasks x ${repeats} repetitions = ${overall.attempts} attempts, every key present ` +
       `once, no infrastructure errors`,
+    ...(taskErrors.tasks.length
+      ? [
+          `task errors: ${plural(taskErrors.tasks.length, 'task')} (${plural(taskErrors.keys, 'key')}) left out of ` +
+            `every score, their test code raised the same exception twice:`,
+          ...taskErrors.tasks.map((t) => `  ${t.uid} (${plural(t.keys, 'key')}): ${t.cause}`),
+        ]
+      : []),
     '',
     table(header, rows),
     '',
@@ -563,9 +624,10 @@ const aggregateFileSchema = z.object({
       z.object({ uid: z.string().min(1), domain: z.string(), n: z.number().int().min(1), c: z.number().int().min(0) }),
     )
     .min(1),
+  task_errors: z.array(z.object({ uid: z.string() })).optional(),
 });
 
-function readAggregateFile(file: string): TaskOutcome[] {
+function readAggregateFile(file: string): { tasks: TaskOutcome[]; task_errors?: { uid: string }[] } {
   const text = readInputFile(file).toString('utf8');
   let json: unknown;
   try {
@@ -581,7 +643,8 @@ function readAggregateFile(file: string): TaskOutcome[] {
         `aggregate --out')`,
     );
   }
-  return parsed.data.tasks.map(({ uid, domain, n, c }) => ({ uid, domain, n, c }));
+  const tasks = parsed.data.tasks.map(({ uid, domain, n, c }) => ({ uid, domain, n, c }));
+  return { tasks, task_errors: parsed.data.task_errors };
 }
 
 function compareCommand(args: string[], io: CommandIo): number {
@@ -590,8 +653,10 @@ function compareCommand(args: string[], io: CommandIo): number {
   const resamples = integerFlag('--resamples', parsed.values.resamples, { min: 1 });
   const seed = integerFlag('--seed', parsed.values.seed, { min: 0 });
   let comparison: Comparison;
+  const paired = withoutTaskErrorTasks(readAggregateFile(fileA), readAggregateFile(fileB));
+  if (paired.leftOut.length) io.out(leftOutNote(paired.leftOut));
   try {
-    comparison = pairedComparison(readAggregateFile(fileA), readAggregateFile(fileB), { resamples, seed });
+    comparison = pairedComparison(paired.a, paired.b, { resamples, seed });
   } catch (err) {
     if (err instanceof RangeError) throw new InputError(`${fileA} vs ${fileB}: ${err.message}`);
     throw err;

@@ -72,6 +72,7 @@ const OUTCOME_LABELS: Record<string, string> = {
   success: 'passed',
   agent_failure: 'failed',
   infrastructure_error: 'infrastructure error',
+  task_error: 'task error (its test code raised)',
   running: 'running',
 };
 

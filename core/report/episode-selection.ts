@@ -1,9 +1,9 @@
 import { compareStrings } from '../difficulty.ts';
 
 /**
- * Which episodes of an evaluation get a page next to the report: per task, the first passed, the first failed
- * and the first infrastructure-errored episode (by repetition), so the pages stay bounded (at most three per
- * task) while every task shown has an example of each outcome it had.
+ * Which episodes of an evaluation get a page next to the report: per task, the first passed, the first failed,
+ * the first infrastructure-errored and the first task-errored episode (by repetition), so the pages stay bounded
+ * (at most four per task) while every task shown has an example of each outcome it had.
  */
 
 /** The fields of a result line (rollout/episode-result-line.ts) the choice reads. */
@@ -14,11 +14,18 @@ export interface EpisodeResultRef {
   domain: string;
   success: boolean;
   infrastructure_error: boolean;
+  /** Absent in result lines written before task errors. */
+  task_error?: boolean;
 }
 
-export type EpisodeOutcomeLabel = 'passed' | 'failed' | 'infrastructure error';
+export type EpisodeOutcomeLabel = 'passed' | 'failed' | 'infrastructure error' | 'task error';
 
-export const EPISODE_OUTCOMES: readonly EpisodeOutcomeLabel[] = ['passed', 'failed', 'infrastructure error'];
+export const EPISODE_OUTCOMES: readonly EpisodeOutcomeLabel[] = [
+  'passed',
+  'failed',
+  'infrastructure error',
+  'task error',
+];
 
 export interface ChosenTaskEpisodes {
   uid: string;
@@ -29,8 +36,12 @@ export interface ChosenTaskEpisodes {
   chosen: { outcome: EpisodeOutcomeLabel; id: string; repetition: number }[];
 }
 
-export function outcomeOf(line: Pick<EpisodeResultRef, 'success' | 'infrastructure_error'>): EpisodeOutcomeLabel {
-  return line.infrastructure_error ? 'infrastructure error' : line.success ? 'passed' : 'failed';
+export function outcomeOf(
+  line: Pick<EpisodeResultRef, 'success' | 'infrastructure_error' | 'task_error'>,
+): EpisodeOutcomeLabel {
+  if (line.infrastructure_error) return 'infrastructure error';
+  if (line.task_error) return 'task error';
+  return line.success ? 'passed' : 'failed';
 }
 
 export function chooseEpisodes(lines: readonly EpisodeResultRef[]): ChosenTaskEpisodes[] {
@@ -38,7 +49,7 @@ export function chooseEpisodes(lines: readonly EpisodeResultRef[]): ChosenTaskEp
   for (const l of lines) byUid.set(l.uid, [...(byUid.get(l.uid) ?? []), l]);
   return [...byUid.keys()].sort(compareStrings).map((uid) => {
     const rows = [...byUid.get(uid)!].sort((a, b) => a.repetition - b.repetition || compareStrings(a.id, b.id));
-    const graded = rows.filter((r) => !r.infrastructure_error);
+    const graded = rows.filter((r) => !r.infrastructure_error && !r.task_error);
     return {
       uid,
       domain: rows[0]!.domain,

@@ -38,6 +38,7 @@ interface StoredGrade {
   assertions: { name: string; passed: boolean }[];
   rubrics: { question: string; answer: string; yes: boolean }[];
   cause?: string;
+  taskError?: { file: string; line: number; exception: string };
 }
 interface RoleUsage {
   calls: number;
@@ -185,7 +186,7 @@ export function toolCallLine(call: Pick<ToolCallView, 'name' | 'arguments'>): st
 function rewardText(episode: StoredEpisode): string {
   const r = episode.record;
   if (!r) return 'n/a';
-  if (r.outcome === 'infrastructure_error') return 'none (not graded)';
+  if (r.outcome === 'infrastructure_error' || r.outcome === 'task_error') return 'none (not graded)';
   return String(r.reward);
 }
 
@@ -288,6 +289,12 @@ function notes(episode: StoredEpisode): string[] {
   if (r.unstorableCharacters)
     out.push(`${r.unstorableCharacters} characters Postgres cannot store were replaced by U+FFFD.`);
   if (!r.grade && r.outcome !== 'infrastructure_error') out.push('Not graded: the episode ended before grading.');
+  const place = r.grade?.taskError;
+  if (place)
+    out.push(
+      `Task error: the task's test code raised ${place.exception} at ${place.file}:${place.line} in two gradings ` +
+        `of this episode; it is not scored or trained on. Fix the test (tbt tasks validate lists such tasks).`,
+    );
   return out;
 }
 

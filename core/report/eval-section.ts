@@ -14,6 +14,7 @@ import {
   type Table,
 } from './report-model.ts';
 import { barChart, formats, PALETTE, scatterChart, type ScatterSeries } from './svg-charts.ts';
+import { leftOutNote, withoutTaskErrorTasks } from '../task-error-pairing.ts';
 
 /**
  * Evaluation results (docs/reference-rules.md §5): pass@1, unbiased pass@k and pass^k, the observed k/k count
@@ -282,11 +283,10 @@ function evalPlot(evals: EvalInput[]): EvalPlot {
 /** The paired bootstrap of before against after; null (with a note) when the two cannot be paired. */
 function pairedOrNote(input: ReportInput, notes: string[]): Comparison | null {
   if (!(input.before && input.after)) return null;
+  const paired = withoutTaskErrorTasks(input.before.aggregate, input.after.aggregate);
+  if (paired.leftOut.length) notes.push(`${leftOutNote(paired.leftOut)}.`);
   try {
-    return pairedComparison(input.before.aggregate.tasks, input.after.aggregate.tasks, {
-      resamples: PAIRED_RESAMPLES,
-      seed: PAIRED_SEED,
-    });
+    return pairedComparison(paired.a, paired.b, { resamples: PAIRED_RESAMPLES, seed: PAIRED_SEED });
   } catch (err) {
     if (!(err instanceof RangeError)) throw err;
     notes.push(`No paired comparison: ${err.message}.`);
@@ -405,9 +405,17 @@ function evalCaption(input: ReportInput, evals: EvalInput[]): string {
         `intervals.`;
 }
 
-/** Per task, links to the pages of one passed, one failed and one infrastructure-errored episode (when any). */
+/** Per task, links to the pages of one episode of each outcome it had (passed, failed, infra or task error). */
 function episodesTable(label: string, episodes: EvalEpisodes): Table {
-  const header = ['task', 'domain', 'passed / graded', 'passed episode', 'failed episode', 'infra error episode'];
+  const header = [
+    'task',
+    'domain',
+    'passed / graded',
+    'passed episode',
+    'failed episode',
+    'infra error episode',
+    'task error episode',
+  ];
   const cells = episodes.tasks.map((t) => {
     const chosen = EPISODE_OUTCOMES.map((o) => t.chosen.find((c) => c.outcome === o));
     return {

@@ -204,6 +204,8 @@ const aggregateSchema = z.object({
       }),
     )
     .min(1),
+  // Absent in aggregates written before task errors existed.
+  task_errors: z.array(z.object({ uid: z.string(), keys: z.number().int(), cause: z.string() })).optional(),
 });
 
 export function parseEvalAggregate(file: string, text: string, label: string): EvalInput {

@@ -70,6 +70,8 @@ export interface EvalAggregate {
   domains: Record<string, Summary>;
   cost: (EvalCostReport & { domains: Record<string, EvalCostReport> }) | null;
   tasks: { uid: string; domain: string; n: number; c: number; cost: number | null }[];
+  /** Tasks left out of the scores: their test code raised the same exception twice (absent: none, or older). */
+  task_errors?: { uid: string; keys: number; cause: string }[];
 }
 
 export interface EvalInput {

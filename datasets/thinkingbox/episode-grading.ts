@@ -16,12 +16,14 @@ import {
   type TestCaseResult,
   type TestContext,
 } from './test-case-runner.ts';
+import { TestCodeError } from './test-code-error.ts';
 
 /**
  * Grading of a ThinkingBox episode: the terminal state from each server's `__reserved__geteffects`, then the
  * task's test code on it (or the native fast path for the common hash-and-rubrics body). A failing test is an
- * agent failure; a test or server that cannot run is an infrastructure error; a test that needs a judge when
- * none is configured is bad input.
+ * agent failure; a test or server that cannot run is an infrastructure error; a test whose own code raises the
+ * same exception at the same place in two gradings is a task error; a test that needs a judge when none is
+ * configured is bad input.
  */
 
 /** What grading needs of an open episode. */
@@ -196,13 +198,43 @@ function runTest(
   });
 }
 
+/**
+ * The test's result; when its own code raises, it runs once more on the same effects, and the same exception at
+ * the same place again is returned as the TestCodeError (a task error). A different second answer stands as it is.
+ */
+async function runTestGradedAgainOnce(
+  episode: EpisodeGrading,
+  effects: Record<string, ServerEffects>,
+  request: GradeRequest,
+): Promise<TestCaseResult | TestCodeError> {
+  try {
+    return await runTest(episode, effects, request);
+  } catch (first) {
+    if (!(first instanceof TestCodeError)) throw first;
+    try {
+      return await runTest(episode, effects, request);
+    } catch (second) {
+      if (second instanceof TestCodeError && second.signature === first.signature) return second;
+      throw second;
+    }
+  }
+}
+
 export async function gradeEpisode(episode: EpisodeGrading, request: GradeRequest): Promise<GradeReport> {
   const { task } = episode;
   const report = ungradedReport();
   try {
     const effects = await serverEffects(episode.servers, episode.toolTimeoutMs);
     recordTerminalState(report, effects);
-    const outcome = await runTest(episode, effects, request);
+    const outcome = await runTestGradedAgainOnce(episode, effects, request);
+    if (outcome instanceof TestCodeError) {
+      const { file, line } = outcome.place;
+      const taskError = { file, line, exception: outcome.exception };
+      // The place last, so a long message is cut here and not where result lines cut the cause (300 characters).
+      const shown = outcome.exception.length > 100 ? `${outcome.exception.slice(0, 99)}…` : outcome.exception;
+      const cause = `task error: the test of ${task.uid} raised ${shown} at ${file}:${line} twice`;
+      return { ...report, outcome: 'task_error', reward: 0, cause, taskError };
+    }
     report.rubrics = outcome.verdicts;
     report.assertions = [{ name: `test ${task.uid}`, passed: outcome.status === 'pass' }];
     return outcome.status === 'pass'

@@ -59,8 +59,8 @@ export async function validateImportedTask(
       // recognised body compares with the golden state the servers compute: no calls declared = no change.)
       v.noGolden = true;
       const nothing = await run([]);
-      v.nullOk = nothing.outcome !== 'infrastructure_error';
-      if (!v.nullOk) v.problems.push(`the test code does not run on a null agent: ${nothing.cause}`);
+      v.nullOk = nothing.outcome === 'success' || nothing.outcome === 'agent_failure';
+      if (!v.nullOk) v.problems.push(`the test code does not run on a null agent: ${nullAgentCause(nothing)}`);
       return v;
     }
     const golden = await run(task.golden);
@@ -76,10 +76,19 @@ export async function validateImportedTask(
       v.problems.push(
         v.noChange
           ? `no-change task, but a null agent does not pass: ${nothing.cause}`
-          : `a null agent does not fail: ${nothing.outcome}`,
+          : `a null agent does not fail: ${nullAgentCause(nothing)}`,
       );
   } catch (err) {
     v.problems.push(errorMessage(err));
   }
   return v;
+}
+
+/**
+ * Why the null agent's grade is not the expected one. A task error here is the one evaluations list apart and
+ * training drops (docs/operations.md, "Task errors"): the same test raises whenever an agent leaves this state.
+ */
+function nullAgentCause(grade: { outcome: string; cause?: string }): string {
+  if (grade.outcome !== 'task_error') return grade.cause ?? grade.outcome;
+  return `${grade.cause} (a task error: evaluations list it apart and training drops the task)`;
 }

@@ -7,11 +7,13 @@ import { SHIM_DIR } from './dataset-environment.ts';
 import { datasetSandbox, helperPackageDir, type DatasetSandbox } from './dataset-sandbox.ts';
 import { unchangedPath } from './dataset-paths.ts';
 import { defaultJudgeLimits, limitedJudge, type JudgeLimits } from './judge-limits.ts';
+import { TestCodeError } from './test-code-error.ts';
 
 /**
  * Runs a ThinkingBox test function in a Python subprocess: returning None or a number = pass (the number is
  * the reward; True/False are 1/0, as in the reference), AssertionError = fail, anything else (a reward outside
- * [0, 1] included) = a system error (an infrastructure error here, never a failure). The subprocess runs in the
+ * [0, 1] included) = a system error (an infrastructure error here, never a failure; raised by the test's own code
+ * it is a TestCodeError, which the grader makes a task error when it repeats). The subprocess runs in the
  * dataset sandbox (dataset-sandbox.ts: no network, no secrets, read-only filesystem but a scratch folder,
  * limits); our `thinkingbox.common` shim (thinkingbox/shim) is on its PYTHONPATH and mounted read-only.
  * `judge(...)` calls in the test come back over stdout as requests answered by our judge client; each yes/no
@@ -96,6 +98,22 @@ export interface TestCaseRequest {
   log?: (line: string) => void;
 }
 
+/** Error types of the runner that are not the test code's: the judge's outage and our own malformed request. */
+const NOT_TEST_CODE = new Set(['JudgeUnavailable', 'BadRequest']);
+
+/** The runner's error result as a TestCodeError when the test's own code raised it (the file relative to `file`'s). */
+function testCodeError(
+  text: string,
+  message: { error_type?: string; message?: string; location?: { file?: unknown; line?: unknown } },
+  file: string,
+): TestCodeError | undefined {
+  const { error_type: type, location } = message;
+  if (!type || NOT_TEST_CODE.has(type) || typeof location?.file !== 'string' || typeof location.line !== 'number')
+    return undefined;
+  const own = path.resolve(location.file) === path.resolve(file);
+  return new TestCodeError(text, { file: own ? file : location.file, line: location.line }, message.message ?? type);
+}
+
 export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
   // The importer checked this path; a link put into the dataset since would mount another folder.
   unchangedPath(path.resolve(request.file), `test ${request.file}`);
@@ -161,6 +179,8 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
         message?: string;
         reward?: number | null;
         traceback?: string;
+        error_type?: string;
+        location?: { file?: unknown; line?: unknown };
         messages?: { role: string; content: string }[];
         settings?: { temperature?: number; max_completion_tokens?: number; question?: string };
         question?: string;
@@ -213,13 +233,10 @@ export function runTestCase(request: TestCaseRequest): Promise<TestCaseResult> {
             ...(typeof message.reward === 'number' ? { reward: message.reward } : {}),
             verdicts,
           });
-        return finish(
-          new InfrastructureError(
-            `test ${where} raised an error: ` +
-              `${message.message ?? ''}` +
-              `${message.traceback ? `\n${message.traceback.trim().split('\n').slice(-6).join('\n')}` : ''}`,
-          ),
-        );
+        const text =
+          `test ${where} raised an error: ${message.message ?? ''}` +
+          `${message.traceback ? `\n${message.traceback.trim().split('\n').slice(-6).join('\n')}` : ''}`;
+        return finish(testCodeError(text, message, request.file) ?? new InfrastructureError(text));
       }
     };
     readCappedLines(child.stdout, TEST_OUTPUT_CAPS, onLine, (reason) =>

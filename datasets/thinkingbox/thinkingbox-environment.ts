@@ -95,7 +95,8 @@ export function thinkingboxEnvironment(
     systemMessages: agentSystemMessages(scenario.agent_prompt, botInstructions(scenario, task)),
     examples: [],
     // The test run has its own timeout; geteffects and judge calls on the native path get 5 minutes besides.
-    gradeTimeoutMs: resources.testTimeoutMs + 5 * 60_000,
+    // A test whose own code raises runs twice (task errors, episode-grading.ts).
+    gradeTimeoutMs: 2 * resources.testTimeoutMs + 5 * 60_000,
     async open(owner): Promise<OpenedEnvironment> {
       const dataset = datasetEnvironment(suite.imported.server_packages, suite.dir, suite.imported.data_root);
       const servers = await startEpisodeServers(resources.servers, suite, task, dataset);

@@ -151,6 +151,35 @@ test('an infrastructure-error row fails the coverage gate, naming file and line'
   );
 });
 
+test('a task error passes the gate: its task is listed with the cause and left out of every score', async () => {
+  const dir = tempDir();
+  const lines = fs
+    .readFileSync(fixture('episodes.jsonl'), 'utf8')
+    .trimEnd()
+    .split('\n')
+    .map((l) => JSON.parse(l));
+  // travel/t1 (0 of 4 passed) raises in its test on one repetition: out of the scores, so 6 of 8 pass.
+  const row = lines.find((l) => l.uid === 'travel/t1' && l.repetition === 1);
+  Object.assign(row, { task_error: true, success: false, cause: 'task error: IndexError at tests.py:7 twice' });
+  const file = path.join(dir, 'with-task-error.jsonl');
+  fs.writeFileSync(file, lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
+  const out = path.join(dir, 'report.json');
+  const r = await run(['aggregate', '--results', file, '--repeats', '4', '--out', out]);
+  assert.equal(r.code, 0, r.stderr);
+  const report = JSON.parse(fs.readFileSync(out, 'utf8'));
+  assert.deepEqual(report.task_errors, [
+    { uid: 'travel/t1', keys: 1, cause: 'task error: IndexError at tests.py:7 twice' },
+  ]);
+  assert.equal(report.coverage.task_error_tasks, 1);
+  assert.deepEqual(
+    report.tasks.map((t: { uid: string }) => t.uid),
+    ['retail/t1', 'retail/t2'],
+  );
+  close(report.overall.pass_at_1.estimate, 6 / 8);
+  assert.match(r.stdout, /task errors: 1 task \(1 key\) left out of\s+every score/);
+  assert.match(r.stdout, /travel\/t1 \(1 key\): task error: IndexError at tests\.py:7 twice/);
+});
+
 test('a duplicate (uid, repetition) key fails the coverage gate, naming both lines', async () => {
   const stderr = await gateFails(['aggregate', '--results', fixture('episodes-duplicate.jsonl'), '--repeats', '4']);
   assert.ok(

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { WorkflowFailedError } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
 import { withFailureMapping } from '../../activities/temporal-failure.ts';
@@ -9,6 +10,9 @@ import { loadCampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
 import { BadInputError } from '../../core/errors.ts';
 import type { EpisodeSummary } from '../../rollout/episode-store.ts';
+import { followEvaluation } from '../../cli/evaluation-progress.ts';
+import { resumeUpdate } from '../../workflows/campaign-workflow.ts';
+import { pausedKey } from '../../workflows/search-attribute-keys.ts';
 import {
   evaluationOutageWaits,
   scheduledEvaluationWorkflow,
@@ -36,6 +40,8 @@ interface CampaignDouble {
   stopped: string[];
   synced: number;
   aggregateFails: boolean;
+  /** Aggregations still to fail as an infrastructure failure (Postgres down past the activity's retries). */
+  aggregateOutages?: number;
   held?: { uid: string; release: Promise<'finish' | 'abandon'> };
 }
 const doubles = new Map<string, CampaignDouble>();
@@ -87,7 +93,13 @@ const activities = withFailureMapping({
     return summary;
   },
   async aggregateEvaluation(input: { campaignId: string; label: string }) {
-    if (double(input.campaignId).aggregateFails) throw new BadInputError('the aggregate was refused (test)');
+    const d = double(input.campaignId);
+    if (d.aggregateFails) throw new BadInputError('the aggregate was refused (test)');
+    if (d.aggregateOutages) {
+      d.aggregateOutages -= 1;
+      // As the activity's retries running out: the last attempt's infrastructure failure, no retry left.
+      throw ApplicationFailure.nonRetryable('connect ECONNREFUSED 127.0.0.1:5432 (test)', 'InfrastructureError');
+    }
     return { aggregate: `eval-${input.label}.json`, summary: 'ok' };
   },
 });
@@ -250,4 +262,42 @@ test('an external server needs no stop, and other tasks or repeats get a label o
   assert.match(served.label, /^scheduled-step4-/);
   assert.notEqual(served.label, base.label, 'another policy config: another label');
   assert.deepEqual([d.servers, d.stopped], [[], []], 'no embedded server started or stopped');
+});
+
+test('an infrastructure failure past the retries pauses the evaluation; a resume runs it again', async () => {
+  const d = double('pauses');
+  d.aggregateOutages = 1;
+  const handle = await start('pauses');
+  await until(
+    'the evaluation is paused',
+    async () => (await handle.describe()).typedSearchAttributes.get(pausedKey) === true,
+  );
+  const metadata = await handle.query<{ currentDetails?: string }>('__temporal_workflow_metadata');
+  const text = metadata.currentDetails ?? '';
+  assert.match(text, /paused: evaluation .* failed for an infrastructure reason: .*ECONNREFUSED/, text);
+  assert.match(text, /tbt campaign resume/);
+  assert.match(await handle.executeUpdate(resumeUpdate), /^resumed: evaluation /);
+  const result = await handle.result();
+  assert.equal(result.aggregate, `eval-${result.label}.json`);
+  assert.equal((await handle.describe()).typedSearchAttributes.get(pausedKey), false);
+  assert.equal(d.played.length, 6, 'the episodes of the failed run were reused, not played again');
+  await assert.rejects(handle.executeUpdate(resumeUpdate), /not paused|completed|not found/i);
+});
+
+test('tbt eval run prints the progress of the evaluation child while it waits, each change once', async () => {
+  const d = double('progress');
+  const hold = release();
+  d.held = { uid: 'c', release: hold.promise };
+  const handle = await start('progress');
+  const lines: string[] = [];
+  const stop = followEvaluation(env.client, handle, (line) => lines.push(line), 200);
+  try {
+    await until('a progress line with keys', () => lines.some((l) => /\d+\/6 keys done/.test(l)));
+  } finally {
+    hold.settle('finish');
+  }
+  await handle.result();
+  stop();
+  assert.match(lines[0]!, /^\[\d\d:\d\d:\d\d\] /);
+  assert.equal(new Set(lines.map((l) => l.slice(11))).size, lines.length, 'a line only when it changed');
 });

@@ -12,7 +12,7 @@ Protocol (one JSON object per line):
   stdout, per yes/no decision:   {"type": "verdict", "question": str, "yes": bool, "motivation"?: str}
                                  (right after the answer it was parsed from)
   stdout, last line:         {"type": "result", "status": "pass"|"fail"|"error", "message": str, "reward": float|null,
-                              "traceback": str, "error_type": str}
+                              "traceback": str, "error_type": str, "location"?: {"file": str, "line": int}}
 
 The test sees ``x`` (thinkingbox.common.TestContext, typed as the reference's: ``x.tool_calls[i].tool_call.name``)
 and ``judge`` (thinkingbox.common.Judge, our own shim in thinkingbox/shim). As in the reference: pass = the
@@ -21,7 +21,10 @@ is (a numeric string too, as the reference's float field reads it); anything els
 type) is an error. fail = AssertionError (message = str(error), or the failing assert's source line when that
 is empty); error = anything else (import errors, judge outage, sys.exit, bad input).
 ``error_type`` is the exception's class name ("" on pass) so the caller can tell a judge outage
-("JudgeUnavailable") from a broken test. Exit code 0 whenever the result line was written.
+("JudgeUnavailable") from a broken test; ``location`` (on fail and error) is where the exception was raised: the
+innermost frame in the test's own file, else the innermost frame. The caller grades again once, and the same
+exception at the same place twice is a property of the task, not of the infrastructure. Exit code 0 whenever the
+result line was written.
 
 The protocol uses private duplicates of file descriptors 0 and 1; during the test fd 1 (and sys.stdout)
 point at stderr and fd 0 at /dev/null, so test code that prints or reads cannot corrupt the protocol.
@@ -216,6 +219,21 @@ def _assert_message(e: AssertionError) -> str:
     return "assertion failed"
 
 
+def _location(e: BaseException, path: str) -> dict[str, Any]:
+    """Where `e` was raised: the innermost frame in the test file `path`, else the innermost frame."""
+    if isinstance(e, SyntaxError) and e.filename:  # raised by the compiler, not from a frame of the file
+        return {"file": e.filename, "line": e.lineno or 0}
+    # This module's frames are never the place (a bad return value is raised here, after the test returned).
+    frames = [
+        f for f in traceback.extract_tb(e.__traceback__) if os.path.abspath(f.filename) != os.path.abspath(__file__)
+    ]
+    own = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(path)]
+    frame = (own or frames or [None])[-1]
+    if frame is None:
+        return {"file": path, "line": 0}
+    return {"file": frame.filename, "line": frame.lineno or 0}
+
+
 def _trimmed_traceback(e: BaseException) -> str:
     """The traceback without this module's own frames at the top."""
     tb = e.__traceback__
@@ -250,6 +268,7 @@ def run(proto_in: TextIO, proto_out: TextIO) -> dict[str, Any]:
             "message": _assert_message(e),
             "traceback": _trimmed_traceback(e),
             "error_type": type(e).__name__,
+            "location": _location(e, path),
         }
     except SystemExit as e:
         return {
@@ -257,6 +276,7 @@ def run(proto_in: TextIO, proto_out: TextIO) -> dict[str, Any]:
             "message": f"test code called sys.exit({e.code!r})",
             "traceback": _trimmed_traceback(e),
             "error_type": "SystemExit",
+            "location": _location(e, path),
         }
     except BaseException as e:  # noqa: BLE001 - everything else is a system error, including KeyboardInterrupt
         return {
@@ -264,6 +284,7 @@ def run(proto_in: TextIO, proto_out: TextIO) -> dict[str, Any]:
             "message": f"{type(e).__name__}: {e}",
             "traceback": _trimmed_traceback(e),
             "error_type": type(e).__name__,
+            "location": _location(e, path),
         }
     return {"status": "pass", "message": "", "reward": reward, "traceback": "", "error_type": ""}
 

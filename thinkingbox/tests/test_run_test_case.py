@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from tb_testpaths import FIXTURES, THINKINGBOX
@@ -93,7 +94,7 @@ def run_case(
     stderr = proc.stderr.read()
     assert proc.wait(timeout=60) == 0, stderr
     assert result is not None, stderr
-    assert set(result) - {"reward"} == {"type", "status", "message", "traceback", "error_type"}
+    assert set(result) - {"reward", "location"} == {"type", "status", "message", "traceback", "error_type"}
     return result, requests, stderr
 
 
@@ -119,6 +120,20 @@ def test_other_exception_is_an_error():
     result, _, _ = run_case("test_error")
     assert result["status"] == "error" and result["error_type"] == "KeyError"
     assert "missing-server" in result["message"]
+
+
+def test_an_error_names_the_line_of_the_test_that_raised_it():
+    # The grader's task-error rule compares this place across two gradings.
+    result, _, _ = run_case("test_error")
+    lines = Path(CASES).read_text(encoding="utf-8").splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if 'x.effects["missing-server"]' in text)
+    assert result["location"] == {"file": CASES, "line": line}
+
+
+def test_a_syntax_error_names_the_line_of_the_file():
+    file = str(FIXTURES / "broken_syntax.py")
+    result, _, _ = run_case("test_fine", file=file)
+    assert result["location"]["file"] == file and result["location"]["line"] > 0
 
 
 def test_import_error_is_an_error():
