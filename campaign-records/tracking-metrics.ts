@@ -38,6 +38,9 @@ export function trackingEntryOfStep(r: StepRecord): TrackingEntry {
       'train/leaked_infra_episodes': r.leakedInfraEpisodes,
       'train/stale_episodes': r.staleEpisodes ?? 0,
       'train/repeated_update': r.repeatedUpdate ? 1 : 0,
+      // A re-run step whose offered batch differed from the one trained (the record describes the trained one).
+      'train/batch_mismatch': r.batchMismatch ? 1 : 0,
+      'train/task_error_groups': r.taskErrorGroups?.length ?? 0,
       'train/weight_version': r.weightVersion,
       'train/sampled_weight_version': r.sampledWeightVersion,
       // Versions the sampling policy lagged behind the one this step updated (0 = on-policy).

@@ -8,7 +8,8 @@ import {
 import type { EvaluationInput } from '../workflows/evaluation-workflow.ts';
 
 /**
- * The run timeout of an evaluation run, sized to its work: shards run one after another, each in waves of
+ * The run timeout of an evaluation run, sized to its work, from above: counted as if shards ran one after another
+ * (they share the bound as lanes, and the history budget may cut them smaller: never slower), each in waves of
  * `evaluation.concurrency` episodes that last at most the episode activity's limit (the wall clock plus set-up
  * and grading), with a quarter more for waves that end unevenly; then one chain of re-runs of a key whose episodes
  * ended in infrastructure errors (each after the longest backoff); each outage wait (`outageWaits`, as

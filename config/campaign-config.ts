@@ -204,7 +204,9 @@ export const campaignConfigSchema = z
           .int()
           .min(1)
           .default(500)
-          .describe('Keys (task x repeat) per shard workflow; about 6 history events each'),
+          .describe(
+            'Most keys (task x repeat) per shard workflow; the history budget may plan fewer (history-budget.ts)',
+          ),
         min_clean_runs: z.number().int().min(1).default(3),
         retain_bands: z.array(band).default(['hard', 'medium', 'easy']),
         max_candidates: z.number().int().min(1).optional().describe('Probe only the first N candidates (by uid)'),
@@ -276,7 +278,9 @@ export const campaignConfigSchema = z
           .int()
           .min(1)
           .default(500)
-          .describe('Keys (task x repeat) per shard workflow; about 6 history events each'),
+          .describe(
+            'Most keys (task x repeat) per shard workflow; the history budget may plan fewer (history-budget.ts)',
+          ),
         before_training: z.boolean().default(true).describe('Also evaluate the base policy'),
         task_errors: z
           .enum(['list', 'fail'])

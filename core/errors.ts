@@ -103,7 +103,8 @@ const databaseConnectionMessage = /^(Connection terminated|timeout expired|Clien
 /**
  * What along `err`'s cause chain says the infrastructure failed, if anything: a system code (above), a Postgres
  * SQLSTATE of a server failure (`isInfrastructureSqlState`; the error carries a `severity`), node-postgres' lost
- * connection, or an HTTP 5xx answer of a service of ours (an error with `infrastructureStatus`).
+ * connection or the Temporal client's connect timeout, or an HTTP 5xx answer of a service of ours (an error with
+ * `infrastructureStatus`).
  */
 export function infrastructureSystemCode(err: unknown): string | undefined {
   const seen = new Set<unknown>();
@@ -118,6 +119,9 @@ export function infrastructureSystemCode(err: unknown): string | undefined {
     if (typeof code === 'string' && typeof severity === 'string' && /^[0-9A-Z]{5}$/.test(code))
       return isInfrastructureSqlState(code) ? `SQLSTATE ${code}` : undefined;
     if (databaseConnectionMessage.test(e.message) && code === undefined) return 'database connection lost';
+    // The Temporal client's connect timeout (a server restarting or unreachable) carries no code.
+    if (e.message.startsWith('Failed to connect before the deadline') && code === undefined)
+      return 'Temporal unreachable';
     if (typeof code !== 'string') continue;
     if (infrastructureSystemCodes.has(code) || code.startsWith('UND_ERR_')) return code;
   }

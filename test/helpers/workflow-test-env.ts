@@ -11,6 +11,7 @@ import path from 'node:path';
 import { repoRoot } from '../../config/environment.ts';
 import { temporalBinary } from '../../infra/temporal-dev-server.ts';
 import { tbtSearchAttributeKeys } from '../../workflows/search-attribute-keys.ts';
+import { createQueueWatchActivities } from '../../activities/queue-watch-activities.ts';
 
 /**
  * Workflow tests with mocked activities (test/unit): a throw-away Temporal dev server started from the project's
@@ -54,7 +55,8 @@ export async function mockedWorker(
     namespace: env.namespace ?? 'default',
     taskQueue,
     workflowBundle: await workflowBundle(),
-    activities,
+    // The campaign's queue watch asks Temporal itself, as the bookkeeping worker does; a test may replace it.
+    activities: { ...createQueueWatchActivities(), ...activities },
     maxConcurrentActivityTaskExecutions: 1000,
   });
 }

@@ -34,6 +34,7 @@ const infrastructure: [string, unknown][] = [
   ['the learner answering 500', new LearnerHttpError(500, 'fatal', 'learner /train_step: HTTP 500: step failed')],
   ['the learner answering 503', new LearnerHttpError(503, 'unknown', 'learner /export: HTTP 503: no message')],
   ['wrapped: a cause chain ending in 57P01', new Error('saving', { cause: databaseError('57P01', 'terminating') })],
+  ['the Temporal client timing out its connect', new Error('Failed to connect before the deadline')],
 ];
 
 for (const [what, err] of infrastructure)
