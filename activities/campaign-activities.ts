@@ -1,4 +1,5 @@
 import { currentActivity, heartbeating } from './activity-heartbeat.ts';
+import { campaignTrainingOn } from './campaign-training-servers.ts';
 import { withFailureMapping } from './temporal-failure.ts';
 import { writeCampaignCosts, type CampaignCostsInput } from '../campaign-records/campaign-costs.ts';
 import { keepCampaignFile } from '../campaign-records/campaign-files.ts';
@@ -100,6 +101,11 @@ export function createCampaignActivities(deps: { controlUrl: string; stateDir: s
 
     async writeReport(input: CampaignReportInput): Promise<{ html: string; markdown: string }> {
       return writeCampaignReport(withSignal(), input);
+    },
+
+    /** The servers of `servers` the campaign is training on right now (an evaluation of them is refused). */
+    async campaignTrainingOn(input: { campaignId: string; servers: string[] }): Promise<string[]> {
+      return campaignTrainingOn(input);
     },
 
     /** The newest exported checkpoint of a campaign and its task pool (for scheduled re-evaluation). */

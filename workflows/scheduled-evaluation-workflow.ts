@@ -1,5 +1,6 @@
 import {
   ActivityFailure,
+  ApplicationFailure,
   CancellationScope,
   executeChild,
   log,
@@ -133,6 +134,20 @@ async function evaluateStep(
         policy: { ...policy, base_url: server.baseUrl, model: server.model, weight_version: latest.step },
       };
     }
+    const servers = policy.sync_instances ?? [policy.base_url];
+    // Runs started before this guard evaluated shared servers while training moved their weights; replay keeps it.
+    if (patched('refuse-shared-training-server')) {
+      const shared = await bookkeeping.campaignTrainingOn({ campaignId: input.campaignId, servers });
+      if (shared.length)
+        throw ApplicationFailure.create({
+          type: 'BadInputError',
+          nonRetryable: true,
+          message:
+            `campaign ${input.campaignId} is training on ${shared.join(', ')}: each step syncs new weights into it, ` +
+            `so this evaluation would sample from weights that change under it while labelled step ${latest.step}. ` +
+            'Evaluate with episode.policy.base_url: embedded (a server of its own), or after training',
+        });
+    }
     if (!latest.exportPath) return episode;
     await gpu.ensurePolicyWeights({
       campaignId: input.campaignId,
@@ -140,7 +155,7 @@ async function evaluateStep(
       weightsPath: latest.exportPath,
       basePath: input.config.learner.model_path,
       deadlineMs: policy.sync_deadline_ms,
-      servers: policy.sync_instances ?? [policy.base_url],
+      servers,
     });
     return { ...episode, policy: { ...policy, weight_version: latest.step } };
   };

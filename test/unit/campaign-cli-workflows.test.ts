@@ -4,8 +4,9 @@ import { setTimeout as delay } from 'node:timers/promises';
 import path from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, WorkflowFailedError } from '@temporalio/client';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { MockActivityEnvironment, type TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
+import { campaignTrainingOn } from '../../activities/campaign-training-servers.ts';
 import { withFailureMapping } from '../../activities/temporal-failure.ts';
 import { loadCampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
@@ -312,4 +313,28 @@ test('pause and stop are Updates that answer when they take effect', async () =>
   assert.match(stopped.out, /cli-updates: stops before training step 1, once the stages before training end/);
   await handle.terminate('test done');
   hanging.delete(id);
+});
+
+test('an evaluation of the servers a campaign is training on is refused while it trains', async () => {
+  const id = 'cli-training-servers';
+  hangingStep2.add(id);
+  const config = shortCampaign(3, false);
+  const ours = config.episode.policy.base_url;
+  await env.client.workflow.start(campaignWorkflow, {
+    taskQueue: queue,
+    workflowId: id,
+    args: [{ campaignId: id, config, suiteDir: '/suite', queues: { rollout: queue, gpu: queue } }],
+    memo: { config },
+  });
+  const ask = (campaignId: string, servers: string[]) =>
+    new MockActivityEnvironment(undefined, { client: env.client }).run(campaignTrainingOn, { campaignId, servers });
+  try {
+    await until('step 2 on the learner', async () => (callsOf(id).trainStep.includes(2) ? true : undefined));
+    assert.deepEqual(await ask(id, [ours, 'http://elsewhere.test/v1']), [ours], 'only the campaign server');
+    assert.deepEqual(await ask('no-such-campaign', [ours]), []);
+  } finally {
+    await env.client.workflow.getHandle(id).terminate('test done');
+    hangingStep2.delete(id);
+  }
+  assert.deepEqual(await ask(id, [ours]), [], 'a campaign that is not running trains on nothing');
 });

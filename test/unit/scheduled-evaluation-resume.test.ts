@@ -65,6 +65,10 @@ const activities = withFailureMapping({
     owner(input.campaignId).servers.push(input.campaignId);
     return { baseUrl: 'http://eval-server.test/v1', model: 'm' };
   },
+  // The campaign `shared` trains on every server asked about; the others train on none.
+  async campaignTrainingOn(input: { campaignId: string; servers: string[] }) {
+    return input.campaignId === 'shared' ? input.servers : [];
+  },
   async ensurePolicyWeights(input: { campaignId: string }) {
     owner(input.campaignId).synced += 1;
   },
@@ -300,4 +304,28 @@ test('tbt eval run prints the progress of the evaluation child while it waits, e
   stop();
   assert.match(lines[0]!, /^\[\d\d:\d\d:\d\d\] /);
   assert.equal(new Set(lines.map((l) => l.slice(11))).size, lines.length, 'a line only when it changed');
+});
+
+test('an evaluation of an external server the campaign is training on is refused, naming it', async () => {
+  const d = double('shared');
+  const external = {
+    ...input('shared'),
+    config: {
+      ...config,
+      episode: { ...config.episode, policy: { ...config.episode.policy, base_url: 'http://x/v1' } },
+    },
+  };
+  const handle = await env.client.workflow.start(scheduledEvaluationWorkflow, {
+    taskQueue: queue,
+    workflowId: `shared-tick-${(runs += 1)}`,
+    args: [external],
+  });
+  const err = await handle.result().then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  assert.ok(err instanceof WorkflowFailedError, String(err));
+  assert.match(String(err.cause?.message), /campaign shared is training on http:\/\/x\/v1: .*labelled step 4/);
+  assert.equal(d.synced, 0, 'nothing was synced');
+  assert.deepEqual(d.played, [], 'nothing was played');
 });
