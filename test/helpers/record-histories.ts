@@ -8,8 +8,17 @@
  * - campaigns on the other paths: paused by an Update and resumed by one (`campaign-paused`), paused by an
  *   infrastructure failure and retried by itself (`campaign-infra-paused`), stopped before training
  *   (`campaign-stopped`), failed on bad input with its clean-up (`campaign-failed`);
- * - a scheduled evaluation and a training step of a two-node learner;
- * - overlapped steps (`max_staleness` 1): a training step and a campaign's chain.
+ * - a scheduled evaluation: of an embedded server, of an external one (`scheduled-evaluation-external`), and one
+ *   paused by an outage at aggregation and run again by itself (`scheduled-evaluation-paused`);
+ * - a training step of a two-node learner;
+ * - overlapped steps (`max_staleness` 1): a training step and a campaign's chain;
+ * - a training step whose learner had trained another batch (`training-step-trained-batch`: the step record reads
+ *   the trained episodes back);
+ * - an evaluation cut by a small history budget, continuing as new between shards (`evaluation-continued`, then
+ *   `evaluation-continued-2`).
+ *
+ * The campaign's queue watch asks for the queues' pollers (`taskQueuePollers`): answered here with one poller each,
+ * so the watch's looks are recorded and no campaign pauses on a queue.
  *
  *   tsx test/helpers/record-histories.ts <out-dir> [workflows-dir]
  *
@@ -26,6 +35,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { EpisodeActivityInput } from '../../activities/episode-activities.ts';
 import { loadCampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
+import { planStage, stageHistoryOwn, stageHistoryPerShard } from '../../workflows/history-budget.ts';
 import { startWorkflowTestEnv } from './workflow-test-env.ts';
 
 const [outDir, workflowsDir = path.join(repoRoot, 'workflows')] = process.argv.slice(2);
@@ -36,6 +46,11 @@ const queue = 'record-histories';
 /** Campaigns whose ingest fails once for infrastructure (then succeeds), or always on bad input. */
 const ingestFailures = { infra: 'rec-infra-paused', badInput: 'rec-failed' };
 let infraFailed = false;
+/** A scheduled evaluation whose aggregation fails once for infrastructure (it pauses, then runs again). */
+const aggregationOutage = 'rec-eval-paused';
+let aggregationFailed = false;
+/** A training step whose learner answers that it had trained another batch (one episode this run did not draw). */
+const trainedBatchCampaign = 'rec-trained-batch';
 
 const activities = {
   async runEpisode(input: EpisodeActivityInput) {
@@ -50,15 +65,30 @@ const activities = {
       policyTokens: 0,
     };
   },
-  aggregateEvaluation: async () => ({ aggregate: 'eval.json', summary: 'ok' }),
+  async aggregateEvaluation(i: { campaignId: string }) {
+    if (i.campaignId === aggregationOutage && !aggregationFailed) {
+      aggregationFailed = true;
+      throw ApplicationFailure.nonRetryable('recorded outage: the control database is down', 'InfrastructureError');
+    }
+    return { aggregate: 'eval.json', summary: 'ok' };
+  },
   selectPool: async () => ({ pool: ['flaky', 'steady'], bands: { medium: 2 }, aggregates: 'aggregates.jsonl' }),
   recordStep: async () => undefined,
-  trainStep: async (i: { stepId: number }) => ({
-    stepId: i.stepId,
-    repeated: false,
-    checkpoint: 'c',
-    metrics: { loss: 0 },
-  }),
+  async trainStep(i: { campaignId: string; stepId: number; items: { episodeId: string }[] }) {
+    const done = { stepId: i.stepId, repeated: false, checkpoint: 'c', metrics: { loss: 0 } };
+    if (i.campaignId !== trainedBatchCampaign) return done;
+    // A step trained before (by a run that drew other episodes): one id drawn now, one that this run did not draw.
+    const trainedEpisodeIds = [i.items[0]!.episodeId, `${trainedBatchCampaign}/step-${i.stepId}/flaky#0`].sort();
+    return { ...done, repeated: true, batchMatches: false, trainedEpisodeIds };
+  },
+  trainedEpisodes: async (i: { episodeIds: string[] }) =>
+    i.episodeIds.map((id) => ({
+      id,
+      taskUid: id.slice(id.lastIndexOf('/') + 1, id.lastIndexOf('#')),
+      reward: 1,
+      outcome: 'success',
+      weightVersion: 0,
+    })),
   exportWeights: async (i: { stepId: number }) => ({ path: `/weights/${i.stepId}` }),
   syncWeights: async () => ({ weightVersion: 1 }),
   async ingestCandidates(i: { campaignId: string }) {
@@ -85,6 +115,10 @@ const activities = {
   campaignCosts: async () => '/costs.json',
   writeReport: async () => ({ html: '/r/index.html', markdown: '/r/summary.md' }),
   latestCheckpoint: async () => ({ step: 2, exportPath: '/weights/2', pool: ['flaky', 'steady'] }),
+  // No campaign trains on the external server a scheduled evaluation evaluates.
+  campaignTrainingOn: async () => [],
+  // The queue watch's look (activities/queue-watch-activities.ts): every queue has a poller.
+  taskQueuePollers: async (i: { queues: string[] }) => i.queues.map(() => 1),
 };
 
 const config = loadCampaignConfig(path.join(repoRoot, 'config', 'local.yaml'));
@@ -142,6 +176,31 @@ const shortConfig = {
   probe: { ...campaignConfig.probe, enabled: false },
   evaluation: { ...campaignConfig.evaluation, before_training: false },
 };
+/**
+ * An evaluation of 4 keys in shards of 1 whose history budget lets one run of it start 2 shards: it continues as new
+ * once, between shards (the plan, computed as the workflow computes it, is checked before it is recorded).
+ */
+const continuedEvaluation = (() => {
+  const input = { ...keyed, campaignId: 'rec-continued', concurrency: 2, shardSize: 1, label: 'x' };
+  const shape = {
+    keys: input.uids.length * input.repeats,
+    concurrency: input.concurrency,
+    maxReruns: input.maxReruns,
+    outageWaits: 0,
+    shardSize: input.shardSize,
+    episodeBytes: JSON.stringify(input.episode).length,
+    inputBytes: JSON.stringify(input).length,
+  };
+  const events = stageHistoryOwn(shape).events + 2 * stageHistoryPerShard(shape, 1).events + 1;
+  const historyBudget = { events, bytes: 10 * 1024 * 1024 };
+  const plan = planStage({ ...shape, budget: historyBudget });
+  if (plan.shardSize !== 1 || plan.shardStartsPerRun !== 2 || plan.runs !== 2)
+    throw new Error(`the continued evaluation's plan is not 2 runs of 2 shards: ${JSON.stringify(plan)}`);
+  return { ...input, historyBudget };
+})();
+function scheduledEvaluationInput(campaignId: string, campaign = campaignConfig) {
+  return { campaignId, config: campaign, suiteDir: '/suite', queues: { rollout: queue, gpu: queue }, repeats: 2 };
+}
 function campaignInput(campaignId: string, campaign = shortConfig) {
   return {
     campaignId,
@@ -191,7 +250,21 @@ const recordings: Recording[] = [
     workflowId: 'record-probe',
     args: [{ ...keyed, campaignId: 'rec', concurrency: 2, shardSize: 3, minCleanRuns: 1, retainBands: ['medium'] }],
   },
+  {
+    // Continues as new between shards, under a small history budget (the history-budget plan).
+    files: ['evaluation-continued', 'evaluation-continued-2'],
+    type: 'evaluationWorkflow',
+    workflowId: 'record-evaluation-continued',
+    args: [continuedEvaluation],
+  },
   { files: ['training-step'], type: 'trainingStepWorkflow', workflowId: 'record-training-step', args: [stepInput] },
+  {
+    // The learner had trained another batch: the record names it, reading the episode it lacks from the store.
+    files: ['training-step-trained-batch'],
+    type: 'trainingStepWorkflow',
+    workflowId: 'record-training-step-trained-batch',
+    args: [{ ...stepInput, campaignId: trainedBatchCampaign }],
+  },
   {
     files: ['training-step-multi-node'],
     type: 'trainingStepWorkflow',
@@ -268,15 +341,26 @@ const recordings: Recording[] = [
     files: ['scheduled-evaluation'],
     type: 'scheduledEvaluationWorkflow',
     workflowId: 'record-scheduled-evaluation',
+    args: [scheduledEvaluationInput('rec-campaign')],
+  },
+  {
+    // An external policy server: synced to the checkpoint, nothing started or stopped.
+    files: ['scheduled-evaluation-external'],
+    type: 'scheduledEvaluationWorkflow',
+    workflowId: 'record-scheduled-evaluation-external',
     args: [
-      {
-        campaignId: 'rec-campaign',
-        config: campaignConfig,
-        suiteDir: '/suite',
-        queues: { rollout: queue, gpu: queue },
-        repeats: 2,
-      },
+      scheduledEvaluationInput('rec-campaign', {
+        ...campaignConfig,
+        episode: { ...episode, policy: { ...episode.policy, base_url: 'http://x/v1' } },
+      }),
     ],
+  },
+  {
+    // Its aggregation fails once for infrastructure: the evaluation pauses and runs again by itself (1 s later).
+    files: ['scheduled-evaluation-paused'],
+    type: 'scheduledEvaluationWorkflow',
+    workflowId: 'record-scheduled-evaluation-paused',
+    args: [scheduledEvaluationInput(aggregationOutage)],
   },
 ];
 
@@ -311,19 +395,23 @@ async function record(env: TestWorkflowEnvironment, r: Recording): Promise<void>
 }
 
 const env = await startWorkflowTestEnv();
-const worker = await Worker.create({
-  connection: env.nativeConnection,
-  taskQueue: queue,
-  workflowBundle: await bundleWorkflowCode({ workflowsPath: path.join(workflowsDir, 'index.ts') }),
-  activities,
-});
-await worker.runUntil(async () => {
-  for (const r of recordings) await record(env, r);
-  // A shard of the sharded runner (absent in versions before it).
-  const shard = await env.client.workflow
-    .getHandle('rec/eval-x/shard-0')
-    .fetchHistory()
-    .catch(() => undefined);
-  if (shard) fs.writeFileSync(path.join(outDir, 'evaluation-shard.json'), `${historyToJSON(shard)}\n`);
-});
-await env.teardown();
+// The dev server is stopped also when a recording fails (else it outlives the script).
+try {
+  const worker = await Worker.create({
+    connection: env.nativeConnection,
+    taskQueue: queue,
+    workflowBundle: await bundleWorkflowCode({ workflowsPath: path.join(workflowsDir, 'index.ts') }),
+    activities,
+  });
+  await worker.runUntil(async () => {
+    for (const r of recordings) await record(env, r);
+    // A shard of the sharded runner (absent in versions before it).
+    const shard = await env.client.workflow
+      .getHandle('rec/eval-x/shard-0')
+      .fetchHistory()
+      .catch(() => undefined);
+    if (shard) fs.writeFileSync(path.join(outDir, 'evaluation-shard.json'), `${historyToJSON(shard)}\n`);
+  });
+} finally {
+  await env.teardown();
+}

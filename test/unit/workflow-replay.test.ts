@@ -15,7 +15,9 @@ import { workflowBundle } from '../helpers/workflow-test-env.ts';
  * today's workflow code: a change of command order that running workflows would hit fails here with a
  * nondeterminism error. `v1/` holds histories recorded before the sharded runner and the concurrency slots, `v2/`
  * a probe, an evaluation and a shard recorded before shards ran as lanes of one bound, and campaign runs recorded
- * before the learner was released outside training; they replay through the `patched()` branches. The top-level
+ * before the learner was released outside training, `v3/` every run recorded before evaluations paused, stages
+ * planned a history budget, queues were watched and a step's trained batch recorded; they replay through the
+ * `patched()` branches. The top-level
  * files hold every run of a campaign's continue-as-new chain and each path a running campaign can be on (paused,
  * retried after an outage, stopped, failed), a scheduled evaluation, a multi-node step, and overlapped steps
  * (`max_staleness` 1: a step and a campaign's chain). Re-record the top-level
