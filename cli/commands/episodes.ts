@@ -148,7 +148,8 @@ async function playJobs(
     if (records !== undefined) fs.writeSync(records, `${JSON.stringify({ id, record })}\n`);
     perTask.set(uid, [
       ...(perTask.get(uid) ?? []),
-      record.outcome === 'success' ? 1 : record.outcome === 'infrastructure_error' ? NaN : 0,
+      // Infrastructure and task errors are not graded: they count for neither side.
+      record.outcome === 'success' ? 1 : record.outcome === 'agent_failure' ? 0 : NaN,
     ]);
     done += 1;
     process.stderr.write(
