@@ -11,6 +11,7 @@ import path from 'node:path';
 import { repoRoot } from '../../config/environment.ts';
 import { temporalBinary } from '../../infra/temporal-dev-server.ts';
 import { tbtSearchAttributeKeys } from '../../workflows/search-attribute-keys.ts';
+import { campaignTrainingOn } from '../../activities/campaign-training-servers.ts';
 import { createQueueWatchActivities } from '../../activities/queue-watch-activities.ts';
 
 /**
@@ -55,8 +56,9 @@ export async function mockedWorker(
     namespace: env.namespace ?? 'default',
     taskQueue,
     workflowBundle: await workflowBundle(),
-    // The campaign's queue watch asks Temporal itself, as the bookkeeping worker does; a test may replace it.
-    activities: { ...createQueueWatchActivities(), ...activities },
+    // Questions to Temporal itself (the campaign's queue watch, whether a campaign trains on a server) are asked
+    // of the test's server, as the bookkeeping worker asks its own; a test may replace them.
+    activities: { ...createQueueWatchActivities(), campaignTrainingOn, ...activities },
     maxConcurrentActivityTaskExecutions: 1000,
   });
 }
