@@ -12,7 +12,16 @@
  *          naming the queue, and go on once the worker is back;
  *   f      the bookkeeping worker replaced at every stage by a fresh one with an empty state folder;
  *   g      Postgres stopped and started again;
- *   h      the campaign terminated mid-step (`tbt campaign terminate`), then `tbt campaign resume`d.
+ *   h      the campaign terminated mid-step (`tbt campaign terminate`), then `tbt campaign resume`d;
+ *   i      Postgres restarted into recovery for 2 minutes (--recovery-min): clients get SQLSTATE 57P03, then it is
+ *          back (scripts/fault-postgres-recovery.ts); overlapped steps (config/fault-test-overlap.yaml);
+ *   j      a full checkpoint volume: the learner's disk_full_saves hook (TBT_LEARNER_TEST_HOOKS on the GPU worker)
+ *          fails step 1's save with ENOSPC for every attempt before the pause (--disk-full-saves): 507 disk_full,
+ *          the campaign pauses naming the folder, the next save succeeds ("space freed") without retraining;
+ *   k      every rollout worker gone for 10 minutes (--rollout-outage-min) mid-step: the campaign pauses naming the
+ *          rollout queue (recovery.rollout_queue_wait_ms), and goes on once they are back;
+ *   l      the rollout worker SIGTERMed mid-step (a deploy: TBT_ROLLOUT_DRAIN_S) and started again; LoRA
+ *          (config/fault-test-lora.yaml, vLLM; --no-lora: the plain config).
  * a, b and c each share their outage with a partner (the baseline, f, h), which starts once the endpoint closes and
  * the faulted campaign only waits (`--sequential`: every run alone), so that the suite fits in an hour on 2 cores.
  * Each run must complete and pass the crash suite's checks (scripts/campaign-run-checks.ts) against the baseline,
@@ -20,7 +29,8 @@
  * minutes=M`; exit 1 if any check fails; summary in $TBT_STATE_DIR/fault-test/summary.json.
  *
  * Uses the servers and workers of the current environment (TBT_STATE_DIR, TBT_TEMPORAL_PORT, TBT_PG_PORT,
- * TBT_TASK_QUEUE_PREFIX); scenario g restarts that Postgres: isolate the suite from other work with those variables.
+ * TBT_TASK_QUEUE_PREFIX); scenarios g and i restart that Postgres: isolate the suite from other work with those
+ * variables.
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -35,9 +45,11 @@ import { mulberry32 } from '../core/metrics.ts';
 import { exitedBy } from '../infra/daemon.ts';
 import { freePort, startPolicyServer, type PolicyServerHandle } from '../infra/embedded-policy-server.ts';
 import { startPostgres, stopPostgres } from '../infra/local-postgres.ts';
+import { learnerFiles } from '../learner-control/learner-process.ts';
 import { startWorkers, stopWorkers, workerKinds, workerPid, type WorkerKind } from '../infra/local-workers.ts';
 import type { CampaignStatus } from '../workflows/campaign-workflow.ts';
 import { EndpointProxy } from './campaign-endpoint-proxy.ts';
+import { clearRecoverySignal, connectCode, endRecovery, startInRecovery } from './fault-postgres-recovery.ts';
 import { check, type Check } from './campaign-run-checks.ts';
 import { inPhase, now, phaseLabel, secs, sleep, statusLine, timeStamp, type Phase } from './campaign-run-driver.ts';
 import { finishRun, injectedCheck, reuseBaseline, runBaseline, startRun, openSuite } from './campaign-run.ts';
@@ -53,6 +65,10 @@ const { values: opts } = parseArgs({
     'outage-min': { type: 'string', default: '5' },
     'keep-checkpoints': { type: 'boolean', default: false },
     sequential: { type: 'boolean', default: false },
+    'recovery-min': { type: 'string', default: '2' },
+    'disk-full-saves': { type: 'string', default: '10' },
+    'rollout-outage-min': { type: 'string', default: '10' },
+    'no-lora': { type: 'boolean', default: false },
   },
 });
 
@@ -61,6 +77,8 @@ const config = loadCampaignConfig(opts.config!);
 const STEPS = config.training.steps;
 const OUTAGE_MS = Number(opts['outage-min']) * 60_000;
 const GPU_QUEUE = taskQueues(env).gpu(gpuHost(env));
+const ROLLOUT_QUEUE = taskQueues(env).rollout;
+const variantConfig = (name: string) => path.join(repoRoot, 'config', `fault-test-${name}.yaml`);
 /** How long after the endpoint closes the phase must still run for the outage to count as met. */
 const HIT_MS = 15_000;
 const seed = opts.seed !== undefined ? Number(opts.seed) : Math.floor(Date.now() % 1_000_000);
@@ -104,6 +122,11 @@ const plans = {
     downS: uniform(5, 30),
   }))(anyPhase()),
   h: { phase: anyStep(), delayS: uniform(3, 15) },
+  // Drawn after a-h, so that their points stay those of earlier seeds.
+  i: { phase: anyStep(), delayS: uniform(1, 20) },
+  j: { phase: { kind: 'step', step: 1 } as Phase },
+  k: { phase: anyStep(), delayS: uniform(3, 15) },
+  l: { phase: anyStep(), delayS: uniform(5, 20) },
 };
 
 // --- One faulted run --------------------------------------------------------------------------------------------
@@ -247,6 +270,11 @@ type Letter = keyof typeof plans;
 interface Scenario {
   title: string;
   externalPolicy?: boolean;
+  /** A variant of the suite's config (overlapped steps, LoRA): same tasks, seed and steps, so same keys. */
+  config?: string;
+  /** Before the run starts and after it ended (a worker started with a test hook, and started again without). */
+  setup?(): Promise<void>;
+  teardown?(): Promise<void>;
   inject(run: FaultRun): Promise<void>;
 }
 
@@ -406,6 +434,182 @@ const scenarios: Record<Letter, Scenario> = {
       );
     },
   },
+  i: {
+    title: 'Postgres in recovery (57P03) for 2 minutes, overlapped steps',
+    config: variantConfig('overlap'),
+    async inject(run) {
+      const recoveryMs = Number(opts['recovery-min']) * 60_000;
+      const s = await arrive(run, plans.i.phase, plans.i.delayS, 'Postgres in recovery');
+      if (!s) return;
+      const codes = new Map<string, number>();
+      const starting: string[] = [];
+      let firstS: number | undefined;
+      let lastS: number | undefined;
+      let t0 = now();
+      await withStackLock(async () => {
+        try {
+          t0 = now();
+          await startInRecovery(env);
+          note(run, `postgres restarted in recovery, hot_standby=off (${statusLine(s)})`);
+          // Until the standby listens, connections are refused (ECONNREFUSED): the recovery counts from then.
+          while (firstS === undefined && now() - t0 < 30_000) {
+            const code = (await connectCode(env)) ?? 'connected';
+            if (code.startsWith('57P03')) firstS = secs(now() - t0);
+            else {
+              starting.push(code);
+              await sleep(500);
+            }
+          }
+          while (firstS !== undefined && now() - t0 < firstS * 1000 + recoveryMs) {
+            const code = (await connectCode(env)) ?? 'connected';
+            codes.set(code, (codes.get(code) ?? 0) + 1);
+            if (code.startsWith('57P03')) lastS = secs(now() - t0);
+            await sleep(5000);
+          }
+        } finally {
+          await endRecovery(env);
+        }
+      });
+      const seen = [...codes].map(([c, n]) => `${n}x ${c}`).join(', ');
+      note(run, `postgres out of recovery after ${secs(now() - t0)}s; ${seen}`);
+      const after = await connectCode(env);
+      run.extra.push(
+        injectedCheck(
+          `Postgres answered 57P03 for ${secs(recoveryMs)}s from ${plans.i.delayS}s into ` +
+            `${phaseLabel(plans.i.phase)}, then connected`,
+          inPhase(s, plans.i.phase) &&
+            [...codes.keys()].every((c) => c.startsWith('57P03')) &&
+            firstS !== undefined &&
+            lastS !== undefined &&
+            lastS - firstS >= secs(recoveryMs) - 10 &&
+            after === undefined,
+          `at ${statusLine(s)}; 57P03 from ${firstS ?? '-'}s to ${lastS ?? '-'}s; seen ${seen}` +
+            `${starting.length ? ` (before it listened: ${starting.length}x ${starting[0]})` : ''}; ` +
+            `afterwards ${after ?? 'connected'}`,
+        ),
+      );
+    },
+  },
+  j: {
+    title: 'checkpoint volume full at step 1 until the campaign pauses, then space freed',
+    async setup() {
+      // The learner reads the hook when it starts (at the first step), from the GPU worker's environment.
+      await stopWorkers(env, ['gpu']);
+      const hooks = JSON.stringify({ disk_full_saves: Number(opts['disk-full-saves']) });
+      startWorkers(env, ['gpu'], { ...process.env, TBT_LEARNER_TEST_HOOKS: hooks });
+      log(`  gpu worker started again with TBT_LEARNER_TEST_HOOKS=${hooks}`);
+    },
+    async teardown() {
+      await stopWorkers(env, ['gpu']);
+      startWorkers(env, ['gpu']);
+    },
+    async inject(run) {
+      const folder = learnerFiles(env.TBT_STATE_DIR, run.id).checkpoints;
+      const s = await arrive(run, plans.j.phase, 0, 'disk full at step 1');
+      if (!s) return;
+      let paused: string | undefined;
+      let pausedAt = 0;
+      let last: CampaignStatus | undefined;
+      // Every attempt of the step's save fails (10 attempts, about 11 minutes of backoff), then the campaign pauses.
+      while (!run.ended && now() - run.started < 40 * 60_000) {
+        const q = await driver.status(run.id);
+        if (q) last = q;
+        if (!paused && q?.paused && /disk_full|does not fit/.test(q.pauseReason ?? '')) {
+          paused = q.pauseReason ?? '';
+          pausedAt = now();
+          note(run, `paused: ${paused.slice(0, 200)}`);
+        }
+        if (q && (q.step >= 1 || q.stage !== 'train')) break;
+        if ((await driver.describe(run.id)) !== 'RUNNING' && !q) break;
+        await sleep(3000);
+      }
+      note(run, `after the pause: ${statusLine(last)}${paused ? ` (${secs(now() - pausedAt)}s after it)` : ''}`);
+      const learnerLog = fs.existsSync(learnerFiles(env.TBT_STATE_DIR, run.id).log)
+        ? fs.readFileSync(learnerFiles(env.TBT_STATE_DIR, run.id).log, 'utf8')
+        : '';
+      const trained = [...learnerLog.matchAll(/step 1 done:/g)].length;
+      run.extra.push(
+        injectedCheck(
+          'step 1 checkpoint save failed with 507 disk_full until the campaign paused naming the folder',
+          paused !== undefined && paused.includes(folder),
+          paused ? `pause reason: ${paused.slice(0, 300)}` : `no disk_full pause; last ${statusLine(last)}`,
+        ),
+      );
+      run.extra.push(
+        check(
+          'step 1 saved after the pause, trained once',
+          fs.existsSync(path.join(folder, 'step-1')) && trained <= 1,
+          `step-1 ${fs.existsSync(path.join(folder, 'step-1')) ? 'committed' : 'missing'}; learner log: ${trained} ` +
+            "'step 1 done:' line(s)",
+        ),
+      );
+    },
+  },
+  k: {
+    title: 'every rollout worker gone for 10 minutes mid-step',
+    async inject(run) {
+      const outageMs = Number(opts['rollout-outage-min']) * 60_000;
+      const s = await arrive(run, plans.k.phase, plans.k.delayS, 'rollout workers gone');
+      if (!s) return;
+      const { pid, exitS } = await stopWorker(run, 'rollout');
+      const t0 = now();
+      note(run, `rollout worker ${pid ?? '(none running)'} stopped (${statusLine(s)}), exited after ${exitS ?? '-'}s`);
+      let pausedAfter: number | undefined;
+      let reason = '';
+      while (now() - t0 < outageMs && !run.ended) {
+        const q = await driver.status(run.id);
+        if (pausedAfter === undefined && q?.paused && (q.pauseReason ?? '').includes(ROLLOUT_QUEUE)) {
+          pausedAfter = secs(now() - t0);
+          reason = q.pauseReason ?? '';
+          note(run, `paused naming the rollout queue: ${reason.slice(0, 160)}`);
+        }
+        await sleep(3000);
+      }
+      releaseWorker(run, 'rollout');
+      note(run, `rollout worker started again after ${secs(now() - t0)}s`);
+      run.extra.push(
+        injectedCheck(
+          `rollout worker stopped ${plans.k.delayS}s into ${phaseLabel(plans.k.phase)} for ${secs(outageMs)}s`,
+          pid !== undefined && inPhase(s, plans.k.phase),
+          `pid ${pid ?? '-'} at ${statusLine(s)}`,
+        ),
+      );
+      run.extra.push(
+        check(
+          `the campaign paused naming the queue ${ROLLOUT_QUEUE}`,
+          pausedAfter !== undefined,
+          pausedAfter !== undefined
+            ? `${pausedAfter}s after the worker stopped: ${reason}`
+            : `no such pause within ${secs(outageMs)}s (Temporal lists a poller 5 min after its last poll, then ` +
+                `the wait ${secs(config.recovery.rollout_queue_wait_ms ?? 0)}s)`,
+        ),
+      );
+    },
+  },
+  l: {
+    title: 'rollout worker SIGTERM mid-step (a deploy), started again; LoRA',
+    config: opts['no-lora'] ? undefined : variantConfig('lora'),
+    async inject(run) {
+      const s = await arrive(run, plans.l.phase, plans.l.delayS, 'rollout worker SIGTERM');
+      if (!s) return;
+      const { pid, exitS } = await stopWorker(run, 'rollout');
+      note(run, `rollout worker ${pid ?? '-'} SIGTERM (${statusLine(s)}), exited after ${exitS ?? '>120'}s`);
+      await sleep(10_000);
+      releaseWorker(run, 'rollout');
+      note(run, 'rollout worker started again');
+      run.extra.push(
+        injectedCheck(
+          `rollout worker SIGTERM ${plans.l.delayS}s into ${phaseLabel(plans.l.phase)}, exiting within the drain`,
+          pid !== undefined &&
+            exitS !== undefined &&
+            inPhase(s, plans.l.phase) &&
+            exitS <= env.TBT_ROLLOUT_DRAIN_S + 30,
+          `pid ${pid ?? '-'} at ${statusLine(s)}; exited after ${exitS ?? '>120'}s (drain ` +
+            `${env.TBT_ROLLOUT_DRAIN_S}s)`,
+        ),
+      );
+    },
+  },
 };
 
 /**
@@ -433,6 +637,7 @@ interface FaultRunSummary extends RunSummary {
  * down on purpose (a worker, the endpoint) stays down. */
 async function restoreStack(): Promise<void> {
   if (!outageOn) await policy?.proxy.open();
+  clearRecoverySignal(env);
   await withStackLock(() => startPostgres(env));
   startWorkers(
     env,
@@ -448,8 +653,10 @@ async function runScenario(letter: Letter, baseline: () => Promise<Checked>, idl
   const scenario = scenarios[letter];
   const id = `fault-${letter}-${stamp}`;
   log(`run ${id}: (${letter}) ${scenario.title}`);
-  const configFile = scenario.externalPolicy ? (await externalPolicy()).configFile : opts.config!;
+  const configFile = scenario.externalPolicy ? (await externalPolicy()).configFile : (scenario.config ?? opts.config!);
+  if (scenario.config) log(`  config ${configFile}`);
   const run: FaultRun = { id, started: now(), idle, points: [], extra: [], ended: false };
+  await scenario.setup?.();
   run.started = await startRun(configFile, id);
   const injection = scenario.inject(run).catch((err: unknown) => {
     run.extra.push(injectedCheck(scenario.title, false, `the injection failed: ${String(err)}`));
@@ -458,6 +665,7 @@ async function runScenario(letter: Letter, baseline: () => Promise<Checked>, idl
   run.ended = true;
   idle();
   await injection;
+  await scenario.teardown?.();
   await restoreStack();
   // A run that timed out is ended here, so that it cannot overlap the runs after it.
   if ((await driver.describe(id)) === 'RUNNING') driver.tbt('campaign', 'terminate', id, '--reason', 'fault suite');
@@ -483,6 +691,7 @@ async function guardedScenario(
   } catch (err) {
     idle();
     log(`  (${letter}) could not run: ${String(err)}`);
+    await scenarios[letter].teardown?.().catch(() => undefined);
     await restoreStack().catch(() => undefined);
     return {
       ...{ run: `(${letter})`, campaignId: `fault-${letter}-${stamp}`, wallS: 0, realUpdates: 0 },
