@@ -32,7 +32,7 @@ import { missingPollerReason, withMissingPollerNamed } from './missing-poller.ts
 import { watchingQueues, type WatchedQueue } from './queue-watch.ts';
 import { infrastructureCause } from './failure-class.ts';
 import { controlAnswer, type ControlAction } from './campaign-control-answers.ts';
-import { evaluationSummary, probeSummary as probeStaticSummary, trainingStepSummary } from './ui-text.ts';
+import { evaluationSummary, probeSummary as probeStaticSummary, trainingStepSummary, waitInWords } from './ui-text.ts';
 import { startLearnerNodes } from './learner-nodes.ts';
 import { stepLostFailureType, trainingStepWorkflow, type TrainingStepResult } from './training-step-workflow.ts';
 import type { SampledStep } from './sampled-step.ts';
@@ -633,7 +633,7 @@ async function pausingOnInfrastructure<T>(
         `${what} failed for an infrastructure reason: ${cause}. ` +
         (pausedByUser
           ? 'It runs again on `tbt campaign resume`'
-          : `It runs again by itself in ${Math.round(retryInMs / 60_000)} min, or now on \`tbt campaign resume\``);
+          : `It runs again by itself in ${waitInWords(retryInMs)}, or now on \`tbt campaign resume\``);
       flagPaused(true);
       run.waitingPaused = true;
       showDetails(run);

@@ -4,6 +4,7 @@ import { pausedStageRetryMs } from './activity-options.ts';
 import { resumeUpdate } from './campaign-workflow.ts';
 import { infrastructureCause } from './failure-class.ts';
 import { pausedKey } from './search-attribute-keys.ts';
+import { waitInWords } from './ui-text.ts';
 
 /**
  * An evaluation outside a campaign (`tbt eval run`, a schedule) pauses as a campaign stage does instead of failing
@@ -43,7 +44,7 @@ export async function pausingEvaluation<T>(
       upsertSearchAttributes([{ key: pausedKey, value: true }]);
       setCurrentDetails(
         `paused: ${what} failed for an infrastructure reason: ${cause}. It runs again by itself in ` +
-          `${Math.round(ms / 60_000)} min, or now on \`tbt campaign resume <this workflow id>\``,
+          `${waitInWords(ms)}, or now on \`tbt campaign resume <this workflow id>\``,
       );
       log.warn('evaluation paused by an infrastructure failure', { what, cause, retry, ms });
       await condition(() => resumed, ms);

@@ -1,4 +1,5 @@
 import { ActivityFailure, ApplicationFailure, TimeoutFailure } from '@temporalio/workflow';
+import { waitInWords } from './ui-text.ts';
 
 /** Failure type of an activity nobody picked up within its schedule-to-start limit. */
 export const noWorkerPollingType = 'NoWorkerPollingTaskQueue';
@@ -39,11 +40,6 @@ export function withMissingPollerNamed<A extends object>(activities: A, taskQueu
   });
 }
 
-/** A wait in words: seconds below a minute (test configs), else minutes. */
-function waited(ms: number): string {
-  return ms < 60_000 ? `${Math.round(ms / 1000)} s` : `${Math.round(ms / 60_000)} min`;
-}
-
 /**
  * Why the campaign paused while `what` waits on a rollout or bookkeeping queue that no worker polled for `waitMs`
  * (queue-watch.ts): the queue, its worker, and how the pause ends. Worded as explainMissingPoller, so that the CLI
@@ -52,9 +48,9 @@ function waited(ms: number): string {
 export function missingPollerReason(what: string, queue: string, role: string, waitMs: number): string {
   const unseen = role === 'bookkeeping' ? 'took a task from' : 'polled';
   return (
-    `no worker polls task queue "${queue}" (the ${role} queue): none ${unseen} it for ${waited(waitMs)} while ` +
+    `no worker polls task queue "${queue}" (the ${role} queue): none ${unseen} it for ${waitInWords(waitMs)} while ` +
     `${what} waited on it. Start the ${role} worker (\`tbt workers up\`) or check the configured queue name; ` +
     `${what} goes on by itself once a worker polls. \`tbt campaign resume\` clears this pause; it comes back if ` +
-    `the queue still has no poller ${waited(waitMs)} later`
+    `the queue still has no poller ${waitInWords(waitMs)} later`
   );
 }

@@ -50,3 +50,8 @@ export function episodeProgress(p: {
   if (p.taskErrors) parts.push(`${p.taskErrors} task errors (their tests raise; not re-run)`);
   return parts.join(' · ');
 }
+
+/** A wait in words: seconds below a minute (test configs), else minutes. */
+export function waitInWords(ms: number): string {
+  return ms < 60_000 ? `${Math.round(ms / 1000)} s` : `${Math.round(ms / 60_000)} min`;
+}

@@ -255,6 +255,13 @@ def volume_full(err: BaseException, world_size: int) -> bool:
     return world_size == 1 and isinstance(err, OSError) and err.errno in full
 
 
+def volume_full_reason(err: BaseException) -> str:
+    """One line for a full volume: the OSError a rank met, not DCP's multi-line summary of every rank's traceback."""
+    if isinstance(err, CheckpointException):
+        return next((str(e) for e, _ in err.failures.values() if isinstance(e, OSError)), str(err).splitlines()[0])
+    return str(err)
+
+
 class Checkpointer:
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer

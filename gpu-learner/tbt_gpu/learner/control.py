@@ -44,7 +44,7 @@ from typing import Any
 
 from ..weight_transport import MIN_SECRET_CHARS
 from .batch import Batch, BatchError
-from .checkpoint import Checkpointer, volume_full
+from .checkpoint import Checkpointer, volume_full, volume_full_reason
 from .distributed import DistInfo, broadcast_object
 from .errors import CheckpointVolumeFull, ExportRefused, LearnerError, NotReady, StepRefused
 from .trainer import Trainer, batch_ids_sha256
@@ -302,7 +302,8 @@ class LearnerService:
             self._uncommitted = step_id
             self.checkpointer.discard_partial(step_id)
             raise CheckpointVolumeFull(
-                f"step {step_id} was applied but its checkpoint does not fit in {self.checkpointer.root} ({err}); "
+                f"step {step_id} was applied but its checkpoint does not fit in {self.checkpointer.root} "
+                f"({volume_full_reason(err)}); "
                 "free space there and resume: the retry saves the step, it does not train it again"
             ) from err
         self._uncommitted = None
