@@ -15,11 +15,19 @@ export function controlAnswer(
   state: CampaignState,
   steps: number,
   waitingPaused: boolean,
+  /** The queue the campaign is paused on for want of a poller (queue-watch.ts), if it is. */
+  queueWait?: string,
 ): ControlAnswer {
   const ending = ['evaluate-after', 'report', 'done', 'stopped'].includes(state.stage) || state.step >= steps;
   const next = state.step + 1;
   if (action === 'resume') {
     if (!state.paused) return { refused: 'the campaign is not paused: nothing to resume' };
+    if (queueWait)
+      return {
+        answer:
+          `resumed: ${state.pausedAt ?? 'the stage'} keeps waiting for a worker on ${queueWait}; ` +
+          'it pauses again if none polls within a full wait',
+      };
     if (state.pausedAt) return { answer: `resumed: ${state.pausedAt} runs again now` };
     if (waitingPaused) return { answer: `resumed: training step ${next} starts now` };
     return { answer: 'the pause requested earlier is withdrawn: training goes on without stopping' };

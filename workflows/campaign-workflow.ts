@@ -250,7 +250,7 @@ function setCampaignHandlers(run: CampaignRun): void {
   setHandler(stopAfterStepSignal, stop);
   // The Updates apply the same changes and answer when they take effect; a validator refuses what cannot apply.
   const answer = (action: ControlAction) =>
-    controlAnswer(action, state, run.input.config.training.steps, run.waitingPaused === true);
+    controlAnswer(action, state, run.input.config.training.steps, run.waitingPaused === true, run.queueWait?.queue);
   const refuse = (action: ControlAction) => () => {
     const answered = answer(action);
     if ('refused' in answered) throw new Error(answered.refused);

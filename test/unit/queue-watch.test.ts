@@ -172,7 +172,10 @@ test('no worker polls the rollout queue: a pause naming it; resume, then a worke
   assert.match(paused.pauseReason ?? '', /Start the rollout worker \(`tbt workers up`\)/);
   assert.equal((await handle.describe()).typedSearchAttributes.get(pausedKey), true);
   // A resume clears the pause; the queue still has no poller a full wait later, so it pauses again.
-  assert.equal(await handle.executeUpdate(resumeUpdate), 'resumed: the ingest runs again now');
+  assert.equal(
+    await handle.executeUpdate(resumeUpdate),
+    'resumed: the ingest keeps waiting for a worker on qwa-rollout; it pauses again if none polls within a full wait',
+  );
   assert.equal((await handle.query(statusQuery)).paused, false);
   const again = await statusWhen(id, (s) => s.paused);
   assert.match(again.pauseReason ?? '', /no worker polls task queue "qwa-rollout"/);
