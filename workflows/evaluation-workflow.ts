@@ -1,6 +1,6 @@
 import { ApplicationFailure, continueAsNew, patched, proxyActivities } from '@temporalio/workflow';
 import type { CampaignActivities } from '../activities/campaign-activities.ts';
-import type { KeyedEpisodesInput } from './keyed-episode-types.ts';
+import type { KeyedEpisodesInput, TaskErrorTask } from './keyed-episode-types.ts';
 import { runShardedEpisodesWaitingOutOutages, type OutageWaits, type StageResume } from './outage-waits.ts';
 import { runKeyedEpisodesV1 } from './keyed-episodes-v1.ts';
 import { bookkeepingOptions } from './activity-options.ts';
@@ -37,9 +37,9 @@ export interface EvaluationResult {
   summary: string;
   episodes: number;
   reruns: number;
-  /** Keys that ended in a task error, and one `uid: cause` line per such task (absent: none). */
+  /** Keys that ended in a task error, and each such task with its cause (absent: none). */
   taskErrors?: number;
-  taskErrorTasks?: string[];
+  taskErrorTasks?: TaskErrorTask[];
 }
 
 const bookkeeping = proxyActivities<CampaignActivities>(bookkeepingOptions('30 minutes', 5));
@@ -61,10 +61,10 @@ export const taskErrorGateFailureType = 'TaskErrors';
 
 function taskErrorGate(
   input: EvaluationInput,
-  stage: { keys: number; taskErrors?: number; taskErrorTasks?: string[] },
+  stage: { keys: number; taskErrors?: number; taskErrorTasks?: TaskErrorTask[] },
 ) {
   if (!stage.taskErrors || input.taskErrors !== 'fail') return;
-  const tasks = stage.taskErrorTasks ?? [];
+  const tasks = (stage.taskErrorTasks ?? []).map((t) => `${t.uid}: ${t.cause}`);
   throw ApplicationFailure.nonRetryable(
     `evaluation ${input.label}: ${stage.taskErrors} of ${stage.keys} keys end in task errors (the task's own test ` +
       `code raised the same exception twice; fix the tests or set task_errors: list). Tasks:\n${tasks.join('\n')}`,

@@ -60,8 +60,14 @@ export interface ShardSummary {
   peakInFlight: number;
   /** Keys that ended in a task error (their test code raised twice); absent in results of older code. */
   taskErrors?: number;
-  /** One `uid: cause` line per task with a task error, at most taskErrorTasksKept. */
-  taskErrorTasks?: string[];
+  /** Each task with a task error once, with its cause, at most taskErrorTasksKept. */
+  taskErrorTasks?: TaskErrorTask[];
+}
+
+/** A task whose test code raised twice, and why (the episode's cause). */
+export interface TaskErrorTask {
+  uid: string;
+  cause: string;
 }
 
 /** Tasks with task errors a stage names (a dataset with more is named by the aggregate and the report). */
@@ -70,18 +76,17 @@ export const taskErrorTasksKept = 20;
 /** Adds a key of `uid` that ended in a task error to `summary` (its task named once, within the cap). */
 export function countTaskError(summary: ShardSummary, uid: string, cause: string | undefined): void {
   summary.taskErrors = (summary.taskErrors ?? 0) + 1;
-  nameTask(summary, `${uid}: ${cause ?? 'task error'}`);
+  nameTask(summary, { uid, cause: cause ?? 'task error' });
 }
 
 /** Adds a shard's task errors to its stage's summary. */
 export function addTaskErrors(total: ShardSummary, shard: ShardSummary): void {
   if (!shard.taskErrors) return;
   total.taskErrors = (total.taskErrors ?? 0) + shard.taskErrors;
-  for (const line of shard.taskErrorTasks ?? []) nameTask(total, line);
+  for (const task of shard.taskErrorTasks ?? []) nameTask(total, task);
 }
 
-function nameTask(summary: ShardSummary, line: string): void {
+function nameTask(summary: ShardSummary, task: TaskErrorTask): void {
   const tasks = (summary.taskErrorTasks ??= []);
-  const uid = line.slice(0, line.indexOf(': ') + 2);
-  if (tasks.length < taskErrorTasksKept && !tasks.some((t) => t.startsWith(uid))) tasks.push(line);
+  if (tasks.length < taskErrorTasksKept && !tasks.some((t) => t.uid === task.uid)) tasks.push(task);
 }

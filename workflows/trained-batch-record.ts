@@ -11,8 +11,8 @@ import { episodeLag, type SampledEpisode, type SampledStep } from './sampled-ste
 
 type BatchFields = Pick<StepRecord, 'groups' | 'leakedInfraEpisodes' | 'meanReward'>;
 
-/** The record's fields that describe a trained batch, from its groups (as stepRecord computes them). */
-function trainedBatchFields(groups: SampledStep['groups']): BatchFields {
+/** The record's fields that describe a trained batch, from its groups (the drawn ones, or those trained). */
+export function batchFields(groups: SampledStep['groups']): BatchFields {
   const episodes = groups.flatMap((g) => g.episodes);
   const rewards = episodes.map((e) => e.reward);
   return {
@@ -60,7 +60,7 @@ export function trainedBatchRecord(
   const groups = [...byTask].map(([uid, episodes]) => ({ uid, episodes }));
   return {
     ...record,
-    ...trainedBatchFields(groups),
+    ...batchFields(groups),
     episodeLag: episodeLag({ ...sample, groups }),
     batchMismatch: true,
     trainedEpisodeIds: trainedIds,

@@ -28,7 +28,7 @@ import { ConcurrencySlots } from './concurrency-slots.ts';
 import { episodeLag, sampledStep, type SampledStep } from './sampled-step.ts';
 import { selectGroups, type DrawnGroup, type GroupSelection } from './group-selection.ts';
 import { startLearnerNodes } from './learner-nodes.ts';
-import { episodesToRead, trainedBatchRecord } from './trained-batch-record.ts';
+import { batchFields, episodesToRead, trainedBatchRecord } from './trained-batch-record.ts';
 import { runEpisodeOrInfraError } from './one-episode.ts';
 import { withMissingPollerNamed } from './missing-poller.ts';
 
@@ -397,27 +397,17 @@ function stepRecord(
   sample: SampledStep,
   { update, exported, synced, seconds }: Awaited<ReturnType<typeof updatePolicy>>,
 ): StepRecord {
-  const episodes = sample.groups.flatMap((g) => g.episodes);
-  // Leakage check: an infrastructure-errored episode must never reach an advantage.
-  const leaked = episodes.filter((e) => e.outcome === 'infrastructure_error' || e.outcome === 'task_error').length;
-  const rewards = episodes.map((e) => e.reward);
   return {
     campaignId: input.campaignId,
     step: input.step,
-    groups: sample.groups.map((g) => ({
-      uid: g.uid,
-      rewards: g.episodes.map((e) => e.reward),
-      episodeIds: g.episodes.map((e) => e.id),
-    })),
+    ...batchFields(sample.groups),
     informativeGroups: sample.informativeGroups,
     zeroVarianceGroups: sample.zeroVarianceGroups,
     replacements: sample.replacements,
     lostGroups: sample.lostGroups,
     infraErrors: sample.infraErrors,
     ...(sample.taskErrors ? { taskErrorGroups: sample.taskErrors } : {}),
-    leakedInfraEpisodes: leaked,
     fallback: sample.fallback,
-    meanReward: rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : 0,
     update: update.metrics,
     repeatedUpdate: update.repeated,
     checkpoint: update.checkpoint,

@@ -43,7 +43,7 @@ import {
 import { integerFlag } from '../flag-values.ts';
 import { evalAggregateCommand, evalCommand, evalCompareCommand } from '../command-definitions.ts';
 import { asksForHelp, parseCommandLine } from '../command-line.ts';
-import { dollars, percent } from '../../core/report/format.ts';
+import { dollars, percent, plural } from '../../core/report/format.ts';
 import { leftOutNote, withoutTaskErrorTasks } from '../../core/task-error-pairing.ts';
 
 /**
@@ -527,10 +527,6 @@ function aggregateCommand(args: string[], io: CommandIo): number {
 
 function interval([lo, hi]: [number, number]): string {
   return `[${(100 * lo).toFixed(1)}, ${(100 * hi).toFixed(1)}]`;
-}
-
-function plural(n: number, word: string): string {
-  return `${n} ${word}${n === 1 ? '' : 's'}`;
 }
 
 function table(header: string[], rows: string[][]): string {

@@ -1,4 +1,5 @@
 import type { EpisodeView, GradeView, ToolCallView, TranscriptEntry } from './episode-view.ts';
+import { plural } from './format.ts';
 import { htmlPageHead } from './html-page.ts';
 import { escapeXml as escape } from './svg-charts.ts';
 
@@ -75,10 +76,6 @@ const OUTCOME_LABELS: Record<string, string> = {
   task_error: 'task error (its test code raised)',
   running: 'running',
 };
-
-function plural(n: number, word: string): string {
-  return `${n.toLocaleString('en-US')} ${word}${n === 1 ? '' : 's'}`;
-}
 
 function tag(text: string, kind: 'good' | 'bad' | 'plain'): string {
   return `<span class="tag ${kind}">${escape(text)}</span>`;

@@ -43,6 +43,11 @@ export function count(n: number): string {
     .replace(/\B(?=(\d{3})+(?!\d))/g, ',');
 }
 
+/** A count and its noun, plural unless 1: "1 task", "2,000 keys". */
+export function plural(n: number, word: string): string {
+  return `${count(n)} ${word}${n === 1 ? '' : 's'}`;
+}
+
 /** A plain measurement with up to `digits` significant digits, without exponent noise for common sizes. */
 export function decimal(x: number, digits = 4): string {
   if (x === 0) return '0';

@@ -56,7 +56,10 @@ test('shards count task-error keys and name each task once; the stage adds them 
   countTaskError(a, 't1', 'raised IndexError at t.py:7 twice');
   countTaskError(a, 't2', undefined);
   assert.equal(a.taskErrors, 3);
-  assert.deepEqual(a.taskErrorTasks, ['t1: raised IndexError at t.py:7 twice', 't2: task error']);
+  assert.deepEqual(a.taskErrorTasks, [
+    { uid: 't1', cause: 'raised IndexError at t.py:7 twice' },
+    { uid: 't2', cause: 'task error' },
+  ]);
   const b = shard();
   countTaskError(b, 't2', 'another cause');
   const stage = shard();
@@ -64,7 +67,10 @@ test('shards count task-error keys and name each task once; the stage adds them 
   addTaskErrors(stage, b);
   addTaskErrors(stage, shard());
   assert.equal(stage.taskErrors, 4);
-  assert.deepEqual(stage.taskErrorTasks, ['t1: raised IndexError at t.py:7 twice', 't2: task error']);
+  assert.deepEqual(stage.taskErrorTasks, [
+    { uid: 't1', cause: 'raised IndexError at t.py:7 twice' },
+    { uid: 't2', cause: 'task error' },
+  ]);
   const many = shard();
   for (let i = 0; i < taskErrorTasksKept + 50; i++) countTaskError(many, `t${i}`, 'x');
   assert.equal(many.taskErrors, taskErrorTasksKept + 50);
