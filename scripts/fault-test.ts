@@ -30,7 +30,8 @@
  *
  * Uses the servers and workers of the current environment (TBT_STATE_DIR, TBT_TEMPORAL_PORT, TBT_PG_PORT,
  * TBT_TASK_QUEUE_PREFIX); scenarios g and i restart that Postgres: isolate the suite from other work with those
- * variables.
+ * variables. With TBT_WORKER_DEPLOYMENT_NAME set the workers run with Worker Versioning on, the deploy shape (`tbt
+ * workers up` makes the first build current), and every run also checks that its campaign and steps ran pinned.
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -669,6 +670,7 @@ async function runScenario(letter: Letter, baseline: () => Promise<Checked>, idl
   await restoreStack();
   // A run that timed out is ended here, so that it cannot overlap the runs after it.
   if ((await driver.describe(id)) === 'RUNNING') driver.tbt('campaign', 'terminate', id, '--reason', 'fault suite');
+  if (env.TBT_WORKER_DEPLOYMENT_NAME) run.extra.push(await pinnedCheck(id, env.TBT_WORKER_DEPLOYMENT_NAME));
   const { summary } = await finishRun(suite, {
     name: `(${letter})`,
     id,
@@ -678,6 +680,28 @@ async function runScenario(letter: Letter, baseline: () => Promise<Checked>, idl
     extra: run.extra,
   });
   return { ...summary, scenario: letter, title: scenario.title, points: run.points, pauses: end.pauses };
+}
+
+/**
+ * With Worker Versioning on (TBT_WORKER_DEPLOYMENT_NAME, the deploy shape): the campaign and every training step
+ * ran pinned to a build of that deployment, so a fault met the versioned path and not the unversioned one.
+ */
+async function pinnedCheck(id: string, deploymentName: string): Promise<Check> {
+  const client = await driver.temporal();
+  const ids = [id, ...Array.from({ length: STEPS }, (_, i) => `${id}/step-${i + 1}`)];
+  const builds = await Promise.all(
+    ids.map(async (wid) => {
+      const info = (await client.workflow.getHandle(wid).describe()).raw.workflowExecutionInfo;
+      const version = info?.versioningInfo?.deploymentVersion;
+      return version?.deploymentName === deploymentName ? version.buildId : undefined;
+    }),
+  );
+  const unpinned = ids.filter((_, i) => !builds[i]);
+  return check(
+    `the campaign and its ${STEPS} steps ran pinned to a build of deployment ${deploymentName}`,
+    unpinned.length === 0,
+    unpinned.length ? `not pinned: ${unpinned.join(', ')}` : `builds ${[...new Set(builds)].join(', ')}`,
+  );
 }
 
 /** A scenario's run, or, when it could not run at all, a failed one: the others still run. */
@@ -723,7 +747,8 @@ async function main(): Promise<number> {
       throw new Error(`--only: unknown scenario ${l} (one of ${Object.keys(scenarios).join(',')})`);
   log(
     `seed ${seed} (repeat with --seed ${seed}); config ${opts.config}; state ${env.TBT_STATE_DIR}; queue prefix ` +
-      `${env.TBT_TASK_QUEUE_PREFIX}; scenarios ${letters.join(',')}`,
+      `${env.TBT_TASK_QUEUE_PREFIX}; scenarios ${letters.join(',')}; worker versioning ` +
+      (env.TBT_WORKER_DEPLOYMENT_NAME ? `on (deployment ${env.TBT_WORKER_DEPLOYMENT_NAME})` : 'off'),
   );
   await withStackLock(async () => driver.stackUp());
   const suiteStarted = now();
@@ -786,6 +811,7 @@ async function main(): Promise<number> {
     config: opts.config,
     stamp,
     minutes,
+    workerDeployment: env.TBT_WORKER_DEPLOYMENT_NAME ?? null,
     passed: failed.length === 0,
     runs,
   });
