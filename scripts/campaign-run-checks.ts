@@ -7,7 +7,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Environment } from '../config/environment.ts';
+import { databaseUrl, type Environment } from '../config/environment.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import type { StepRecord } from '../activities/campaign-activities.ts';
 import { learnerFiles } from '../learner-control/learner-process.ts';
@@ -25,15 +25,18 @@ export const check = (name: string, pass: boolean, detail: string): Check => ({ 
 /** What the checks need to know about the suite: where the learner and the control database are, the sizes. */
 export interface CheckContext {
   env: Environment;
-  controlUrl: string;
+  readonly controlUrl: string;
   steps: number;
   perStep: number;
 }
 
-export function checkContext(env: Environment, controlUrl: string, config: CampaignConfig): CheckContext {
+export function checkContext(env: Environment, config: CampaignConfig): CheckContext {
   return {
     env,
-    controlUrl,
+    // Read when a check runs: a suite on a fresh state folder opens before `tbt up` writes the password file.
+    get controlUrl() {
+      return databaseUrl(env);
+    },
     steps: config.training.steps,
     perStep: config.training.groups_per_step * config.training.group_size,
   };

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { startCampaign } from '../cli/commands/campaign.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
-import { databaseUrl, type Environment } from '../config/environment.ts';
+import type { Environment } from '../config/environment.ts';
 import {
   check,
   checkContext,
@@ -36,7 +36,7 @@ export function openSuite(
   const driver = new CampaignDriver(env, opts.tag, Number(opts.timeoutMin) * 60_000);
   const suite: Suite = {
     driver,
-    ctx: checkContext(env, databaseUrl(env), config),
+    ctx: checkContext(env, config),
     keepCheckpoints: opts.keepCheckpoints,
   };
   return { suite, driver, outDir, log: (msg) => driver.log(msg) };
