@@ -9,7 +9,8 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import pg from 'pg';
 import type { Scenario } from '../config/task-schema.ts';
-import { InfrastructureError, errorMessage } from '../core/errors.ts';
+import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
+import { referenceToolSchema } from '../core/reference-tool-schema.ts';
 import type { Sandbox } from '../sandbox/sandbox-pool.ts';
 import { runSqlTool, ToolCallError } from '../sandbox/sql-tool.ts';
 
@@ -35,6 +36,24 @@ export interface ToolSession {
   listTools(): Promise<ToolSpec[]>;
   callTool(name: string, args: Record<string, unknown>): Promise<ToolResult>;
   close(): Promise<void>;
+}
+
+/**
+ * A tool as an MCP server lists it, in the form the agent is offered it: its input schema converted as the
+ * reference's MCP client converts every listed tool (core/reference-tool-schema.ts), before any override.
+ */
+export function listedToolSpec(
+  tool: { name: string; description?: string; inputSchema: Record<string, unknown> },
+  server: string,
+): ToolSpec {
+  try {
+    return { name: tool.name, description: tool.description ?? '', inputSchema: referenceToolSchema(tool.inputSchema) };
+  } catch (err) {
+    if (!(err instanceof BadInputError)) throw err;
+    throw new BadInputError(`tool server '${server}': tool '${tool.name}': input schema: ${err.message}`, {
+      cause: err,
+    });
+  }
 }
 
 /** An MCP tool result as the agent reads it: its text parts, one per line. */
@@ -96,11 +115,7 @@ export async function openToolSession(
   return {
     async listTools() {
       const { tools } = await client.listTools();
-      return tools.map((t) => ({
-        name: t.name,
-        description: t.description ?? '',
-        inputSchema: t.inputSchema as Record<string, unknown>,
-      }));
+      return tools.map((t) => listedToolSpec(t, `tbt-${scenario.name}`));
     },
     async callTool(name, args) {
       try {

@@ -1,6 +1,6 @@
 import type { ImportedScenario } from '../../config/thinkingbox-schema.ts';
 import { BadInputError } from '../../core/errors.ts';
-import type { ToolSpec } from '../../rollout/mcp-tool-session.ts';
+import { listedToolSpec, type ToolSpec } from '../../rollout/mcp-tool-session.ts';
 import { RESERVED } from './reserved-tools.ts';
 import type { StartedServer } from './stdio-server-pool.ts';
 
@@ -21,14 +21,20 @@ interface OfferedTool {
   spec: ToolSpec;
 }
 
-/** A tool as the agent sees it: the server's schema with the scenario's overrides applied. */
+/**
+ * A tool as the agent sees it: the server's converted schema with the scenario's overrides applied, as the
+ * reference applies them after its conversion (so an argument whose schema was a `$ref` keeps its new description).
+ * An argument description for a name the schema does not declare is ignored, as the reference ignores it (with a
+ * warning): it never adds an argument.
+ */
 function visibleSpec(offered: ToolSpec | undefined, visible: ImportedScenario['tools'][number]): ToolSpec {
   const base = offered ?? { name: visible.name, description: '', inputSchema: { type: 'object', properties: {} } };
   let inputSchema = base.inputSchema;
-  if (visible.arg_descriptions) {
-    const properties = { ...((inputSchema.properties as Record<string, Record<string, unknown>>) ?? {}) };
+  const declared = inputSchema.properties;
+  if (visible.arg_descriptions && typeof declared === 'object' && declared !== null) {
+    const properties = { ...(declared as Record<string, Record<string, unknown>>) };
     for (const [arg, description] of Object.entries(visible.arg_descriptions))
-      properties[arg] = { ...(properties[arg] ?? {}), description };
+      if (Object.hasOwn(properties, arg)) properties[arg] = { ...properties[arg], description };
     inputSchema = { ...inputSchema, properties };
   }
   return { name: visible.name, description: visible.description ?? base.description, inputSchema };
@@ -40,15 +46,10 @@ async function offeredTools(servers: StartedServer[], timeoutMs: number): Promis
   for (const server of servers) {
     const { tools } = await server.client.listTools(undefined, { timeout: timeoutMs });
     for (const t of tools) {
+      // Converted before the filters: the reference converts every tool a server lists, reserved ones included.
+      const spec = listedToolSpec(t, server.name);
       if (t.name.startsWith(RESERVED) || offered.has(t.name)) continue;
-      offered.set(t.name, {
-        server,
-        spec: {
-          name: t.name,
-          description: t.description ?? '',
-          inputSchema: t.inputSchema as Record<string, unknown>,
-        },
-      });
+      offered.set(t.name, { server, spec });
     }
   }
   return offered;
