@@ -1,3 +1,4 @@
+import { COST_SCOPE_ORDER, type CostFigures } from '../core/metrics.ts';
 import type { StepRecord } from './step-record.ts';
 
 /** One tracker entry: a training step's metrics (`train/*`) or an evaluation's (`eval/*`), at a step number. */
@@ -69,9 +70,8 @@ interface AggregateSummary {
 }
 
 interface AggregateCost {
-  campaign?: number;
-  per_successful_attempt?: number;
-  per_reliable_task?: number;
+  policy_only?: Partial<CostFigures>;
+  all_roles?: Partial<CostFigures>;
   by_role?: Record<string, { cost?: number }>;
 }
 
@@ -83,6 +83,14 @@ export function trackingEntryOfEvaluation(aggregate: Record<string, unknown>, st
     Object.fromEntries((list ?? []).map(({ k, estimate }) => [`eval/${name}_${k}`, estimate]));
   const roles = Object.fromEntries(
     Object.entries(cost.by_role ?? {}).map(([role, c]) => [`eval/cost_${role}_usd`, c.cost]),
+  );
+  // Named for whose tokens they count: policy_only is the reference's figure, all_roles adds user and judge.
+  const figures = Object.fromEntries(
+    COST_SCOPE_ORDER.flatMap((scope) => [
+      [`eval/campaign_cost_${scope}_usd`, cost[scope]?.campaign ?? undefined],
+      [`eval/cost_per_successful_attempt_${scope}_usd`, cost[scope]?.per_successful_attempt ?? undefined],
+      [`eval/cost_per_reliable_task_${scope}_usd`, cost[scope]?.per_reliable_task ?? undefined],
+    ]),
   );
   return {
     kind: 'evaluation',
@@ -100,9 +108,7 @@ export function trackingEntryOfEvaluation(aggregate: Record<string, unknown>, st
       'eval/tasks': o.tasks,
       'eval/attempts': o.attempts,
       'eval/successes': o.successes,
-      'eval/cost_usd': cost.campaign,
-      'eval/cost_per_successful_attempt_usd': cost.per_successful_attempt,
-      'eval/cost_per_reliable_task_usd': cost.per_reliable_task,
+      ...figures,
       ...roles,
     }),
   };

@@ -205,7 +205,8 @@ export const evalAggregateCommand = defineCommand({
   summary: 'pass@1, unbiased pass@k and pass^k, observed k/k, per domain, with intervals and costs',
   details:
     'Checks coverage, then reports pass@1, unbiased pass@k and pass^k, observed K/K, per domain, with intervals, ' +
-    'and cost when --prices is given.',
+    "and cost when --prices is given, in two scopes: policy only (the evaluated model's inference tokens, as the " +
+    'reference counts) and all roles (adds the simulated user and the judge).',
   flags: {
     results: {
       type: 'string',
@@ -413,7 +414,7 @@ export const reportCommand = defineCommand({
       value: 'FILE',
       description:
         'JSON {"probing": USD, "training": USD, "evaluation": USD}, each optional; evaluation defaults to the sum ' +
-        "of the eval files' campaign costs",
+        "of the eval files' all-roles campaign costs",
     },
     title: {
       type: 'string',

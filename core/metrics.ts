@@ -355,6 +355,48 @@ export function costPerReliableTask(campaign: number, reliableTasks: number): nu
   return reliableTasks > 0 ? campaign / reliableTasks : null;
 }
 
+/**
+ * Whose tokens a cost figure counts. The reference's serving-cost index ($925.80, $8.00 per reliable task) counts
+ * the evaluated model's inference alone; running an evaluation also pays the simulated user and the judge, so we
+ * report both, never one under the other's name.
+ */
+export const COST_SCOPES = {
+  policy_only: {
+    roles: ['policy'],
+    label: 'policy only',
+    counts: "the evaluated model's inference tokens, as the reference counts",
+  },
+  all_roles: { roles: ROLES, label: 'all roles', counts: 'policy + simulated user + judge tokens' },
+} as const satisfies Record<string, { roles: readonly Role[]; label: string; counts: string }>;
+export type CostScope = keyof typeof COST_SCOPES;
+/** The reference's figure first. */
+export const COST_SCOPE_ORDER: readonly CostScope[] = ['policy_only', 'all_roles'];
+
+/** The three cost figures of one scope; the divisors are the same attempts and tasks for every scope. */
+export interface CostFigures {
+  campaign: number;
+  per_successful_attempt: number | null;
+  per_reliable_task: number | null;
+}
+
+/** Campaign cost, per successful attempt and per reliable task, for each scope of a breakdown. */
+export function costFigures(
+  breakdown: CostBreakdown,
+  passingAttempts: number,
+  reliableTasks: number,
+): Record<CostScope, CostFigures> {
+  const figures = (scope: CostScope): CostFigures => {
+    const roles: readonly Role[] = COST_SCOPES[scope].roles;
+    const campaign = roles.reduce((s, r) => s + breakdown.by_role[r].cost, 0);
+    return {
+      campaign,
+      per_successful_attempt: costPerSuccessfulAttempt(campaign, passingAttempts),
+      per_reliable_task: costPerReliableTask(campaign, reliableTasks),
+    };
+  };
+  return { policy_only: figures('policy_only'), all_roles: figures('all_roles') };
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Paired comparison
 

@@ -7,8 +7,9 @@ import { canonicalJson } from '../../core/canonical-json.ts';
 import { compareStrings, datasetGroup } from '../../core/difficulty.ts';
 import {
   campaignCost,
-  costPerReliableTask,
-  costPerSuccessfulAttempt,
+  costFigures,
+  COST_SCOPE_ORDER,
+  COST_SCOPES,
   observedAllPass,
   pairedComparison,
   passAtK,
@@ -19,6 +20,8 @@ import {
   summarizeByDomain,
   type Comparison,
   type CostBreakdown,
+  type CostFigures,
+  type CostScope,
   type PriceTable,
   type RoleUsage,
   type Summary,
@@ -319,14 +322,12 @@ interface TaskResult extends TaskOutcome {
   cost: number | null;
 }
 
-interface CostReport {
+/** The divisors once, then the figures of each scope (core/metrics.ts COST_SCOPES) over them. */
+type CostReport = {
   by_role: CostBreakdown['by_role'];
-  campaign: number;
   passing_attempts: number;
   reliable_tasks: number;
-  per_successful_attempt: number | null;
-  per_reliable_task: number | null;
-}
+} & Record<CostScope, CostFigures>;
 
 function costReport(
   rows: readonly ResultRow[],
@@ -342,11 +343,9 @@ function costReport(
   const reliable = observedAllPass(tasks, repeats);
   return {
     by_role: breakdown.by_role,
-    campaign: breakdown.total,
     passing_attempts: passing,
     reliable_tasks: reliable,
-    per_successful_attempt: costPerSuccessfulAttempt(breakdown.total, passing),
-    per_reliable_task: costPerReliableTask(breakdown.total, reliable),
+    ...costFigures(breakdown, passing, reliable),
   };
 }
 
@@ -482,7 +481,8 @@ function aggregateCommand(args: string[], io: CommandIo): number {
   }));
 
   const report = {
-    schema_version: 1,
+    // 2: cost figures per scope (cost.policy_only, cost.all_roles); 1 held the all-roles figures at cost's top.
+    schema_version: 2,
     kind: 'tbt-eval-aggregate',
     repeats: config.repeats,
     configuration: {
@@ -555,7 +555,8 @@ function renderAggregate(
     `observed ${k}/${k}`,
     'solved >= 1',
   ];
-  if (cost) header.push('cost', 'per success', 'per reliable');
+  for (const scope of cost ? COST_SCOPE_ORDER : [])
+    header.push(`cost, ${COST_SCOPES[scope].label}`, 'per success', 'per reliable');
   const row = (name: string, s: Summary, c: CostReport | undefined): string[] => {
     const atK = s.pass_at_k.find((x) => x.k === k)?.estimate ?? Number.NaN;
     const hatK = s.pass_hat_k.find((x) => x.k === k)?.estimate ?? Number.NaN;
@@ -570,7 +571,13 @@ function renderAggregate(
       `${s.observed_all_pass.count} (${percent(s.observed_all_pass.rate)})`,
       `${s.solved_at_least_once.count} (${percent(s.solved_at_least_once.rate)})`,
     ];
-    if (c) cells.push(dollars(c.campaign), dollars(c.per_successful_attempt), dollars(c.per_reliable_task));
+    if (c)
+      for (const scope of COST_SCOPE_ORDER)
+        cells.push(
+          dollars(c[scope].campaign),
+          dollars(c[scope].per_successful_attempt),
+          dollars(c[scope].per_reliable_task),
+        );
     return cells;
   };
   const rows = Object.entries(domains).map(([name, s]) => row(name, s, cost?.domains[name]));
@@ -595,9 +602,16 @@ function renderAggregate(
   if (cost) {
     lines.push(
       '',
-      `cost: campaign ${dollars(cost.campaign)}; per successful attempt ${dollars(cost.per_successful_attempt)} ` +
-        `(${cost.passing_attempts} passing attempts); per reliable task ${dollars(cost.per_reliable_task)} (tasks at ` +
-        `${k}/${k}: ${cost.reliable_tasks})`,
+      `cost, divided by ${plural(cost.passing_attempts, 'passing attempt')} and ` +
+        `${plural(cost.reliable_tasks, 'task')} at ${k}/${k}:`,
+      ...COST_SCOPE_ORDER.map((scope) => {
+        const f = cost[scope];
+        return (
+          `  ${COST_SCOPES[scope].label} (${COST_SCOPES[scope].counts}): campaign ${dollars(f.campaign)}; per ` +
+          `successful attempt ${dollars(f.per_successful_attempt)}; per reliable task ${dollars(f.per_reliable_task)}`
+        );
+      }),
+      'cost by role:',
       ...ROLES.map((r) => {
         const t = cost.by_role[r].tokens;
         return (

@@ -1,7 +1,9 @@
+import { COST_SCOPE_ORDER, COST_SCOPES, type CostFigures, type CostScope } from '../metrics.ts';
 import { count, dollars } from './format.ts';
 import {
   evaluations,
   finalEvaluation,
+  type EvalCostReport,
   type EvalInput,
   type Figure,
   type Headline,
@@ -12,10 +14,19 @@ import {
 import { barChart, formats } from './svg-charts.ts';
 
 /**
- * What the campaign cost: probing, training and evaluation, and the cost per reliable task both as the
- * reference counts it (serving tokens of the evaluation only) and all-in (everything, which the
- * reference leaves out).
+ * What the campaign cost: probing, training and evaluation, and the cost per reliable task three ways: policy
+ * only (the evaluated model's inference tokens of the evaluation, as the reference counts its $8.00), all roles
+ * (adds the simulated user and the judge) and all-in (adds probing and training, which the reference leaves out).
  */
+
+/** What a figure shows when its aggregate predates it (schema_version 1 recorded no policy-only figures). */
+export const NOT_RECORDED = 'not recorded';
+
+/** One figure of one scope in dollars, or NOT_RECORDED. */
+function scopeDollars(c: EvalCostReport, scope: CostScope, figure: keyof CostFigures): string {
+  const figures = c[scope];
+  return figures ? dollars(figures[figure]) : NOT_RECORDED;
+}
 
 interface Component {
   name: string;
@@ -41,8 +52,9 @@ export function costTotals(input: ReportInput): CostTotals {
   } else if (evals.length > 0 && evals.every((e) => e.aggregate.cost)) {
     evaluation = {
       name: 'evaluation',
-      usd: evals.reduce((s, e) => s + e.aggregate.cost!.campaign, 0),
-      from: `campaign cost of ${evals.map((e) => e.label).join(' + ')}`,
+      // The evaluation stage paid every role's tokens.
+      usd: evals.reduce((s, e) => s + e.aggregate.cost!.all_roles.campaign, 0),
+      from: `all-roles campaign cost of ${evals.map((e) => e.label).join(' + ')}`,
     };
   } else {
     evaluation = {
@@ -133,8 +145,8 @@ function campaignCostHeadline(c: CostContext): Headline {
       value: dollars(totals.allInPerReliableTask),
       detail:
         `${dollars(totals.total)} (probing, training, evaluation)${missingText} / ` +
-        `${count(totals.reliableTasks ?? 0)} tasks at ${k}/${k}; serving only: ` +
-        `${dollars(final.aggregate.cost?.per_reliable_task ?? null)}`,
+        `${count(totals.reliableTasks ?? 0)} tasks at ${k}/${k}; evaluation only: ` +
+        scopesText(final, 'per_reliable_task'),
     };
   }
   return {
@@ -144,11 +156,22 @@ function campaignCostHeadline(c: CostContext): Headline {
   };
 }
 
-function servingCostTable(priced: EvalInput[]): Table {
+/** "policy only $X, all roles $Y" for one figure of an evaluation; n/a without a cost. */
+function scopesText(e: EvalInput, figure: keyof CostFigures): string {
+  const c = e.aggregate.cost;
+  if (!c) return 'n/a (no prices)';
+  return COST_SCOPE_ORDER.map((scope) => `${COST_SCOPES[scope].label} ${scopeDollars(c, scope, figure)}`).join(', ');
+}
+
+/** Each evaluation's cost figures, one row per scope, the reference's (policy only) first. */
+function evaluationCostTable(priced: EvalInput[]): Table {
   return {
-    caption: 'Serving cost of each evaluation (inference tokens of policy, simulated user and judge)',
+    caption:
+      "Evaluation cost: policy only counts the evaluated model's inference tokens (the reference's figure), " +
+      'all roles adds the simulated user and the judge',
     header: [
       'evaluation',
+      'tokens counted',
       'campaign cost',
       'attempts',
       'passing attempts',
@@ -156,32 +179,49 @@ function servingCostTable(priced: EvalInput[]): Table {
       'tasks at k/k',
       'per reliable task',
     ],
-    align: ['left', 'right', 'right', 'right', 'right', 'right', 'right'],
-    rows: priced.map((e) => {
+    align: ['left', 'left', 'right', 'right', 'right', 'right', 'right', 'right'],
+    rows: priced.flatMap((e) => {
       const c = e.aggregate.cost!;
-      const r = e.aggregate.repeats;
-      return [
+      return COST_SCOPE_ORDER.map((scope) => [
         e.label,
-        dollars(c.campaign),
+        COST_SCOPES[scope].label,
+        scopeDollars(c, scope, 'campaign'),
         count(e.aggregate.overall.attempts),
         count(c.passing_attempts),
-        dollars(c.per_successful_attempt),
-        `${count(c.reliable_tasks)} (k = ${r})`,
-        dollars(c.per_reliable_task),
-      ];
+        scopeDollars(c, scope, 'per_successful_attempt'),
+        `${count(c.reliable_tasks)} (k = ${e.aggregate.repeats})`,
+        scopeDollars(c, scope, 'per_reliable_task'),
+      ]);
     }),
   };
 }
 
-/** The headline without given campaign costs: serving cost per reliable task of the final evaluation. */
-function servingCostHeadline(final: EvalInput, c: NonNullable<EvalInput['aggregate']['cost']>, k: number): Headline {
+/**
+ * The headline without given campaign costs: the final evaluation's cost per reliable task, policy only (the
+ * reference's figure) when recorded, else all roles.
+ */
+function evaluationCostHeadline(final: EvalInput, c: EvalCostReport, k: number): Headline {
+  const figures = c.policy_only ?? c.all_roles;
+  const scope: CostScope = c.policy_only ? 'policy_only' : 'all_roles';
+  const other: CostScope = c.policy_only ? 'all_roles' : 'policy_only';
   return {
-    label: `Cost per reliable task (${final.label}, serving)`,
-    value: dollars(c.per_reliable_task),
+    label: `Cost per reliable task (${final.label}, ${COST_SCOPES[scope].label})`,
+    value: dollars(figures.per_reliable_task),
     detail:
-      `${dollars(c.campaign)} / ${count(c.reliable_tasks)} tasks at ${k}/${k}; per successful attempt ` +
-      `${dollars(c.per_successful_attempt)}; training and probing not given`,
+      `${dollars(figures.campaign)} (${COST_SCOPES[scope].counts}) / ${count(c.reliable_tasks)} tasks at ${k}/${k}; ` +
+      `${COST_SCOPES[other].label} ${scopeDollars(c, other, 'per_reliable_task')}; per successful attempt: ` +
+      `${scopesText(final, 'per_successful_attempt')}; training and probing not given`,
   };
+}
+
+/** Which evaluations lack the policy-only figures, and how to get them. */
+function notRecordedNote(priced: EvalInput[]): string | null {
+  const old = priced.filter((e) => !e.aggregate.cost!.policy_only).map((e) => e.label);
+  if (!old.length) return null;
+  return (
+    `Policy-only cost ${NOT_RECORDED} in ${old.join(', ')}: the aggregate was written before it was (schema ` +
+    `version 1); run 'tbt eval aggregate' again on the same results to get it.`
+  );
 }
 
 export function costSection(input: ReportInput): SectionPart {
@@ -204,13 +244,16 @@ export function costSection(input: ReportInput): SectionPart {
 
   const priced = evals.filter((e) => e.aggregate.cost);
   if (priced.length) {
-    tables.push(servingCostTable(priced));
-    if (!input.costs && final?.aggregate.cost) headline.push(servingCostHeadline(final, final.aggregate.cost, k));
+    tables.push(evaluationCostTable(priced));
+    if (!input.costs && final?.aggregate.cost) headline.push(evaluationCostHeadline(final, final.aggregate.cost, k));
   }
   const notes = [
-    'Cost per reliable task = cost / tasks passed in all k attempts; the serving figure counts evaluation tokens ' +
-      'only (as the reference does), the all-in figure adds probing and training.',
+    'Cost per reliable task = cost / tasks passed in all k attempts, each figure named for the tokens it divides: ' +
+      "policy only counts the evaluated model's inference tokens of the evaluation, as the reference's $8.00 " +
+      'does; all roles adds the simulated user and the judge; all-in adds probing and training to all roles.',
   ];
+  const old = notRecordedNote(priced);
+  if (old) notes.push(old);
 
   return {
     headline,
@@ -219,7 +262,7 @@ export function costSection(input: ReportInput): SectionPart {
       title: 'Cost',
       caption: input.costs
         ? `What the campaign cost${missingText}, and the cost per reliable task.`
-        : 'Serving cost of the evaluations and the cost per reliable task.',
+        : 'Cost of the evaluations and the cost per reliable task, policy only and all roles.',
       figures,
       tables,
       notes,

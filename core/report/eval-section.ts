@@ -1,5 +1,6 @@
 import { compareStrings } from '../difficulty.ts';
-import { pairedComparison, type Comparison, type Summary } from '../metrics.ts';
+import { COST_SCOPE_ORDER, COST_SCOPES, pairedComparison, type Comparison, type Summary } from '../metrics.ts';
+import { NOT_RECORDED } from './cost-section.ts';
 import { EPISODE_OUTCOMES } from './episode-selection.ts';
 import { count, dollars, percent, percentInterval, points, pointsInterval } from './format.ts';
 import {
@@ -19,7 +20,7 @@ import { leftOutNote, withoutTaskErrorTasks } from '../task-error-pairing.ts';
 /**
  * Evaluation results (docs/reference-rules.md §5): pass@1, unbiased pass@k and pass^k, the observed k/k count
  * with Wilson intervals, per domain; before against after when both are given; and pass@1 against
- * serving cost. pass^k is always the unbiased C(c,k)/C(n,k), never (c/n)^k, and never the k/k count.
+ * all-roles cost per attempt. pass^k is always the unbiased C(c,k)/C(n,k), never (c/n)^k, and never the k/k count.
  */
 
 export const PAIRED_RESAMPLES = 10_000;
@@ -45,14 +46,10 @@ function rowsOf(e: EvalInput): Row[] {
     ...domains.map((d) => ({
       name: d,
       summary: a.domains[d]!,
-      costPerAttempt: a.cost ? a.cost.domains[d]!.campaign / a.domains[d]!.attempts : null,
+      costPerAttempt: a.cost ? a.cost.domains[d]!.all_roles.campaign / a.domains[d]!.attempts : null,
     })),
-    { name: ALL, summary: a.overall, costPerAttempt: a.cost ? a.cost.campaign / a.overall.attempts : null },
+    { name: ALL, summary: a.overall, costPerAttempt: a.cost ? a.cost.all_roles.campaign / a.overall.attempts : null },
   ];
-}
-
-export function costPerAttempt(e: EvalInput): number | null {
-  return e.aggregate.cost ? e.aggregate.cost.campaign / e.aggregate.overall.attempts : null;
 }
 
 function allPass(s: Summary): string {
@@ -74,7 +71,7 @@ function evalTable(e: EvalInput): Table {
     'Wilson 95%',
     'solved ≥ 1',
   ];
-  if (withCost) header.push('cost / attempt');
+  if (withCost) header.push('cost / attempt, all roles');
   return {
     caption: `${e.label}: ${count(e.aggregate.overall.tasks)} tasks × ${k} attempts (${e.source})`,
     header,
@@ -109,11 +106,15 @@ function comparisonTable(before: EvalInput, after: EvalInput, paired: Comparison
   const kb = b.repeats;
   const ka = a.repeats;
   const change = (x: number, y: number) => points(y - x);
-  const costRow = (name: string, f: (c: NonNullable<typeof b.cost>, s: Summary) => number | null): string[] => {
+  // undefined: a figure the aggregate did not record (policy only, in one written before it was).
+  type CostOf = (c: NonNullable<typeof b.cost>, s: Summary) => number | null | undefined;
+  const costRow = (name: string, f: CostOf): string[] => {
     const x = b.cost ? f(b.cost, b.overall) : null;
     const y = a.cost ? f(a.cost, a.overall) : null;
-    const delta = x !== null && y !== null ? `${y - x >= 0 ? '+' : '-'}${dollars(Math.abs(y - x))}` : 'n/a';
-    return [name, dollars(x), dollars(y), delta, ''];
+    const delta =
+      typeof x === 'number' && typeof y === 'number' ? `${y - x >= 0 ? '+' : '-'}${dollars(Math.abs(y - x))}` : 'n/a';
+    const show = (v: number | null | undefined) => (v === undefined ? NOT_RECORDED : dollars(v));
+    return [name, show(x), show(y), delta, ''];
   };
   const rows: string[][] = [
     [
@@ -156,9 +157,12 @@ function comparisonTable(before: EvalInput, after: EvalInput, paired: Comparison
   ];
   if (b.cost || a.cost) {
     rows.push(
-      costRow('cost per attempt', (c, s) => c.campaign / s.attempts),
-      costRow('cost per successful attempt', (c) => c.per_successful_attempt),
-      costRow('cost per reliable task (serving)', (c) => c.per_reliable_task),
+      costRow('cost per attempt, all roles', (c, s) => c.all_roles.campaign / s.attempts),
+      ...(['per_successful_attempt', 'per_reliable_task'] as const).flatMap((figure) =>
+        COST_SCOPE_ORDER.map((scope) =>
+          costRow(`cost ${figure.replace(/_/g, ' ')}, ${COST_SCOPES[scope].label}`, (c) => c[scope]?.[figure]),
+        ),
+      ),
     );
   }
   return {
@@ -343,7 +347,10 @@ function allPassFigure({ evals, categories, colorOf, summaryOf }: EvalPlot): Fig
   };
 }
 
-/** pass@1 against serving cost per attempt, for the evaluations that have a cost; null when none has. */
+/**
+ * pass@1 against all-roles cost per attempt (every aggregate with a cost records it, older ones too), for the
+ * evaluations that have a cost; null when none has.
+ */
 function costFigure({ evals, colorOf }: EvalPlot): Figure | null {
   const withCost = evals.map((e, i) => ({ e, i })).filter(({ e }) => e.aggregate.cost !== null);
   if (withCost.length === 0) return null;
@@ -361,12 +368,13 @@ function costFigure({ evals, colorOf }: EvalPlot): Figure | null {
   return {
     id: 'eval-cost',
     caption:
-      `pass@1 against serving cost per attempt (campaign cost / attempts): one small point per domain, a ` +
-      `large one per evaluation overall${withCost.length > 1 ? '; dotted lines join the same domain' : ''}.`,
+      `pass@1 against cost per attempt, all roles (policy + simulated user + judge campaign cost / attempts): ` +
+      `one small point per domain, a large one per evaluation overall` +
+      `${withCost.length > 1 ? '; dotted lines join the same domain' : ''}.`,
     svg: scatterChart({
       title: 'pass@1 against cost per attempt',
       series,
-      xLabel: 'serving cost per attempt (USD)',
+      xLabel: 'cost per attempt, all roles (USD)',
       yLabel: 'pass@1',
       xFormat: formats.dollars,
       yFormat: formats.percent,

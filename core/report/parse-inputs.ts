@@ -180,19 +180,35 @@ const summarySchema = z.object({
   solved_at_least_once: rateSummary,
 });
 const money = z.number().nonnegative();
-const costReportSchema = z.object({
+const costFiguresSchema = z.object({
   campaign: money,
-  passing_attempts: count,
-  reliable_tasks: count,
   per_successful_attempt: money.nullable(),
   per_reliable_task: money.nullable(),
 });
+/**
+ * An aggregate of schema_version 1 held only the all-roles figures, at the top of its cost object: read them as
+ * all_roles, and its policy-only figures as not recorded.
+ */
+function upgradeCostReport(value: unknown): unknown {
+  if (value === null || typeof value !== 'object' || 'all_roles' in value || !('campaign' in value)) return value;
+  const { campaign, per_successful_attempt, per_reliable_task, ...rest } = value as Record<string, unknown>;
+  return { ...rest, all_roles: { campaign, per_successful_attempt, per_reliable_task }, policy_only: null };
+}
+const costReportFields = {
+  passing_attempts: count,
+  reliable_tasks: count,
+  all_roles: costFiguresSchema,
+  policy_only: costFiguresSchema.nullable(),
+};
+const costReportSchema = z.preprocess(upgradeCostReport, z.object(costReportFields));
 const aggregateSchema = z.object({
   kind: z.literal('tbt-eval-aggregate'),
   repeats: z.number().int().min(1),
   overall: summarySchema,
   domains: z.record(z.string(), summarySchema),
-  cost: costReportSchema.extend({ domains: z.record(z.string(), costReportSchema) }).nullable(),
+  cost: z
+    .preprocess(upgradeCostReport, z.object({ ...costReportFields, domains: z.record(z.string(), costReportSchema) }))
+    .nullable(),
   tasks: z
     .array(
       z.object({

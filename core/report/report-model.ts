@@ -1,5 +1,5 @@
 import type { BandName } from '../difficulty.ts';
-import type { Summary } from '../metrics.ts';
+import type { CostFigures, Summary } from '../metrics.ts';
 import type { ChosenTaskEpisodes } from './episode-selection.ts';
 
 /**
@@ -55,12 +55,13 @@ export interface StepsInput {
   steps: TrainingStep[];
 }
 
-interface EvalCostReport {
-  campaign: number;
+/** The cost figures of one evaluation or domain, per scope (core/metrics.ts COST_SCOPES). */
+export interface EvalCostReport {
   passing_attempts: number;
   reliable_tasks: number;
-  per_successful_attempt: number | null;
-  per_reliable_task: number | null;
+  all_roles: CostFigures;
+  /** null: not recorded (an aggregate of schema_version 1, written before the policy-only figures were). */
+  policy_only: CostFigures | null;
 }
 
 /** The parts of a `tbt eval aggregate --out` file the report reads. */

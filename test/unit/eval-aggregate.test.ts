@@ -66,12 +66,45 @@ test('aggregate our episode records: hand-computed scores and cost', async () =>
   close(report.cost.by_role.policy.cost, 12 * 0.001925);
   close(report.cost.by_role.user.cost, 12 * 0.000225);
   close(report.cost.by_role.judge.cost, 12 * 0.00024);
-  close(report.cost.campaign, 12 * 0.00239);
-  close(report.cost.per_successful_attempt, (12 * 0.00239) / 6);
-  close(report.cost.per_reliable_task, 12 * 0.00239);
-  assert.equal(report.cost.domains.travel.per_reliable_task, null);
+  assert.equal(report.schema_version, 2);
+  assert.deepEqual([report.cost.passing_attempts, report.cost.reliable_tasks], [6, 1]);
+  // Policy only (the reference's figure) counts the policy's tokens alone; all roles adds user and judge.
+  close(report.cost.policy_only.campaign, 12 * 0.001925);
+  close(report.cost.policy_only.per_successful_attempt, (12 * 0.001925) / 6);
+  close(report.cost.policy_only.per_reliable_task, 12 * 0.001925);
+  close(report.cost.all_roles.campaign, 12 * 0.00239);
+  close(report.cost.all_roles.per_successful_attempt, (12 * 0.00239) / 6);
+  close(report.cost.all_roles.per_reliable_task, 12 * 0.00239);
+  assert.equal(report.cost.campaign, undefined, 'no unscoped figure');
+  close(report.cost.domains.retail.policy_only.campaign, 8 * 0.001925);
+  close(report.cost.domains.retail.all_roles.per_successful_attempt, (8 * 0.00239) / 6);
+  assert.equal(report.cost.domains.travel.policy_only.per_reliable_task, null);
+  assert.equal(report.cost.domains.travel.all_roles.per_successful_attempt, null);
   assert.match(r.stdout, /^coverage: 3 tasks x 4 repetitions = 12 attempts/);
   assert.match(r.stdout, /^all +3 +12 +50\.00% /m);
+  // The table: policy only ($0.0231, $0.00385 shown as $0.0038, $0.0231), then all roles ($0.02868, $0.00478,
+  // $0.02868).
+  assert.match(
+    r.stdout,
+    /^domain .* cost, policy only +per success +per reliable +cost, all roles +per success +per reliable$/m,
+  );
+  assert.match(r.stdout, /^all .* \$0\.023 +\$0\.0038 +\$0\.023 +\$0\.029 +\$0\.0048 +\$0\.029$/m);
+  assert.match(r.stdout, /^cost, divided by 6 passing attempts and 1 task at 4\/4:$/m);
+  const lines = r.stdout.split('\n');
+  assert.ok(
+    lines.includes(
+      "  policy only (the evaluated model's inference tokens, as the reference counts): campaign $0.023; " +
+        'per successful attempt $0.0038; per reliable task $0.023',
+    ),
+    r.stdout,
+  );
+  assert.ok(
+    lines.includes(
+      '  all roles (policy + simulated user + judge tokens): campaign $0.029; per successful attempt $0.0048; ' +
+        'per reliable task $0.029',
+    ),
+    r.stdout,
+  );
 });
 
 test(
@@ -100,7 +133,7 @@ test(
     close(report.overall.pass_at_k.find((x: { k: number }) => x.k === 3).estimate, 1);
     // 6 lines x usage {input 1200 of which 200 cached, output 300}
     assert.deepEqual(report.cost.by_role.policy.tokens, { input: 6000, cached_input: 1200, output: 1800 });
-    close(report.cost.campaign, (6000 * 1 + 1200 * 0.25 + 1800 * 4) / 1e6);
+    close(report.cost.policy_only.campaign, (6000 * 1 + 1200 * 0.25 + 1800 * 4) / 1e6);
   },
 );
 
@@ -273,7 +306,7 @@ function escape(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
-test("the reference's published numbers come out of 507 tasks x 20 repeats", async () => {
+test("the reference's published numbers come out of 507 tasks x 20 repeats, as the policy-only figures", async () => {
   const dir = tempDir();
   const rows: string[] = [];
   for (let i = 0; i < 507; i++) {
@@ -288,7 +321,12 @@ test("the reference's published numbers come out of 507 tasks x 20 repeats", asy
           domain: `d${i % 5}`,
           success: rep < c,
           infrastructure_error: false,
-          tokens: { policy: { input, output: 0, cached_input: 0 } },
+          // The simulated user and the judge cost $50.70 and $20.28 more, which the reference does not count.
+          tokens: {
+            policy: { input, output: 0, cached_input: 0 },
+            user: { input: 5_000, output: 0, cached_input: 0 },
+            judge: { input: 1_000, output: 0, cached_input: 0 },
+          },
         }),
       );
     }
@@ -297,7 +335,11 @@ test("the reference's published numbers come out of 507 tasks x 20 repeats", asy
   const zero = { input_per_million: 0, output_per_million: 0, cached_input_per_million: 0 };
   fs.writeFileSync(
     path.join(dir, 'prices.yaml'),
-    JSON.stringify({ policy: { ...zero, input_per_million: 1 }, user: zero, judge: zero }),
+    JSON.stringify({
+      policy: { ...zero, input_per_million: 1 },
+      user: { ...zero, input_per_million: 1 },
+      judge: { ...zero, input_per_million: 2 },
+    }),
   );
   const out = path.join(dir, 'report.json');
   const r = await run([
@@ -323,12 +365,20 @@ test("the reference's published numbers come out of 507 tasks x 20 repeats", asy
     '$925.80',
     '$0.177',
     '$24.36',
+    // All roles: $996.78 / 5,242 passing attempts and / 38 reliable tasks.
+    '$996.78',
+    '$0.190',
+    '$26.23',
   ]) {
     assert.ok(allRow.includes(cell), `'${cell}' in: ${allRow}`);
   }
+  assert.match(allRow, /\$925\.80 +\$0\.177 +\$24\.36 +\$996\.78 +\$0\.190 +\$26\.23$/, 'policy only, then all roles');
   const report = JSON.parse(fs.readFileSync(out, 'utf8'));
-  close(report.cost.campaign, 925.8, 1e-9);
-  close(report.cost.per_reliable_task, 925.8 / 38, 1e-9);
+  close(report.cost.policy_only.campaign, 925.8, 1e-9);
+  close(report.cost.policy_only.per_reliable_task, 925.8 / 38, 1e-9);
+  close(report.cost.all_roles.campaign, 996.78, 1e-9);
+  close(report.cost.all_roles.per_successful_attempt, 996.78 / 5242, 1e-9);
+  close(report.cost.all_roles.per_reliable_task, 996.78 / 38, 1e-9);
   assert.equal(report.cost.reliable_tasks, 38);
   assert.equal(report.overall.successes, 5242);
 });

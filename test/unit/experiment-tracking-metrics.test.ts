@@ -66,8 +66,26 @@ test('an evaluation aggregate becomes eval/* metrics at the steps trained: pass@
   assert.ok(Math.abs(m['eval/pass_at_5']! - 0.9166666666666666) < 1e-9);
   assert.equal(m['eval/pass_hat_5'], 0.5);
   assert.deepEqual([m['eval/all_pass_k'], m['eval/all_pass_tasks'], m['eval/all_pass_rate']], [5, 6, 0.5]);
-  assert.equal(m['eval/cost_usd'], 0.291);
+  // Named for whose tokens they count: policy only (the reference's figure) and all roles (+ user, judge).
+  assert.equal(m['eval/campaign_cost_policy_only_usd'], 0.2334);
+  assert.equal(m['eval/cost_per_successful_attempt_policy_only_usd'], 0.2334 / 42);
+  assert.equal(m['eval/cost_per_reliable_task_policy_only_usd'], 0.2334 / 6);
+  assert.equal(m['eval/campaign_cost_all_roles_usd'], 0.291);
+  assert.equal(m['eval/cost_per_successful_attempt_all_roles_usd'], 0.291 / 42);
+  assert.equal(m['eval/cost_per_reliable_task_all_roles_usd'], 0.291 / 6);
   assert.equal(m['eval/cost_policy_usd'], 0.2334);
+  assert.equal(m['eval/cost_usd'], undefined, 'no figure without its scope');
+});
+
+test('an aggregate written before the policy-only figures logs no policy-only cost, and no unscoped one', () => {
+  const aggregate = JSON.parse(
+    fs.readFileSync(path.join(repoRoot, 'test/fixtures/report/eval-after-schema1.json'), 'utf8'),
+  );
+  const m = trackingEntryOfEvaluation(aggregate, 2).metrics;
+  assert.deepEqual(
+    Object.keys(m).filter((k) => k.includes('cost')),
+    ['eval/cost_judge_usd', 'eval/cost_policy_usd', 'eval/cost_user_usd'],
+  );
 });
 
 test('the manifest flattens into params; a bad tracking section is an error naming the field', () => {

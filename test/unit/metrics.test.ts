@@ -5,6 +5,7 @@ import {
   bootstrapMeanIntervals,
   campaignCost,
   clopperPearsonInterval,
+  costFigures,
   costPerReliableTask,
   costPerSuccessfulAttempt,
   meanPassHatK,
@@ -159,6 +160,37 @@ test('cost: tokens x price per million, per role and for the campaign', () => {
   close(cost.by_role.judge.cost, (10 * 2 + 8) / 1e6);
   close(cost.total, cost.by_role.policy.cost + cost.by_role.user.cost + cost.by_role.judge.cost);
   assert.deepEqual(cost.by_role.policy.tokens, { input: 2000, output: 200, cached_input: 400 });
+});
+
+test("two cost figures: policy only (the reference's $8.00) and all roles, over the same divisors", () => {
+  // After RL in the reference: $855.58 of policy inference, 6,163 passing attempts, 107 tasks at 20/20. Our
+  // simulated user and judge add $42.79 and $101.63 (tokens at $1 per million).
+  const usd = { input_per_million: 1, output_per_million: 0, cached_input_per_million: 0 };
+  const prices: PriceTable = { policy: usd, user: usd, judge: usd };
+  const breakdown = campaignCost(
+    [
+      { policy: { input: 855_580_000, output: 0, cached_input: 0 } },
+      {
+        user: { input: 42_790_000, output: 0, cached_input: 0 },
+        judge: { input: 101_630_000, output: 0, cached_input: 0 },
+      },
+    ],
+    prices,
+  );
+  const f = costFigures(breakdown, 6163, 107);
+  close(f.policy_only.campaign, 855.58, 1e-9);
+  assert.equal(dollars(f.policy_only.per_reliable_task), '$8.00');
+  assert.equal(dollars(f.policy_only.per_successful_attempt), '$0.139');
+  close(f.all_roles.campaign, 1000, 1e-9);
+  assert.equal(f.all_roles.campaign, breakdown.total, 'all roles is the breakdown total, to the bit');
+  close(f.all_roles.per_reliable_task!, 1000 / 107, 1e-9);
+  assert.equal(dollars(f.all_roles.per_reliable_task), '$9.35');
+  assert.equal(dollars(f.all_roles.per_successful_attempt), '$0.162');
+  const none = costFigures(breakdown, 0, 0);
+  assert.deepEqual(
+    [none.policy_only.per_successful_attempt, none.policy_only.per_reliable_task, none.all_roles.per_reliable_task],
+    [null, null, null],
+  );
 });
 
 test('mulberry32 and the bootstrap are deterministic under a seed', () => {

@@ -170,7 +170,7 @@ test(
       md,
       new RegExp(
         String.raw`\| domain \| tasks \| attempts \| pass@1 \| Wilson 95% \| pass@5 \| pass\^5 \| ` +
-          String.raw`observed 5\/5 \| Wilson 95% \| solved ≥ 1 \| cost \/ attempt \|`,
+          String.raw`observed 5\/5 \| Wilson 95% \| solved ≥ 1 \| cost \/ attempt, all roles \|`,
       ),
     );
   },
@@ -187,9 +187,64 @@ test('markdown summary: the headline table and every table of the page', async (
   assert.match(md, /^\| hard \(8%–40%\) \| 11 \| 34\.38% \| yes \| 9 \|$/m);
   assert.match(md, /^\| probing \| \$18\.40 \| .*costs\.json \|$/m);
   assert.match(md, /^\| training \| \$212\.75 \|/m);
-  assert.match(md, /^\| evaluation \| \$0\.604 \| campaign cost of before \+ after \|$/m);
+  assert.match(md, /^\| evaluation \| \$0\.604 \| all-roles campaign cost of before \+ after \|$/m);
   assert.match(md, /^\| steps recorded \| 24 \|$/m);
   assert.match(md, /^\| neobank \| 4 \| 50\.00% \| 75\.00% \| \+25\.00 pts \| \[/m);
+});
+
+test("two cost figures: policy only (the reference's) and all roles, in the tables and the headline", async () => {
+  const { md } = await build(FULL);
+  // before: policy $0.255, all roles $0.3126 over 32 passing attempts and 3 tasks at 5/5;
+  // after: policy $0.2334, all roles $0.291 over 42 and 6.
+  for (const row of [
+    '| before | policy only | $0.255 | 60 | 32 | $0.008 | 3 (k = 5) | $0.085 |',
+    '| before | all roles | $0.313 | 60 | 32 | $0.0098 | 3 (k = 5) | $0.104 |',
+    '| after | policy only | $0.233 | 60 | 42 | $0.0056 | 6 (k = 5) | $0.039 |',
+    '| after | all roles | $0.291 | 60 | 42 | $0.0069 | 6 (k = 5) | $0.048 |',
+    '| cost per successful attempt, policy only | $0.008 | $0.0056 | -$0.0024 |  |',
+    '| cost per successful attempt, all roles | $0.0098 | $0.0069 | -$0.0028 |  |',
+    '| cost per reliable task, policy only | $0.085 | $0.039 | -$0.046 |  |',
+    '| cost per reliable task, all roles | $0.104 | $0.048 | -$0.056 |  |',
+  ])
+    assert.ok(md.split('\n').includes(row), `summary.md row: ${row}`);
+  assert.match(
+    md,
+    /\| All-in cost per reliable task \| \$38\.63 \| .*evaluation only: policy only \$0\.039, all roles \$0\.048 \|$/m,
+  );
+  assert.match(
+    md,
+    /policy only counts the evaluated model's inference tokens of the evaluation, as the reference's \$8\.00/,
+  );
+  assert.doesNotMatch(md, /not recorded/);
+
+  const single = await build(['--eval', fixture('eval-after.json')]);
+  assert.ok(
+    single.md.includes(
+      "| Cost per reliable task (evaluation, policy only) | $0.039 | $0.233 (the evaluated model's inference tokens, " +
+        'as the reference counts) / 6 tasks at 5/5; all roles $0.048; per successful attempt: policy only $0.0056, ' +
+        'all roles $0.0069; training and probing not given |',
+    ),
+    single.md,
+  );
+});
+
+test('an aggregate written before the policy-only figures: read, its policy-only figures "not recorded"', async () => {
+  const old = fixture('eval-after-schema1.json');
+  assert.equal(JSON.parse(fs.readFileSync(old, 'utf8')).schema_version, 1, 'a file the old code wrote');
+  const { md } = await build(['--before', fixture('eval-before.json'), '--after', old]);
+  for (const row of [
+    '| after | policy only | not recorded | 60 | 42 | not recorded | 6 (k = 5) | not recorded |',
+    '| after | all roles | $0.291 | 60 | 42 | $0.0069 | 6 (k = 5) | $0.048 |',
+    '| cost per reliable task, policy only | $0.085 | not recorded | n/a |  |',
+    '| cost per reliable task, all roles | $0.104 | $0.048 | -$0.056 |  |',
+  ])
+    assert.ok(md.split('\n').includes(row), `summary.md row: ${row}`);
+  assert.match(md, /Policy-only cost not recorded in after: .*run 'tbt eval aggregate' again/);
+  const single = await build(['--eval', old]);
+  assert.match(
+    single.md,
+    /^\| Cost per reliable task \(evaluation, all roles\) \| \$0\.048 \| .*policy only not recorded;/m,
+  );
 });
 
 test('a single evaluation without prices: no cost plot, a note on how to get one', async () => {
@@ -298,6 +353,10 @@ test('malformed inputs: the error names the file, the line for JSONL, and the fi
         String.raw`\(expected the output of 'tbt eval aggregate --out'\)`,
     ),
   );
+  const noPolicyOnly = JSON.parse(fs.readFileSync(fixture('eval-after.json'), 'utf8'));
+  delete noPolicyOnly.cost.domains.travel.policy_only;
+  file = writeTemp('after.json', JSON.stringify(noPolicyOnly));
+  await fails(['--eval', file], /after\.json: field cost\.domains\.travel\.policy_only: missing \(expected object\)/);
   file = writeTemp('manifest.json', JSON.stringify({ tool: 'tbt prepare' }));
   await fails(['--eval', file], /manifest\.json: field kind: /);
   file = writeTemp('eval.json', '{"kind": ');
