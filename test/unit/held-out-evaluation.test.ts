@@ -4,10 +4,13 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { parse } from 'yaml';
 import { createCampaignActivities } from '../../activities/campaign-activities.ts';
+import { writeTemplateSplit } from '../../bench/learning/template-split.ts';
 import { loadCampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
 import { pairedComparison } from '../../core/metrics.ts';
+import { checkFamiliesDisjoint } from '../../core/family-split.ts';
 import { learningLine } from '../../core/report/learning-line.ts';
+import { taskFamily } from '../../core/seeded-choice.ts';
 import { testTempDir } from '../helpers/temp-dir.ts';
 
 /** The learning benchmark's held-out split: training candidates and evaluated tasks never overlap. */
@@ -46,6 +49,20 @@ test('held_out: candidates and held-out tasks are disjoint and together the whol
   assert.deepEqual([...new Set(r.uids.map(family))].sort(), [...new Set(r.heldOutUids.map(family))].sort());
 });
 
+test('templates split: the campaign pool holds no task of a held-out family', async () => {
+  const file = path.join(stateDir, 'templates-held-out.yaml');
+  const split = writeTemplateSplit(suiteDir, 1, file);
+  const r = await activities.ingestCandidates({
+    campaignId: 'held-out-templates',
+    suiteDir,
+    excludeUidsFile: file,
+    evaluationTasks: 'held_out',
+  });
+  assert.deepEqual(r.heldOutUids, [...split.heldOut].sort());
+  assert.deepEqual([...new Set(r.uids.map(taskFamily))].sort(), split.trainingFamilies);
+  checkFamiliesDisjoint(r.uids, r.heldOutUids);
+});
+
 test('held_out with a uid the suite lacks names the file and the uid', async () => {
   const file = writeList(['tiny-learning/todo/complete-1', 'tiny-learning/todo/no-such-task']);
   await assert.rejects(
@@ -75,12 +92,17 @@ test('held_out without any held-out task says how to hold tasks out', async () =
 test('the learning line has the fixed shape and signs', () => {
   const a = [0, 1, 2, 3].map((i) => ({ uid: `t${i}`, domain: 'd', n: 2, c: i % 2 }));
   const b = a.map((t) => ({ ...t, c: 2 }));
-  const line = learningLine(pairedComparison(a, b, { resamples: 200, seed: 1 }), 2, 12.34);
+  const paired = pairedComparison(a, b, { resamples: 200, seed: 1 });
+  const line = learningLine(paired, { families: 3, interval: [-0.0612, 1] }, 'templates', 2, 12.34);
   assert.match(
     line,
     new RegExp(
       String.raw`^learning: pass@1 before=0\.250 after=1\.000 delta=\+0\.750 ci95=\[\+0\.\d{3},\+1\.000\] ` +
+        String.raw`ci95_family=\[-0\.061,\+1\.000\] families=3 split=templates ` +
         String.raw`tasks=4 attempts=2 minutes=12\.3$`,
     ),
   );
+  // A parser of the older line (fields up to ci95, then tasks= and on) still finds every field it knew.
+  for (const field of ['before', 'after', 'delta', 'ci95', 'tasks', 'attempts', 'minutes'])
+    assert.match(line, new RegExp(` ${field}=\\S+`), field);
 });
