@@ -347,7 +347,7 @@ export const episodesRunCommand = defineCommand({
     temperature: { type: 'string', value: 'T', default: '1', description: 'sampling temperature (0 to 10)' },
     stop: { type: 'string', value: 'S', multiple: true, description: 'stop sequence' },
     'max-tokens-per-turn': { type: 'string', value: 'N', default: '128', description: 'tokens per agent turn' },
-    'max-agent-turns': { type: 'string', value: 'N', default: '4', description: 'agent turns per episode' },
+    'max-agent-turns': { type: 'string', value: 'N', default: '4', description: 'agent actions per episode' },
     example: { type: 'boolean', default: false, description: 'include a worked example in the prompt' },
     records: { type: 'string', value: 'records.jsonl', description: 'also write full episode records here' },
   },

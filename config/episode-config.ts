@@ -186,7 +186,10 @@ export const episodeConfigSchema = z
           .min(1)
           .nullable()
           .default(null)
-          .describe('Agent completions per episode when the task sets none (null = unlimited, as the reference)'),
+          .describe(
+            'Agent actions per episode when the task sets none (visible texts, completions with tool calls, direct ' +
+              'responses; reasoning alone is none); null = unlimited, as the reference',
+          ),
         max_tokens_per_turn: z
           .number()
           .int()

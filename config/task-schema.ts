@@ -149,7 +149,10 @@ export const taskLimitsSchema = z
       .min(1)
       .nullable()
       .default(null)
-      .describe('Agent completions before the episode ends (null = unlimited)'),
+      .describe(
+        "Agent actions before the episode ends, as the reference counts them: a visible text, a completion's tool " +
+          'calls, a direct response (null = unlimited)',
+      ),
   })
   .strict();
 

@@ -59,7 +59,11 @@ const GRADED: ReadonlySet<FinishReason> = new Set([
 ]);
 
 export interface EpisodeLimits {
-  /** Cap on agent completions when the task sets none (null = unlimited, as in the reference). */
+  /**
+   * Cap on agent actions when the task sets none (null = unlimited, as in the reference): a completion's visible
+   * text, its tool calls (one action however many) and each direct response count one each
+   * (docs/reference-rules.md §2).
+   */
   maxAgentTurns: number | null;
   maxTokensPerTurn: number;
   episodeTokenBudget: number;
@@ -247,7 +251,11 @@ interface EpisodeInPlay {
   transcript: VisibleTurn[];
   /** The last reply the agent wrote to the user (or the history's): `x.response`, and what rubrics judge. */
   lastReply: string;
+  /** Tools whose call ends the episode: our `end_turn`, or a dataset's `is_end_turn` tools. */
+  endTurnTools: ReadonlySet<string>;
   maxAgentTurns: number;
+  /** Agent actions so far, as the reference counts them toward its agent-turn limit. */
+  actions: number;
   conversational: boolean;
   userReplies: number;
 }
@@ -305,6 +313,8 @@ async function startConversation(
   const listed = await timed('toolMs', () => opened.tools.listTools());
   const tools: PromptTool[] = verbatim ? listed : [...listed, END_TURN_TOOL];
   const typingSpecs = tools.map((t) => ({ name: t.name, inputSchema: t.inputSchema }));
+  const endTurnTools = new Set(listed.filter((t) => t.endsTurn).map((t) => t.name));
+  if (!verbatim) endTurnTools.add(END_TURN_TOOL.name);
   record.tools = typingSpecs;
   const examples = options.prompt.example ? deps.environment.examples : [];
   const query = opened.formatted?.query ?? task.query;
@@ -340,37 +350,69 @@ async function startConversation(
     typingSpecs,
     transcript: [...(history?.transcript ?? []), { role: 'user', text: query }],
     lastReply: history?.lastReply ?? '',
+    endTurnTools,
     maxAgentTurns: task.limits.max_agent_turns ?? options.limits.maxAgentTurns ?? Infinity,
+    actions: 0,
     // As the reference: no simulated user without a (non-empty) context to play from.
     conversational: Boolean(task.user_context) || task.user_replies !== undefined,
     userReplies: 0,
   };
 }
 
-/** One agent turn: a completion, then its tool calls or else a user turn. Returns how the episode ends, if it does. */
+/**
+ * One agent turn: a completion, then its tool calls or else a user turn. Returns how the episode ends, if it does.
+ * The reference's agent-turn limit counts actions, not completions (docs/reference-rules.md §2): a visible text, a
+ * completion's tool calls and a direct response count; reasoning alone does not.
+ */
 async function agentTurn(run: EpisodeInPlay, turn: number): Promise<FinishReason | undefined> {
   const completion = await agentCompletion(run, turn);
   if ('finish' in completion) return completion.finish;
   const { generation, interpretation } = completion;
+  const progress = () =>
+    run.deps.onTurn?.({ turn, toolCalls: run.record.toolCalls.length, userReplies: run.userReplies });
+  if (isReasoningOnly(interpretation, generation.finishReason)) {
+    progress();
+    return askAgain(run, generation);
+  }
   // Visible text is said to the user whether or not tool calls follow it (the reference's transcript and
   // `x.response` hold it too); a completion showing nothing leaves the last reply as it was.
   if (interpretation.text !== '') {
     run.lastReply = interpretation.text;
+    run.actions += 1;
     if (interpretation.toolCalls.length > 0) run.transcript.push({ role: 'assistant', text: interpretation.text });
   }
-  const { finish, observations } = await callTools(run, turn, generation, interpretation);
-  run.deps.onTurn?.({ turn, toolCalls: run.record.toolCalls.length, userReplies: run.userReplies });
-  if (finish) return finish;
-  if (interpretation.toolCalls.length > 0) {
-    run.record.messages.push(...observations);
-    await run.timed('toolMs', () => run.deps.policy.observe(observations));
-    return undefined;
+  if (interpretation.toolCalls.length === 0) {
+    progress();
+    // A message without tool calls goes to the user (an empty one too: the reference then asks the user with
+    // nothing new said).
+    return userTurn(run, interpretation.text);
   }
-  // Cut at its token cap with nothing visible yet (inside its reasoning), the completion is no message to the
-  // user: the agent goes on, as the reference asks the agent again after a reasoning-only completion.
-  if (generation.finishReason === 'length' && interpretation.text === '') return undefined;
-  // A message without tool calls goes to the user.
-  return userTurn(run, interpretation.text);
+  const { finish, observations } = await callTools(run, turn, generation, interpretation);
+  progress();
+  if (finish) return finish;
+  run.record.messages.push(...observations);
+  await run.timed('toolMs', () => run.deps.policy.observe(observations));
+  return undefined;
+}
+
+/**
+ * Reasoning and nothing else (no visible text, no tool call), or a completion cut at its token cap before it
+ * showed anything: no message to the user and no action.
+ */
+function isReasoningOnly(interpretation: Interpretation, finishReason: string): boolean {
+  if (interpretation.text !== '' || interpretation.toolCalls.length > 0) return false;
+  return interpretation.reasoning.trim() !== '' || finishReason === 'length';
+}
+
+/**
+ * The agent is asked again, its reasoning kept in the conversation, as the reference's OpenAI-compatible
+ * reasoning session does (its loop calls the model again while the last message is a reasoning one). A finished
+ * turn is closed and a new assistant turn opened (in token mode, the template's tokens, mask 0); a turn cut at its
+ * token cap goes on where it stopped.
+ */
+async function askAgain(run: EpisodeInPlay, generation: Generation): Promise<undefined> {
+  if (generation.finishReason !== 'length') await run.timed('toolMs', () => run.deps.policy.observe([]));
+  return undefined;
 }
 
 /**
@@ -384,7 +426,7 @@ async function agentCompletion(
   turn: number,
 ): Promise<{ finish: FinishReason } | { generation: Generation; interpretation: Interpretation }> {
   const { deps, options, record } = run;
-  if (turn >= run.maxAgentTurns) return { finish: 'agent_turn_limit' };
+  if (run.actions >= run.maxAgentTurns) return { finish: 'agent_turn_limit' };
   const room = options.limits.episodeTokenBudget - deps.policy.tokensAfterPrompt();
   if (room <= 0) return { finish: 'token_budget' };
   const maxTokens = Math.min(options.limits.maxTokensPerTurn, room);
@@ -428,22 +470,29 @@ async function agentCompletion(
   return { generation, interpretation };
 }
 
-/** The completion's tool calls, in order, until one ends the turn; their results are the next observations. */
+/**
+ * The completion's tool calls, in order; their results are the next observations. As in the reference, a
+ * completion that calls an end-turn tool runs none of its calls: the episode ends, and each end-turn call is
+ * recorded with an empty response (the test's `x.tool_calls`). Calls that would pass the agent-turn limit (the
+ * completion's visible text reached it) do not run either.
+ */
 async function callTools(
   run: EpisodeInPlay,
   turn: number,
   generation: Generation,
   interpretation: Interpretation,
 ): Promise<{ finish?: FinishReason; observations: ChatMessage[] }> {
+  const ending = interpretation.toolCalls.filter((call) => run.endTurnTools.has(call.name));
+  for (const call of ending)
+    run.record.toolCalls.push({ turn, name: call.name, arguments: call.arguments, result: '', isError: false });
+  if (ending.length > 0) return { finish: 'end_turn', observations: [] };
+  if (run.actions >= run.maxAgentTurns)
+    return { finish: endsWithDone(interpretation.text) ? 'done' : 'agent_turn_limit', observations: [] };
+  run.actions += 1;
   const observations: ChatMessage[] = [];
   // Direct responses (ThinkingBox `direct_response` tools) follow the results as assistant messages.
   const directs: ChatMessage[] = [];
-  const withDirects = (finish?: FinishReason) => {
-    for (const d of directs) run.transcript.push({ role: 'assistant', text: d.content });
-    return { ...(finish ? { finish } : {}), observations: [...observations, ...directs] };
-  };
   for (const call of interpretation.toolCalls) {
-    if (call.name === END_TURN_TOOL.name) return withDirects('end_turn');
     const callId = generation.native?.[call.index]?.id;
     let result: EnvironmentToolResult;
     if (call.parseError !== undefined)
@@ -458,16 +507,24 @@ async function callTools(
     });
     observations.push({ role: 'tool', content: result.text, ...(callId ? { tool_call_id: callId } : {}) });
     if (result.directResponse !== undefined) directs.push({ role: 'assistant', content: result.directResponse });
-    if (result.endTurn) return withDirects('end_turn');
   }
-  return withDirects();
+  // The reference shows each direct response as a visible assistant message: an action too.
+  run.actions += directs.length;
+  for (const d of directs) run.transcript.push({ role: 'assistant', text: d.content });
+  return { observations: [...observations, ...directs] };
 }
 
-/** The agent's message to the user: it ends the episode (done, single turn, user limits) or the user replies. */
+function endsWithDone(text: string): boolean {
+  return text.trimEnd().endsWith(DONE_MARKER);
+}
+
+/** The agent's message to the user: it ends the episode (done, a limit, single turn) or the user replies. */
 async function userTurn(run: EpisodeInPlay, text: string): Promise<FinishReason | undefined> {
   const { deps, record } = run;
   run.transcript.push({ role: 'assistant', text });
-  if (text.trimEnd().endsWith(DONE_MARKER)) return 'done';
+  if (endsWithDone(text)) return 'done';
+  // The reference checks its agent-turn limit before anything about the user.
+  if (run.actions >= run.maxAgentTurns) return 'agent_turn_limit';
   if (!run.conversational) return 'single_turn';
   if (run.userReplies >= run.task.limits.max_user_turns) return 'user_turn_limit';
   // No reply the agent could still answer: spare the simulated user's call.

@@ -23,13 +23,16 @@ import { runSqlTool, ToolCallError } from '../sandbox/sql-tool.ts';
 export interface ToolResult {
   text: string;
   isError: boolean;
-  /** The call ends the episode (a dataset's `is_end_turn` tool). */
-  endTurn?: boolean;
 }
 export interface ToolSpec {
   name: string;
   description: string;
   inputSchema: Record<string, unknown>;
+  /**
+   * A dataset's `is_end_turn` tool: a completion calling it ends the episode and none of that completion's calls
+   * run, so the loop must know before calling anything.
+   */
+  endsTurn?: boolean;
 }
 
 export interface ToolSession {

@@ -97,10 +97,21 @@ test('a right tool call then <DONE> ends the episode and succeeds', async () => 
 });
 
 test('the end-turn tool ends the episode; a wrong action is graded as an agent failure with a diff', async () => {
-  const { record } = await episode(task, [`${call('approve', { order_id: 2 })}\n${call('end_turn', {})}`]);
+  const { record } = await episode(task, [call('approve', { order_id: 2 }), call('end_turn', {})]);
   assert.equal(record.finishReason, 'end_turn');
   assert.equal(record.outcome, 'agent_failure');
   assert.deepEqual(record.grade!.diff.map((d) => d.path).sort(), ['orders[id=1].approved', 'orders[id=2].approved']);
+  // Among a completion's calls, the end-turn tool runs none of them (the reference's rule).
+  const together = await episode(task, [`${call('approve', { order_id: 2 })}\n${call('end_turn', {})}`]);
+  assert.equal(together.record.finishReason, 'end_turn');
+  assert.deepEqual(
+    together.record.toolCalls.map((c) => [c.name, c.result]),
+    [['end_turn', '']],
+  );
+  assert.deepEqual(
+    together.record.grade!.diff.map((d) => d.path),
+    ['orders[id=1].approved'],
+  );
 });
 
 test('a task without user context ends after the first message without tool calls', async () => {

@@ -9,7 +9,8 @@ import { FormatError, formatPython } from './python-format.ts';
  * The agent's tool session of a ThinkingBox episode: each call goes where its route says. An unknown tool is
  * an error the agent sees; a server that fails or does not answer in time is an infrastructure error. A
  * `direct_response` tool's template is filled from its JSON result (the direct response, shown as an assistant
- * message after the results); those given are kept, in order, for the test's `x.tool_direct_responses`.
+ * message after the results); those given are kept, in order, for the test's `x.tool_direct_responses`. An
+ * end-turn tool is listed as one (`endsTurn`): the loop never calls it.
  */
 
 /** What the reference answers a direct_response tool whose result does not fill its template. */
@@ -39,12 +40,12 @@ export function routedToolSession(
 ): { tools: ToolSession; directResponses: string[] } {
   const tools: ToolSession = {
     async listTools() {
-      return [...routes.values()].map((r) => r.spec);
+      return [...routes.values()].map((r) => (r.endTurn ? { ...r.spec, endsTurn: true } : r.spec));
     },
     async callTool(name, args): Promise<EnvironmentToolResult> {
       const target = routes.get(name);
       if (!target) return { text: `Error: function '${name}' does not exist`, isError: true };
-      if (target.kind === 'builtin') return { text: '', isError: false, endTurn: target.endTurn };
+      if (target.kind === 'builtin') return { text: '', isError: false };
       let text: string;
       let isError: boolean;
       try {
@@ -58,11 +59,11 @@ export function routedToolSession(
           cause: err,
         });
       }
-      if (target.directResponse === undefined) return { text, isError, endTurn: target.endTurn };
+      if (target.directResponse === undefined) return { text, isError };
       const direct = directResponseOf(target.directResponse, text);
-      if (direct === undefined) return { text: DIRECT_RESPONSE_ERROR, isError: true, endTurn: target.endTurn };
+      if (direct === undefined) return { text: DIRECT_RESPONSE_ERROR, isError: true };
       directResponses.push(direct);
-      return { text, isError, endTurn: target.endTurn, directResponse: direct };
+      return { text, isError, directResponse: direct };
     },
     async close() {},
   };
