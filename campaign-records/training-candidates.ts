@@ -3,6 +3,7 @@ import path from 'node:path';
 import { readYamlValue } from '../config/yaml-file.ts';
 import { BadInputError } from '../core/errors.ts';
 import { loadSuites } from '../task-suites/task-suite-loader.ts';
+import { benchmarkLeaks, refuseBenchmarkLeaks } from './benchmark-leak.ts';
 import { campaignRunDir } from './campaign-run-folder.ts';
 
 export interface CandidateIngestInput {
@@ -22,11 +23,11 @@ export interface CandidateIngestResult {
 }
 
 /**
- * Training candidates (never an excluded or evaluation-only uid), every suite task (`evaluation.tasks: all`)
- * and the held-out ones, those kept out of training (`evaluation.tasks: held_out`). The candidates are written
- * to `candidates.yaml` in the campaign's run folder.
+ * Training candidates (never an excluded or evaluation-only uid, nor another uid of such a task), every suite task
+ * (`evaluation.tasks: all`) and the held-out ones, those kept out of training (`evaluation.tasks: held_out`). Reads
+ * the suite only: the dry run shows what a start would select.
  */
-export function ingestCandidates(stateDir: string, input: CandidateIngestInput): CandidateIngestResult {
+export function selectCandidates(input: CandidateIngestInput): CandidateIngestResult {
   const { suites, problems } = loadSuites(input.suiteDir);
   if (problems.length || !suites[0])
     throw new BadInputError(
@@ -42,11 +43,18 @@ export function ingestCandidates(stateDir: string, input: CandidateIngestInput):
   const heldOutUids = all.filter((u) => excluded.has(u));
   if (input.evaluationTasks === 'held_out') checkHeldOut(input, all, excluded, heldOutUids);
   const uids = all.filter((u) => !excluded.has(u)).slice(0, input.maxCandidates ?? Infinity);
+  refuseBenchmarkLeaks(benchmarkLeaks(suites[0], uids, excluded), input);
+  return { uids, excluded: heldOutUids.length, evaluationUids: all, heldOutUids };
+}
+
+/** The selection, its candidates written to `candidates.yaml` in the campaign's run folder. */
+export function ingestCandidates(stateDir: string, input: CandidateIngestInput): CandidateIngestResult {
+  const result = selectCandidates(input);
   fs.writeFileSync(
     path.join(campaignRunDir(stateDir, input.campaignId), 'candidates.yaml'),
-    uids.map((u) => `- ${JSON.stringify(u)}`).join('\n') + '\n',
+    result.uids.map((u) => `- ${JSON.stringify(u)}`).join('\n') + '\n',
   );
-  return { uids, excluded: heldOutUids.length, evaluationUids: all, heldOutUids };
+  return result;
 }
 
 /** The uids of the exclude file (a YAML list), none without one. */

@@ -23,6 +23,7 @@ import { gpuHost } from '../../config/gpu-host.ts';
 import { BadInputError } from '../../core/errors.ts';
 import { learnerConfigJson, resolveLearnerSection } from '../../learner-control/learner-config.ts';
 import { isSuiteDir } from '../../task-suites/task-suite-loader.ts';
+import { selectCandidates } from '../../campaign-records/training-candidates.ts';
 import { withClient } from '../../infra/control-database.ts';
 import { exitedWorkers } from '../../infra/local-workers.ts';
 import { databaseUrl } from '../../config/environment.ts';
@@ -118,6 +119,36 @@ function learnerQueues(env: Environment, learner: CampaignConfig['learner']): Ca
   };
 }
 
+/**
+ * What the campaign evaluates, counted from the suite as a start would select it; a held-out task among the training
+ * candidates is refused here as at the start (campaign-records/benchmark-leak.ts).
+ */
+function evaluationPlan(input: CampaignInput): string {
+  const { evaluation, probe } = input.config;
+  const selected = selectCandidates({
+    campaignId: input.campaignId,
+    suiteDir: input.suiteDir,
+    excludeUidsFile: input.excludeUidsFile,
+    maxCandidates: probe.max_candidates,
+    evaluationTasks: evaluation.tasks,
+  });
+  const candidates = new Set(selected.uids);
+  const pools = `${selected.uids.length} training candidates; every training pool is drawn from them`;
+  const when = evaluation.before_training ? 'before and after training' : 'after training';
+  if (evaluation.tasks === 'pool') return `the training pool x ${evaluation.repeats} repeats ${when} (${pools})`;
+  const tasks = evaluation.tasks === 'held_out' ? selected.heldOutUids : selected.evaluationUids;
+  const inPools = tasks.filter((u) => candidates.has(u)).length;
+  const which =
+    evaluation.tasks === 'held_out'
+      ? `held-out tasks only (${input.excludeUidsFile ? `uids in ${input.excludeUidsFile} and ` : ''}the suite's ` +
+        'evaluation-only tasks)'
+      : 'every suite task';
+  return (
+    `${which}: ${tasks.length} tasks x ${evaluation.repeats} repeats ${when}, ${inPools} of them in any training ` +
+    `pool (${pools})`
+  );
+}
+
 function dryRun(input: CampaignInput, configFile: string): void {
   const c = input.config;
   const t = c.training;
@@ -138,15 +169,7 @@ function dryRun(input: CampaignInput, configFile: string): void {
       `training steps x ${t.groups_per_step} groups x ${t.group_size} episodes = ${t.groups_per_step * t.group_size} ` +
       `per update -> evaluate (${c.evaluation.repeats} repeats) -> report`,
   );
-  if (c.evaluation.tasks === 'held_out' && input.excludeUidsFile) {
-    const held = readUidListInput(input.excludeUidsFile).uids.length;
-    console.log(
-      `  evaluation   evaluate on held-out tasks only (${held} uids in ${input.excludeUidsFile}, never trained on)`,
-    );
-  } else
-    console.log(
-      `  evaluation   evaluate on ${c.evaluation.tasks === 'pool' ? 'the training pool' : 'every suite task'}`,
-    );
+  console.log(`  evaluation   ${evaluationPlan(input)}`);
   console.log(
     `  refill       up to ${t.infra_refill_cap} extra episodes per group for infrastructure errors, then the group ` +
       `is replaced`,
