@@ -51,6 +51,7 @@ test('dry run of the reference config: 3 torchrun commands, 8 ranks each, placeh
   assert.match(out, /placeholders +<node-0-host>, <node-1-host>, <node-2-host>/);
   assert.match(out, /learner node 2: started by the GPU worker of host <node-2-host> \(placeholder\)/);
   assert.match(out, /evaluate on held-out tasks only \(\d+ uids in .*benchmark-uids\.yaml, never trained on\)/);
+  assert.match(out, /judge mode +probe legacy, training motivation, evaluation legacy\n/, "the reference's modes");
   // The memory model of the learner's own code at 24 ranks: the 106k-token budget fits with context_parallel 8.
   assert.match(
     out,
