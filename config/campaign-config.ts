@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { z } from 'zod';
-import { episodeConfigSchema } from './episode-config.ts';
+import { episodeConfigSchema, judgeModeSchema } from './episode-config.ts';
 import { checkLearnerTopology } from './learner-topology.ts';
 import { trackingConfigSchema } from './tracking-config.ts';
 import { formatProblem, parseYamlFile } from './yaml-file.ts';
@@ -210,6 +210,12 @@ export const campaignConfigSchema = z
         min_clean_runs: z.number().int().min(1).default(3),
         retain_bands: z.array(band).default(['hard', 'medium', 'easy']),
         max_candidates: z.number().int().min(1).optional().describe('Probe only the first N candidates (by uid)'),
+        judge_mode: judgeModeSchema
+          .default('legacy')
+          .describe(
+            'Judge mode of probe episodes (reference: legacy, as its probes are `tb infer` runs, whose judge_type ' +
+              'defaults to legacy)',
+          ),
       })
       .strict(),
     training: z
@@ -259,6 +265,12 @@ export const campaignConfigSchema = z
             'After max_replacements: train on the informative groups found, or fill up with zero-variance groups ' +
               '(advantage 0)',
           ),
+        judge_mode: judgeModeSchema
+          .default('motivation')
+          .describe(
+            "Judge mode of training episodes (reference: motivation, its training grader's judge_type; " +
+              'legacy asks for a bare yes or no)',
+          ),
       })
       .strict(),
     learner: learnerSchema.prefault({}),
@@ -288,6 +300,12 @@ export const campaignConfigSchema = z
           .describe(
             "Keys whose task's own test code raised the same exception twice (task errors): score the other tasks " +
               'and list these (list), or fail the evaluation naming them (fail)',
+          ),
+        judge_mode: judgeModeSchema
+          .default('legacy')
+          .describe(
+            'Judge mode of evaluation episodes, in a campaign and in tbt eval run / schedule (reference: legacy, ' +
+              "`tb infer`'s default)",
           ),
       })
       .strict()
@@ -342,9 +360,22 @@ export const campaignConfigSchema = z
       .describe('Experiment trackers (MLflow, W&B) for every step and evaluation; off unless set'),
   })
   .strict()
+  .superRefine(checkJudgeModeByStage)
   .superRefine(checkLagCorrection)
   .superRefine(checkSamplerRatio)
   .superRefine(checkLoraServer);
+
+/** The judge mode is a stage's (training differs from evaluation in the reference): one for all would be ignored. */
+function checkJudgeModeByStage(config: { episode: { judge_mode?: string } }, ctx: z.RefinementCtx): void {
+  if (config.episode.judge_mode === undefined) return;
+  ctx.addIssue({
+    code: 'custom',
+    path: ['episode', 'judge_mode'],
+    message:
+      'the judge mode is set per stage: use training.judge_mode (default motivation), evaluation.judge_mode and ' +
+      'probe.judge_mode (default legacy)',
+  });
+}
 
 /** LoRA adapters are hot-loaded by vLLM; the built-in embedded server loads full weights only (docs/lora.md). */
 function checkLoraServer(

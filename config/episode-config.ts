@@ -24,6 +24,13 @@ export const endpointSchema = z
   })
   .strict();
 
+/**
+ * How the judge asks a rubric's yes/no question (the reference's `judge_type`, `thinkingbox.common.Judge`): `legacy`
+ * wants a bare Yes or No; `motivation` wants JSON with a short reason and reads a reply that is not JSON as no.
+ */
+export const judgeModeSchema = z.enum(['legacy', 'motivation']);
+export type JudgeMode = z.infer<typeof judgeModeSchema>;
+
 export const thinkingboxSettingsSchema = z
   .object({
     // Each warm process is a started sandbox (up to its memory total) held on every worker for every server of
@@ -178,6 +185,12 @@ export const episodeConfigSchema = z
           '(core/user-simulator-prompt.ts), for every suite',
       ),
     judge: endpointSchema.optional().describe('Yes/no rubric judge (required for tasks with rubrics)'),
+    judge_mode: judgeModeSchema
+      .optional()
+      .describe(
+        'Set by a campaign for each stage (probe, training, evaluation .judge_mode); leave unset. Unset = legacy, ' +
+          "the reference framework's default",
+      ),
     limits: z
       .object({
         max_agent_turns: z

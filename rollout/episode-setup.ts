@@ -89,7 +89,7 @@ export function episodeDependencies(
       task,
       signal,
     ),
-    judge: config.judge ? createJudge(toEndpoint(config.judge), signal) : undefined,
+    judge: config.judge ? createJudge({ ...toEndpoint(config.judge), mode: config.judge_mode }, signal) : undefined,
     ...(signal ? { signal } : {}),
   };
 }

@@ -24,6 +24,7 @@ import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { logprobsServing, loraServing } from '../config/lora-serving.ts';
+import { withJudgeMode } from '../config/stage-judge-mode.ts';
 import { evaluationWorkflow, type EvaluationResult } from './evaluation-workflow.ts';
 import { probeWorkflow, type ProbeResult } from './probe-workflow.ts';
 import { campaignAttributes, campaignKey, pausedKey, stageKey, stepKey } from './search-attribute-keys.ts';
@@ -448,7 +449,7 @@ async function probeCandidates(run: CampaignRun, uids: string[]): Promise<string
     typedSearchAttributes: campaignAttributes(campaignId, 'probe', run.state.step),
     args: [
       {
-        ...keyedInput(run, episode, uids, config.probe),
+        ...keyedInput(run, withJudgeMode(episode, config.probe.judge_mode), uids, config.probe),
         minCleanRuns: config.probe.min_clean_runs,
         retainBands: config.probe.retain_bands,
         outageWaits: outageWaits(config.recovery, 2),
@@ -475,7 +476,7 @@ async function evaluate(run: CampaignRun, label: 'before' | 'after'): Promise<Ev
       typedSearchAttributes: campaignAttributes(campaignId, `evaluate-${label}`, state.step),
       args: [
         {
-          ...keyedInput(run, episode, uids, config.evaluation),
+          ...keyedInput(run, withJudgeMode(episode, config.evaluation.judge_mode), uids, config.evaluation),
           label,
           prices: input.pricesFile,
           taskErrors: config.evaluation.task_errors,
@@ -755,7 +756,7 @@ async function trainingStep(run: CampaignRun, step: number): Promise<{ record?: 
         step,
         pool: trainingPool(state),
         suiteDir: input.suiteDir,
-        episode,
+        episode: withJudgeMode(episode, config.training.judge_mode),
         training: config.training,
         learner: config.learner,
         seed: config.seed,

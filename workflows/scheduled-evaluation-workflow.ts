@@ -16,6 +16,7 @@ import type { CampaignActivities } from '../activities/campaign-activities.ts';
 import type { GpuActivities } from '../activities/gpu-activities.ts';
 import type { CampaignConfig } from '../config/campaign-config.ts';
 import { logprobsServing, loraServing } from '../config/lora-serving.ts';
+import { withJudgeMode } from '../config/stage-judge-mode.ts';
 import { canonicalJson } from '../core/canonical-json.ts';
 import { pausingEvaluation } from './evaluation-pauses.ts';
 import { evaluationWorkflow, type EvaluationInput, type EvaluationResult } from './evaluation-workflow.ts';
@@ -92,11 +93,19 @@ function digest(text: string): string {
 
 /**
  * The label: one per (campaign, step, what is evaluated). Other tasks, repeats or an other episode config (policy,
- * sampling, judge, limits) are another evaluation: reusing this one's episodes would score them with the wrong
- * ones, or fail the coverage gate on keys that are not in the task list.
+ * sampling, judge, judge mode, limits) are another evaluation: reusing this one's episodes would score them with the
+ * wrong ones, or fail the coverage gate on keys that are not in the task list. The legacy judge mode, which every
+ * evaluation had before the mode was configurable, leaves the label as it was, so those evaluations still resume.
  */
 function stableLabel(input: ScheduledEvaluationInput, stepLabel: string, uids: string[]): string {
-  const work = { uids, repeats: input.repeats, episode: input.config.episode, base: input.config.learner.model_path };
+  const mode = input.config.evaluation.judge_mode;
+  const work = {
+    uids,
+    repeats: input.repeats,
+    episode: input.config.episode,
+    base: input.config.learner.model_path,
+    ...(mode !== undefined && mode !== 'legacy' ? { judgeMode: mode } : {}),
+  };
   return `${input.labelPrefix ?? 'scheduled'}-${stepLabel}-${digest(canonicalJson(work))}`;
 }
 
@@ -163,7 +172,7 @@ async function evaluateStep(
   const run = async (): Promise<ScheduledEvaluationResult> => {
     for (let waits = 0; ; waits++) {
       // Again after each wait: the run waited for may have stopped the server they shared when it ended.
-      const episode = await policyOnWeights();
+      const episode = withJudgeMode(await policyOnWeights(), input.config.evaluation.judge_mode);
       if (waits > 0) setCurrentDetails(`starting ${evaluationId} again after waiting for it`);
       // `tbt eval run` follows the child this names (cli/evaluation-progress.ts); metadata only, no command.
       setCurrentDetails(`running ${evaluationId}`);

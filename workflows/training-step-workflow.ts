@@ -53,6 +53,7 @@ export interface TrainingStepInput {
   step: number;
   pool: string[];
   suiteDir: string;
+  /** The episodes' config, the training judge mode included (the step reads it from here, not from `training`). */
   episode: EpisodeConfig;
   training: CampaignConfig['training'];
   learner: CampaignConfig['learner'];

@@ -183,6 +183,10 @@ function dryRun(input: CampaignInput, configFile: string): void {
       `temperature ${c.episode.sampling.temperature})`,
   );
   console.log(
+    `  judge mode   probe ${c.probe.judge_mode}, training ${c.training.judge_mode}, ` +
+      `evaluation ${c.evaluation.judge_mode}${c.episode.judge ? '' : ' (no judge configured)'}`,
+  );
+  console.log(
     `  queues       rollout ${input.queues.rollout}, gpu ${input.queues.gpu}` +
       (input.queues.gpuNodes ? ` (learner nodes: ${input.queues.gpuNodes.join(', ')})` : ''),
   );

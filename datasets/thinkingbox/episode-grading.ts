@@ -192,6 +192,8 @@ function runTest(
     function: task.test.function,
     context: testContext(episode, effects, request),
     judge: request.judge,
+    // The judge type test code's `judge` gets: the mode the native path's `ask` uses too.
+    ...(request.judge ? { judgeType: request.judge.mode } : {}),
     judgeLimits,
     timeoutMs: episode.testTimeoutMs,
     python: episode.python,

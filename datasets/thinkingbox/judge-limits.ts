@@ -78,5 +78,5 @@ export function limitedJudge(
     queue = result.catch(() => undefined);
     return result;
   };
-  return { ...judgeFrom(complete), refused: () => refusal };
+  return { ...judgeFrom(complete, judge.mode), refused: () => refusal };
 }

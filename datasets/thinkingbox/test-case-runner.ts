@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import path from 'node:path';
+import type { JudgeMode } from '../../config/episode-config.ts';
 import { BadInputError, errorMessage, InfrastructureError } from '../../core/errors.ts';
 import type { Judge, JudgeCompletion, JudgeVerdict } from '../../rollout/judge-client.ts';
 import { MiB, readCappedLines, type OutputCaps } from './capped-lines.ts';
@@ -91,7 +92,7 @@ export interface TestCaseRequest {
   /** Default: this process's sandbox (which refuses to run without isolation). */
   sandbox?: DatasetSandbox;
   /** The reference's judge type: "legacy" (default) yes/no prompts, or "motivation" (JSON with a reason). */
-  judgeType?: 'legacy' | 'motivation';
+  judgeType?: JudgeMode;
   /** What the test may ask of the judge; default: episode.thinkingbox's defaults. */
   judgeLimits?: JudgeLimits;
   /** Where refusals and clamped settings are logged (default: stderr). */

@@ -101,3 +101,29 @@ test('learner.lora needs the embedded vLLM: the built-in server is refused namin
   assert.equal(loadCampaignConfig(lora('vllm')).learner.lora?.rank, 8);
   assert.throws(() => loadCampaignConfig(withField('learner', 'lora', { rank: 0 })), /learner\.lora\.rank/);
 });
+
+test("judge modes default to the reference's: motivation in training, legacy in the probe and the evaluation", () => {
+  for (const name of ['local.yaml', 'reference-q38.yaml']) {
+    const config = loadCampaignConfig(path.join(repoRoot, 'config', name));
+    assert.deepEqual(
+      [config.probe.judge_mode, config.training.judge_mode, config.evaluation.judge_mode],
+      ['legacy', 'motivation', 'legacy'],
+      name,
+    );
+    assert.equal(config.episode.judge_mode, undefined, `${name}: the campaign sets it per stage`);
+  }
+  const chosen = loadCampaignConfig(withField('evaluation', 'judge_mode', 'motivation'));
+  assert.equal(chosen.evaluation.judge_mode, 'motivation');
+  assert.throws(
+    () => loadCampaignConfig(withField('training', 'judge_mode', 'fancy')),
+    /campaign\.yaml:\d+: training\.judge_mode: /,
+  );
+});
+
+test('a judge mode for every stage at once (episode.judge_mode) is refused, naming the per-stage fields', () => {
+  const doc = parse(fs.readFileSync(path.join(repoRoot, 'config', 'local.yaml'), 'utf8')) as Record<string, any>;
+  doc.episode.judge_mode = 'legacy';
+  const file = path.join(testTempDir('tbt-config-'), 'campaign.yaml');
+  fs.writeFileSync(file, stringify(doc));
+  assert.throws(() => loadCampaignConfig(file), /episode\.judge_mode: the judge mode is set per stage: use training\./);
+});

@@ -366,6 +366,7 @@ const baseTraining: CampaignConfig['training'] = {
   max_staleness: 0,
   task_order: 'seeded',
   zero_variance_fallback: 'train_on_fewer',
+  judge_mode: 'motivation',
 };
 type Kind = 'informative' | 'zero' | 'lost' | `flaky-${number}`;
 /** Behaviour by task kind; rep = the `#<rep>` of the id. Informative groups alternate 1, 0, 1, 0 ... */

@@ -145,6 +145,7 @@ const training: CampaignConfig['training'] = {
   max_staleness: 1,
   task_order: 'seeded',
   zero_variance_fallback: 'train_on_fewer',
+  judge_mode: 'motivation',
 };
 const episode = {
   limits: { wall_clock_ms: 60_000 },

@@ -52,6 +52,7 @@ test('dry run of the reference config: 3 torchrun commands, 8 ranks each, placeh
   assert.match(out, /learner node 2: started by the GPU worker of host <node-2-host> \(placeholder\)/);
   assert.match(out, /evaluation +held-out tasks only \(uids in \S+benchmark-uids\.yaml and the suite's /);
   assert.match(out, /: \d+ tasks x 20 repeats before and after training, 0 of them in any training pool \(\d+ /);
+  assert.match(out, /judge mode +probe legacy, training motivation, evaluation legacy\n/, "the reference's modes");
   // The memory model of the learner's own code at 24 ranks: the 106k-token budget fits with context_parallel 8.
   assert.match(
     out,

@@ -187,6 +187,7 @@ const training: CampaignConfig['training'] = {
   max_staleness: 0,
   task_order: 'seeded',
   zero_variance_fallback: 'train_on_fewer',
+  judge_mode: 'motivation',
 };
 
 function stepInput(campaignId: string): TrainingStepInput {

@@ -6,15 +6,17 @@ One test per public item (named after it). Inputs and expected outputs follow th
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
 import pytest
-from tb_testpaths import THINKINGBOX
+from tb_testpaths import FIXTURES, THINKINGBOX
 
 # Our `thinkingbox.common` (the shim), as the test runner puts it first on the path.
 sys.path.insert(0, str(THINKINGBOX / "shim"))
 
+import thinkingbox.common.judge as shim_judge
 from thinkingbox.common import Judge
 from thinkingbox.common.chat_types import Text
 from thinkingbox.common.judge import (
@@ -28,6 +30,9 @@ from thinkingbox.common.judge import (
     _quoted_keys,
     safe_tag_encode,
 )
+
+# The reference's prompt texts as its judge.py holds them, with the commit they were taken from.
+REFERENCE = json.loads((FIXTURES / "reference_judge_prompts.json").read_text(encoding="utf-8"))
 
 
 class ScriptedModel:
@@ -178,3 +183,24 @@ def test_judge_drain_decisions():
     judge.text_yesno("t", "q2")
     assert judge.drain_decisions() == [{"question": "q1", "answer": True, "motivation": "m"}]
     assert judge.drain_decisions() == []
+
+
+def test_judge_prompts_are_the_references_byte_for_byte():
+    source = REFERENCE["source"]
+    assert source["repository"] == "microsoft/thinkingbox" and len(source["commit"]) == 40
+    assert len(REFERENCE["prompts"]) == 7, "every prompt constant of the reference's judge.py"
+    for name, text in REFERENCE["prompts"].items():
+        assert getattr(shim_judge, name) == text, name
+
+
+@pytest.mark.parametrize("judge_type", ["legacy", "motivation"])
+def test_judge_text_yesno_sends_the_reference_prompt_of_its_judge_type(judge_type: str):
+    # What the judge model receives in each mode, built from the reference's own templates.
+    reply = "Yes" if judge_type == "legacy" else '{"motivation": "m", "answer": "Yes"}'
+    model = ScriptedModel(reply)
+    assert Judge(model, judge_type=judge_type).text_yesno("Booked <b>two</b> seats & a meal.", "Two seats?") is True
+    prompts = REFERENCE["prompts"]
+    user = prompts[REFERENCE["modes"]["user"]].format(
+        message="Booked &lt;b&gt;two&lt;/b&gt; seats & a meal.", question="Two seats?"
+    )
+    assert model.prompts() == (prompts[REFERENCE["modes"][judge_type]], user)
