@@ -344,6 +344,12 @@ export const episodesRunCommand = defineCommand({
     },
     model: { type: 'string', value: 'NAME', description: 'model name at --policy-url' },
     mode: { type: 'string', value: 'chat|tokens', default: 'chat', description: 'policy API mode' },
+    user: {
+      type: 'string',
+      value: 'llm|scripted',
+      default: 'llm',
+      description: "simulated user: the reference's LLM user played by the policy's server, or the task's replies",
+    },
     temperature: { type: 'string', value: 'T', default: '1', description: 'sampling temperature (0 to 10)' },
     stop: { type: 'string', value: 'S', multiple: true, description: 'stop sequence' },
     'max-tokens-per-turn': { type: 'string', value: 'N', default: '128', description: 'tokens per agent turn' },

@@ -251,12 +251,14 @@ export const campaignConfigSchema = z
               'between episodes; older episodes are dropped and refilled (docs/async-training.md)',
           ),
         task_order: z
-          .enum(['seeded', 'by_family'])
-          .default('seeded')
+          .enum(['epoch', 'seeded', 'by_family'])
+          .default('epoch')
           .describe(
-            "How each step draws its tasks: a seeded order over the pool, or 'by_family': one task of every " +
-              'family (uid without its trailing instance number) before a second of any, rotating the families ' +
-              'over the steps',
+            "How steps draw their tasks. 'epoch' (the reference's): the pool shuffled once per epoch by the seed, " +
+              'each step (replacements included) taking the next tasks, a step crossing into the next epoch where ' +
+              "one ends; 'seeded': a fresh seeded order over the pool for every step; 'by_family': one task of " +
+              'every family (uid without its trailing instance number) before a second of any, rotating the ' +
+              'families over the steps',
           ),
         zero_variance_fallback: z
           .enum(['train_on_fewer', 'keep_zero_variance'])

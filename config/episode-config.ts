@@ -168,7 +168,12 @@ export const episodeConfigSchema = z
         z
           .object({
             mode: z.literal('llm'),
-            endpoint: endpointSchema,
+            endpoint: endpointSchema
+              .optional()
+              .describe(
+                "The user model's endpoint; unset = the policy's own server and model (no other model needed; in a " +
+                  "campaign the user then speaks with the policy's current weights)",
+              ),
             temperature: z.number().min(0).default(0.3).describe('Sampling temperature (reference: 0.3)'),
             max_tokens: z
               .number()
@@ -179,10 +184,11 @@ export const episodeConfigSchema = z
           })
           .strict(),
       ])
-      .default({ mode: 'scripted' })
+      .prefault({ mode: 'llm' })
       .describe(
-        "Simulated user: scripted replies from the task, or an LLM prompted as the reference's user simulator " +
-          '(core/user-simulator-prompt.ts), for every suite',
+        "Simulated user: an LLM prompted as the reference's user simulator (core/user-simulator-prompt.ts), the " +
+          "default as in the reference, or 'scripted': the task's user_replies in order (offline tests), the " +
+          'conversation ending when they run out (finish reason user_script_ended)',
       ),
     judge: endpointSchema.optional().describe('Yes/no rubric judge (required for tasks with rubrics)'),
     judge_mode: judgeModeSchema

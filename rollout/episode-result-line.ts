@@ -41,7 +41,9 @@ export function referenceFinishReason(finish: string): string {
     done: 'done',
     end_turn: 'end_turn_tool',
     single_turn: 'no_user_llm',
-    user_finished: 'user_limit',
+    // The scripted user had no reply left: no simulated user went on, as the reference's end without a user model.
+    user_script_ended: 'no_user_llm',
+    user_finished: 'no_user_llm',
     user_turn_limit: 'user_limit',
     agent_turn_limit: 'agent_limit',
   };

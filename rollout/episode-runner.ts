@@ -35,6 +35,8 @@ export type FinishReason =
   | 'end_turn'
   | 'single_turn'
   | 'user_turn_limit'
+  | 'user_script_ended'
+  /** Recorded by older code where user_script_ended is recorded now. */
   | 'user_finished'
   | 'agent_turn_limit'
   | 'token_budget'
@@ -52,6 +54,7 @@ const GRADED: ReadonlySet<FinishReason> = new Set([
   'end_turn',
   'single_turn',
   'user_turn_limit',
+  'user_script_ended',
   'user_finished',
   'agent_turn_limit',
   'token_budget',
@@ -530,7 +533,9 @@ async function userTurn(run: EpisodeInPlay, text: string): Promise<FinishReason 
   // No reply the agent could still answer: spare the simulated user's call.
   if (deps.policy.tokensAfterPrompt() >= run.options.limits.episodeTokenBudget) return 'token_budget';
   const reply = await run.timed('userMs', () => deps.user.reply(run.transcript, run.userReplies));
-  if (!reply) return 'user_finished';
+  // Only a scripted user runs out (the LLM user, like the reference's, may not end the conversation): say so, as
+  // the agent did not end it and its limits were not reached.
+  if (!reply) return 'user_script_ended';
   run.userReplies += 1;
   Object.assign(record.usage.user, {
     calls: record.usage.user.calls + (reply.modelCall ? 1 : 0),

@@ -81,7 +81,8 @@ export function episodeDependencies(
       config.user.mode === 'llm'
         ? {
             mode: 'llm',
-            endpoint: toEndpoint(config.user.endpoint),
+            // No endpoint of its own: the policy's server plays the user (no other model needed).
+            endpoint: toEndpoint(config.user.endpoint ?? config.policy),
             temperature: config.user.temperature,
             maxTokens: config.user.max_tokens,
           }

@@ -90,6 +90,7 @@ before(async () => {
   configs = [good!, bad!].map((url) =>
     episodeConfigSchema.parse({
       policy: { base_url: url, model: 'scripted-double', mode: 'chat' },
+      user: { mode: 'scripted' },
       judge: { base_url: judge, model: 'scripted-judge' },
       limits: { max_agent_turns: 8, wall_clock_ms: 60_000 },
     }),

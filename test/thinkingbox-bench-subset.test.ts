@@ -130,6 +130,7 @@ async function episode(t: ImportedTask, script: string[], judge: (body: unknown)
   const judgeUrl = await startDouble(judge);
   const config = episodeConfigSchema.parse({
     policy: { base_url: policyUrl, model: 'policy-double', timeout_ms: 30_000 },
+    user: { mode: 'scripted' },
     limits: { max_agent_turns: 40, wall_clock_ms: 600_000 },
     judge: { base_url: judgeUrl, model: 'judge-double', timeout_ms: 30_000 },
   });
@@ -235,6 +236,7 @@ test(
       });
       const config = episodeConfigSchema.parse({
         policy: { base_url: server.baseUrl, model: server.model, timeout_ms: 120_000 },
+        user: { mode: 'scripted' },
         limits: { max_agent_turns: 4, wall_clock_ms: 600_000 },
       });
       const uid = SUBSET[0]!;

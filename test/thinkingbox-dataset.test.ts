@@ -264,6 +264,7 @@ async function episode(t: ImportedTask, script: string[], options: { judgeSays?:
   const judgeUrl = options.judgeSays ? await startDouble(() => options.judgeSays!) : undefined;
   const config = episodeConfigSchema.parse({
     policy: { base_url: policyUrl, model: 'policy-double', timeout_ms: 10_000 },
+    user: { mode: 'scripted' },
     limits: { max_agent_turns: 6, wall_clock_ms: 120_000 },
     ...(judgeUrl ? { judge: { base_url: judgeUrl, model: 'judge-double', timeout_ms: 10_000 } } : {}),
   });
@@ -453,6 +454,7 @@ test(
     });
     const config = episodeConfigSchema.parse({
       policy: { base_url: policyUrl, model: 'policy-double', timeout_ms: 15_000 },
+      user: { mode: 'scripted' },
       limits: { max_agent_turns: 6, wall_clock_ms: 120_000 },
       thinkingbox: { warm_processes: 1 },
     });

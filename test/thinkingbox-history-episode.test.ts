@@ -64,6 +64,7 @@ async function episode(uid: string, script: string[]) {
   doubles.push(double);
   const config = episodeConfigSchema.parse({
     policy: { base_url: await double.start(), model: 'policy-double', timeout_ms: 10_000 },
+    user: { mode: 'scripted' },
     limits: { max_agent_turns: 6, wall_clock_ms: 120_000 },
   });
   const environment = thinkingboxEnvironment(resources, suite, task);

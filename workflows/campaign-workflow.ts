@@ -37,6 +37,7 @@ import { evaluationSummary, probeSummary as probeStaticSummary, trainingStepSumm
 import { startLearnerNodes } from './learner-nodes.ts';
 import { stepLostFailureType, trainingStepWorkflow, type TrainingStepResult } from './training-step-workflow.ts';
 import type { SampledStep } from './sampled-step.ts';
+import type { TaskCursor } from '../core/epoch-task-order.ts';
 import {
   bookkeepingOptions,
   defaultBookkeepingQueueWaitMs,
@@ -93,6 +94,8 @@ export interface CampaignState {
   nonFiniteInARow?: number;
   /** The next step's groups, sampled during the last step's update (`training.max_staleness` > 0). */
   nextSample?: SampledStep;
+  /** `training.task_order: epoch`: where the task stream stands, past every task drawn so far. */
+  taskCursor?: TaskCursor;
   /** Tasks no later step draws: a group of theirs ended in a task error (their test code raised), with the cause. */
   droppedTasks?: { uid: string; step: number; cause: string }[];
 }
@@ -515,6 +518,7 @@ async function train(run: CampaignRun): Promise<void> {
     }
     state.step = step;
     state.nextSample = record.next;
+    state.taskCursor = record.taskCursor ?? state.taskCursor;
     state.weightsPath = record.exportPath;
     state.weightVersion = record.weightVersion;
     state.lastStep = {
@@ -767,6 +771,7 @@ async function trainingStep(run: CampaignRun, step: number): Promise<{ record?: 
         embeddedEngine: config.episode.policy.base_url === 'embedded' ? config.episode.policy.engine : undefined,
         weightVersion: state.weightVersion ?? 0,
         gpuQueueWaitMs: config.recovery?.gpu_queue_wait_ms,
+        ...(state.taskCursor ? { taskCursor: state.taskCursor } : {}),
         // Overlapped steps (max_staleness > 0): this step's groups, if sampled ahead, and whether to sample the next.
         ...(config.training.max_staleness > 0
           ? {

@@ -1,4 +1,5 @@
 import type { EpisodeSummary } from '../rollout/episode-store.ts';
+import type { TaskCursor } from '../core/epoch-task-order.ts';
 import type { DrawnGroup, GroupSelection } from './group-selection.ts';
 
 /**
@@ -25,6 +26,8 @@ export interface SampledStep {
   fallback: GroupSelection<DrawnGroup>['fallback'];
   /** Groups dropped because their task's test code raised (absent: none, or sampled by older code). */
   taskErrors?: GroupSelection<DrawnGroup>['taskErrors'];
+  /** `task_order: epoch`: the task stream's cursor past the tasks these groups drew. */
+  taskCursor?: TaskCursor;
 }
 
 export type SampledEpisode = Pick<EpisodeSummary, 'id' | 'reward' | 'outcome' | 'weightVersion'>;

@@ -17,6 +17,7 @@ import type { CampaignConfig } from '../config/campaign-config.ts';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { groupAdvantages } from '../core/grpo.ts';
 import { familyStepTaskOrder, stepTaskOrder } from '../core/seeded-choice.ts';
+import { epochTaskWindow, firstTaskCursor, type TaskCursor } from '../core/epoch-task-order.ts';
 import {
   bookkeepingOptions,
   gpuOptions,
@@ -33,7 +34,8 @@ import { runEpisodeOrInfraError } from './one-episode.ts';
 import { withMissingPollerNamed } from './missing-poller.ts';
 
 /**
- * One GRPO training step (child workflow `<campaign>/step-<n>`): seeded task choice, groups of G episodes,
+ * One GRPO training step (child workflow `<campaign>/step-<n>`): its tasks (the next ones of the campaign's
+ * epoch-shuffled stream from `taskCursor`, core/epoch-task-order.ts, or a per-step seeded order), groups of G episodes,
  * refill of episodes lost to infrastructure errors (at most `infra_refill_cap` extra per group, then the
  * group is dropped and replaced), DAPO-style eviction of zero-variance groups (at most `max_replacements`
  * fresh tasks, then the configured fallback; the rule itself is group-selection.ts), advantages, the learner
@@ -78,11 +80,14 @@ export interface TrainingStepInput {
   sampled?: SampledStep;
   /** Sample the next step's groups while this step's update runs (`max_staleness` > 0 and a step follows). */
   sampleNext?: boolean;
+  /** `task_order: epoch`: where the campaign's task stream stands before this step draws (absent: its start). */
+  taskCursor?: TaskCursor;
 }
 
-/** A step's record, and the next step's groups when it sampled them ahead. */
+/** A step's record, the next step's groups when it sampled them ahead, and the task stream's cursor after both. */
 export interface TrainingStepResult extends StepRecord {
   next?: SampledStep;
+  taskCursor?: TaskCursor;
 }
 
 interface GroupResult extends DrawnGroup {
@@ -124,11 +129,16 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<Tr
   const current = patched('step-slots-backoff');
   // Histories from before overlapped steps never asked: only a campaign with max_staleness > 0 takes that path.
   const overlapped = t.max_staleness > 0 && patched('overlapped-steps');
+  // Only campaigns with the epoch order ask: recorded histories never had it.
+  const from =
+    t.task_order === 'epoch' && patched('epoch-task-order') ? (input.taskCursor ?? firstTaskCursor) : undefined;
   let sample = overlapped && input.sampled?.step === input.step ? input.sampled : undefined;
   if (!sample) {
     setCurrentDetails(`sampling groups of ${t.group_size} for step ${input.step}`);
-    sample = await sampleGroups(input, samplingOf(input, input.step, sampledWeightVersion(input)), current);
+    sample = await sampleGroups(input, samplingOf(input, input.step, sampledWeightVersion(input)), current, from);
   }
+  // Groups sampled ahead were drawn before this step started: the cursor it got is already past them.
+  const afterSample = sample.taskCursor ?? from;
   if (sample.informativeGroups < t.groups_per_step)
     log.warn('fewer informative groups than configured', {
       step: input.step,
@@ -147,7 +157,7 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<Tr
         ? await trainedStepRecord(input, sample, policy, bookkeeping)
         : stepRecord(input, sample, policy);
     await bookkeeping.recordStep(record);
-    return record;
+    return afterSample ? { ...record, taskCursor: afterSample } : record;
   }
   // Overlapped: the next step's episodes run on the weights the servers hold while this update trains; its
   // weights are synced between episodes as soon as they are exported, and the step is recorded at once.
@@ -162,11 +172,12 @@ export async function trainingStepWorkflow(input: TrainingStepInput): Promise<Tr
       await bookkeeping.recordStep(r);
       return r;
     }),
-    sampleGroups(input, next, current).finally(() => {
+    sampleGroups(input, next, current, afterSample).finally(() => {
       next.done = true;
     }),
   ]);
-  return { ...record, next: nextSample };
+  const taskCursor = nextSample.taskCursor ?? afterSample;
+  return { ...record, next: nextSample, ...(taskCursor ? { taskCursor } : {}) };
 }
 
 /** Steps started by older code carry policyBaseUrl and no version: they keep working after a deploy. */
@@ -262,34 +273,62 @@ async function drawGroups(
   }
 }
 
-/** One step's groups, sampled (see drawTrainedGroups) and made plain for the update and the record. */
-async function sampleGroups(input: TrainingStepInput, sampling: Sampling, current: boolean): Promise<SampledStep> {
+/**
+ * One step's groups, sampled (see drawTrainedGroups) and made plain for the update and the record; with the epoch
+ * order (`from` set), the stream's cursor past the tasks drawn.
+ */
+async function sampleGroups(
+  input: TrainingStepInput,
+  sampling: Sampling,
+  current: boolean,
+  from?: TaskCursor,
+): Promise<SampledStep> {
   const started = Date.now();
-  const selection = await drawTrainedGroups(input, sampling, current);
+  const { selection, taskCursor } = await drawTrainedGroups(input, sampling, current, from);
   const { step, startVersion, trainVersion } = sampling;
-  return sampledStep(selection, { step, startVersion, trainVersion, seconds: (Date.now() - started) / 1000 });
+  const sampled = sampledStep(selection, { step, startVersion, trainVersion, seconds: (Date.now() - started) / 1000 });
+  return taskCursor ? { ...sampled, taskCursor } : sampled;
 }
 
-/** The step's groups, drawn again with fresh episode ids while every group is lost (at most lostStepRetries). */
+/** The order a step's rounds take; with the epoch order, the stream's cursor after each task of it. */
+function stepOrder(
+  input: TrainingStepInput,
+  step: number,
+  from?: TaskCursor,
+): { uids: string[]; cursors?: TaskCursor[] } {
+  const t = input.training;
+  // Enough for the first round and every replacement: a step draws no more.
+  if (from) return epochTaskWindow(input.pool, input.seed, from, t.groups_per_step + t.max_replacements);
+  // Steps recorded before task_order existed carry no field: the seeded order, as they ran.
+  if (t.task_order === 'by_family')
+    return { uids: familyStepTaskOrder(input.pool, input.seed, step, t.groups_per_step) };
+  return { uids: stepTaskOrder(input.pool, input.seed, step) };
+}
+
+/**
+ * The step's groups, drawn again with fresh episode ids while every group is lost (at most lostStepRetries). Each
+ * attempt starts at the front of the step's order, so the stream's cursor moves past the most tasks one attempt drew.
+ */
 async function drawTrainedGroups(
   input: TrainingStepInput,
   sampling: Sampling,
   current: boolean,
-): Promise<GroupSelection<GroupResult>> {
+  from?: TaskCursor,
+): Promise<{ selection: GroupSelection<GroupResult>; taskCursor?: TaskCursor }> {
   const t = input.training;
   const { step } = sampling;
   const attempt = { retry: 0 };
   const runGroup = groupRunner(input, sampling, current, attempt);
-  // Steps recorded before task_order existed carry no field: the seeded order, as they ran.
-  const order =
-    t.task_order === 'by_family'
-      ? familyStepTaskOrder(input.pool, input.seed, step, t.groups_per_step)
-      : stepTaskOrder(input.pool, input.seed, step);
+  const order = stepOrder(input, step, from);
   const earlierAttempts: GroupResult[] = [];
+  let drawn = 0;
   for (;;) {
-    const selection = await drawGroups(order, t, runGroup, earlierAttempts);
+    const selection = await drawGroups(order.uids, t, runGroup, earlierAttempts);
+    drawn = Math.max(drawn, selection.informative.length + selection.zeroVariance.length + selection.lost.length);
+    const taskCursor = order.cursors && drawn > 0 ? order.cursors[drawn - 1] : from;
     // Every group lost to infrastructure errors: nothing to train on. Wait, then start over with fresh ids.
-    if (!current || selection.informative.length > 0 || selection.zeroVariance.length > 0) return selection;
+    if (!current || selection.informative.length > 0 || selection.zeroVariance.length > 0)
+      return { selection, ...(taskCursor ? { taskCursor } : {}) };
     if (attempt.retry >= lostStepRetries)
       throw ApplicationFailure.nonRetryable(
         `step ${step}: every group was lost to infrastructure errors (${selection.lostGroups} groups, ` +

@@ -58,8 +58,11 @@ function runFlags(args: string[]) {
     throw new UsageError('--policy-url: expected an http(s) URL ending in /v1 (the value is not shown)');
   if (values.mode !== 'chat' && values.mode !== 'tokens')
     throw new UsageError(`--mode: expected chat or tokens, got '${values.mode}'`);
+  if (values.user !== 'llm' && values.user !== 'scripted')
+    throw new UsageError(`--user: expected llm or scripted, got '${values.user}'`);
   return {
     ...values,
+    user: values.user,
     suite: values.suite,
     out: values.out,
     repeats,
@@ -93,6 +96,8 @@ function runConfig(flags: RunFlags, server: PolicyServerHandle | undefined): Epi
       model: flags.model ?? server!.model,
       mode: flags.mode,
     },
+    // The LLM user has no endpoint of its own here: the policy's server plays it.
+    user: { mode: flags.user },
     sampling: { temperature: flags.temperature, stop: flags.stop ?? [] },
     limits: {
       max_tokens_per_turn: flags.maxTokensPerTurn,

@@ -281,6 +281,13 @@ function gradeView(grade: StoredGrade): GradeView {
   };
 }
 
+/** The simulated user's replies in the conversation after the query, in words. */
+function userReplies(r: StoredEpisodeRecord): string {
+  const messages = r.messages ?? [];
+  const n = messages.slice(firstAgentMessage(messages, r.completions?.length ?? 0)).filter((m) => m.role === 'user');
+  return n.length === 1 ? '1 reply' : `${n.length} replies`;
+}
+
 function notes(episode: StoredEpisode): string[] {
   const r = episode.record;
   if (!r) return [`No record: the episode is ${episode.status === 'running' ? 'still running' : episode.status}.`];
@@ -289,6 +296,11 @@ function notes(episode: StoredEpisode): string[] {
   if (r.unstorableCharacters)
     out.push(`${r.unstorableCharacters} characters Postgres cannot store were replaced by U+FFFD.`);
   if (!r.grade && r.outcome !== 'infrastructure_error') out.push('Not graded: the episode ended before grading.');
+  if (r.finishReason === 'user_script_ended' || r.finishReason === 'user_finished')
+    out.push(
+      `The scripted user had no reply left (it gave ${userReplies(r)}): the conversation ended there, neither by the ` +
+        "agent nor at a limit (episode.user.mode: scripted; the reference's simulated user is an LLM).",
+    );
   const place = r.grade?.taskError;
   if (place)
     out.push(

@@ -11,6 +11,7 @@
  * - a scheduled evaluation: of an embedded server, of an external one (`scheduled-evaluation-external`), and one
  *   paused by an outage at aggregation and run again by itself (`scheduled-evaluation-paused`);
  * - a training step of a two-node learner;
+ * - a training step in the epoch order (`training-step-epoch`: it draws from the campaign's task cursor);
  * - overlapped steps (`max_staleness` 1): a training step and a campaign's chain;
  * - a training step whose learner had trained another batch (`training-step-trained-batch`: the step record reads
  *   the trained episodes back);
@@ -130,7 +131,7 @@ const stepInput = {
   pool: ['flaky', 'steady'],
   suiteDir: '/suite',
   episode,
-  training: { ...config.training, groups_per_step: 2, group_size: 2, concurrency: 2 },
+  training: { ...config.training, groups_per_step: 2, group_size: 2, concurrency: 2, task_order: 'seeded' as const },
   learner: config.learner,
   seed: 1,
   rolloutQueue: queue,
@@ -258,6 +259,21 @@ const recordings: Recording[] = [
     args: [continuedEvaluation],
   },
   { files: ['training-step'], type: 'trainingStepWorkflow', workflowId: 'record-training-step', args: [stepInput] },
+  {
+    // The epoch order (the default since task_order existed): the step draws the stream's next tasks from a cursor.
+    files: ['training-step-epoch'],
+    type: 'trainingStepWorkflow',
+    workflowId: 'record-training-step-epoch',
+    args: [
+      {
+        ...stepInput,
+        step: 2,
+        pool: ['flaky', 'steady', 'spare'],
+        training: { ...stepInput.training, task_order: 'epoch' },
+        taskCursor: { epoch: 1, last: 'steady' },
+      },
+    ],
+  },
   {
     // The learner had trained another batch: the record names it, reading the episode it lacks from the store.
     files: ['training-step-trained-batch'],

@@ -19,8 +19,8 @@ import { workflowBundle } from '../helpers/workflow-test-env.ts';
  * planned a history budget, queues were watched and a step's trained batch recorded; they replay through the
  * `patched()` branches. The top-level
  * files hold every run of a campaign's continue-as-new chain and each path a running campaign can be on (paused,
- * retried after an outage, stopped, failed), a scheduled evaluation, a multi-node step, and overlapped steps
- * (`max_staleness` 1: a step and a campaign's chain). Re-record the top-level
+ * retried after an outage, stopped, failed), a scheduled evaluation, a multi-node step, overlapped steps
+ * (`max_staleness` 1: a step and a campaign's chain) and a step in the epoch task order. Re-record the top-level
  * files after an intended, patched change; keep the old ones under `v<n>/` when running workflows may still hold
  * them.
  */
