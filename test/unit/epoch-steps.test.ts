@@ -194,6 +194,7 @@ test("step: a zero-variance group's replacement is the stream's next task; the c
       max_replacements: 1,
       max_staleness: 0,
       task_order: 'epoch',
+      judge_mode: 'motivation',
       zero_variance_fallback: 'train_on_fewer',
     },
     learner: {} as never,
