@@ -110,6 +110,8 @@ async function episode(
   const config = episodeConfigSchema.parse({
     policy: { base_url: await policy.start(), model: 'policy-double', timeout_ms: 10_000 },
     limits: { wall_clock_ms: 60_000, episode_token_budget: 4096 },
+    // The task's own replies (user_replies), so that the policy double's script is the agent's alone.
+    user: { mode: 'scripted' },
   });
   const deps = episodeDependencies(config, environment, task);
   const observe = deps.policy.observe.bind(deps.policy);
