@@ -20,17 +20,25 @@ export interface RecordedOutput {
   native?: NativeToolCall[];
   /** The reasoning a chat server split out of the text (`reasoning_content`), when it did. */
   reasoning?: string;
+  /** The text started inside a `<think>` the chat template opened. */
+  thinkPreopened?: boolean;
   interpretation: Interpretation;
 }
 export type InterpretationPath = (output: RecordedOutput, tools: ToolSpecForTyping[]) => Interpretation;
 
-/** The text as sampled: a reasoning the server split out went before the rest, in its think block. */
+/**
+ * The text as sampled: a reasoning the server split out went before the rest, in its think block; otherwise the
+ * text starts inside the think the template opened, when it did (a server that splits reasoning never pre-opens).
+ */
 export const trainingPath: InterpretationPath = (o, tools) =>
-  interpretCompletion(o.reasoning ? `${THINK_OPEN}${o.reasoning}${THINK_CLOSE}${o.raw}` : o.raw, tools);
+  interpretCompletion(o.reasoning ? `${THINK_OPEN}${o.reasoning}${THINK_CLOSE}${o.raw}` : o.raw, tools, {
+    thinkPreopened: !o.reasoning && (o.thinkPreopened ?? false),
+  });
 export const evaluationPath: InterpretationPath = (o, tools) =>
   interpretNativeMessage(
     { content: o.raw, reasoning_content: o.reasoning ?? null, tool_calls: o.native?.length ? o.native : null },
     tools,
+    { thinkPreopened: o.thinkPreopened ?? false },
   );
 
 export interface ParityDifference {

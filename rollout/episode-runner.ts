@@ -8,6 +8,7 @@ import {
 } from '../core/agent-prompt.ts';
 import { BadInputError, ContextOverflowError, InfrastructureError, errorMessage } from '../core/errors.ts';
 import { interpretCompletion, interpretNativeMessage, type Interpretation } from '../core/interpret/index.ts';
+import { THINK_OPEN } from '../core/interpret/think-blocks.ts';
 import type { SystemMessageHandling } from '../core/system-message-merge.ts';
 import type { VisibleTurn } from '../core/user-simulator-prompt.ts';
 import type { Judge } from './judge-client.ts';
@@ -94,6 +95,8 @@ export interface RecordedCompletion {
   finishReason: string;
   /** The reasoning the chat server split out of `raw` (`reasoning_content`), when it did. */
   reasoning?: string;
+  /** `raw` started inside a `<think>` the chat template opened (rollout/think-opening.ts). */
+  thinkPreopened?: boolean;
   interpretation: Interpretation;
 }
 /** One role's calls and token counts within an episode (policy, simulated user or judge). */
@@ -450,24 +453,29 @@ async function agentCompletion(
     output: record.usage.policy.output + generation.usage.output,
     cached: record.usage.policy.cached + generation.usage.cached,
   });
+  const thinkPreopened = generation.thinkPreopened ?? false;
   const interpretation =
     generation.native?.length || generation.reasoning
       ? interpretNativeMessage(
           { content: generation.raw, reasoning_content: generation.reasoning, tool_calls: generation.native },
           run.typingSpecs,
+          { thinkPreopened },
         )
-      : interpretCompletion(generation.raw, run.typingSpecs);
+      : interpretCompletion(generation.raw, run.typingSpecs, { thinkPreopened });
   record.completions.push({
     turn,
     raw: generation.raw,
     native: generation.native,
     finishReason: generation.finishReason,
     ...(generation.reasoning ? { reasoning: generation.reasoning } : {}),
+    ...(thinkPreopened ? { thinkPreopened } : {}),
     interpretation,
   });
+  // The conversation (`x.messages`) holds the think the template opened, so every later reading of the message
+  // finds the reasoning as the model wrote it, cut or not.
   record.messages.push({
     role: 'assistant',
-    content: generation.raw,
+    content: thinkPreopened ? `${THINK_OPEN}${generation.raw}` : generation.raw,
     ...(generation.native?.length ? { tool_calls: generation.native } : {}),
   });
   return { generation, interpretation };

@@ -238,18 +238,22 @@ export async function tokenizeMessages(
 
 /**
  * Renders `messages` with the server's chat template (`/tokenize`) and reports the HTTP status instead of
- * throwing on it: a template that raises answers 400, a server without the route 404.
+ * throwing on it: a template that raises answers 400, a server without the route 404. The generation prompt is
+ * added unless `addGenerationPrompt` is false.
  */
 export async function tryRenderMessages(
   endpoint: Endpoint,
   messages: ChatMessage[],
+  addGenerationPrompt = true,
+  signal?: AbortSignal,
 ): Promise<{ status: number; ok: boolean; text: string }> {
   return postRaw(
     endpoint,
     `${serverRoot(endpoint)}/tokenize`,
-    { model: endpoint.model, messages, add_generation_prompt: true },
+    { model: endpoint.model, messages, add_generation_prompt: addGenerationPrompt },
     'tokenize',
     Math.min(endpoint.timeoutMs ?? 60_000, 60_000),
+    signal,
   );
 }
 
@@ -265,12 +269,14 @@ export async function tokenizeText(endpoint: Endpoint, text: string, signal?: Ab
   return body.tokens;
 }
 
-export async function detokenize(endpoint: Endpoint, tokens: number[]): Promise<string> {
+export async function detokenize(endpoint: Endpoint, tokens: number[], signal?: AbortSignal): Promise<string> {
   const body = await postJson<{ prompt: string }>(
     endpoint,
     `${serverRoot(endpoint)}/detokenize`,
     { model: endpoint.model, tokens },
     'detokenize',
+    undefined,
+    signal,
   );
   return body.prompt;
 }

@@ -11,6 +11,7 @@ import {
   type SamplingParams,
 } from './policy-client.ts';
 import { systemMessageDecision } from './system-message-handling.ts';
+import { thinkOpeningDecision } from './think-opening.ts';
 
 /**
  * How an episode talks to the policy. `chat`: messages in, text out (evaluation against any OpenAI-compatible
@@ -18,14 +19,20 @@ import { systemMessageDecision } from './system-message-handling.ts';
  * the server's own tokenizer and chat template; each observation delta is rendered behind a fixed anchor
  * conversation whose tokens are checked, so the learner trains on exactly the ids that were sampled.
  * In both modes, an opening with several system messages is merged into one when the server's template takes
- * only one (rollout/system-message-handling.ts). A driver's `signal` aborts its requests in flight: the episode
- * was abandoned, and the server should stop generating for it.
+ * only one (rollout/system-message-handling.ts), and a completion whose template opened its `<think>` says so
+ * (rollout/think-opening.ts). A driver's `signal` aborts its requests in flight: the episode was abandoned, and
+ * the server should stop generating for it.
  */
 
 export interface Generation {
   raw: string;
   native?: ChatResult['nativeToolCalls'];
   reasoning?: string;
+  /**
+   * `raw` starts inside a reasoning block the chat template's generation prompt opened (no `<think>` of its own):
+   * until its `</think>` it is reasoning. Never set when the server split the reasoning out itself.
+   */
+  thinkPreopened?: boolean;
   finishReason: string;
   usage: { input: number; output: number; cached: number };
   /** Tokens in the context after this generation (prompt + output), for the episode budget. */
@@ -88,6 +95,8 @@ export function createChatDriver(endpoint: Endpoint, signal?: AbortSignal): Poli
     },
     async generate(sampling) {
       const result = await chatComplete(endpoint, messages, { ...sampling, signal }, tools);
+      // Asked after the first generation, not at the start: a server without /tokenize costs one refused request.
+      const thinkPreopened = !result.reasoning && (await thinkOpeningDecision(endpoint, signal)).thinkPreopened;
       messages.push({
         role: 'assistant',
         content: result.content,
@@ -101,6 +110,7 @@ export function createChatDriver(endpoint: Endpoint, signal?: AbortSignal): Poli
         raw: result.content,
         native: result.nativeToolCalls,
         reasoning: result.reasoning,
+        ...(thinkPreopened ? { thinkPreopened } : {}),
         finishReason: result.finishReason,
         usage: result.usage,
         contextTokens: context,
@@ -166,6 +176,7 @@ export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): Pol
   let anchorTokens: number[] | undefined;
   let terminator: number[] = [];
   let opening = 0;
+  let thinkPreopened = false;
   // A sampled turn that ended (stop token or string, or cut at its token cap), waiting for its observation.
   let turnOpen = false;
   const push = (tokens: number[], m: 0 | 1, lp?: number[]) => {
@@ -177,6 +188,7 @@ export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): Pol
     async start(initial, offered) {
       tools = offered;
       const { sent, ...start } = await openingFor(endpoint, initial);
+      thinkPreopened = (await thinkOpeningDecision(endpoint, signal)).thinkPreopened;
       push(await tokenizeMessages(endpoint, sent, { addGenerationPrompt: true, tools, signal }), 0);
       opening = ids.length;
       anchorTokens = await tokenizeMessages(endpoint, ANCHOR, { addGenerationPrompt: false, tools, signal });
@@ -190,6 +202,7 @@ export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): Pol
       turnOpen = out.finishReason === 'stop' || out.finishReason === 'length';
       return {
         raw: out.text,
+        ...(thinkPreopened ? { thinkPreopened } : {}),
         finishReason: out.finishReason,
         usage: { input: prompt, output: out.tokenIds.length, cached: 0 },
         contextTokens: ids.length,

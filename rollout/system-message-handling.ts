@@ -25,7 +25,13 @@ const decisions = new Map<string, Promise<SystemMessageDecision>>();
 /** Statuses that say "not now" rather than "not this conversation": the decision waits for a later try. */
 const TRANSIENT = new Set([408, 425, 429]);
 
-function key(endpoint: Endpoint): string {
+/** A rendering failure that says nothing about the template (a server error, or "not now"). */
+export function isTransientRenderFailure(status: number): boolean {
+  return status >= 500 || TRANSIENT.has(status);
+}
+
+/** One decision per policy server and model. */
+export function decisionKey(endpoint: Endpoint): string {
   return `${endpoint.baseUrl.replace(/\/+$/, '')}\n${endpoint.model}`;
 }
 
@@ -33,7 +39,7 @@ async function decide(endpoint: Endpoint): Promise<SystemMessageDecision> {
   const one = await tryRenderMessages(endpoint, SYSTEM_MESSAGE_PROBES.one);
   const refusal = (r: { status: number; text: string }) => `HTTP ${r.status}: ${r.text.slice(0, 300)}`;
   if (!one.ok) {
-    if (one.status >= 500 || TRANSIENT.has(one.status))
+    if (isTransientRenderFailure(one.status))
       throw new InfrastructureError(`policy server: cannot render a probe conversation: ${refusal(one)}`);
     return {
       systemMessages: 'separate',
@@ -43,14 +49,14 @@ async function decide(endpoint: Endpoint): Promise<SystemMessageDecision> {
   }
   const two = await tryRenderMessages(endpoint, SYSTEM_MESSAGE_PROBES.two);
   if (two.ok) return { systemMessages: 'separate', rendered: true };
-  if (two.status >= 500 || TRANSIENT.has(two.status))
+  if (isTransientRenderFailure(two.status))
     throw new InfrastructureError(`policy server: cannot render a probe conversation: ${refusal(two)}`);
   return { systemMessages: 'merged', rendered: true, detail: refusal(two) };
 }
 
 /** The decision for this policy server and model, rendered once per process. */
 export function systemMessageDecision(endpoint: Endpoint): Promise<SystemMessageDecision> {
-  const k = key(endpoint);
+  const k = decisionKey(endpoint);
   let decision = decisions.get(k);
   if (!decision) {
     decision = decide(endpoint);

@@ -6,14 +6,15 @@ import { repoRoot } from '../config/environment.ts';
 import { detokenize, tokenizeMessages, type ChatMessage, type Endpoint } from '../rollout/policy-client.ts';
 import { createTokenDriver } from '../rollout/policy-driver.ts';
 import { systemMessageDecision } from '../rollout/system-message-handling.ts';
+import { thinkOpeningDecision } from '../rollout/think-opening.ts';
 import { interpretCompletion } from '../core/interpret/index.ts';
 import { startPolicyServer, type PolicyServerHandle } from '../infra/embedded-policy-server.ts';
 
 /**
- * Token mode on the real, public chat templates of the Qwen3 family (Hermes JSON and XML tool-call styles) and
- * on SmolLM2's own, each rendered by the bundled SmolLM2 tokenizer (it shares ChatML's special tokens). The
- * driver must start, sample, and append observations token-exactly on every one; the fixtures and their
- * sources are in test/fixtures/chat-templates/.
+ * Token mode on the real, public chat templates of the Qwen3 family (Hermes JSON and XML tool-call styles, and
+ * Qwen3.5's pre-opened `<think>`) and on SmolLM2's own, each rendered by the bundled SmolLM2 tokenizer (it shares
+ * ChatML's special tokens). The driver must start, sample, and append observations token-exactly on every one;
+ * the fixtures and their sources are in test/fixtures/chat-templates/.
  */
 
 const fixtures = path.join(repoRoot, 'test', 'fixtures', 'chat-templates');
@@ -85,6 +86,8 @@ test('Qwen3 (Hermes JSON tool calls): system + user anchor, two turns with tool 
   const { text, promptText, first, second } = await twoTurns(endpoint);
   // Rendered with two system messages, the template takes them: ThinkingBox openings go unmerged.
   assert.deepEqual(await systemMessageDecision(endpoint), { systemMessages: 'separate', rendered: true });
+  // The generation prompt opens no think block: the model writes its own `<think>`.
+  assert.deepEqual(await thinkOpeningDecision(endpoint), { thinkPreopened: false, rendered: true });
   assert.match(promptText, /# Tools[\s\S]*"name": "set_power"[\s\S]*<\|im_start\|>assistant\n$/);
   assert.equal(
     text,
@@ -138,6 +141,41 @@ test('Qwen3-Coder (XML tool calls): system + user anchor, two turns with tool re
       '<parameter=on>\ntrue\n</parameter>\n</function>\n</tool_call>',
     toolSpecs,
   );
+  assert.deepEqual(
+    call.toolCalls.map((c) => [c.name, c.arguments]),
+    [['set_power', { device_id: 2, on: true }]],
+  );
+});
+
+test('Qwen3.5 (XML tool calls, pre-opened <think>): two turns with tool results token-exact', async () => {
+  const endpoint = await serve('qwen3.5.jinja');
+  const { text, promptText, first, second } = await twoTurns(endpoint);
+  // The generation prompt ends inside an open think block, found by rendering, and every turn starts there.
+  assert.deepEqual(await thinkOpeningDecision(endpoint), { thinkPreopened: true, rendered: true });
+  assert.match(promptText, /<tools>\n\{"type": "function", "function": \{"name": "set_power"/);
+  assert.match(promptText, /<\/IMPORTANT>\n\nYou control a smart home\.<\|im_end\|>\n<\|im_start\|>user\n/);
+  assert.ok(promptText.endsWith('<|im_start|>user\nTurn device 2 on.<|im_end|>\n<|im_start|>assistant\n<think>\n'));
+  assert.equal(
+    text,
+    `${promptText}${first}<|im_end|>\n<|im_start|>user\n<tool_response>\n{"affected": ` +
+      `1}\n</tool_response><|im_end|>\n` +
+      `<|im_start|>user\nThanks. Now check it.<|im_end|>\n<|im_start|>assistant\n<think>\n` +
+      `${second}<|im_end|>\n<|im_start|>user\n<tool_response>\n{"affected": 1}\n</tool_response><|im_end|>\n` +
+      `<|im_start|>assistant\n<think>\n`,
+  );
+  // Two system messages are refused (the template raises), so ThinkingBox openings are merged into one.
+  const strict = await systemMessageDecision(endpoint);
+  assert.equal(strict.systemMessages, 'merged');
+  assert.match(strict.detail ?? '', /System message must be at the beginning/);
+  // What the template teaches, read from a completion that starts inside the think it opened.
+  const call = interpretCompletion(
+    'Device 2, switch on.\n</think>\n\n<tool_call>\n<function=set_power>\n<parameter=device_id>\n2\n' +
+      '</parameter>\n<parameter=on>\ntrue\n</parameter>\n</function>\n</tool_call>',
+    toolSpecs,
+    { thinkPreopened: true },
+  );
+  assert.equal(call.reasoning, 'Device 2, switch on.');
+  assert.equal(call.text, '');
   assert.deepEqual(
     call.toolCalls.map((c) => [c.name, c.arguments]),
     [['set_power', { device_id: 2, on: true }]],

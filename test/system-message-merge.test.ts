@@ -6,7 +6,7 @@ import { createEpisodeActivities } from '../activities/episode-activities.ts';
 import { repoRoot } from '../config/environment.ts';
 import type { EpisodeEnvironment, EpisodeTask } from '../rollout/episode-environment.ts';
 import { playEpisode, type EpisodeOptions } from '../rollout/episode-runner.ts';
-import { detokenize, type Endpoint } from '../rollout/policy-client.ts';
+import { detokenize, tokenizeMessages, type Endpoint } from '../rollout/policy-client.ts';
 import { createChatDriver, createTokenDriver, type PolicyDriver } from '../rollout/policy-driver.ts';
 import { createSimulatedUser } from '../rollout/simulated-user.ts';
 import { systemMessageDecision } from '../rollout/system-message-handling.ts';
@@ -17,8 +17,9 @@ import { OpenAIWireProtocolDouble } from './helpers/openai-wire-double.ts';
 /**
  * ThinkingBox episodes send two system messages (the agent's, then the domain's). A template that raises on a
  * system message after index 0 (as Qwen3.5's does) must get them merged into one, in token and in chat mode;
- * the fixture `qwen3-system-first.jinja` is Qwen3's template with that check (test/fixtures/chat-templates/).
- * The same check on the unmodified Qwen3 templates ("separate") is in chat-templates-token-mode.test.ts.
+ * the fixture `qwen3-system-first.jinja` is Qwen3's template with that check, `qwen3.5.jinja` is Qwen3.5's own
+ * (test/fixtures/chat-templates/). The same check on the unmodified Qwen3 templates ("separate") is in
+ * chat-templates-token-mode.test.ts.
  */
 
 const fixtures = path.join(repoRoot, 'test', 'fixtures', 'chat-templates');
@@ -67,14 +68,28 @@ const options: EpisodeOptions = {
   prompt: { toolsInPrompt: false, example: false },
 };
 
-function episode(policy: PolicyDriver) {
+function episode(policy: PolicyDriver, env: EpisodeEnvironment = environment) {
   return playEpisode(
-    { environment, policy, user: createSimulatedUser({ mode: 'scripted' }, task) },
+    { environment: env, policy, user: createSimulatedUser({ mode: 'scripted' }, task) },
     task,
     'test:system-merge',
     options,
   );
 }
+
+/** The same environment offering one tool, which a Qwen3.5 template renders into the system message it builds. */
+const STOCK_TOOL = {
+  name: 'bread_stock',
+  description: 'Loaves left of one bread.',
+  inputSchema: { type: 'object', properties: { bread: { type: 'string' } }, required: ['bread'] },
+};
+const withTool: EpisodeEnvironment = {
+  ...environment,
+  async open(owner) {
+    const opened = await environment.open(owner);
+    return { ...opened, tools: { ...opened.tools, listTools: async () => [STOCK_TOOL] } };
+  },
+};
 
 test('token mode, a template refusing two system messages: the prompt renders one merged system message', async () => {
   const endpoint = await serve('qwen3-system-first.jinja');
@@ -90,6 +105,46 @@ test('token mode, a template refusing two system messages: the prompt renders on
     record.messages.filter((m) => m.role === 'system').map((m) => m.content),
     [AGENT, DOMAIN],
   );
+});
+
+test("Qwen3.5's own template, token mode with a tool: both system messages reach its one system turn", async () => {
+  const endpoint = await serve('qwen3.5.jinja');
+  const record = await episode(createTokenDriver(endpoint), withTool);
+  assert.notEqual(record.outcome, 'infrastructure_error', record.cause);
+  assert.equal(record.systemMessages, 'merged');
+  const t = record.trajectory!;
+  const prompt = await detokenize(endpoint, t.tokenIds.slice(0, t.lossMask.indexOf(1)));
+  // As the template expects: one system turn, its tool list first, then the system text, both parts in order.
+  assert.equal(prompt.split('<|im_start|>system').length - 1, 1, prompt);
+  assert.match(prompt, /^<\|im_start\|>system\n# Tools\n[\s\S]*"name": "bread_stock"[\s\S]*<\/IMPORTANT>\n\n/);
+  assert.ok(
+    prompt.endsWith(
+      `</IMPORTANT>\n\n${AGENT}\n\n${DOMAIN}<|im_end|>\n<|im_start|>user\n${task.query}<|im_end|>\n` +
+        '<|im_start|>assistant\n<think>\n',
+    ),
+    prompt,
+  );
+  // The server's own rendering of the merged opening is the prompt, token for token.
+  const merged = [
+    { role: 'system' as const, content: `${AGENT}\n\n${DOMAIN}` },
+    { role: 'user' as const, content: task.query },
+  ];
+  const { name, description, inputSchema: parameters } = STOCK_TOOL;
+  const tools = [{ type: 'function', function: { name, description, parameters } }];
+  const expected = await tokenizeMessages(endpoint, merged, { addGenerationPrompt: true, tools });
+  assert.deepEqual(t.tokenIds.slice(0, t.lossMask.indexOf(1)), expected);
+  assert.deepEqual(
+    record.messages.filter((m) => m.role === 'system').map((m) => m.content),
+    [AGENT, DOMAIN],
+  );
+});
+
+test("Qwen3.5's own template, chat mode: the merged opening is accepted and the episode completes", async () => {
+  const endpoint = await serve('qwen3.5.jinja');
+  const record = await episode(createChatDriver(endpoint), withTool);
+  assert.notEqual(record.outcome, 'infrastructure_error', record.cause);
+  assert.equal(record.systemMessages, 'merged');
+  assert.equal(record.completions.length, 1);
 });
 
 test('chat mode, template that rejects a second system message: the episode completes', async () => {

@@ -12,9 +12,16 @@ import type { Interpretation, NativeAssistantMessage, ParsedCall, ToolSpecForTyp
  * reasoning (after `reasoning_content`). When the message has native tool calls they are the calls and
  * any tool-call markup in the content is only removed from the text (a server that parsed calls has
  * consumed it); without native calls the content's own tool-call blocks are the calls.
+ * `thinkPreopened` (the template's generation prompt opened a `<think>`) applies to the content only when the
+ * server split out no reasoning: a server that did has already taken the reasoning, and its `</think>`, away.
  */
-export function interpretNativeMessage(message: NativeAssistantMessage, tools: ToolSpecForTyping[]): Interpretation {
-  const content = interpretCompletion(message.content ?? '', tools);
+export function interpretNativeMessage(
+  message: NativeAssistantMessage,
+  tools: ToolSpecForTyping[],
+  options?: { thinkPreopened?: boolean },
+): Interpretation {
+  const thinkPreopened = (options?.thinkPreopened ?? false) && !message.reasoning_content;
+  const content = interpretCompletion(message.content ?? '', tools, { thinkPreopened });
   const reasoning = joinReasoning([message.reasoning_content ?? '', content.reasoning]);
   const nativeCalls = message.tool_calls ?? [];
   if (nativeCalls.length === 0) return { ...content, reasoning };

@@ -21,6 +21,11 @@ let calls = 0;
 const server = http.createServer((req, res) => {
   req.resume();
   req.on('end', () => {
+    // Like a hosted API: no `/tokenize` (the driver's template probe is refused and uses up no scripted call).
+    if (!req.url?.endsWith('/chat/completions')) {
+      res.writeHead(404, { 'content-type': 'application/json' }).end('{"error": "not found"}');
+      return;
+    }
     const usage = usages[calls++]!;
     res.writeHead(200, { 'content-type': 'application/json' }).end(
       JSON.stringify({
