@@ -264,6 +264,8 @@ interface EpisodeInPlay {
   actions: number;
   conversational: boolean;
   userReplies: number;
+  /** The last completion was cut at its token cap showing only reasoning: the next one goes on inside it. */
+  cutInReasoning: boolean;
 }
 
 /**
@@ -362,6 +364,7 @@ async function startConversation(
     // As the reference: no simulated user without a (non-empty) context to play from.
     conversational: Boolean(task.user_context) || task.user_replies !== undefined,
     userReplies: 0,
+    cutInReasoning: false,
   };
 }
 
@@ -376,7 +379,9 @@ async function agentTurn(run: EpisodeInPlay, turn: number): Promise<FinishReason
   const { generation, interpretation } = completion;
   const progress = () =>
     run.deps.onTurn?.({ turn, toolCalls: run.record.toolCalls.length, userReplies: run.userReplies });
-  if (isReasoningOnly(interpretation, generation.finishReason)) {
+  const reasoningOnly = isReasoningOnly(interpretation, generation.finishReason, run.cutInReasoning);
+  run.cutInReasoning = reasoningOnly && generation.finishReason === 'length';
+  if (reasoningOnly) {
     progress();
     return askAgain(run, generation);
   }
@@ -403,11 +408,12 @@ async function agentTurn(run: EpisodeInPlay, turn: number): Promise<FinishReason
 
 /**
  * Reasoning and nothing else (no visible text, no tool call), or a completion cut at its token cap before it
- * showed anything: no message to the user and no action.
+ * showed anything: no message to the user and no action. A completion after one cut inside its reasoning that
+ * shows nothing ends that reasoning (token mode goes on inside the cut turn): reasoning only, even when empty.
  */
-function isReasoningOnly(interpretation: Interpretation, finishReason: string): boolean {
+function isReasoningOnly(interpretation: Interpretation, finishReason: string, afterCut: boolean): boolean {
   if (interpretation.text !== '' || interpretation.toolCalls.length > 0) return false;
-  return interpretation.reasoning.trim() !== '' || finishReason === 'length';
+  return interpretation.reasoning.trim() !== '' || finishReason === 'length' || afterCut;
 }
 
 /**
