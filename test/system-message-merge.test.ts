@@ -144,7 +144,8 @@ test("Qwen3.5's own template, chat mode: the merged opening is accepted and the 
   const record = await episode(createChatDriver(endpoint), withTool);
   assert.notEqual(record.outcome, 'infrastructure_error', record.cause);
   assert.equal(record.systemMessages, 'merged');
-  assert.equal(record.completions.length, 1);
+  // The tiny model may stay inside the pre-opened reasoning: the agent is then asked again (reasoning only).
+  assert.ok(record.completions.length >= 1);
 });
 
 test('chat mode, template that rejects a second system message: the episode completes', async () => {
@@ -152,7 +153,8 @@ test('chat mode, template that rejects a second system message: the episode comp
   const record = await episode(createChatDriver(endpoint));
   assert.notEqual(record.outcome, 'infrastructure_error', record.cause);
   assert.equal(record.systemMessages, 'merged');
-  assert.equal(record.completions.length, 1);
+  // The tiny model may stay inside the pre-opened reasoning: the agent is then asked again (reasoning only).
+  assert.ok(record.completions.length >= 1);
 });
 
 test('the rendering check refuses two system messages on the strict template: merged, with its refusal', async () => {
