@@ -118,8 +118,9 @@ const plans = {
   f: { delaysS: Array.from({ length: STEPS + 4 }, () => uniform(0, 5)) },
   g: ((phase: Phase) => ({
     phase,
-    // Within the phase: the report lasts seconds, the evaluation after training under a minute.
-    delayS: phase.kind === 'report' ? uniform(0, 3) : phase.kind === 'evaluate-after' ? uniform(1, 10) : uniform(1, 20),
+    // Within the phase, which on 2 cores lasts: the probe and the report 5-10 s, a step 9-40 s, the evaluation
+    // after training under a minute (a draw past the phase's end restarted Postgres in the next one).
+    delayS: phase.kind === 'probe' || phase.kind === 'report' ? uniform(0, 3) : uniform(1, 8),
     downS: uniform(5, 30),
   }))(anyPhase()),
   h: { phase: anyStep(), delayS: uniform(3, 15) },
