@@ -123,12 +123,13 @@ const plans = {
     delayS: phase.kind === 'probe' || phase.kind === 'report' ? uniform(0, 3) : uniform(1, 8),
     downS: uniform(5, 30),
   }))(anyPhase()),
-  h: { phase: anyStep(), delayS: uniform(3, 15) },
-  // Drawn after a-h, so that their points stay those of earlier seeds.
-  i: { phase: anyStep(), delayS: uniform(1, 20) },
+  h: { phase: anyStep(), delayS: uniform(1, 8) },
+  // Drawn after a-h, so that their points stay those of earlier seeds. A step can last 9 s on 2 cores: a point
+  // mid-step is drawn within its first 8 s.
+  i: { phase: anyStep(), delayS: uniform(1, 8) },
   j: { phase: { kind: 'step', step: 1 } as Phase },
-  k: { phase: anyStep(), delayS: uniform(3, 15) },
-  l: { phase: anyStep(), delayS: uniform(5, 20) },
+  k: { phase: anyStep(), delayS: uniform(1, 8) },
+  l: { phase: anyStep(), delayS: uniform(1, 8) },
 };
 
 // --- One faulted run --------------------------------------------------------------------------------------------
