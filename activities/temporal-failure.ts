@@ -5,16 +5,22 @@ import type { EpisodeSummary } from '../rollout/episode-store.ts';
 
 /**
  * The one mapping from our error classes to Temporal failures: the failure type is the class name, bad input
- * is non-retryable, an infrastructure error is retryable under the activity's retry policy, and so is an unwrapped
- * system error whose code says the machine or network failed (core/errors.ts). Anything else passes through
- * unchanged (the SDK turns it into a retryable failure of its own class name; a campaign fails on it: a bug).
+ * is non-retryable, an infrastructure error is retryable under the activity's retry policy (unless it says no retry
+ * can cure it: the campaign then pauses at once), and so is an unwrapped system error whose code says the machine
+ * or network failed (core/errors.ts). Anything else passes through unchanged (the SDK turns it into a retryable
+ * failure of its own class name; a campaign fails on it: a bug).
  */
 export function toTemporalFailure(err: unknown): unknown {
   if (err instanceof ApplicationFailure) return err;
   if (err instanceof BadInputError)
     return ApplicationFailure.create({ message: err.message, type: err.name, nonRetryable: true, cause: err });
   if (err instanceof InfrastructureError)
-    return ApplicationFailure.create({ message: err.message, type: err.name, nonRetryable: false, cause: err });
+    return ApplicationFailure.create({
+      message: err.message,
+      type: err.name,
+      nonRetryable: !err.retryable,
+      cause: err,
+    });
   // A refused connection, a full disk and the like, met where nothing wrapped them: infrastructure all the same.
   const code = infrastructureSystemCode(err);
   if (code !== undefined && err instanceof Error)

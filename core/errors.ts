@@ -8,8 +8,14 @@
 
 export class InfrastructureError extends Error {
   override readonly name = 'InfrastructureError';
-  constructor(message: string, options?: { cause?: unknown }) {
+  /**
+   * False for a failure no retry can cure until someone acts (a full checkpoint volume): the activity is not
+   * retried, so the campaign pauses at once with the reason instead of after its activity's retries.
+   */
+  readonly retryable: boolean;
+  constructor(message: string, options?: { cause?: unknown; retryable?: boolean }) {
     super(message, options);
+    this.retryable = options?.retryable ?? true;
   }
 }
 

@@ -57,9 +57,13 @@ export async function learnerRequest<T>(
 
 /**
  * Rethrows a learner's refusal (a 4xx answer other than `not_ready` and `cancelled`) as bad input, so that
- * Temporal does not retry it; `cancelled` becomes an infrastructure error (retried); anything else is rethrown.
+ * Temporal does not retry it; `cancelled` becomes an infrastructure error (retried), `disk_full` one that is not
+ * retried (the campaign pauses at once); anything else is rethrown.
  */
 export function rethrowRefusalAsBadInput(err: unknown): never {
+  // A full checkpoint volume: retrying the save cannot help until space is freed, so the campaign pauses at once.
+  if (err instanceof LearnerHttpError && err.code === 'disk_full')
+    throw new InfrastructureError(err.message, { cause: err, retryable: false });
   // `cancelled`: an earlier attempt's cancel landed on this step (a worker replaced mid-step); the retry runs it.
   if (err instanceof LearnerHttpError && err.code === 'cancelled')
     throw new InfrastructureError(`${err.message} (cancelled by an earlier attempt; retried)`, { cause: err });

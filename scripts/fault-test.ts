@@ -16,7 +16,7 @@
  *   i      Postgres restarted into recovery for 2 minutes (--recovery-min): clients get SQLSTATE 57P03, then it is
  *          back (scripts/fault-postgres-recovery.ts); overlapped steps (config/fault-test-overlap.yaml);
  *   j      a full checkpoint volume: the learner's disk_full_saves hook (TBT_LEARNER_TEST_HOOKS on the GPU worker)
- *          fails step 1's save with ENOSPC for every attempt before the pause (--disk-full-saves): 507 disk_full,
+ *          fails step 1's first save with ENOSPC (--disk-full-saves): 507 disk_full, not retried,
  *          the campaign pauses naming the folder, the next save succeeds ("space freed") without retraining;
  *   k      every rollout worker gone for 10 minutes (--rollout-outage-min) mid-step: the campaign pauses naming the
  *          rollout queue (recovery.rollout_queue_wait_ms), and goes on once they are back;
@@ -67,7 +67,7 @@ const { values: opts } = parseArgs({
     'keep-checkpoints': { type: 'boolean', default: false },
     sequential: { type: 'boolean', default: false },
     'recovery-min': { type: 'string', default: '2' },
-    'disk-full-saves': { type: 'string', default: '10' },
+    'disk-full-saves': { type: 'string', default: '1' },
     'rollout-outage-min': { type: 'string', default: '10' },
     'no-lora': { type: 'boolean', default: false },
   },
@@ -513,7 +513,7 @@ const scenarios: Record<Letter, Scenario> = {
       let paused: string | undefined;
       let pausedAt = 0;
       let last: CampaignStatus | undefined;
-      // Every attempt of the step's save fails (10 attempts, about 11 minutes of backoff), then the campaign pauses.
+      // The step's save fails and the campaign pauses at once; the paused stage's own retry saves it.
       while (!run.ended && now() - run.started < 40 * 60_000) {
         const q = await driver.status(run.id);
         if (q) last = q;

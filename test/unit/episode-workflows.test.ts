@@ -11,12 +11,14 @@ import type { StepRecord } from '../../activities/campaign-activities.ts';
 import { loadCampaignConfig, type CampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
 import { familyStepTaskOrder, stepTaskOrder, taskFamily } from '../../core/seeded-choice.ts';
-import { campaignWorkflow, statusQuery, stopAfterStepSignal } from '../../workflows/campaign-workflow.ts';
+import { campaignWorkflow, resumeSignal, statusQuery, stopAfterStepSignal } from '../../workflows/campaign-workflow.ts';
 import { evaluationWorkflow } from '../../workflows/evaluation-workflow.ts';
 import { shardRanges } from '../../workflows/keyed-episodes.ts';
 import { probeWorkflow } from '../../workflows/probe-workflow.ts';
 import { trainingStepWorkflow, type TrainingStepInput } from '../../workflows/training-step-workflow.ts';
 import { mockedWorker, startWorkflowTestEnv } from '../helpers/workflow-test-env.ts';
+import { toTemporalFailure } from '../../activities/temporal-failure.ts';
+import { LearnerHttpError, rethrowRefusalAsBadInput } from '../../learner-control/learner-client.ts';
 import path from 'node:path';
 
 /**
@@ -46,6 +48,15 @@ function scenario(campaignId: string, outcome: Scenario['outcome'], delayMs: Sce
 }
 const record = (campaignId: string, name: string, input: unknown) =>
   scenarios.get(campaignId)?.calls.push({ name, input });
+
+/** What the train-step activity throws for a learner's error answer. */
+function rethrowsAs(err: unknown): unknown {
+  try {
+    return rethrowRefusalAsBadInput(err);
+  } catch (mapped) {
+    return mapped;
+  }
+}
 
 const activities = {
   async runEpisode(input: EpisodeActivityInput): Promise<EpisodeSummary> {
@@ -82,6 +93,10 @@ const activities = {
   },
   async trainStep(input: { campaignId: string; stepId: number; items: unknown[] }) {
     record(input.campaignId, 'trainStep', input);
+    // Campaigns named diskfull-...: step 1's first save does not fit on the checkpoint volume (the learner's 507).
+    const attempts = scenarios.get(input.campaignId)?.calls.filter((c) => c.name === 'trainStep').length ?? 0;
+    if (input.campaignId.startsWith('diskfull-') && input.stepId === 1 && attempts === 1)
+      throw toTemporalFailure(rethrowsAs(new LearnerHttpError(507, 'disk_full', 'learner /step: HTTP 507: full')));
     // Campaigns named nonfinite-<k>-...: the learner skips every update from step k on as non-finite.
     const from = /^nonfinite-(\d+)-/.exec(input.campaignId)?.[1];
     const skipped = from !== undefined && input.stepId >= Number(from);
@@ -658,6 +673,33 @@ test('campaign: the run manifest records how the policy template takes system me
   await assert.rejects(handle.result(), WorkflowFailedError);
   const written = s.calls.find((c) => c.name === 'writeManifest')!.input as { manifest: Record<string, unknown> };
   assert.deepEqual(written.manifest.policy, { system_messages: 'merged' });
+});
+
+test('campaign: a full checkpoint volume pauses it at once, without retries; the step saves after the resume', async () => {
+  const config: CampaignConfig = {
+    ...campaignConfig,
+    probe: { ...campaignConfig.probe, enabled: false },
+    evaluation: { ...campaignConfig.evaluation, before_training: false },
+    training: { ...campaignConfig.training, steps: 2, groups_per_step: 1, group_size: 2, max_replacements: 0 },
+  };
+  const id = 'diskfull-campaign';
+  const s = scenario(id, (i) => ((i.repetition ?? 0) % 2 === 0 ? 'success' : 'agent_failure'), 5);
+  const handle = await env.client.workflow.start(campaignWorkflow, {
+    taskQueue: queue,
+    workflowId: id,
+    args: [{ ...campaignArgs(id)[0], config }],
+  });
+  let status = await handle.query(statusQuery);
+  while (!status.paused) {
+    await delay(100);
+    status = await handle.query(statusQuery);
+  }
+  assert.match(status.pauseReason ?? '', /training step 1 failed for an infrastructure reason: .*HTTP 507/);
+  assert.equal(s.calls.filter((c) => c.name === 'trainStep').length, 1, 'paused on the first failure, no retry');
+  await handle.signal(resumeSignal);
+  const done = (await handle.result()) as { stage: string; step: number };
+  assert.deepEqual([done.stage, done.step], ['done', 2]);
+  assert.equal(s.calls.filter((c) => c.name === 'trainStep').length, 3, 'step 1 once more after the resume, then 2');
 });
 
 test('campaign: non-finite updates are skipped and go on; three in a row pause it with the reason', async () => {
