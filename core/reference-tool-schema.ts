@@ -3,7 +3,8 @@ import { BadInputError } from './errors.ts';
 /**
  * A tool's input schema in the form the reference offers it to the model (docs/reference-rules.md §2): its MCP
  * client converts every listed tool before anything else sees it (microsoft/thinkingbox/thinkingbox/tools/
- * client/worker.py, `convert_and_add_tools`), so scenario overrides and argument typing start from the converted schema.
+ * client/worker.py, `convert_and_add_tools`), so scenario overrides and argument typing start from the converted
+ * schema.
  *
  * 1. Every `$ref` is resolved: an object holding `$ref` becomes a copy of its target, converted in turn; the
  *    object's other keys (a `description` beside the `$ref`) are dropped. Only local pointers (`#/a/b`, with `~1`

@@ -18,8 +18,9 @@ import { startPolicyServer, type PolicyServerHandle } from '../infra/embedded-po
  * has no opening tag of its own. Cut at its token cap before its `</think>`, it is all reasoning: the simulated
  * user is never shown it, it is never the reply graded as `x.response`, and `x.messages` holds it as reasoning.
  * A reasoning-only completion is no action (docs/reference-rules.md §2): the agent is asked again until the episode
- * budget, never the user. Real episodes on the built-in server with the template itself (test/fixtures/chat-templates/qwen3.5.jinja), in
- * token mode (training) and chat mode (evaluation against a server that does not split reasoning out).
+ * budget, never the user. Real episodes on the built-in server with the template itself
+ * (test/fixtures/chat-templates/qwen3.5.jinja), in token mode (training) and chat mode (evaluation against a server
+ * that does not split reasoning out).
  */
 
 const servers: PolicyServerHandle[] = [];

@@ -675,7 +675,7 @@ test('campaign: the run manifest records how the policy template takes system me
   assert.deepEqual(written.manifest.policy, { system_messages: 'merged' });
 });
 
-test('campaign: a full checkpoint volume pauses it at once, without retries; the step saves after the resume', async () => {
+test('campaign: a full checkpoint volume pauses it at once, no retry; the step saves after the resume', async () => {
   const config: CampaignConfig = {
     ...campaignConfig,
     probe: { ...campaignConfig.probe, enabled: false },

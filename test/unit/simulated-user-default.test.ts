@@ -75,7 +75,7 @@ test('an episode config without a user gets the LLM simulated user at the refere
   );
 });
 
-test("by default the user replies, played by the policy's server: the conversation goes on to the agent's end", async () => {
+test("by default the user replies, played by the policy's server, on to the agent's end", async () => {
   const server = await policyServer();
   const config = episodeConfigSchema.parse({ policy: { base_url: server.url, model: 'double', timeout_ms: 10_000 } });
   const record = await playEpisode(
@@ -97,7 +97,7 @@ test("by default the user replies, played by the policy's server: the conversati
   assert.equal(record.usage.user.calls, 1);
 });
 
-test('a scripted user out of replies ends the episode visibly: its own finish reason, a note, no_user_llm', async () => {
+test('a scripted user out of replies ends the episode visibly: own finish reason, a note, no_user_llm', async () => {
   const server = await policyServer();
   const config = episodeConfigSchema.parse({
     policy: { base_url: server.url, model: 'double', timeout_ms: 10_000 },
