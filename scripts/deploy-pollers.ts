@@ -3,11 +3,12 @@ import { connectTemporalClient } from '../infra/temporal-connection.ts';
 
 /**
  * Waits until the compose stack's workers poll Temporal: the orchestrator worker the orchestrator queue's workflow
- * tasks, the bookkeeping worker its activity tasks, and ROLLOUT (default 1) rollout workers the rollout queue.
+ * tasks, the bookkeeping worker its activity tasks, ROLLOUT (default 1) rollout workers the rollout queue, and a GPU
+ * worker the queue of each host in GPU_HOSTS (comma-separated, e.g. gpu-0).
  * A worker that polls got through Temporal's frontend with the deployment's namespace, so this is the check that
  * each worker container is connected (scripts/deploy-test.sh). Temporal's address: TBT_TEMPORAL_ADDRESS.
  *
- *   tsx scripts/deploy-pollers.ts [ROLLOUT] [TIMEOUT_S]
+ *   tsx scripts/deploy-pollers.ts [ROLLOUT] [TIMEOUT_S] [GPU_HOSTS]
  *
  * Prints `pollers: QUEUE/TYPE=N ...` and exits 0 once every count is reached, or 1 naming what is missing.
  */
@@ -19,12 +20,14 @@ const activityTasks = 2;
 async function run(): Promise<void> {
   const rollout = Number(process.argv[2] ?? 1);
   const timeoutMs = Number(process.argv[3] ?? 180) * 1000;
+  const gpuHosts = (process.argv[4] ?? '').split(',').filter(Boolean);
   const env = readEnvironment();
   const queues = taskQueues(env);
   const wanted = [
     { name: queues.orchestrator, type: workflowTasks, label: 'workflow', min: 1 },
     { name: queues.bookkeeping, type: activityTasks, label: 'activity', min: 1 },
     { name: queues.rollout, type: activityTasks, label: 'activity', min: rollout },
+    ...gpuHosts.map((host) => ({ name: queues.gpu(host), type: activityTasks, label: 'activity', min: 1 })),
   ];
   const deadline = Date.now() + timeoutMs;
   let seen: string[] = [];

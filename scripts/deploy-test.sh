@@ -6,14 +6,15 @@
 #   2. our images, built by scripts/build-images.sh (the GPU worker's with the CPU torch)
 #   3. stand-ins for the third-party images where no image registry is reachable (docker/standins/), passed to
 #      compose through its image variables; everything else is docker/compose.yaml as shipped
-#   4. the CPU side of the stack up with podman-compose (docker/deploy-requirements.txt) under the project name
-#      tbt-deploy-test, with fresh secrets and other host ports; then: every service's containers run, setup exited
-#      0, the workers poll Temporal (scripts/deploy-pollers.ts), and the rollout workers run with the compose file's
-#      user, capabilities, seccomp profile and volumes
+#   4. the stack up with podman-compose (docker/deploy-requirements.txt) under the project name tbt-deploy-test,
+#      with fresh secrets and other host ports, the GPU worker included (on the CPU torch; its one override below);
+#      then: every service's containers run, setup exited 0, every worker polls Temporal (scripts/deploy-pollers.ts),
+#      and the rollout workers run with the compose file's user, capabilities, seccomp profile and volumes, under
+#      which the dataset sandbox works (scripts/deploy-sandbox-probe.ts)
 #   5. the stack and its volumes removed (TBT_DEPLOY_KEEP=1 keeps them, for a look)
 #
-# Not yet (issue 42, Build 2): the GPU profile (GPU worker, policy server on CPU), a campaign through the containers
-# with containers recreated mid-way, Worker Versioning on, and a hostile-dataset episode in the rollout container.
+# Not yet (issue 42, Build 2): temporal-ui, the policy server on CPU, a campaign through the containers with
+# containers recreated mid-way, Worker Versioning on, and a hostile-dataset episode in the rollout container.
 #
 # Last line: `deploy: images=N services=M pollers=ok ... ok`, or `deploy: skipped: WHY`.
 set -euo pipefail
@@ -28,8 +29,9 @@ control_db_port="${TBT_DEPLOY_CONTROL_DB_PORT:-25432}"
 # The CPU side of docker/compose.yaml, in two waves (see "up" below). temporal-ui is left out: no stand-in serves its
 # web app without a registry.
 first_wave=(temporal-db temporal control-db typesense setup)
-workers=(orchestrator-worker bookkeeping-worker rollout-worker)
+workers=(orchestrator-worker bookkeeping-worker rollout-worker gpu-worker)
 services=("${first_wave[@]}" "${workers[@]}")
+gpu_host=gpu-0
 rollout_replicas=2
 
 say() { echo "[deploy] $*" >&2; }
@@ -99,10 +101,28 @@ TBT_TYPESENSE_IMAGE=localhost/tbt-standin/typesense:lexical
 EOF
 )
 
+# The GPU worker's differences here, and only its: no GPU to reserve (the image runs the CPU torch), and its
+# explicit ulimits within this host's hard limits (memlock: -1 is above them, and with any explicit ulimit podman
+# drops the engine's default nofile and nproc, which must then be given too: podman_engine_limit).
+hard_memlock=$(ulimit -Hl)
+[ "$hard_memlock" = unlimited ] && hard_memlock=-1 || hard_memlock=$((hard_memlock * 1024))
+gpu_override="$state/deploy-test.gpu-override.yaml"
+cat >"$gpu_override" <<EOF
+# Written by scripts/deploy-test.sh: this machine has no GPU and no CAP_SYS_RESOURCE.
+services:
+  gpu-worker:
+    ulimits:
+      memlock: $hard_memlock
+      nofile: {soft: $(podman_engine_limit 1024 "$(ulimit -Hn)"), hard: $(podman_engine_limit "$(ulimit -Hn)" 65536)}
+      nproc: {soft: $(podman_engine_limit "$(ulimit -Hu)" 32768), hard: $(podman_engine_limit "$(ulimit -Hu)" 32768)}
+    deploy: !reset {}
+EOF
+
 # From docker/: podman resolves the compose file's `seccomp=./seccomp-bubblewrap.json` against its working folder
 # (Docker Compose against the compose file's), and podman-compose passes the path on as it is.
 compose() {
-  (cd docker && "$compose_venv/bin/podman-compose" -p "$project" -f compose.yaml --env-file "$env_file" "$@")
+  (cd docker && "$compose_venv/bin/podman-compose" -p "$project" -f compose.yaml -f "$gpu_override" \
+    --env-file "$env_file" --profile gpu "$@")
 }
 cleanup() {
   if [ "${TBT_DEPLOY_KEEP:-}" = 1 ]; then
@@ -134,9 +154,9 @@ compose up -d --no-build --no-deps "${workers[@]}" >>"$state/compose-up.log" 2>&
   fail "podman-compose up failed: $(grep -iE 'error|failed' "$state/compose-up.log" | tail -3)"
 
 export TBT_TEMPORAL_ADDRESS="127.0.0.1:$temporal_port" TBT_TEMPORAL_NAMESPACE=tbt
-pollers=$(node --import tsx scripts/deploy-pollers.ts "$rollout_replicas" 180 2>&1) ||
+pollers=$(node --import tsx scripts/deploy-pollers.ts "$rollout_replicas" 180 "$gpu_host" 2>&1) ||
   fail "$pollers
-$(for c in orchestrator-worker_1 bookkeeping-worker_1 rollout-worker_1; do logs "${project}_$c"; done)"
+$(for c in orchestrator-worker_1 bookkeeping-worker_1 rollout-worker_1 gpu-worker_1; do logs "${project}_$c"; done)"
 say "$pollers (after $((SECONDS - up_started))s)"
 
 # Every long-running service's containers are up (setup is one-shot and done).
