@@ -8,15 +8,17 @@
 #      compose through its image variables; everything else is docker/compose.yaml as shipped
 #   4. the stack up with podman-compose (docker/deploy-requirements.txt) under the project name tbt-deploy-test,
 #      with fresh secrets and other host ports, the GPU worker included (on the CPU torch; its one override below);
-#      then: every service's containers run, setup exited 0, every worker polls Temporal (scripts/deploy-pollers.ts),
+#      and Worker Versioning on; then: every service's containers run, setup exited 0, every worker polls Temporal
+#      (scripts/deploy-pollers.ts), the build that polled is made current (scripts/deploy-first-version.ts),
 #      and the rollout workers run with the compose file's user, capabilities, seccomp profile and volumes, under
 #      which the dataset sandbox works (scripts/deploy-sandbox-probe.ts)
 #   5. the stack and its volumes removed (TBT_DEPLOY_KEEP=1 keeps them, for a look)
 #
 # Not yet (issue 42, Build 2): temporal-ui, the policy server on CPU, a campaign through the containers with
-# containers recreated mid-way, Worker Versioning on, and a hostile-dataset episode in the rollout container.
+# containers recreated mid-way, and a hostile-dataset episode in the rollout container.
 #
-# Last line: `deploy: images=N services=M pollers=ok ... ok`, or `deploy: skipped: WHY`.
+# Last line: `deploy: images=N standins=3 services=M containers=K pollers=ok versioning=on campaign=not-run wall=Ts ok`,
+# `deploy: failed after Ts: WHY` (exit 1), or `deploy: skipped: WHY`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/podman-engine.sh
@@ -93,6 +95,7 @@ TBT_AGENT_DB_PASSWORD=$(secret)
 TBT_READER_DB_PASSWORD=$(secret)
 TBT_POLICY_API_KEY=$(secret)
 TBT_BIND_ADDRESS=127.0.0.1
+TBT_WORKER_DEPLOYMENT_NAME=$project
 TBT_TEMPORAL_PORT=$temporal_port
 CONTROL_DB_PUBLISH_PORT=$control_db_port
 TBT_POSTGRES_IMAGE=localhost/tbt-standin/postgres:15-bookworm
@@ -153,11 +156,15 @@ say "setup done after $((SECONDS - up_started))s; starting ${workers[*]}"
 compose up -d --no-build --no-deps "${workers[@]}" >>"$state/compose-up.log" 2>&1 ||
   fail "podman-compose up failed: $(grep -iE 'error|failed' "$state/compose-up.log" | tail -3)"
 
-export TBT_TEMPORAL_ADDRESS="127.0.0.1:$temporal_port" TBT_TEMPORAL_NAMESPACE=tbt
+export TBT_TEMPORAL_ADDRESS="127.0.0.1:$temporal_port" TBT_TEMPORAL_NAMESPACE=tbt TBT_WORKER_DEPLOYMENT_NAME=$project
 pollers=$(node --import tsx scripts/deploy-pollers.ts "$rollout_replicas" 180 "$gpu_host" 2>&1) ||
   fail "$pollers
 $(for c in orchestrator-worker_1 bookkeeping-worker_1 rollout-worker_1 gpu-worker_1; do logs "${project}_$c"; done)"
 say "$pollers (after $((SECONDS - up_started))s)"
+# Worker Versioning is on (compose passes the deployment name; the image its bundle's build id): the operator's first
+# step, making the build that polled current.
+versioning=$(node --import tsx scripts/deploy-first-version.ts 2>&1) || fail "Worker Versioning: $versioning"
+say "$versioning"
 
 # Every long-running service's containers are up (setup is one-shot and done).
 running=0
@@ -197,5 +204,5 @@ say "${probe##*$'\n'}"
 
 trap - EXIT
 cleanup
-echo "deploy: images=$images standins=3 services=${#services[@]} containers=$running pollers=ok campaign=not-run" \
-  "wall=$((SECONDS - started))s ok"
+echo "deploy: images=$images standins=3 services=${#services[@]} containers=$running pollers=ok versioning=on" \
+  "campaign=not-run wall=$((SECONDS - started))s ok"
