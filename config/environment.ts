@@ -100,8 +100,9 @@ export const environmentSchema = z.object({
     .optional()
     .describe("Password of the deployment's read-only checking role tbt_reader_<tag>, when the server needs one"),
   TBT_TASK_QUEUE_PREFIX: queueName.default('tbt').describe('Prefix of every task queue name'),
-  TBT_WORKER_DEPLOYMENT_NAME: queueName
-    .optional()
+  // Empty = unset: docker/compose.yaml passes `${TBT_WORKER_DEPLOYMENT_NAME:-}` to every worker.
+  TBT_WORKER_DEPLOYMENT_NAME: z
+    .preprocess((v) => (v === '' ? undefined : v), queueName.optional())
     .describe(
       "Worker Deployment name: the orchestrator and bookkeeping workers join it with the workflow bundle's build id " +
         '(Worker Versioning; unset = unversioned, rolling restarts)',

@@ -1,7 +1,10 @@
 # Image of the CPU workers (orchestrator, rollout), the one-shot `setup` service and the `tbt` CLI service.
 # Build from the repository root:  docker build -f docker/worker.Dockerfile -t tbt-worker .
 # glibc base on purpose: the Temporal core bridge ships prebuilt for glibc only (no Alpine/musl).
-FROM node:20.20.0-bookworm-slim
+# NODE_IMAGE: any Debian bookworm image with Node 20 in /usr/local (the official one's layout); scripts/build-images.sh
+# passes one it builds itself where no registry is reachable (docs/deployment.md).
+ARG NODE_IMAGE=node:20.20.0-bookworm-slim
+FROM ${NODE_IMAGE}
 
 WORKDIR /app
 ENV NODE_ENV=production

@@ -322,10 +322,12 @@ test(
       'policy-server',
     ])
       assert.ok(services[name], `service ${name}`);
-    assert.match(services.temporal!.image, /^temporalio\/auto-setup:/);
+    // Third-party images are `${TBT_..._IMAGE:-official}` (registry mirrors, stand-ins in scripts/deploy-test.sh).
+    const image = (name: string) => withDefaults(services[name]!.image);
+    assert.match(image('temporal'), /^temporalio\/auto-setup:/);
     assert.equal(services.temporal!.environment.POSTGRES_SEEDS, 'temporal-db');
-    assert.match(services['temporal-db']!.image, /^postgres:15\./);
-    assert.match(services['temporal-ui']!.image, /^temporalio\/ui:/);
+    assert.match(image('temporal-db'), /^postgres:15\./);
+    assert.match(image('temporal-ui'), /^temporalio\/ui:/);
     assert.notDeepEqual(
       services['control-db']!.volumes,
       services['temporal-db']!.volumes,
@@ -341,7 +343,7 @@ test(
       'typesense-data',
     ]);
     // The ThinkingBox bench servers' knowledge base; the sandbox's loopback relay connects 127.0.0.1:8108 to it.
-    assert.match(services.typesense!.image, /^typesense\/typesense:30\./);
+    assert.match(image('typesense'), /^typesense\/typesense:30\./);
     assert.equal(withDefaults(services['rollout-worker']!.environment.TBT_SANDBOX_LOOPBACK), '8108=typesense:8108');
 
     const rollout = services['rollout-worker']!;
@@ -370,7 +372,7 @@ test(
         assert.equal(services[name]!.profiles, undefined, `${name} runs without a profile`);
 
     const vllm = services['policy-server']!;
-    assert.match(vllm.image, /^vllm\/vllm-openai:v\d+\.\d+\.\d+$/);
+    assert.match(image('policy-server'), /^vllm\/vllm-openai:v\d+\.\d+\.\d+$/);
     const flags = (vllm.command as string[]).join(' ');
     for (const flag of [
       '--generation-config vllm',
@@ -387,13 +389,16 @@ test(
   'the Dockerfiles are glibc Node 20 and a CUDA torch base, and the secrets file compose reads is ' + 'git-ignored',
   () => {
     const worker = fs.readFileSync(path.join(dockerDir, 'worker.Dockerfile'), 'utf8');
-    assert.match(worker, /^FROM node:20\.[\d.]+-bookworm-slim$/m);
+    // Bases are build arguments whose defaults are the official images (scripts/build-images.sh passes local ones).
+    assert.match(worker, /^ARG NODE_IMAGE=node:20\.[\d.]+-bookworm-slim$/m);
+    assert.match(worker, /^FROM \$\{NODE_IMAGE\}$/m);
     assert.match(worker, /npm ci/);
     const gpu = fs.readFileSync(path.join(dockerDir, 'gpu-worker.Dockerfile'), 'utf8');
     assert.match(gpu, /^ARG PYTORCH_IMAGE=pytorch\/pytorch:[\d.]+-cuda[\d.]+-cudnn\d+-runtime$/m);
     assert.match(gpu, /^ARG NODE_IMAGE=node:20\./m);
     assert.match(gpu, /grep -vE '\^torch/, 'the CPU torch pin of requirements.txt is left out');
     assert.match(gpu, /torch\.version\.cuda/, 'the build refuses a CPU torch');
+    assert.match(gpu, /^ARG TORCH_BUILD=cuda$/m, 'unless TORCH_BUILD=cpu asks for one (a test build)');
     assert.ok(gitIgnored(path.join(dockerDir, '.env')), 'docker/.env is git-ignored');
     const example = fs.readFileSync(path.join(dockerDir, 'env.example'), 'utf8');
     const required = [
