@@ -1,4 +1,6 @@
-import type { Client } from '@temporalio/client';
+import { Client } from '@temporalio/client';
+import type { Environment } from '../config/environment.ts';
+import { connectTemporalClient } from './temporal-connection.ts';
 
 /** What `adoptFirstVersion` found or did, in words for `tbt workers up`. */
 export interface FirstVersionOutcome {
@@ -69,5 +71,20 @@ export async function adoptFirstVersion(
             : `no build registered within ${Math.round(timeoutMs / 1000)}s: is the orchestrator worker running?`,
       };
     await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
+/** `adoptFirstVersion` over a connection of its own to the environment's Temporal (`tbt workers up`, compose). */
+export async function adoptFirstVersionIn(
+  env: Environment,
+  deploymentName: string,
+  connectTimeoutMs?: number,
+): Promise<FirstVersionOutcome> {
+  const connection = await connectTemporalClient(env, connectTimeoutMs);
+  try {
+    const client = new Client({ connection, namespace: env.TBT_TEMPORAL_NAMESPACE });
+    return await adoptFirstVersion(client, env.TBT_TEMPORAL_NAMESPACE, deploymentName);
+  } finally {
+    await connection.close();
   }
 }

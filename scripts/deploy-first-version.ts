@@ -1,7 +1,5 @@
-import { Client } from '@temporalio/client';
 import { readEnvironment } from '../config/environment.ts';
-import { connectTemporalClient } from '../infra/temporal-connection.ts';
-import { adoptFirstVersion } from '../infra/worker-deployment-first-version.ts';
+import { adoptFirstVersionIn } from '../infra/worker-deployment-first-version.ts';
 
 /**
  * The operator's first step on a fresh deployment with Worker Versioning on (scripts/deploy-test.sh): the workers
@@ -13,15 +11,9 @@ async function run(): Promise<void> {
   const env = readEnvironment();
   const name = env.TBT_WORKER_DEPLOYMENT_NAME;
   if (!name) throw new Error('TBT_WORKER_DEPLOYMENT_NAME is not set');
-  const connection = await connectTemporalClient(env, 5000);
-  try {
-    const client = new Client({ connection, namespace: env.TBT_TEMPORAL_NAMESPACE });
-    const outcome = await adoptFirstVersion(client, env.TBT_TEMPORAL_NAMESPACE, name);
-    console.log(`deployment ${name}: ${outcome.text}`);
-    if (outcome.made !== 'current' && outcome.made !== 'already-current') process.exitCode = 1;
-  } finally {
-    await connection.close();
-  }
+  const outcome = await adoptFirstVersionIn(env, name, 5000);
+  console.log(`deployment ${name}: ${outcome.text}`);
+  if (outcome.made !== 'current' && outcome.made !== 'already-current') process.exitCode = 1;
 }
 
 run().catch((err: unknown) => {

@@ -1,7 +1,5 @@
-import { Client } from '@temporalio/client';
-import { readEnvironment, type Environment } from '../../config/environment.ts';
-import { connectTemporalClient } from '../../infra/temporal-connection.ts';
-import { adoptFirstVersion } from '../../infra/worker-deployment-first-version.ts';
+import { readEnvironment } from '../../config/environment.ts';
+import { adoptFirstVersionIn } from '../../infra/worker-deployment-first-version.ts';
 import { stopDetachedGpuProcesses } from '../../learner-control/campaign-gpu-processes.ts';
 import { startWorkers, stopWorkers, workerKinds, workerLog, workerPid } from '../../infra/local-workers.ts';
 import { commandErrorExit, consoleIo, UsageError } from '../command-support.ts';
@@ -24,7 +22,10 @@ export async function workers(args: string[]): Promise<number> {
     const started = startWorkers(env);
     for (const k of workerKinds)
       console.log(`${k.padEnd(12)} ${started.includes(k) ? 'started' : 'already running'} (log ${workerLog(env, k)})`);
-    if (env.TBT_WORKER_DEPLOYMENT_NAME) console.log(await deploymentLine(env, env.TBT_WORKER_DEPLOYMENT_NAME));
+    // With Worker Versioning on, the deployment's first build is made current (nobody else promotes it locally).
+    const deployment = env.TBT_WORKER_DEPLOYMENT_NAME;
+    if (deployment)
+      console.log(`${'deployment'.padEnd(12)} ${deployment}: ${(await adoptFirstVersionIn(env, deployment)).text}`);
     return 0;
   }
   if (sub === 'down') {
@@ -41,16 +42,4 @@ export async function workers(args: string[]): Promise<number> {
     return workerKinds.every((k) => workerPid(env, k)) ? 0 : 1;
   }
   throw new Error(`tbt workers ${sub}: defined but not handled`);
-}
-
-/** With Worker Versioning on, the deployment's first build is made current (nobody else promotes it locally). */
-async function deploymentLine(env: Environment, deploymentName: string): Promise<string> {
-  const connection = await connectTemporalClient(env);
-  try {
-    const client = new Client({ connection, namespace: env.TBT_TEMPORAL_NAMESPACE });
-    const outcome = await adoptFirstVersion(client, env.TBT_TEMPORAL_NAMESPACE, deploymentName);
-    return `${'deployment'.padEnd(12)} ${deploymentName}: ${outcome.text}`;
-  } finally {
-    await connection.close();
-  }
 }
