@@ -675,14 +675,14 @@ test('campaign: the run manifest records how the policy template takes system me
   assert.deepEqual(written.manifest.policy, { system_messages: 'merged' });
 });
 
-test('campaign: a full checkpoint volume pauses it at once, no retry; the step saves after the resume', async () => {
+/** A campaign that only trains (steps of one 2-episode group), started and waited on until it pauses itself. */
+async function trainingUntilPaused(id: string, steps: number) {
   const config: CampaignConfig = {
     ...campaignConfig,
     probe: { ...campaignConfig.probe, enabled: false },
     evaluation: { ...campaignConfig.evaluation, before_training: false },
-    training: { ...campaignConfig.training, steps: 2, groups_per_step: 1, group_size: 2, max_replacements: 0 },
+    training: { ...campaignConfig.training, steps, groups_per_step: 1, group_size: 2, max_replacements: 0 },
   };
-  const id = 'diskfull-campaign';
   const s = scenario(id, (i) => ((i.repetition ?? 0) % 2 === 0 ? 'success' : 'agent_failure'), 5);
   const handle = await env.client.workflow.start(campaignWorkflow, {
     taskQueue: queue,
@@ -694,6 +694,11 @@ test('campaign: a full checkpoint volume pauses it at once, no retry; the step s
     await delay(100);
     status = await handle.query(statusQuery);
   }
+  return { s, handle, status };
+}
+
+test('campaign: a full checkpoint volume pauses it at once, no retry; the step saves after the resume', async () => {
+  const { s, handle, status } = await trainingUntilPaused('diskfull-campaign', 2);
   assert.match(status.pauseReason ?? '', /training step 1 failed for an infrastructure reason: .*HTTP 507/);
   assert.equal(s.calls.filter((c) => c.name === 'trainStep').length, 1, 'paused on the first failure, no retry');
   await handle.signal(resumeSignal);
@@ -703,24 +708,7 @@ test('campaign: a full checkpoint volume pauses it at once, no retry; the step s
 });
 
 test('campaign: non-finite updates are skipped and go on; three in a row pause it with the reason', async () => {
-  const config: CampaignConfig = {
-    ...campaignConfig,
-    probe: { ...campaignConfig.probe, enabled: false },
-    evaluation: { ...campaignConfig.evaluation, before_training: false },
-    training: { ...campaignConfig.training, steps: 6, groups_per_step: 1, group_size: 2, max_replacements: 0 },
-  };
-  const id = 'nonfinite-2-campaign';
-  const s = scenario(id, (i) => ((i.repetition ?? 0) % 2 === 0 ? 'success' : 'agent_failure'), 5);
-  const handle = await env.client.workflow.start(campaignWorkflow, {
-    taskQueue: queue,
-    workflowId: id,
-    args: [{ ...campaignArgs(id)[0], config }],
-  });
-  let status = await handle.query(statusQuery);
-  while (!status.paused) {
-    await delay(100);
-    status = await handle.query(statusQuery);
-  }
+  const { s, handle, status } = await trainingUntilPaused('nonfinite-2-campaign', 6);
   // Step 1 trained; steps 2, 3 and 4 were skipped as non-finite and recorded; the pause comes after the third.
   assert.equal(status.step, 4);
   assert.match(status.pauseReason ?? '', /3 training steps in a row \(up to step 4\) had a non-finite loss/);
