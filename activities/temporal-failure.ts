@@ -11,6 +11,10 @@ import type { EpisodeSummary } from '../rollout/episode-store.ts';
  * failure of its own class name; a campaign fails on it: a bug).
  */
 export function toTemporalFailure(err: unknown): unknown {
+  return fittedForTemporal(mappedFailure(err));
+}
+
+function mappedFailure(err: unknown): unknown {
   if (err instanceof ApplicationFailure) return err;
   if (err instanceof BadInputError)
     return ApplicationFailure.create({ message: err.message, type: err.name, nonRetryable: true, cause: err });
@@ -31,6 +35,37 @@ export function toTemporalFailure(err: unknown): unknown {
       cause: err,
     });
   return err;
+}
+
+/**
+ * Temporal keeps at most 4 KB of a retried activity's last failure (message, stack trace and causes together) and
+ * beyond that shows only "Failure exceeds size limit." (`limit.mutableStateActivityFailureSize.error`): a learner's
+ * multi-rank traceback in a message then hides the reason. So messages keep their head and their last line, stacks
+ * their first frames without repeating the message, and causes below the second level keep a short message only.
+ * The error is about to be thrown: it is trimmed in place.
+ */
+export const failureMessageLimit = 600;
+const stackFrames = 8;
+const shortMessageLimit = 160;
+
+function fittedForTemporal<T>(err: T, depth = 0): T {
+  if (!(err instanceof Error)) return err;
+  const limit = depth < 2 ? failureMessageLimit : shortMessageLimit;
+  err.message = clipped(err.message, limit);
+  const frames = (err.stack ?? '').split('\n').filter((line) => line.startsWith('    at '));
+  const headline = `${err.name}: ${clipped(err.message.split('\n')[0] ?? '', shortMessageLimit)}`;
+  err.stack = depth < 2 ? [headline, ...frames.slice(0, stackFrames)].join('\n') : headline;
+  if (depth >= 3) err.cause = undefined;
+  else fittedForTemporal(err.cause, depth + 1);
+  return err;
+}
+
+/** The text within `limit` characters: two thirds of its head and its tail (where an exception's last line is). */
+function clipped(text: string, limit: number): string {
+  if (text.length <= limit) return text;
+  const marker = ` [... ${text.length - limit} characters cut ...] `;
+  const tail = Math.floor((limit - marker.length) / 3);
+  return text.slice(0, limit - marker.length - tail) + marker + text.slice(text.length - tail);
 }
 
 /** Wraps every function of an activity object so what it throws goes through `toTemporalFailure`. */

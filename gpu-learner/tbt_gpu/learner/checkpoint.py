@@ -246,20 +246,39 @@ def verify(folder: pathlib.Path, *, checksums: bool, threads: int = 1) -> dict[s
     return manifest
 
 
-def volume_full(err: BaseException, world_size: int) -> bool:
-    """Whether a failed save ran out of space (ENOSPC, EDQUOT) on every rank at once: DCP raises a
-    CheckpointException on all ranks when any rank's write failed; alone, a plain OSError is one rank's."""
+# Below this much free space a failed save is taken to have run out of it: torch.save's zip writer reports a real
+# ENOSPC as `RuntimeError: [enforce fail at inline_container.cc] unexpected pos`, not as an OSError with its errno.
+LOW_SPACE_BYTES = 256 * 2**20
+
+
+def free_bytes(folder: pathlib.Path) -> int:
+    return shutil.disk_usage(folder).free
+
+
+def volume_full(err: BaseException, world_size: int, folder: pathlib.Path) -> bool:
+    """Whether a failed save ran out of space on every rank at once. DCP raises a CheckpointException on all ranks
+    when any rank's write failed: full if a rank met ENOSPC/EDQUOT, or if any rank's volume is all but full (one
+    all-reduce: every rank is here). Alone, a plain error is one rank's, judged only in a world of one."""
     full = (errno.ENOSPC, errno.EDQUOT)
     if isinstance(err, CheckpointException):
-        return any(isinstance(e, OSError) and e.errno in full for e, _ in err.failures.values())
-    return world_size == 1 and isinstance(err, OSError) and err.errno in full
+        if any(isinstance(e, OSError) and e.errno in full for e, _ in err.failures.values()):
+            return True
+        low = free_bytes(folder) < LOW_SPACE_BYTES
+        return low if world_size == 1 else any_rank(low)[0]
+    if world_size != 1:
+        return False
+    return (isinstance(err, OSError) and err.errno in full) or free_bytes(folder) < LOW_SPACE_BYTES
 
 
-def volume_full_reason(err: BaseException) -> str:
-    """One line for a full volume: the OSError a rank met, not DCP's multi-line summary of every rank's traceback."""
-    if isinstance(err, CheckpointException):
-        return next((str(e) for e, _ in err.failures.values() if isinstance(e, OSError)), str(err).splitlines()[0])
-    return str(err)
+def volume_full_reason(err: BaseException, folder: pathlib.Path) -> str:
+    """One line for a full volume: the OSError a rank met, not DCP's multi-line summary of every rank's traceback;
+    without one, the free space left and the first line of what the save raised."""
+    failures = [e for e, _ in err.failures.values()] if isinstance(err, CheckpointException) else [err]
+    oserror = next((e for e in failures if isinstance(e, OSError)), None)
+    if oserror is not None:
+        return str(oserror)
+    first = (str(failures[0]) if failures else str(err)).strip().splitlines() or [type(err).__name__]
+    return f"{free_bytes(folder) // 2**20} MiB free after the save failed: {first[0][:200]}"
 
 
 class Checkpointer:

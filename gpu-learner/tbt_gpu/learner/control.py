@@ -297,13 +297,13 @@ class LearnerService:
         try:
             self.checkpointer.save()
         except BaseException as err:  # DCP's CheckpointException is a BaseException
-            if not volume_full(err, self.info.world_size):
+            if not volume_full(err, self.info.world_size, self.checkpointer.root):
                 raise
             self._uncommitted = step_id
             self.checkpointer.discard_partial(step_id)
             raise CheckpointVolumeFull(
                 f"step {step_id} was applied but its checkpoint does not fit in {self.checkpointer.root} "
-                f"({volume_full_reason(err)}); "
+                f"({volume_full_reason(err, self.checkpointer.root)}); "
                 "free space there and resume: the retry saves the step, it does not train it again"
             ) from err
         self._uncommitted = None
