@@ -179,6 +179,10 @@ export const environmentSchema = z.object({
     .string()
     .optional()
     .describe('Python environment of the experiment trackers, mlflow and wandb (scripts/setup.sh creates it)'),
+  TBT_K8S_VENV: z
+    .string()
+    .optional()
+    .describe('Python environment of kubectl and kubernetes-validate (manifest check; scripts/setup.sh creates it)'),
   TBT_POLICY_CPUS: cpuList.describe(
     'CPUs (taskset list, e.g. 0 or 0-3) the embedded policy server runs on; unset = any (bench:async pins it)',
   ),
