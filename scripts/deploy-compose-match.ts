@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { parse } from 'yaml';
 import { repoRoot } from '../config/environment.ts';
 
@@ -105,7 +106,7 @@ interface SeccompRule {
  * filter must allow if the engine applied that profile (rules for other architectures or missing capabilities drop
  * out, as the engine drops them).
  */
-function allowedByProfile(file: string, caps: Set<string>): Set<string> {
+export function allowedByProfile(file: string, caps: Set<string>): Set<string> {
   const profile = JSON.parse(fs.readFileSync(file, 'utf8')) as { syscalls: SeccompRule[] };
   const arch = (arches?: string[]) => !arches || arches.some((a) => ['amd64', 'x86_64'].includes(a));
   const allowed = new Set<string>();
@@ -193,7 +194,7 @@ function containerProblems(project: string, service: Service, c: Inspect, image:
 }
 
 /** The override may change only what this machine lacks: the GPU worker's ulimits and its GPU reservation. */
-function overrideProblems(file: string): string[] {
+export function overrideProblems(file: string): string[] {
   const doc = parse(fs.readFileSync(file, 'utf8').replace(/!reset\s/g, ''), { merge: true }) as {
     services?: Record<string, Record<string, unknown>>;
   };
@@ -236,9 +237,11 @@ function run(): void {
   console.log(`compose-match: ${line.join(' ')}`);
 }
 
-try {
-  run();
-} catch (err) {
-  console.error(err instanceof Error ? err.message : String(err));
-  process.exit(1);
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  try {
+    run();
+  } catch (err) {
+    console.error(err instanceof Error ? err.message : String(err));
+    process.exit(1);
+  }
 }
