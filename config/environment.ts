@@ -186,6 +186,14 @@ export const environmentSchema = z.object({
   TBT_POLICY_CPUS: cpuList.describe(
     'CPUs (taskset list, e.g. 0 or 0-3) the embedded policy server runs on; unset = any (bench:async pins it)',
   ),
+  TBT_POLICY_SERVER_HOST: z
+    .string()
+    .regex(/^[A-Za-z0-9][A-Za-z0-9.-]*$/, 'expected a host name')
+    .optional()
+    .describe(
+      "GPU worker: the name rollout workers reach a campaign's embedded policy server at, which then listens on " +
+        'every interface (compose: the gpu-worker service); unset = 127.0.0.1 only',
+    ),
   TBT_LEARNER_CPUS: cpuList.describe(
     "CPUs (taskset list) the learner's processes run on; unset = any (bench:async pins it)",
   ),

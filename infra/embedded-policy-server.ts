@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import dns from 'node:dns/promises';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -15,7 +16,8 @@ import { gpuLearnerDir, pythonBinary, smallModelDir, vllmPythonBinary } from './
 /**
  * Starts a local policy server as a child process. `vllm` (the default): vLLM's CPU build from its own venv,
  * in dev mode so the GPU worker can pause it, reload weights from a folder and set the weight version (the port
- * is bound to 127.0.0.1 only, and dev mode's routes need the run's token: tbt_gpu/vllm_route_guard.py).
+ * is bound to 127.0.0.1 unless `host` names another, and dev mode's routes need the run's token:
+ * tbt_gpu/vllm_route_guard.py).
  * `builtin`: the hand-written server in gpu-learner/tbt_gpu/policy_server, kept because it starts in seconds with
  * ~0.6 GB (template and fault tests, the benchmark baseline); it speaks the same routes for tokens and weight sync.
  */
@@ -90,9 +92,17 @@ export async function startPolicyServer(
     lora?: PolicyLora & { adapterDir: string };
     /** vLLM only: log-probabilities of the distribution sampled (temperature applied), not the raw model's. */
     logprobs?: 'processed';
+    /**
+     * The name other hosts or containers reach the server at (TBT_POLICY_SERVER_HOST): it listens on the address
+     * that name resolves to here, and the base URL names it. Unset: 127.0.0.1, this machine only.
+     */
+    host?: string;
   } = {},
 ): Promise<PolicyServerHandle> {
-  const port = options.port ?? (await freePort());
+  // The address the name resolves to, not every interface: on compose's network that is the container's address
+  // there, so only that network reaches the server (its ports are not published).
+  const bind = options.host ? (await dns.lookup(options.host, { family: 4 })).address : '127.0.0.1';
+  const port = options.port ?? (await freePort(bind));
   const modelDir = options.modelDir ?? smallModelDir();
   const engine = options.engine ?? 'vllm';
   if (options.lora && engine !== 'vllm')
@@ -106,7 +116,9 @@ export async function startPolicyServer(
   const model = options.lora ? LORA_ADAPTER_NAME : served;
   const log = options.logFile ? fs.openSync(options.logFile, 'a') : 'ignore';
   const child =
-    engine === 'vllm' ? spawnVllm(port, modelDir, served, options, log) : spawnBuiltin(port, modelDir, options, log);
+    engine === 'vllm'
+      ? spawnVllm(bind, port, modelDir, served, options, log)
+      : spawnBuiltin(bind, port, modelDir, options, log);
   // vLLM runs its engine in a second process: it always gets a process group of its own, stopped as a whole.
   const signal = (sig: NodeJS.Signals) => {
     try {
@@ -119,7 +131,7 @@ export async function startPolicyServer(
   if (options.detached) child.unref();
   // A child server must not outlive its parent (an interrupted CLI or test would leave it holding a core).
   else process.once('exit', () => signal('SIGKILL'));
-  const root = `http://127.0.0.1:${port}`;
+  const root = `http://${options.host ?? '127.0.0.1'}:${port}`;
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const stop = async () => {
     if (child.exitCode === null) signal('SIGTERM');
@@ -157,8 +169,8 @@ type SpawnOptions = {
   logprobs?: 'processed';
 };
 
-function spawnBuiltin(port: number, modelDir: string, options: SpawnOptions, log: Log): ChildProcess {
-  const args = ['-m', 'tbt_gpu.policy_server', '--model', modelDir, '--host', '127.0.0.1', '--port', String(port)];
+function spawnBuiltin(host: string, port: number, modelDir: string, options: SpawnOptions, log: Log): ChildProcess {
+  const args = ['-m', 'tbt_gpu.policy_server', '--model', modelDir, '--host', host, '--port', String(port)];
   if (options.chatTemplate) args.push('--chat-template', options.chatTemplate);
   if (options.reloadTokenFile) args.push('--token-file', options.reloadTokenFile);
   for (const root of options.weightsRoots ?? []) args.push('--weights-root', root);
@@ -175,11 +187,18 @@ function spawnBuiltin(port: number, modelDir: string, options: SpawnOptions, log
  * sampled distribution's (`learner.sampler_logprobs: processed`: temperature applied, as the learner applies it),
  * tool calls not grammar-constrained. `--enforce-eager` starts in ~35 s instead of ~140 s (graph compilation).
  */
-function spawnVllm(port: number, modelDir: string, model: string, options: SpawnOptions, log: Log): ChildProcess {
+function spawnVllm(
+  host: string,
+  port: number,
+  modelDir: string,
+  model: string,
+  options: SpawnOptions,
+  log: Log,
+): ChildProcess {
   const args = [
     '-m',
     'vllm.entrypoints.openai.api_server',
-    ...['--model', modelDir, '--served-model-name', model, '--host', '127.0.0.1', '--port', String(port)],
+    ...['--model', modelDir, '--served-model-name', model, '--host', host, '--port', String(port)],
     ...['--max-model-len', String(readEnvironment().TBT_VLLM_MAX_MODEL_LEN), '--dtype', 'float32'],
     ...['--generation-config', 'vllm', '--enforce-eager'],
     ...['--logprobs-mode', options.logprobs === 'processed' ? 'processed_logprobs' : 'raw_logprobs'],

@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { readEnvironment } from '../config/environment.ts';
 import { readPid, stopPid } from '../infra/daemon.ts';
 import { startPolicyServer, writeRunToken, type PolicyEngine } from '../infra/embedded-policy-server.ts';
 import type { PolicyLora } from '../config/lora-serving.ts';
@@ -58,6 +59,8 @@ export async function ensureEmbeddedPolicyServer(
     weightsRoots: [dir, smallModelDir()],
     ...(lora ? { lora: { ...lora, adapterDir: loraZeroAdapterDir(dir) } } : {}),
     ...(logprobs ? { logprobs } : {}),
+    // Compose: rollout workers in other containers reach it by the GPU worker's name on the network.
+    host: readEnvironment().TBT_POLICY_SERVER_HOST,
   });
   const server = { baseUrl: handle.baseUrl, model: handle.model };
   fs.writeFileSync(pidFile, String(handle.process.pid));

@@ -56,12 +56,12 @@ record() {
   report+=("images: $1 size=$((size / 1000000))MB build=${2}s")
 }
 
-# The Debian bookworm root file system, built once with debootstrap and kept as a tar; imported when the image is
-# missing. Trusted CAs the host added (a TLS-inspecting proxy's, a company's) go in too: builds on this base fetch
+# The Debian bookworm root file system, built with debootstrap where the image is missing (and kept as a tar, from
+# which a removed image is imported again). Trusted CAs the host added (a TLS-inspecting proxy's, a company's) go in too: builds on this base fetch
 # from the npm registry and PyPI over the same network as the host.
 debian_base() {
   local tar="$state/debian-bookworm-rootfs.tar" started=$SECONDS
-  if [ ! -f "$tar" ]; then
+  if ! podman image exists "$debian_image" && [ ! -f "$tar" ]; then
     command -v debootstrap >/dev/null || fail "debootstrap is not installed"
     local root="$state/rootfs.tmp"
     rm -rf "$root"

@@ -11,14 +11,25 @@
 #      and Worker Versioning on; then: every service's containers run, setup exited 0, every worker polls Temporal
 #      (scripts/deploy-pollers.ts), the build that polled is made current (scripts/deploy-first-version.ts),
 #      and the rollout workers run with the compose file's user, capabilities, seccomp profile and volumes, under
-#      which the dataset sandbox works (scripts/deploy-sandbox-probe.ts)
-#   5. the stack and its volumes removed (TBT_DEPLOY_KEEP=1 keeps them, for a look)
+#      which the dataset sandbox works (scripts/deploy-sandbox-probe.ts) and the hostile fixture's tool server, started
+#      as an episode starts its tool servers, stays contained (scripts/deploy-hostile-probe.ts)
+#   5. a campaign through the containers (config/deploy-test.yaml: 3 steps on the bundled model, which is copied into
+#      the tbt-models volume; the GPU worker's embedded CPU policy server, reached over the compose network), submitted
+#      with the `tbt` CLI service; during step 2 the rollout and GPU workers are recreated (podman-compose up
+#      --force-recreate) and the bookkeeping worker too, on a new, empty state volume; the campaign must finish
+#      and pass the crash suite's checks of a run (scripts/deploy-campaign.ts: steps 1..N once each, lineage,
+#      ledger, no episode twice, no leaked rows)
+#   6. every container of the project, the recreated and the one-shot ones included, ran with the compose file's
+#      volumes, user, capabilities and seccomp profile, and the test overrode nothing else
+#      (scripts/deploy-compose-match.ts)
+#   7. the stack and its volumes removed (TBT_DEPLOY_KEEP=1 keeps them, for a look)
 #
-# Not yet (issue 42, Build 2): temporal-ui, the policy server on CPU, a campaign through the containers with
-# containers recreated mid-way, and a hostile-dataset episode in the rollout container.
+# Not run: temporal-ui (no stand-in serves its web app without a registry) and the policy-server service (vLLM's
+# image; the campaign uses the GPU worker's embedded server instead). TBT_DEPLOY_CAMPAIGN=0 stops after step 4.
 #
-# Last line: `deploy: images=N standins=3 services=M containers=K pollers=ok versioning=on campaign=not-run wall=Ts ok`,
-# `deploy: failed after Ts: WHY` (exit 1), or `deploy: skipped: WHY`.
+# Last line: `deploy: images=N services=M campaign=done recreated=K steps=S wall=Ts ok` (`campaign=not-run
+# recreated=0 steps=0` with TBT_DEPLOY_CAMPAIGN=0), `deploy: failed after Ts: WHY` (exit 1), or
+# `deploy: skipped: WHY`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/podman-engine.sh
@@ -28,6 +39,8 @@ state="${TBT_IMAGE_STATE_DIR:-$PWD/.state/images}"
 project=tbt-deploy-test
 temporal_port="${TBT_DEPLOY_TEMPORAL_PORT:-27233}"
 control_db_port="${TBT_DEPLOY_CONTROL_DB_PORT:-25432}"
+campaign_timeout_min="${TBT_DEPLOY_CAMPAIGN_TIMEOUT_MIN:-90}"
+campaign_config=config/deploy-test.yaml
 # The CPU side of docker/compose.yaml, in two waves (see "up" below). temporal-ui is left out: no stand-in serves its
 # web app without a registry.
 first_wave=(temporal-db temporal control-db typesense setup)
@@ -85,12 +98,13 @@ standin typesense lexical
 # Compose reads only this file: a user's docker/.env stays out of the test.
 env_file="$state/deploy.env"
 secret() { od -An -tx1 -N24 /dev/urandom | tr -d ' \n'; }
+control_db_password=$(secret)
 (
   umask 077
   cat >"$env_file" <<EOF
 TEMPORAL_DB_PASSWORD=$(secret)
 CONTROL_DB_SUPERUSER_PASSWORD=$(secret)
-CONTROL_DB_PASSWORD=$(secret)
+CONTROL_DB_PASSWORD=$control_db_password
 TBT_AGENT_DB_PASSWORD=$(secret)
 TBT_READER_DB_PASSWORD=$(secret)
 TBT_POLICY_API_KEY=$(secret)
@@ -122,17 +136,22 @@ services:
 EOF
 
 # From docker/: podman resolves the compose file's `seccomp=./seccomp-bubblewrap.json` against its working folder
-# (Docker Compose against the compose file's), and podman-compose passes the path on as it is.
+# (Docker Compose against the compose file's), and podman-compose passes the path on as it is. With only the engine's
+# settings in its environment: podman-compose lets the environment win over --env-file, and a TBT_* variable of the
+# caller (or this script's own, below) would change the stack.
 compose() {
-  (cd docker && "$compose_venv/bin/podman-compose" -p "$project" -f compose.yaml -f "$gpu_override" \
-    --env-file "$env_file" --profile gpu "$@")
+  (cd docker && env -i PATH="$PATH" HOME="$HOME" CONTAINERS_CONF="$CONTAINERS_CONF" \
+    "$compose_venv/bin/podman-compose" -p "$project" -f compose.yaml -f "$gpu_override" \
+    --env-file "$env_file" --profile gpu --profile cli "$@")
 }
+cli_container="${project}_tbt_campaign"
 cleanup() {
   if [ "${TBT_DEPLOY_KEEP:-}" = 1 ]; then
     say "kept: cd docker && $compose_venv/bin/podman-compose -p $project --env-file $env_file ps | down -v -t 20"
     return
   fi
   say "removing the stack and its volumes"
+  podman rm -f "$cli_container" >/dev/null 2>&1 || true
   compose down -v -t 20 >"$state/compose-down.log" 2>&1 || say "down failed: see $state/compose-down.log"
 }
 trap cleanup EXIT
@@ -156,14 +175,18 @@ say "setup done after $((SECONDS - up_started))s; starting ${workers[*]}"
 compose up -d --no-build --no-deps "${workers[@]}" >>"$state/compose-up.log" 2>&1 ||
   fail "podman-compose up failed: $(grep -iE 'error|failed' "$state/compose-up.log" | tail -3)"
 
-export TBT_TEMPORAL_ADDRESS="127.0.0.1:$temporal_port" TBT_TEMPORAL_NAMESPACE=tbt TBT_WORKER_DEPLOYMENT_NAME=$project
-pollers=$(node --import tsx scripts/deploy-pollers.ts "$rollout_replicas" 180 "$gpu_host" 2>&1) ||
+# What the host-side scripts need to reach the stack (never in compose's environment: see compose() above); exported
+# in a subshell, so the password is on no command line.
+host_env=(TBT_TEMPORAL_ADDRESS="127.0.0.1:$temporal_port" TBT_TEMPORAL_NAMESPACE=tbt TBT_TASK_QUEUE_PREFIX=tbt
+  TBT_WORKER_DEPLOYMENT_NAME=$project DATABASE_URL="postgres://tbt:$control_db_password@127.0.0.1:$control_db_port/tbt")
+host_node() { (export "${host_env[@]}" && exec node --import tsx "$@"); }
+pollers=$(host_node scripts/deploy-pollers.ts "$rollout_replicas" 180 "$gpu_host" 2>&1) ||
   fail "$pollers
 $(for c in orchestrator-worker_1 bookkeeping-worker_1 rollout-worker_1 gpu-worker_1; do logs "${project}_$c"; done)"
 say "$pollers (after $((SECONDS - up_started))s)"
 # Worker Versioning is on (compose passes the deployment name; the image its bundle's build id): the operator's first
 # step, making the build that polled current.
-versioning=$(node --import tsx scripts/deploy-first-version.ts 2>&1) || fail "Worker Versioning: $versioning"
+versioning=$(host_node scripts/deploy-first-version.ts 2>&1) || fail "Worker Versioning: $versioning"
 say "$versioning"
 
 # Every long-running service's containers are up (setup is one-shot and done).
@@ -201,8 +224,25 @@ for n in $(seq 1 "$rollout_replicas"); do
 done
 say "rollout workers: user 10001, no capabilities, no_new_privs, seccomp filter, datasets read-only, sandbox ok"
 say "${probe##*$'\n'}"
+# Hostile dataset code in the rollout container, under the shipped seccomp profile, not --privileged.
+c="${project}_rollout-worker_1"
+hostile=$(podman exec "$c" node --import tsx scripts/deploy-hostile-probe.ts 2>&1) || fail "$c: $hostile"
+say "${hostile##*$'\n'}"
+
+recreated=0
+steps=0
+campaign=not-run
+if [ "${TBT_DEPLOY_CAMPAIGN:-1}" != 0 ]; then
+  source scripts/deploy-campaign.sh
+  campaign=done
+fi
+
+# Every container of the project, the recreated ones and the one-shot setup and CLI ones included.
+match=$(host_node scripts/deploy-compose-match.ts "$project" "$env_file" "$gpu_override" 2>&1) || fail "$match"
+say "$match"
+ran=$(grep -o '[a-z-]*=[1-9]' <<<"$match" | wc -l)
 
 trap - EXIT
 cleanup
-echo "deploy: images=$images standins=3 services=${#services[@]} containers=$running pollers=ok versioning=on" \
-  "campaign=not-run wall=$((SECONDS - started))s ok"
+echo "deploy: images=$images services=$ran campaign=$campaign recreated=$recreated steps=$steps" \
+  "wall=$((SECONDS - started))s ok"
