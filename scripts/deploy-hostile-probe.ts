@@ -13,9 +13,10 @@ import { StdioServerPool } from '../datasets/thinkingbox/stdio-server-pool.ts';
  * sandbox tests (test/fixtures/dataset-sandbox/hostile_server.py) started the way an episode of an imported dataset
  * starts its tool servers (a StdioServerPool on this process's dataset sandbox, the loopback relay included), and
  * its `escape` tool called. Contained means: none of the container's secrets in its environment or anywhere in its
- * /proc, its own pid namespace, no connection to a listener on the container's loopback, no write outside its
- * scratch folder, and no grandchild left once the server is stopped. Prints `hostile: contained ...`; exits 1 naming
- * each way out it found.
+ * /proc, its own pid namespace (bubblewrap its pid 1, no process of the container in view), no connection to a
+ * listener on the container's loopback, no write outside its scratch folder as the container sees it (its own /tmp
+ * is a tmpfs of the sandbox), and no grandchild left once the server is stopped. Prints `hostile: contained ...`;
+ * exits 1 naming each way out it found.
  */
 
 const fixtures = path.join(repoRoot, 'test', 'fixtures', 'dataset-sandbox');
@@ -77,12 +78,20 @@ function waysOut(found: Escape, secrets: [string, string][], targets: string[], 
   ];
   for (const [where, text] of texts)
     for (const [name, value] of secrets) if (text.includes(value)) out.push(`${where} shows ${name}`);
-  const seen = Object.keys(found.proc_cmdline).length;
-  if (seen > 4) out.push(`sees ${seen} processes (not a pid namespace of its own)`);
+  // Its own pid namespace: pid 1 is bubblewrap and no process of the container (this probe, the worker) is in view.
+  // (How many it sees varies: the fork server of ThinkingBox tool servers, the loopback relay, the grandchild.)
+  const first = (found.proc_cmdline['1'] ?? '').split('\0')[0] ?? '';
+  if (!first.endsWith('bwrap')) out.push(`its pid 1 is ${first || 'not visible'}, not bubblewrap: no pid namespace`);
+  const container = Object.entries(found.proc_cmdline).filter(([, t]) => /deploy-hostile-probe|workers\//.test(t));
+  if (container.length > 0) out.push(`sees the container's processes ${container.map(([p]) => p).join(', ')}`);
   for (const how of ['socket_connect', 'subprocess_connect', 'bash_connect'] as const)
     if (found[how] === 'connected') out.push(`${how}: reached the container's loopback`);
   if (connections > 0) out.push(`${connections} connection(s) reached the listener`);
-  for (const t of targets) if (found.writes[t] === 'written' || fs.existsSync(t)) out.push(`wrote ${t}`);
+  // What the container sees is what counts: the sandbox's own /tmp is a tmpfs of its own, where a write succeeds.
+  for (const t of targets) {
+    if (fs.existsSync(t)) out.push(`wrote ${t}`);
+    else if (found.writes[t] === 'written' && !t.startsWith('/tmp/')) out.push(`wrote ${t} (not seen here)`);
+  }
   if (found.grandchild !== 'ready') out.push(`its grandchild did not start (${found.grandchild ?? 'no answer'})`);
   return out;
 }
@@ -117,8 +126,9 @@ async function run(): Promise<void> {
     if (out.length > 0) throw new Error(`the hostile tool server got out: ${out.join('; ')}`);
     const seen = Object.keys(found.proc_cmdline).length;
     console.log(
-      `hostile: contained (${secrets.length} secrets in no environ or /proc of its ${seen} processes, loopback ` +
-        `${found.socket_connect}, writes ${Object.values(found.writes).join(' ')}, grandchild gone)`,
+      `hostile: contained (${secrets.length} secrets in no environ or /proc of its ${seen} processes, pid 1 bwrap, ` +
+        `loopback ${found.socket_connect}, writes ${Object.values(found.writes).join(' ')} (none in the ` +
+        `container), grandchild gone)`,
     );
   } finally {
     await new Promise<void>((resolve) => listener.close(() => resolve()));
