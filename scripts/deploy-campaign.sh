@@ -2,7 +2,7 @@
 # say, logs and host_node; it sets campaign_id, recreated and steps):
 #
 #   1. the bundled model copied into the tbt-models volume, as an operator puts weights there before a campaign
-#   2. config/deploy-test.yaml submitted with the `tbt` CLI service (`podman-compose run tbt train ...`)
+#   2. config/deploy-test.yaml submitted with the `tbt` CLI in the GPU worker's container (`podman exec`)
 #   3. once training step 2 is under way (scripts/deploy-campaign.ts wait): the rollout and GPU workers recreated
 #      with `podman-compose up --force-recreate` (the GPU worker's learner and embedded policy server die with its
 #      container), and the bookkeeping worker removed, its state volume deleted and the worker started again on a
@@ -20,10 +20,13 @@ podman cp "$model_dir" "${project}_gpu-worker_1:/models/" || fail "could not cop
 podman exec "${project}_gpu-worker_1" test -r "/models/$(basename "$model_dir")/model.safetensors" ||
   fail "the GPU worker cannot read the model copied into tbt-models"
 
-say "campaign $campaign_id: $campaign_config submitted with the tbt CLI service"
+say "campaign $campaign_id: $campaign_config submitted with the tbt CLI in the GPU worker container"
 campaign_started=$SECONDS
-compose run -T --no-deps --name "$cli_container" tbt train --config "$campaign_config" --id "$campaign_id" \
-  </dev/null >"$state/campaign-submit.log" 2>&1 || fail "tbt train failed: $(tail -5 "$state/campaign-submit.log")"
+# In the GPU worker's container: `tbt train` checks the learner section with the learner's own Python (and resolves
+# `model_path: embedded` through its model store), which the worker image of compose's `tbt` service does not hold.
+podman exec "${project}_gpu-worker_1" node --import tsx cli/tbt.ts train --config "$campaign_config" \
+  --id "$campaign_id" </dev/null >"$state/campaign-submit.log" 2>&1 ||
+  fail "tbt train failed: $(tail -5 "$state/campaign-submit.log")"
 
 waited=$(host_node scripts/deploy-campaign.ts wait "$campaign_config" "$campaign_id" 2 "$campaign_timeout_min" 2>&1) ||
   fail "$waited

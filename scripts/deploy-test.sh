@@ -15,7 +15,7 @@
 #      as an episode starts its tool servers, stays contained (scripts/deploy-hostile-probe.ts)
 #   5. a campaign through the containers (config/deploy-test.yaml: 3 steps on the bundled model, which is copied into
 #      the tbt-models volume; the GPU worker's embedded CPU policy server, reached over the compose network), submitted
-#      with the `tbt` CLI service; during step 2 the rollout and GPU workers are recreated (podman-compose up
+#      with the `tbt` CLI in the GPU worker container; during step 2 the rollout and GPU workers are recreated (podman-compose up
 #      --force-recreate) and the bookkeeping worker too, on a new, empty state volume; the campaign must finish
 #      and pass the crash suite's checks of a run (scripts/deploy-campaign.ts: steps 1..N once each, lineage,
 #      ledger, no episode twice, no leaked rows)
