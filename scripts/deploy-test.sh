@@ -14,11 +14,11 @@
 #      which the dataset sandbox works (scripts/deploy-sandbox-probe.ts) and the hostile fixture's tool server, started
 #      as an episode starts its tool servers, stays contained (scripts/deploy-hostile-probe.ts)
 #   5. a campaign through the containers (config/deploy-test.yaml: 3 steps on the bundled model, which is copied into
-#      the tbt-models volume; the GPU worker's embedded CPU policy server, reached over the compose network), submitted
-#      with the `tbt` CLI in the GPU worker container; during step 2 the rollout and GPU workers are recreated (podman-compose up
-#      --force-recreate) and the bookkeeping worker too, on a new, empty state volume; the campaign must finish
-#      and pass the crash suite's checks of a run (scripts/deploy-campaign.ts: steps 1..N once each, lineage,
-#      ledger, no episode twice, no leaked rows)
+#      the tbt-models volume; the GPU worker's embedded CPU policy server, reached over the compose network),
+#      submitted with the `tbt` CLI in the GPU worker container; during step 2 the rollout and GPU workers are
+#      recreated (podman-compose up --force-recreate) and the bookkeeping worker too, on a new, empty state volume;
+#      the campaign must finish and pass the crash suite's checks of a run (scripts/deploy-campaign.ts: steps 1..N
+#      once each, lineage, ledger, no episode twice, no leaked rows)
 #   6. every container of the project, the recreated and the one-shot ones included, ran with the compose file's
 #      volumes, user, capabilities and seccomp profile, and the test overrode nothing else
 #      (scripts/deploy-compose-match.ts)
