@@ -24,3 +24,23 @@ def test_third_review_finding_9_one_node_stores_listen_on_loopback_only() -> Non
     assert sockets, "the probe saw no listening socket: it cannot tell where the store listens"
     strangers = [s for s in sockets if not s.startswith(LOOPBACK_HEX)]
     assert not strangers, f"listening beyond loopback (hex /proc/net addresses): {strangers} of {sockets}"
+
+
+def test_one_node_ranks_reach_the_store_on_loopback_whatever_the_host_name(monkeypatch) -> None:
+    """In a container the host name resolves to the container's address, where the loopback-bound store is not:
+    torchrun is told the node's address is loopback (found by test:deploy, ranks retried for 5 minutes)."""
+    import torch.distributed.run
+
+    from tbt_gpu.learner import bound_torchrun
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(torch.distributed.run, "main", lambda argv: seen.append(list(argv)))
+    monkeypatch.setattr(bound_torchrun.dist, "TCPStore", bound_torchrun.dist.TCPStore)  # restored afterwards
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")
+    bound_torchrun.main(["--standalone", "--nproc-per-node=1", "-m", "tbt_gpu.learner"])
+    bound_torchrun.main(["--standalone", "--local-addr=10.0.0.5", "-m", "tbt_gpu.learner"])
+    bound_torchrun.main(["--nnodes=2", "--rdzv-endpoint=node0:29400", "-m", "tbt_gpu.learner"])
+    assert seen[0][:2] == ["--local-addr", "127.0.0.1"], seen[0]
+    assert seen[1] == ["--standalone", "--local-addr=10.0.0.5", "-m", "tbt_gpu.learner"], "the operator's choice stays"
+    assert "--local-addr" not in seen[2], "several nodes: torchrun runs unchanged"

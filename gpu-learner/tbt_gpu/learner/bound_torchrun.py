@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
         # Before torchrun's modules import the name: they bind `TCPStore` at import (and look it up on `dist` later).
         dist.TCPStore = bound_store_class("127.0.0.1")  # pyright: ignore[reportPrivateImportUsage]
+        # The ranks reach the agent's store at the node's address, by default its host name, which resolves to the
+        # container's network address in a container (compose's gpu-worker): nothing listens there, and the ranks
+        # retried for 5 minutes. On one node that address is loopback, where the store listens.
+        if not any(a.split("=")[0] in ("--local-addr", "--local_addr") for a in argv):
+            argv = ["--local-addr", "127.0.0.1", *argv]
     from torch.distributed.run import main as torchrun
 
     torchrun(argv)
