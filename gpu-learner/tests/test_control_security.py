@@ -5,6 +5,7 @@ could make run code (`.metadata`, non-tensor values in the shards)."""
 
 from __future__ import annotations
 
+import enum
 import io
 import json
 import os
@@ -143,3 +144,41 @@ def test_second_review_finding_7_checkpoint_shard_values_load_weights_only(tmp_p
     outcome = _resume(tmp_path)
     assert not os.path.exists(_RunsCode.marker), f"a crafted shard value ({key}) ran code on resume"
     assert isinstance(outcome, Exception) and "needs more than plain types" in str(outcome), outcome
+
+
+class _EnumsByGetattr(pickle.Pickler):
+    """Pickles Enum members as Debian's Python 3.11.2 does: `getattr(EnumClass, "NAME")`."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, enum.Enum):
+            return (getattr, (type(obj), obj.name))
+        return NotImplemented
+
+
+def _rewrite_metadata(step: pathlib.Path, value: object) -> None:
+    buffer = io.BytesIO()
+    _EnumsByGetattr(buffer, protocol=pickle.DEFAULT_PROTOCOL).dump(value)
+    assert b"getattr" in buffer.getvalue(), "the rewrite must use getattr, or the test proves nothing"
+    (step / ".metadata").write_bytes(buffer.getvalue())
+    _reseal(step)
+
+
+def test_metadata_enums_pickled_by_getattr_load(tmp_path: pathlib.Path) -> None:
+    """test:deploy: in the GPU worker image (Python 3.11.2) the learner refused its own step-1 checkpoint, whose
+    `.metadata` holds `_MEM_FORMAT_ENCODING` members as getattr calls, and retrained from the base model."""
+    step = _checkpointed_step(tmp_path)
+    with (step / ".metadata").open("rb") as fh:
+        _rewrite_metadata(step, pickle.load(fh))  # our own, just written
+    assert _resume(tmp_path) == 1
+
+
+def test_metadata_getattr_of_anything_else_is_refused(tmp_path: pathlib.Path) -> None:
+    """getattr is let through for a member of a metadata Enum only, not as a way to reach any global."""
+    step = _checkpointed_step(tmp_path)
+
+    class _GadgetByGetattr:  # PosixPath is a metadata type, but not an Enum: its attributes are out of reach
+        def __reduce__(self):
+            return (getattr, (pathlib.PosixPath, "home"))
+
+    _rewrite_metadata(step, {"x": _GadgetByGetattr()})
+    assert _resume(tmp_path) is None, "a .metadata reaching PosixPath.home through getattr is refused"

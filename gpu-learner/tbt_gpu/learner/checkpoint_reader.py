@@ -11,9 +11,11 @@ inside the checkpoint folder.
 
 from __future__ import annotations
 
+import enum
 import io
 import pathlib
 import pickle
+import sys
 from typing import Any
 
 import torch
@@ -53,6 +55,8 @@ class _MetadataUnpickler(pickle.Unpickler):
             return getattr(torch, name)  # a dtype pickles as the global torch.float32
         if (module, name) == ("torch.serialization", "_get_layout"):
             return _layout_named  # a layout pickles as a call of this lookup: ours does the same, no more
+        if (module, name) in (("builtins", "getattr"), ("__builtin__", "getattr")):
+            return _enum_member  # some Pythons (3.11.2, Debian's) pickle an Enum member as getattr(Enum, name)
         raise UnsafeCheckpointError(f"global {module}.{name} is not a checkpoint metadata type")
 
     def persistent_load(self, pid: Any) -> Any:
@@ -64,6 +68,17 @@ def _layout_named(name: object) -> torch.layout:
     if not isinstance(value, torch.layout):
         raise UnsafeCheckpointError(f"{name!r} is not a torch layout")
     return value
+
+
+def _enum_member(cls: object, name: object) -> enum.Enum:
+    """getattr, for one member of an Enum among the metadata types and nothing else."""
+    allowed = any(cls is getattr(sys.modules.get(m), n, None) for m, n in _METADATA_CLASSES)
+    if not (allowed and isinstance(cls, type) and issubclass(cls, enum.Enum) and isinstance(name, str)):
+        raise UnsafeCheckpointError(f"getattr({cls!r}, {name!r}) is not a metadata enum member")
+    member = cls.__members__.get(name)
+    if member is None:
+        raise UnsafeCheckpointError(f"{name!r} is not a member of {cls.__name__}")
+    return member
 
 
 def read_metadata_file(path: pathlib.Path) -> Metadata:
