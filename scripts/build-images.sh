@@ -57,8 +57,8 @@ record() {
 }
 
 # The Debian bookworm root file system, built with debootstrap where the image is missing (and kept as a tar, from
-# which a removed image is imported again). Trusted CAs the host added (a TLS-inspecting proxy's, a company's) go in too: builds on this base fetch
-# from the npm registry and PyPI over the same network as the host.
+# which a removed image is imported again). Trusted CAs the host added (a TLS-inspecting proxy's, a company's) go in
+# too: builds on this base fetch from the npm registry and PyPI over the same network as the host.
 debian_base() {
   local tar="$state/debian-bookworm-rootfs.tar" started=$SECONDS
   if ! podman image exists "$debian_image" && [ ! -f "$tar" ]; then
