@@ -192,7 +192,7 @@ export const environmentSchema = z.object({
     .optional()
     .describe(
       "GPU worker: the name rollout workers reach a campaign's embedded policy server at, which then listens on " +
-        'every interface (compose: the gpu-worker service); unset = 127.0.0.1 only',
+        'the address that name resolves to (compose: the gpu-worker service); unset = 127.0.0.1 only',
     ),
   TBT_LEARNER_CPUS: cpuList.describe(
     "CPUs (taskset list) the learner's processes run on; unset = any (bench:async pins it)",
