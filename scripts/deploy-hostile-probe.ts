@@ -2,10 +2,8 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { readEnvironment, repoRoot } from '../config/environment.ts';
-import { datasetPathPrefix } from '../datasets/thinkingbox/dataset-python.ts';
-import { StdioServerPool } from '../datasets/thinkingbox/stdio-server-pool.ts';
+import { readEnvironment } from '../config/environment.ts';
+import { hostileEscape, type HostileEscape } from '../test/fixtures/dataset-sandbox/hostile-escape.ts';
 
 /**
  * Run inside a rollout worker container by scripts/deploy-test.sh (`podman exec`, so as the container's user, with
@@ -19,20 +17,7 @@ import { StdioServerPool } from '../datasets/thinkingbox/stdio-server-pool.ts';
  * exits 1 naming each way out it found.
  */
 
-const fixtures = path.join(repoRoot, 'test', 'fixtures', 'dataset-sandbox');
 const secretNames = ['DATABASE_URL', 'TBT_AGENT_DB_PASSWORD', 'TBT_READER_DB_PASSWORD', 'TBT_POLICY_API_KEY'];
-
-interface Escape {
-  own_environ: Record<string, string>;
-  parent_environ: string;
-  proc_environ: Record<string, string>;
-  proc_cmdline: Record<string, string>;
-  socket_connect: string;
-  subprocess_connect: string;
-  bash_connect: string;
-  writes: Record<string, string>;
-  grandchild?: string;
-}
 
 /** Pids of this container whose command line holds `token` (the container's view, outside the sandbox's). */
 function processesWith(token: string): string[] {
@@ -46,29 +31,8 @@ function processesWith(token: string): string[] {
   });
 }
 
-async function escapeAttempt(port: number, targets: string[], token: string): Promise<Escape> {
-  const pool = new StdioServerPool({ warm: 0, pathPrefix: datasetPathPrefix() });
-  const server = await pool.acquire('hostile', {
-    command: 'python',
-    args: [path.join(fixtures, 'hostile_server.py'), String(port)],
-    env: {},
-    cwd: fixtures,
-  } as Parameters<StdioServerPool['acquire']>[1]);
-  try {
-    const result = await server.client.callTool(
-      { name: 'escape', arguments: { targets, token } },
-      CallToolResultSchema,
-      { timeout: 120_000 },
-    );
-    return JSON.parse((result.content as { text: string }[])[0]!.text) as Escape;
-  } finally {
-    await server.stop();
-    await pool.close();
-  }
-}
-
 /** Each way out the attempt found; empty when contained. */
-function waysOut(found: Escape, secrets: [string, string][], targets: string[], connections: number): string[] {
+function waysOut(found: HostileEscape, secrets: [string, string][], targets: string[], connections: number): string[] {
   const out: string[] = [];
   const texts: [string, string][] = [
     ['its own environment', JSON.stringify(found.own_environ)],
@@ -115,7 +79,7 @@ async function run(): Promise<void> {
   }
   const token = `tbt-hostile-${tag}`;
   try {
-    const found = await escapeAttempt(port, targets, token);
+    const found = await hostileEscape({ port, targets, token, env: {}, timeoutMs: 120_000 });
     let left = processesWith(token);
     for (let i = 0; i < 100 && left.length > 0; i++) {
       await new Promise((r) => setTimeout(r, 100));

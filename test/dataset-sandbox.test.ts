@@ -5,12 +5,11 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { repoRoot } from '../config/environment.ts';
 import { datasetPathPrefix, datasetPython } from '../datasets/thinkingbox/dataset-python.ts';
 import { DatasetSandbox } from '../datasets/thinkingbox/dataset-sandbox.ts';
-import { StdioServerPool } from '../datasets/thinkingbox/stdio-server-pool.ts';
 import { runTestCase, type TestContext } from '../datasets/thinkingbox/test-case-runner.ts';
+import { hostileEscape, type HostileEscape } from './fixtures/dataset-sandbox/hostile-escape.ts';
 import { testTempDir } from './helpers/temp-dir.ts';
 import { delegatedCgroup, pythonBases, runAsUnprivilegedUser, unreadableBy } from './helpers/unprivileged-user.ts';
 
@@ -95,48 +94,15 @@ async function waitFor(check: () => boolean, ms: number): Promise<boolean> {
   return check();
 }
 
-interface Escape {
-  own_environ: Record<string, string>;
-  parent_environ: string;
-  proc_environ: Record<string, string>;
-  proc_cmdline: Record<string, string>;
-  socket_connect: string;
-  subprocess_connect: string;
-  bash_connect: string;
-  writes: Record<string, string>;
-  grandchild?: string;
-  scratch_write: string;
-}
-
 /** Starts the hostile tool server through the real pool and calls its `escape` tool. */
-async function escapeFromToolServer(
+function escapeFromToolServer(
   on: DatasetSandbox,
   targets: string[],
   token = '',
   beforeTeardown = (): void => undefined,
-): Promise<Escape> {
-  const pool = new StdioServerPool({ warm: 0, sandbox: on, pathPrefix: datasetPathPrefix() });
-  const server = await pool.acquire('hostile', {
-    command: 'python',
-    args: [path.join(fixtures, 'hostile_server.py'), String(port)],
-    env: { HOSTILE_OWN_SETTING: 'kept' },
-    cwd: fixtures,
-  } as Parameters<StdioServerPool['acquire']>[1]);
-  try {
-    const result = await server.client.callTool(
-      { name: 'escape', arguments: { targets, token } },
-      CallToolResultSchema,
-      {
-        timeout: 60_000,
-      },
-    );
-    const found = JSON.parse((result.content as { text: string }[])[0]!.text) as Escape;
-    beforeTeardown();
-    return found;
-  } finally {
-    await server.stop();
-    await pool.close();
-  }
+): Promise<HostileEscape> {
+  const env = { HOSTILE_OWN_SETTING: 'kept' };
+  return hostileEscape({ sandbox: on, port, targets, token, env, timeoutMs: 60_000, beforeTeardown });
 }
 
 const ctx = (effects: Record<string, unknown>): TestContext => ({
