@@ -72,6 +72,15 @@ DO $$ BEGIN
 END $$;
 CREATE INDEX IF NOT EXISTS episodes_by_task ON episodes (task_uid, status);
 CREATE INDEX IF NOT EXISTS episodes_by_campaign ON episodes (campaign, step, purpose);
+-- Completed turns of running episodes, for a later attempt to resume from (rollout/turn-checkpoint-store.ts).
+CREATE TABLE IF NOT EXISTS episode_turns (
+  episode_id  text NOT NULL,
+  turn        integer NOT NULL,
+  attempt     text NOT NULL,
+  checkpoint  jsonb NOT NULL,
+  saved_at    timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (episode_id, turn)
+);
 CREATE TABLE IF NOT EXISTS campaign_steps (
   campaign    text NOT NULL,
   step        integer NOT NULL,

@@ -24,6 +24,7 @@ interface Instruments {
   sandboxLeased: MetricGauge;
   weightSync: MetricHistogram;
   learnerStep: MetricHistogram;
+  episodesResumed: MetricCounter;
 }
 
 let instruments: Instruments | undefined;
@@ -64,6 +65,11 @@ export function enableMetrics(meter: MetricMeter): void {
       'float',
       's',
       'Seconds to load new weights into a policy server, by reason (step: after a step; catch_up: a server behind)',
+    ),
+    episodesResumed: meter.createCounter(
+      'tbt_episodes_resumed_total',
+      undefined,
+      'Attempts that found turns an earlier attempt saved, by how they used them (resumed, restarted from the prompt)',
     ),
     learnerStep: meter.createHistogram(
       'tbt_learner_step_seconds',
@@ -109,6 +115,9 @@ export const metrics = {
   },
   weightSynced(seconds: number, reason: 'step' | 'catch_up', transport: 'disk' | 'collective' | 'lora'): void {
     instruments?.weightSync.record(Math.max(0, seconds), { reason, transport });
+  },
+  episodeResumed(how: 'resumed' | 'restarted'): void {
+    instruments?.episodesResumed.add(1, { how });
   },
   learnerStepFinished(seconds: number, repeated: boolean): void {
     instruments?.learnerStep.record(Math.max(0, seconds), { repeated: String(repeated) });

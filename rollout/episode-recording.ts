@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import type { EpisodeConfig } from '../config/episode-config.ts';
 import { withPooledClient } from '../infra/control-database.ts';
+import { errorMessage } from '../core/errors.ts';
 import { metrics } from '../infra/metrics.ts';
 import { taskDomain } from '../task-suites/task-suite-loader.ts';
 import { checkEpisodeKeys } from './api-key.ts';
@@ -18,6 +19,8 @@ import {
   type EpisodeSummary,
 } from './episode-store.ts';
 import { findTask } from './task-lookup.ts';
+import { clearTurnCheckpoints, loadTurnCheckpoints, saveTurnCheckpoint } from './turn-checkpoint-store.ts';
+import { replayableTurns, ReplayDiverged, type ResumeEntry, type TurnCheckpoint } from './turn-checkpoints.ts';
 
 /**
  * An episode played under a caller-chosen id and stored in the control database (messages, tool calls, diff,
@@ -75,20 +78,120 @@ export async function recordEpisode(
   };
   const attemptId = `${os.hostname()}:${process.pid}:${attempt.number}:${randomUUID()}`;
   await withPooledClient(controlUrl, (c) => markEpisodeRunning(c, meta, attemptId));
-  const environment = episodeEnvironment(backends, request.config, suite, task);
-  const deps = episodeDependencies(request.config, environment, task, attempt.signal);
-  const record = await playWithHeartbeats(deps, task, request, attempt);
+  const saved = await withPooledClient(controlUrl, (c) => loadTurnCheckpoints(c, request.episodeId));
+  const play = (replay: TurnCheckpoint[]) => {
+    const deps = episodeDependencies(
+      request.config,
+      episodeEnvironment(backends, request.config, suite, task),
+      task,
+      attempt.signal,
+    );
+    deps.replay = replay;
+    deps.saveTurn = turnSaver(controlUrl, request, attemptId, attempt);
+    return playWithHeartbeats(deps, task, request, attempt);
+  };
+  const record = await playResumed(saved, play, {
+    attemptId,
+    weightVersion: request.config.policy.weight_version,
+    log: (message, meta) => attempt.log.warn(message, { episodeId: request.episodeId, ...meta }),
+    forget: () => withPooledClient(controlUrl, (c) => clearTurnCheckpoints(c, request.episodeId)),
+  });
   record.worker = `${os.hostname()}:${process.pid}`;
   if (request.config.policy.weight_version !== undefined) record.weightVersion = request.config.policy.weight_version;
-  const saved = await retryingSave(
+  const stored = await retryingSave(
     () => withPooledClient(controlUrl, (c) => saveEpisode(c, request.episodeId, record, attemptId)),
     { onWait: (n) => attempt.heartbeat({ phase: 'saving', retry: n }) },
   );
-  if (!saved) return storedByAnotherAttempt(controlUrl, request.episodeId);
+  if (!stored) return storedByAnotherAttempt(controlUrl, request.episodeId);
+  // An infrastructure-errored episode keeps its turns: the next attempt resumes from them.
+  if (record.outcome !== 'infrastructure_error')
+    await withPooledClient(controlUrl, (c) => clearTurnCheckpoints(c, request.episodeId)).catch((err) =>
+      attempt.log.warn('saved turns of a finished episode not cleared', { error: errorMessage(err) }),
+    );
   logOutcome(attempt, request.episodeId, record);
   const { outcome, cause, timings } = record;
   metrics.episodeFinished({ outcome, cause, purpose: request.purpose, seconds: timings.totalMs / 1000 });
   return summarize(request.episodeId, record);
+}
+
+/**
+ * Plays the episode, replaying the turns an earlier attempt saved (rollout/turn-checkpoints.ts). Turns it cannot use
+ * (sampled by other weights), or a replay that diverges from its recording, make it start over from the prompt; the
+ * record's `resume` says which, and why.
+ */
+export async function playResumed(
+  saved: TurnCheckpoint[],
+  play: (replay: TurnCheckpoint[]) => Promise<EpisodeRecord>,
+  at: {
+    attemptId: string;
+    weightVersion: number | undefined;
+    log: (message: string, meta: Record<string, unknown>) => void;
+    /** Forgets the saved turns (the episode starts over). */
+    forget: () => Promise<void>;
+  },
+): Promise<EpisodeRecord> {
+  if (saved.length === 0) return play([]);
+  const { attemptId, log, forget } = at;
+  const { turns, refused } = replayableTurns(saved, at.weightVersion);
+  const entry: ResumeEntry = {
+    attempt: attemptId,
+    fromTurn: turns.length,
+    savedTurns: saved.length,
+    replayedToolCalls: turns.reduce((n, t) => n + t.toolResults.length, 0),
+  };
+  const restart = async (reason: string) => {
+    log('episode starts over from its prompt', { reason });
+    Object.assign(entry, { fromTurn: 0, replayedToolCalls: 0, restartedFromPrompt: reason });
+    metrics.episodeResumed('restarted');
+    await forget();
+    return play([]);
+  };
+  let record: EpisodeRecord;
+  if (refused) record = await restart(refused);
+  else {
+    log('episode resumes at its last completed turn', { turn: turns.length });
+    try {
+      record = await play(turns);
+      metrics.episodeResumed('resumed');
+    } catch (err) {
+      if (!(err instanceof ReplayDiverged)) throw err;
+      record = await restart(`replay diverged: ${err.message}`);
+    }
+  }
+  record.resume = [entry];
+  return record;
+}
+
+/**
+ * Saves each completed turn of this attempt. A save that fails (after a few quick retries) is not the episode's
+ * failure: the attempt stops saving, as later turns without it could not be replayed; so does one that finds the
+ * episode taken over by another attempt.
+ */
+function turnSaver(
+  controlUrl: string,
+  request: EpisodeRequest,
+  attemptId: string,
+  attempt: EpisodeAttempt,
+): (checkpoint: TurnCheckpoint) => Promise<void> {
+  let saving = true;
+  const weightVersion = request.config.policy.weight_version;
+  return async (checkpoint) => {
+    if (!saving) return;
+    const versioned = weightVersion === undefined ? checkpoint : { ...checkpoint, weightVersion };
+    try {
+      saving = await retryingSave(
+        () => withPooledClient(controlUrl, (c) => saveTurnCheckpoint(c, request.episodeId, attemptId, versioned)),
+        { attempts: 3, firstDelayMs: 500 },
+      );
+    } catch (err) {
+      saving = false;
+      attempt.log.warn('turn not saved: this attempt saves no later turn', {
+        episodeId: request.episodeId,
+        turn: checkpoint.turn,
+        error: errorMessage(err),
+      });
+    }
+  };
 }
 
 /**

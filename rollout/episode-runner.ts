@@ -21,6 +21,7 @@ import type {
 import type { ChatMessage, SamplingParams } from './policy-client.ts';
 import type { Generation, PolicyDriver, Trajectory } from './policy-driver.ts';
 import type { SimulatedUser } from './simulated-user.ts';
+import { ReplayDiverged, toolReplayMismatch, type ResumeEntry, type TurnCheckpoint } from './turn-checkpoints.ts';
 import type { GradeReport, Outcome } from '../sandbox/terminal-state-grader.ts';
 
 /**
@@ -134,6 +135,8 @@ export interface EpisodeRecord {
   contextOverflow?: string;
   /** NUL characters and lone surrogates replaced by U+FFFD so that Postgres could store the record. */
   unstorableCharacters?: number;
+  /** Attempts that found turns an earlier attempt had saved, and what they did with them (rollout/turn-checkpoints.ts). */
+  resume?: ResumeEntry[];
 }
 
 export interface EpisodeDependencies {
@@ -148,6 +151,13 @@ export interface EpisodeDependencies {
    * released, and the episode rejects with the signal's reason. The clients above abort their requests on it too.
    */
   signal?: AbortSignal;
+  /**
+   * Turns an earlier attempt completed, replayed before the episode goes on live. A replayed tool result that differs
+   * from its recording rejects the episode with ReplayDiverged (its backend released): the caller starts it over.
+   */
+  replay?: TurnCheckpoint[];
+  /** Saves each completed turn, for a later attempt to resume from (the recording layer writes it durably). */
+  saveTurn?: (checkpoint: TurnCheckpoint) => Promise<void>;
 }
 
 /** `during` is set when the deadline passed while waiting on a dependency (a hang: infrastructure). */
@@ -266,6 +276,11 @@ interface EpisodeInPlay {
   userReplies: number;
   /** The last completion was cut at its token cap showing only reasoning: the next one goes on inside it. */
   cutInReasoning: boolean;
+  /** When the episode's own time began (moved back by the time of the turns a resumed attempt restores). */
+  started: number;
+  /** The turn in play, recorded as it happens (or replayed from its checkpoint). */
+  current?: { checkpoint?: TurnCheckpoint; generation?: Generation; toolResults: TurnCheckpoint['toolResults'] };
+  userReply?: TurnCheckpoint['userReply'];
 }
 
 /**
@@ -278,7 +293,7 @@ export async function playEpisode(
   owner: string,
   options: EpisodeOptions,
 ): Promise<EpisodeRecord> {
-  const started = Date.now();
+  const started = Date.now() - (deps.replay?.at(-1)?.elapsedMs ?? 0);
   const deadline = started + options.limits.wallClockMs;
   const record = emptyRecord();
   const timed = deadlineBound(record, deadline, deps.signal);
@@ -290,9 +305,14 @@ export async function playEpisode(
       () => deps.environment.open(owner),
       (late) => void late.close(),
     );
-    const run = await startConversation({ deps, task, options, record, deadline, timed, opened });
+    const run = await startConversation({ deps, task, options, record, deadline, timed, opened, started });
     let finish: FinishReason | undefined;
-    for (let turn = 0; finish === undefined; turn++) finish = await agentTurn(run, turn);
+    for (let turn = 0; finish === undefined; turn++) {
+      run.current = { checkpoint: deps.replay?.[turn], toolResults: [] };
+      run.userReply = undefined;
+      finish = await agentTurn(run, turn);
+      if (finish === undefined) await turnCompleted(run, turn);
+    }
     record.finishReason = finish;
     record.trajectory = deps.policy.trajectory();
     if (!GRADED.has(record.finishReason)) {
@@ -304,7 +324,7 @@ export async function playEpisode(
   } catch (err) {
     // Whatever the step in flight threw once its requests were aborted, the episode was abandoned, not failed.
     if (deps.signal?.aborted) throw deps.signal.reason;
-    if (err instanceof BadInputError) throw err;
+    if (err instanceof BadInputError || err instanceof ReplayDiverged) throw err;
     return failedEpisode(record, err, deps.policy, options);
   } finally {
     record.timings.totalMs = Date.now() - started;
@@ -314,7 +334,7 @@ export async function playEpisode(
 
 /** The opening of the conversation: system prompt, examples, earlier turns and the query, sent to the policy. */
 async function startConversation(
-  setup: Pick<EpisodeInPlay, 'deps' | 'task' | 'options' | 'record' | 'deadline' | 'timed' | 'opened'>,
+  setup: Pick<EpisodeInPlay, 'deps' | 'task' | 'options' | 'record' | 'deadline' | 'timed' | 'opened' | 'started'>,
 ): Promise<EpisodeInPlay> {
   const { deps, task, options, record, timed, opened } = setup;
   const verbatim = opened.formatted?.systemMessages ?? deps.environment.systemMessages;
@@ -443,16 +463,20 @@ async function agentCompletion(
   if (room <= 0) return { finish: 'token_budget' };
   const maxTokens = Math.min(options.limits.maxTokensPerTurn, room);
   let generation: Generation;
+  const recorded = run.current?.checkpoint?.generation;
   try {
-    generation = await run.timed('policyMs', () =>
-      deps.policy.generate({ ...options.sampling, maxTokens, timeoutMs: callTimeoutMs(run.deadline) }),
-    );
+    generation = recorded
+      ? deps.policy.replay(recorded)
+      : await run.timed('policyMs', () =>
+          deps.policy.generate({ ...options.sampling, maxTokens, timeoutMs: callTimeoutMs(run.deadline) }),
+        );
   } catch (err) {
     if (!(err instanceof ContextOverflowError)) throw err;
     // The conversation outgrew the model's context: the agent's doing, graded like a token limit.
     record.contextOverflow = err.message;
     return { finish: 'context_overflow' };
   }
+  if (run.current) run.current.generation = generation;
   Object.assign(record.usage.policy, {
     calls: record.usage.policy.calls + 1,
     input: record.usage.policy.input + generation.usage.input,
@@ -515,6 +539,7 @@ async function callTools(
     if (call.parseError !== undefined)
       result = { text: `Error: could not parse the tool call: ${call.parseError}`, isError: true };
     else result = await run.timed('toolMs', () => run.opened.tools.callTool(call.name, call.arguments));
+    toolResultTaken(run, turn, { name: call.name, text: result.text, isError: result.isError });
     run.record.toolCalls.push({
       turn,
       name: call.name,
@@ -546,7 +571,11 @@ async function userTurn(run: EpisodeInPlay, text: string): Promise<FinishReason 
   if (run.userReplies >= run.task.limits.max_user_turns) return 'user_turn_limit';
   // No reply the agent could still answer: spare the simulated user's call.
   if (deps.policy.tokensAfterPrompt() >= run.options.limits.episodeTokenBudget) return 'token_budget';
-  const reply = await run.timed('userMs', () => deps.user.reply(run.transcript, run.userReplies));
+  const recorded = run.current?.checkpoint;
+  const reply = recorded
+    ? (recorded.userReply ?? null)
+    : await run.timed('userMs', () => deps.user.reply(run.transcript, run.userReplies));
+  if (reply) run.userReply = reply;
   // Only a scripted user runs out (the LLM user, like the reference's, may not end the conversation): say so, as
   // the agent did not end it and its limits were not reached.
   if (!reply) return 'user_script_ended';
@@ -562,6 +591,42 @@ async function userTurn(run: EpisodeInPlay, text: string): Promise<FinishReason 
   record.messages.push(userMessage);
   await run.timed('toolMs', () => deps.policy.observe([userMessage]));
   return undefined;
+}
+
+/**
+ * A tool result of the turn in play: recorded for its checkpoint, or, on replay, checked against the recording
+ * (the backend is being brought back to the recorded state; a difference means it cannot be).
+ */
+function toolResultTaken(run: EpisodeInPlay, turn: number, live: TurnCheckpoint['toolResults'][number]): void {
+  const current = run.current!;
+  const at = current.toolResults.length;
+  current.toolResults.push(live);
+  if (!current.checkpoint) return;
+  const mismatch = toolReplayMismatch(current.checkpoint.toolResults[at], live, turn);
+  if (mismatch) throw new ReplayDiverged(mismatch);
+}
+
+/**
+ * A turn that did not end the episode is complete: a live one is saved for a later attempt; a replayed one must have
+ * run every recorded tool call.
+ */
+async function turnCompleted(run: EpisodeInPlay, turn: number): Promise<void> {
+  const { checkpoint, generation, toolResults } = run.current!;
+  if (checkpoint) {
+    if (toolResults.length !== checkpoint.toolResults.length)
+      throw new ReplayDiverged(
+        `turn ${turn}: the replay ran ${toolResults.length} tool calls, the recording ${checkpoint.toolResults.length}`,
+      );
+    return;
+  }
+  if (!generation || !run.deps.saveTurn) return;
+  await run.deps.saveTurn({
+    turn,
+    elapsedMs: Date.now() - run.started,
+    generation,
+    toolResults,
+    ...(run.userReply ? { userReply: run.userReply } : {}),
+  });
 }
 
 /** Grades the terminal state; grading is not the agent's time and has its own bound. */

@@ -37,6 +37,8 @@ export interface Generation {
   usage: { input: number; output: number; cached: number };
   /** Tokens in the context after this generation (prompt + output), for the episode budget. */
   contextTokens: number;
+  /** Token mode: the sampled ids and their log-probs, which a resumed episode replays (rollout/turn-checkpoints.ts). */
+  sampled?: { tokenIds: number[]; logprobs: number[] };
 }
 
 export interface Trajectory {
@@ -57,6 +59,11 @@ export interface PolicyDriver {
    */
   start(messages: ChatMessage[], tools?: unknown[]): Promise<PromptStart>;
   generate(sampling: SamplingParams): Promise<Generation>;
+  /**
+   * Takes a generation recorded by an earlier attempt of the episode as if it had been sampled now (a resumed
+   * episode replays its completed turns): nothing is sent to the server, and the trajectory gets the recorded tokens.
+   */
+  replay(recorded: Generation): Generation;
   /** Appends what the agent observes after its turn: tool results and/or the user's reply. */
   observe(messages: ChatMessage[]): Promise<void>;
   /** Tokens of the episode after its opening prompt so far, which the episode token budget counts. */
@@ -86,6 +93,19 @@ export function createChatDriver(endpoint: Endpoint, signal?: AbortSignal): Poli
   let generated = 0;
   let observedTokens = 0;
   let tools: unknown[] | undefined;
+  /** The generation joins the conversation and the budget's counts. */
+  const taken = (g: Generation): Generation => {
+    messages.push({
+      role: 'assistant',
+      content: g.raw,
+      ...(g.native?.length ? { tool_calls: g.native } : {}),
+    });
+    if (calls > 0) observedTokens += Math.max(0, g.usage.input - context);
+    calls += 1;
+    generated += g.usage.output;
+    context = g.usage.input + g.usage.output;
+    return { ...g, contextTokens: context };
+  };
   return {
     async start(initial, offered) {
       tools = offered;
@@ -97,25 +117,17 @@ export function createChatDriver(endpoint: Endpoint, signal?: AbortSignal): Poli
       const result = await chatComplete(endpoint, messages, { ...sampling, signal }, tools);
       // Asked after the first generation, not at the start: a server without /tokenize costs one refused request.
       const thinkPreopened = !result.reasoning && (await thinkOpeningDecision(endpoint, signal)).thinkPreopened;
-      messages.push({
-        role: 'assistant',
-        content: result.content,
-        ...(result.nativeToolCalls?.length ? { tool_calls: result.nativeToolCalls } : {}),
-      });
-      if (calls > 0) observedTokens += Math.max(0, result.usage.input - context);
-      calls += 1;
-      generated += result.usage.output;
-      context = result.usage.input + result.usage.output;
-      return {
+      return taken({
         raw: result.content,
         native: result.nativeToolCalls,
         reasoning: result.reasoning,
         ...(thinkPreopened ? { thinkPreopened } : {}),
         finishReason: result.finishReason,
         usage: result.usage,
-        contextTokens: context,
-      };
+        contextTokens: 0,
+      });
     },
+    replay: (recorded) => taken(recorded),
     async observe(observed) {
       messages.push(...observed);
     },
@@ -184,6 +196,12 @@ export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): Pol
     mask.push(...tokens.map(() => m));
     logprobs.push(...(lp ?? tokens.map(() => 0)));
   };
+  /** The sampled tokens join the trajectory (mask 1); the turn waits for its observation. */
+  const taken = (g: Generation): Generation => {
+    push(g.sampled!.tokenIds, 1, g.sampled!.logprobs);
+    turnOpen = g.finishReason === 'stop' || g.finishReason === 'length';
+    return { ...g, contextTokens: ids.length };
+  };
   return {
     async start(initial, offered) {
       tools = offered;
@@ -196,17 +214,19 @@ export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): Pol
       return start;
     },
     async generate(sampling) {
-      const prompt = ids.length;
       const out = await completeTokens(endpoint, ids, { ...sampling, signal });
-      push(out.tokenIds, 1, out.logprobs);
-      turnOpen = out.finishReason === 'stop' || out.finishReason === 'length';
-      return {
+      return taken({
         raw: out.text,
         ...(thinkPreopened ? { thinkPreopened } : {}),
         finishReason: out.finishReason,
-        usage: { input: prompt, output: out.tokenIds.length, cached: 0 },
-        contextTokens: ids.length,
-      };
+        usage: { input: ids.length, output: out.tokenIds.length, cached: 0 },
+        contextTokens: 0,
+        sampled: { tokenIds: out.tokenIds, logprobs: out.logprobs },
+      });
+    },
+    replay(recorded) {
+      if (!recorded.sampled) throw new InfrastructureError('a recorded turn without its tokens cannot be replayed');
+      return taken(recorded);
     },
     async observe(observed) {
       if (!turnOpen)
