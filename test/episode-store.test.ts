@@ -3,6 +3,8 @@ import { test } from 'node:test';
 import type { EpisodeRecord } from '../rollout/episode-runner.ts';
 import { findFinishedEpisode, markEpisodeRunning, saveEpisode } from '../rollout/episode-store.ts';
 import { withClient } from '../infra/control-database.ts';
+import { clearTurnCheckpoints, loadTurnCheckpoints, saveTurnCheckpoint } from '../rollout/turn-checkpoint-store.ts';
+import type { TurnCheckpoint } from '../rollout/turn-checkpoints.ts';
 import { controlReady } from './helpers/stack.ts';
 
 const lone = '\uD83D'; // the first half of an emoji, cut off (a token boundary in a streamed output)
@@ -59,5 +61,43 @@ test('finding 8: an episode with NUL and lone surrogates is saved (as U+FFFD), n
     );
     assert.equal(kept.rows[0]!.content, 'ok \uD83D\uDE00');
     await c.query(`DELETE FROM episodes WHERE id LIKE $1`, [`${id}%`]);
+  });
+});
+
+test('saved turns: only the attempt that owns the running episode saves, in turn order, until they are cleared', async () => {
+  const url = await controlReady();
+  const id = `test:turns:${Date.now()}`;
+  const meta = { id, taskUid: 't', suite: 's', scenario: 'sc', domain: 'd', purpose: 'adhoc' as const };
+  const turn = (n: number, text: string) =>
+    ({
+      turn: n,
+      elapsedMs: n * 10,
+      generation: { raw: text, finishReason: 'stop', usage: { input: 1, output: 1, cached: 0 }, contextTokens: 2 },
+      toolResults: [{ name: 'sql', text: `r\u0000${n}`, isError: false }],
+    }) as TurnCheckpoint;
+  await withClient(url, async (c) => {
+    await markEpisodeRunning(c, meta, 'attempt-1');
+    assert.equal(await saveTurnCheckpoint(c, id, 'attempt-1', turn(1, 'second')), true);
+    assert.equal(await saveTurnCheckpoint(c, id, 'attempt-1', turn(0, 'first')), true);
+    assert.equal(await saveTurnCheckpoint(c, id, 'attempt-0', turn(2, 'stale')), false, 'not the owner');
+    const loaded = await loadTurnCheckpoints(c, id);
+    assert.deepEqual(
+      loaded.map((t) => [t.turn, t.generation.raw, t.toolResults[0]!.text]),
+      [
+        [0, 'first', 'r\uFFFD0'],
+        [1, 'second', 'r\uFFFD1'],
+      ],
+      'in order, with what Postgres refuses replaced',
+    );
+    // A later attempt takes the episode over: it overwrites a turn, and the earlier attempt saves no more.
+    await markEpisodeRunning(c, meta, 'attempt-2');
+    assert.equal(await saveTurnCheckpoint(c, id, 'attempt-2', turn(1, 'second, again')), true);
+    assert.equal(await saveTurnCheckpoint(c, id, 'attempt-1', turn(2, 'late')), false);
+    assert.deepEqual(
+      (await loadTurnCheckpoints(c, id)).map((t) => t.generation.raw),
+      ['first', 'second, again'],
+    );
+    await clearTurnCheckpoints(c, id);
+    assert.deepEqual(await loadTurnCheckpoints(c, id), []);
   });
 });
