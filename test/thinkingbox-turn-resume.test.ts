@@ -70,10 +70,17 @@ interface Attempt {
   sampled: number;
 }
 
-/** One attempt on fresh server processes: replays `replay`, then dies once it has saved `dieAfter` turns. */
-async function attempt(options: { replay?: TurnCheckpoint[]; dieAfter?: number }): Promise<Attempt> {
+/**
+ * One attempt on fresh server processes: replays `replay`, then dies once it has saved `dieAfter` turns. The policy
+ * plays the script from the turn after the replayed ones (or from `scriptFrom`).
+ */
+async function attempt(options: {
+  replay?: TurnCheckpoint[];
+  dieAfter?: number;
+  scriptFrom?: number;
+}): Promise<Attempt> {
   const task = suite.tasks.find((t) => t.uid === UID) as ImportedTask;
-  const from = options.replay?.length ?? 0;
+  const from = options.scriptFrom ?? options.replay?.length ?? 0;
   const double = new OpenAIWireProtocolDouble((_b, i) => SCRIPT[Math.min(from + i, SCRIPT.length - 1)]!);
   doubles.push(double);
   const config = episodeConfigSchema.parse({
@@ -109,7 +116,7 @@ test('killed after its first tool turn, the episode resumes on fresh servers wit
   );
 
   // Without the restore, the live checkout would land on a state where Kuhn is still lent: not the golden one.
-  const fresh = await attempt({ replay: [] });
+  const fresh = await attempt({ scriptFrom: 1 });
   assert.equal(fresh.record?.outcome, 'agent_failure', 'a script that starts at the checkout misses the return');
 
   let forgotten = 0;
