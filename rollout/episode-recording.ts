@@ -17,6 +17,7 @@ import {
   type EpisodeMeta,
   type EpisodeSummary,
 } from './episode-store.ts';
+import { ServedWeightsWatch, weightExpectation } from './served-weights.ts';
 import { findTask } from './task-lookup.ts';
 
 /**
@@ -76,10 +77,14 @@ export async function recordEpisode(
   const attemptId = `${os.hostname()}:${process.pid}:${attempt.number}:${randomUUID()}`;
   await withPooledClient(controlUrl, (c) => markEpisodeRunning(c, meta, attemptId));
   const environment = episodeEnvironment(backends, request.config, suite, task);
-  const deps = episodeDependencies(request.config, environment, task, attempt.signal);
+  // The version recorded is the one the servers said sampled every completion, not the label asked for.
+  const expected = weightExpectation(request);
+  const served = expected ? new ServedWeightsWatch(expected) : undefined;
+  const deps = episodeDependencies(request.config, environment, task, attempt.signal, served);
   const record = await playWithHeartbeats(deps, task, request, attempt);
   record.worker = `${os.hostname()}:${process.pid}`;
-  if (request.config.policy.weight_version !== undefined) record.weightVersion = request.config.policy.weight_version;
+  const servedVersion = served?.version();
+  if (servedVersion !== undefined) record.weightVersion = servedVersion;
   const saved = await retryingSave(
     () => withPooledClient(controlUrl, (c) => saveEpisode(c, request.episodeId, record, attemptId)),
     { onWait: (n) => attempt.heartbeat({ phase: 'saving', retry: n }) },

@@ -37,6 +37,8 @@ export interface Generation {
   usage: { input: number; output: number; cached: number };
   /** Tokens in the context after this generation (prompt + output), for the episode budget. */
   contextTokens: number;
+  /** The weight version the server sampled this turn with, checked per completion (rollout/served-weights.ts). */
+  servedVersion?: number;
 }
 
 export interface Trajectory {
@@ -114,6 +116,7 @@ export function createChatDriver(endpoint: Endpoint, signal?: AbortSignal): Poli
         finishReason: result.finishReason,
         usage: result.usage,
         contextTokens: context,
+        ...(result.servedVersion === undefined ? {} : { servedVersion: result.servedVersion }),
       };
     },
     async observe(observed) {
@@ -206,6 +209,7 @@ export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): Pol
         finishReason: out.finishReason,
         usage: { input: prompt, output: out.tokenIds.length, cached: 0 },
         contextTokens: ids.length,
+        ...(out.servedVersion === undefined ? {} : { servedVersion: out.servedVersion }),
       };
     },
     async observe(observed) {
