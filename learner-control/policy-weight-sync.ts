@@ -305,7 +305,8 @@ export async function reportedWeights(
     const response = await fetch(`${root}/weight_info`, { signal: AbortSignal.timeout(timeoutMs) });
     if (!response.ok) throw new Error(`HTTP ${response.status}: ${(await response.text()).slice(0, 200)}`);
     const body = (await response.json()) as { weight_version?: string | number | null; boot_id?: string };
-    const label = body.weight_version === null || body.weight_version === undefined ? null : String(body.weight_version);
+    const version = body.weight_version;
+    const label = version === null || version === undefined ? null : String(version);
     const bootId = body.boot_id ?? response.headers.get(BOOT_ID_HEADER) ?? undefined;
     return { label, ...(bootId ? { bootId } : {}) };
   } catch (err) {

@@ -57,7 +57,11 @@ export function servedAsExpected(expected: WeightExpectation, served: ServedLabe
 }
 
 /** The episode's cause when a completion came from other weights: names the server and both versions. */
-export function servedWeightsError(server: string, expected: WeightExpectation, served: ServedLabel): InfrastructureError {
+export function servedWeightsError(
+  server: string,
+  expected: WeightExpectation,
+  served: ServedLabel,
+): InfrastructureError {
   const want = expected.label ?? `version ${expected.version}`;
   const got = served.label === null ? 'no labelled weights (restarted, or loaded without a sync)' : served.label;
   const boot = served.bootId ? ` (boot ${served.bootId})` : '';
@@ -104,10 +108,13 @@ export function servedLabelOf(headers: Headers): ServedLabel | undefined {
 export async function weightInfoLabel(root: string, signal?: AbortSignal): Promise<ServedLabel> {
   try {
     const timeout = AbortSignal.timeout(10_000);
-    const response = await fetch(`${root}/weight_info`, { signal: signal ? AbortSignal.any([timeout, signal]) : timeout });
+    const response = await fetch(`${root}/weight_info`, {
+      signal: signal ? AbortSignal.any([timeout, signal]) : timeout,
+    });
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     const body = (await response.json()) as { weight_version?: string | number | null; boot_id?: string };
-    const label = body.weight_version === null || body.weight_version === undefined ? null : String(body.weight_version);
+    const version = body.weight_version;
+    const label = version === null || version === undefined ? null : String(version);
     return { label, ...(body.boot_id ? { bootId: body.boot_id } : {}) };
   } catch (err) {
     throw new InfrastructureError(`weight version of ${root}: ${errorMessage(err)}`, { cause: err });

@@ -61,7 +61,8 @@ async function fakePolicyServer(options: { header?: boolean } = {}): Promise<Fak
         const [held, at] = [label, epoch];
         const served = at !== epoch ? 'mixed' : held === null || held.startsWith('loading:') ? 'none' : held;
         const headers = options.header === false ? {} : { 'x-tbt-served-weights': served, 'x-tbt-boot-id': boot };
-        return send({ choices: [{ text: 'ok', token_ids: [7], finish_reason: 'stop', logprobs: { token_logprobs: [-0.1] } }] }, headers);
+        const choice = { text: 'ok', token_ids: [7], finish_reason: 'stop', logprobs: { token_logprobs: [-0.1] } };
+        return send({ choices: [choice] }, headers);
       }
       send({});
     });
@@ -87,7 +88,8 @@ async function trainingEpisode(server: FakePolicyServer, version: number, turns 
   const endpoint: Endpoint = { baseUrl: server.baseUrl, model: 'm', servedWeights: watch };
   const served: (number | undefined)[] = [];
   try {
-    for (let turn = 0; turn < turns; turn++) served.push((await completeTokens(endpoint, [1, 2], sampling)).servedVersion);
+    for (let turn = 0; turn < turns; turn++)
+      served.push((await completeTokens(endpoint, [1, 2], sampling)).servedVersion);
     return { recorded: watch.version(), served };
   } catch (err) {
     return { recorded: watch.version(), served, cause: (err as Error).message };
