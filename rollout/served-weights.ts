@@ -1,4 +1,5 @@
 import { InfrastructureError, errorMessage } from '../core/errors.ts';
+import { SERVED_WEIGHTS_MISMATCH } from '../core/served-weights-cause.ts';
 
 /**
  * Which weights actually served an episode's completions. The policy servers answer each completion with the label
@@ -11,8 +12,7 @@ import { InfrastructureError, errorMessage } from '../core/errors.ts';
 
 export const SERVED_WEIGHTS_HEADER = 'x-tbt-served-weights';
 export const BOOT_ID_HEADER = 'x-tbt-boot-id';
-/** How the cause of an episode failed by other weights starts (the training step re-syncs on it). */
-export const SERVED_WEIGHTS_MISMATCH = 'served weights mismatch';
+export { SERVED_WEIGHTS_MISMATCH };
 
 /** What served one completion, as the server said. */
 export interface ServedLabel {

@@ -32,7 +32,7 @@ import { startLearnerNodes } from './learner-nodes.ts';
 import { batchFields, episodesToRead, trainedBatchRecord } from './trained-batch-record.ts';
 import { runEpisodeOrInfraError } from './one-episode.ts';
 import { withMissingPollerNamed } from './missing-poller.ts';
-import { SERVED_WEIGHTS_MISMATCH } from '../rollout/served-weights.ts';
+import { SERVED_WEIGHTS_MISMATCH } from '../core/served-weights-cause.ts';
 
 /**
  * One GRPO training step (child workflow `<campaign>/step-<n>`): its tasks (the next ones of the campaign's

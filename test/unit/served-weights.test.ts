@@ -60,7 +60,8 @@ async function fakePolicyServer(options: { header?: boolean } = {}): Promise<Fak
       if (route === '/v1/completions') {
         const [held, at] = [label, epoch];
         const served = at !== epoch ? 'mixed' : held === null || held.startsWith('loading:') ? 'none' : held;
-        const headers = options.header === false ? {} : { 'x-tbt-served-weights': served, 'x-tbt-boot-id': boot };
+        const headers: Record<string, string> =
+          options.header === false ? {} : { 'x-tbt-served-weights': served, 'x-tbt-boot-id': boot };
         const choice = { text: 'ok', token_ids: [7], finish_reason: 'stop', logprobs: { token_logprobs: [-0.1] } };
         return send({ choices: [choice] }, headers);
       }
