@@ -204,6 +204,9 @@ function spawnVllm(
     ...['--logprobs-mode', options.logprobs === 'processed' ? 'processed_logprobs' : 'raw_logprobs'],
     // The receiving end of `policy.weight_transport: collective` (idle unless called).
     ...['--worker-extension-cls', 'tbt_gpu.vllm_weight_receiver.WeightReceiver'],
+    // Each completion answered with the weights that served it (tbt_gpu/vllm_served_weights.py); listed before the
+    // guard, so the guard (added last, outermost) refuses a call without the token before the label tracking sees it.
+    ...['--middleware', 'tbt_gpu.vllm_served_weights.tag_served_weights'],
     // Dev mode's control routes (weight sync, pause, LoRA loading) behind the run's token: tbt_gpu/vllm_route_guard.py.
     ...(options.reloadTokenFile ? ['--middleware', 'tbt_gpu.vllm_route_guard.guard_routes'] : []),
     ...(options.lora ? vllmLoraArgs(options.lora, modelDir, options.lora.adapterDir) : []),

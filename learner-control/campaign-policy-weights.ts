@@ -1,4 +1,4 @@
-import { InfrastructureError, errorMessage } from '../core/errors.ts';
+import { BadInputError, InfrastructureError, errorMessage } from '../core/errors.ts';
 import type { PolicyEngine } from '../infra/embedded-policy-server.ts';
 import { metrics } from '../infra/metrics.ts';
 import type { PolicyLora } from '../config/lora-serving.ts';
@@ -8,6 +8,7 @@ import { ensureEmbeddedPolicyServer, loraZeroAdapterDir, type PolicyServerAddres
 import { learnerFiles } from './learner-process.ts';
 import { policySyncToken } from './policy-sync-token.ts';
 import { learnerWeightPush } from './learner-weight-push.ts';
+import { parseWeightLabel } from '../rollout/served-weights.ts';
 import {
   reportedWeightLabel,
   syncPolicyServers,
@@ -36,6 +37,11 @@ export interface PolicyWeights {
   lora?: PolicyLora;
   /** The embedded server serves the sampled distribution's log-probabilities (`learner.sampler_logprobs`). */
   logprobs?: 'processed';
+  /**
+   * An evaluation of an older step: refuse servers that hold a newer version of this campaign (loading the older
+   * export would move the campaign's servers back under its episodes) instead of syncing them.
+   */
+  refuseOlder?: boolean;
 }
 
 /**
@@ -69,6 +75,7 @@ export async function externalServersOnWeights(
   servers: string[],
 ): Promise<void> {
   const dir = learnerFiles(stateDir, want.campaignId).dir;
+  if (want.refuseOlder) await refuseOlderExport(want, servers);
   const settled = await Promise.allSettled(servers.map((baseUrl) => bringToVersion(baseUrl, want, dir)));
   const failed = settled.find((r) => r.status === 'rejected');
   if (failed) throw failed.reason;
@@ -142,6 +149,19 @@ export interface SyncedServer {
   baseUrl: string;
   seconds: number;
   transport?: WeightTransport;
+}
+
+/** A server that holds a newer version of the campaign than `want` is refused (bad input: not retried). */
+async function refuseOlderExport(want: PolicyWeights, servers: string[]): Promise<void> {
+  for (const baseUrl of servers) {
+    const held = parseWeightLabel(await reportedWeightLabel(baseUrl));
+    if (held && held.owner === want.campaignId && held.version > want.weightVersion)
+      throw new BadInputError(
+        `policy server ${baseUrl} holds campaign ${want.campaignId}'s weight version ${held.version}: evaluating ` +
+          `step ${want.weightVersion} would load an older export into the campaign's server. Evaluate with ` +
+          'episode.policy.base_url: embedded (a server of its own), or after the campaign ended',
+      );
+  }
 }
 
 /** Syncs a server only when it reports another label than the campaign's current version (cheap to call). */

@@ -3,12 +3,14 @@ import { InfrastructureError, errorMessage } from '../core/errors.ts';
 import { freePort } from '../infra/embedded-policy-server.ts';
 import { longRequestDispatcher } from '../infra/long-request-dispatcher.ts';
 import { isAdapterFolder, LORA_ADAPTER_NAME } from '../infra/policy-lora.ts';
+import { BOOT_ID_HEADER } from '../rollout/served-weights.ts';
 
 /**
  * Full-weight sync into policy servers from an exported safetensors folder, in vLLM's dev-mode protocol (the
  * built-in server speaks the same routes): pause (waiting for in-flight requests), reload the weights from the
  * folder (or receive them from the learner over the collective transport), reset the prefix cache (entries
- * computed with the old weights must not be reused), record the weight version, resume. Several servers are synced
+ * computed with the old weights must not be reused), record the weight version and read it back, resume; the label
+ * is `loading:<label>` from the pause until the load succeeded. Several servers are synced
  * at once, each step on every server concurrently; a collective push is one group for all of them (learner rank 0
  * plus every worker of every server), so the learner sends once. The whole sequence runs under one deadline; any
  * failure, or a server that then reports another version, is an InfrastructureError for that server. A server left
@@ -27,7 +29,12 @@ export interface WeightSyncResult {
   transport: WeightTransport;
   /** Why a requested collective push fell back to the disk export. */
   fallback?: string;
+  /** The server process's boot id as it reported it with the label (absent: a server that reports none). */
+  bootId?: string;
 }
+
+/** The label the sync writes before it loads: it names weights on their way, never served ones. */
+export const LOADING_PREFIX = 'loading:';
 
 /**
  * The learner's end of a collective push: sends the step's weights into the `worldSize - 1` server workers that
@@ -89,7 +96,14 @@ export async function syncPolicyServers(
   const started = Date.now();
   const signal = AbortSignal.timeout(deadlineMs);
   const servers = targets.map((t) => ({ ...t, root: t.baseUrl.replace(/\/v1\/?$/, ''), call: serverCall(t, signal) }));
-  const paused = await Promise.allSettled(servers.map((s) => s.call('POST', '/pause?mode=wait')));
+  // Paused, each server is first labelled as loading: a load that fails half way leaves no label that passes for
+  // any campaign's weights (the built-in server and our vLLM middleware also drop the label on every load).
+  const paused = await Promise.allSettled(
+    servers.map(async (s) => {
+      await s.call('POST', '/pause?mode=wait');
+      await s.call('POST', '/update_weight_version', { new_version: `${LOADING_PREFIX}${label}` });
+    }),
+  );
   const live = servers.filter((_, i) => paused[i]!.status === 'fulfilled');
   const loads = await loadWeights(live, weightsPath, collective);
   return Promise.allSettled(
@@ -101,15 +115,18 @@ export async function syncPolicyServers(
         if (load.status === 'rejected') throw load.reason;
         const { transport, fallback } = load.value;
         await server.call('POST', '/reset_prefix_cache');
+        // The label only after the load succeeded, read back before any request is served on the new weights.
         await server.call('POST', '/update_weight_version', { new_version: label });
-        await server.call('POST', '/resume');
         const left = Math.max(1000, deadlineMs - (Date.now() - started));
-        const reported = await reportedWeightLabel(server.baseUrl, left);
-        if (reported !== label)
+        const reported = await reportedWeights(server.baseUrl, left);
+        if (reported.label !== label)
           throw new InfrastructureError(
-            `weight sync to ${server.root}: the server reports weight version ${reported} after loading ${label}`,
+            `weight sync to ${server.root}: the server reports weight version ${reported.label} after loading ${label}`,
           );
-        return { baseUrl: server.baseUrl, label, seconds: (Date.now() - started) / 1000, transport, fallback };
+        await server.call('POST', '/resume');
+        const seconds = (Date.now() - started) / 1000;
+        const boot = reported.bootId ? { bootId: reported.bootId } : {};
+        return { baseUrl: server.baseUrl, label, seconds, transport, fallback, ...boot };
       } catch (err) {
         await server.call.resume();
         throw err;
@@ -275,12 +292,23 @@ function workerErrors(answer: Record<string, unknown>): string | undefined {
 
 /** The weight-version label a server reports (`GET /weight_info`); null when none was ever set. */
 export async function reportedWeightLabel(baseUrl: string, timeoutMs = 10_000): Promise<string | null> {
+  return (await reportedWeights(baseUrl, timeoutMs)).label;
+}
+
+/** The label and boot id a server reports (`GET /weight_info`; the boot id from its body or header, if any). */
+export async function reportedWeights(
+  baseUrl: string,
+  timeoutMs = 10_000,
+): Promise<{ label: string | null; bootId?: string }> {
   const root = baseUrl.replace(/\/v1\/?$/, '');
   try {
     const response = await fetch(`${root}/weight_info`, { signal: AbortSignal.timeout(timeoutMs) });
     if (!response.ok) throw new Error(`HTTP ${response.status}: ${(await response.text()).slice(0, 200)}`);
-    const body = (await response.json()) as { weight_version?: string | number | null };
-    return body.weight_version === null || body.weight_version === undefined ? null : String(body.weight_version);
+    const body = (await response.json()) as { weight_version?: string | number | null; boot_id?: string };
+    const version = body.weight_version;
+    const label = version === null || version === undefined ? null : String(version);
+    const bootId = body.boot_id ?? response.headers.get(BOOT_ID_HEADER) ?? undefined;
+    return { label, ...(bootId ? { bootId } : {}) };
   } catch (err) {
     throw new InfrastructureError(`weight version of ${root}: ${errorMessage(err)}`, { cause: err });
   }

@@ -18,6 +18,7 @@ import {
   type EpisodeMeta,
   type EpisodeSummary,
 } from './episode-store.ts';
+import { ServedWeightsWatch, weightExpectation } from './served-weights.ts';
 import { findTask } from './task-lookup.ts';
 import { clearTurnCheckpoints, loadTurnCheckpoints, saveTurnCheckpoint } from './turn-checkpoint-store.ts';
 import { replayableTurns, ReplayDiverged, type ResumeEntry, type TurnCheckpoint } from './turn-checkpoints.ts';
@@ -79,16 +80,24 @@ export async function recordEpisode(
   const attemptId = `${os.hostname()}:${process.pid}:${attempt.number}:${randomUUID()}`;
   await withPooledClient(controlUrl, (c) => markEpisodeRunning(c, meta, attemptId));
   const saved = await withPooledClient(controlUrl, (c) => loadTurnCheckpoints(c, request.episodeId));
-  const play = (replay: TurnCheckpoint[]) => {
+  const expected = weightExpectation(request);
+  const play = async (replay: TurnCheckpoint[]) => {
+    // The version recorded is the one the servers said sampled every completion, not the label asked for.
+    const served = expected ? new ServedWeightsWatch(expected) : undefined;
     const deps = episodeDependencies(
       request.config,
       episodeEnvironment(backends, request.config, suite, task),
       task,
       attempt.signal,
+      served,
     );
     deps.replay = replay;
     deps.saveTurn = turnSaver(controlUrl, request, attemptId, attempt);
-    return playWithHeartbeats(deps, task, request, attempt);
+    const played = await playWithHeartbeats(deps, task, request, attempt);
+    // Replayed turns were sampled by the version this attempt expects (replayableTurns); live ones say theirs.
+    const version = served?.checked() === 0 ? replay.at(-1)?.weightVersion : served?.version();
+    if (version !== undefined) played.weightVersion = version;
+    return played;
   };
   const record = await playResumed(saved, play, {
     attemptId,
@@ -97,7 +106,6 @@ export async function recordEpisode(
     forget: () => withPooledClient(controlUrl, (c) => clearTurnCheckpoints(c, request.episodeId)),
   });
   record.worker = `${os.hostname()}:${process.pid}`;
-  if (request.config.policy.weight_version !== undefined) record.weightVersion = request.config.policy.weight_version;
   const stored = await retryingSave(
     () => withPooledClient(controlUrl, (c) => saveEpisode(c, request.episodeId, record, attemptId)),
     { onWait: (n) => attempt.heartbeat({ phase: 'saving', retry: n }) },
@@ -174,9 +182,10 @@ function turnSaver(
   attempt: EpisodeAttempt,
 ): (checkpoint: TurnCheckpoint) => Promise<void> {
   let saving = true;
-  const weightVersion = request.config.policy.weight_version;
   return async (checkpoint) => {
     if (!saving) return;
+    // The version the server said it sampled with, else (a server without the header) the one asked for.
+    const weightVersion = checkpoint.generation.servedVersion ?? request.config.policy.weight_version;
     const versioned = weightVersion === undefined ? checkpoint : { ...checkpoint, weightVersion };
     try {
       saving = await retryingSave(

@@ -11,6 +11,7 @@ import { sandboxEnvironment, type EpisodeEnvironment, type EpisodeTask } from '.
 import type { EpisodeDependencies, EpisodeOptions } from './episode-runner.ts';
 import { createJudge } from './judge-client.ts';
 import { createChatDriver, createTokenDriver } from './policy-driver.ts';
+import type { ServedWeightsWatch } from './served-weights.ts';
 import { createSimulatedUser } from './simulated-user.ts';
 import type { AnyTask } from './task-lookup.ts';
 
@@ -64,19 +65,21 @@ export function episodeEnvironment(
   return thinkingboxEnvironment(backends.thinkingbox(config), suite, task as ImportedTask);
 }
 
-/** `signal` abandons the episode: it reaches the runner and every client, which abort their requests in flight. */
+/**
+ * `signal` abandons the episode: it reaches the runner and every client, which abort their requests in flight.
+ * `servedWeights` checks every policy completion against the weights the episode expects (rollout/served-weights.ts).
+ */
 export function episodeDependencies(
   config: EpisodeConfig,
   environment: EpisodeEnvironment,
   task: EpisodeTask,
   signal?: AbortSignal,
+  servedWeights?: ServedWeightsWatch,
 ): EpisodeDependencies {
+  const policy = { ...toEndpoint(config.policy), ...(servedWeights ? { servedWeights } : {}) };
   return {
     environment,
-    policy:
-      config.policy.mode === 'tokens'
-        ? createTokenDriver(toEndpoint(config.policy), signal)
-        : createChatDriver(toEndpoint(config.policy), signal),
+    policy: config.policy.mode === 'tokens' ? createTokenDriver(policy, signal) : createChatDriver(policy, signal),
     user: createSimulatedUser(
       config.user.mode === 'llm'
         ? {

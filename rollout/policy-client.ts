@@ -2,6 +2,7 @@ import OpenAI from 'openai';
 import { ContextOverflowError, InfrastructureError, errorMessage, isContextOverflowText } from '../core/errors.ts';
 import { NO_API_KEY, resolveApiKey } from './api-key.ts';
 import { longRequestDispatcher } from '../infra/long-request-dispatcher.ts';
+import { checkServed, type ServedWeightsWatch } from './served-weights.ts';
 
 /**
  * Client of an OpenAI-compatible policy server (vLLM in production, the embedded CPU server locally).
@@ -16,6 +17,8 @@ export interface Endpoint {
   /** Environment variable holding the API key; read at call time, never stored. */
   apiKeyEnv?: string;
   timeoutMs?: number;
+  /** The weights this episode's completions must be served with (rollout/served-weights.ts); checked on each. */
+  servedWeights?: ServedWeightsWatch;
 }
 
 export interface ChatMessage {
@@ -32,6 +35,8 @@ export interface ChatResult {
   nativeToolCalls?: { id?: string; type?: string; function: { name: string; arguments: string } }[];
   finishReason: string;
   usage: { input: number; output: number; cached: number };
+  /** The weight version the server sampled it with, as checked against `Endpoint.servedWeights`. */
+  servedVersion?: number;
 }
 
 export interface TokenCompletion {
@@ -39,6 +44,8 @@ export interface TokenCompletion {
   logprobs: number[];
   text: string;
   finishReason: string;
+  /** The weight version the server sampled it with, as checked against `Endpoint.servedWeights`. */
+  servedVersion?: number;
 }
 
 export interface SamplingParams {
@@ -74,7 +81,7 @@ async function postRaw(
   what: string,
   timeoutMs?: number,
   signal?: AbortSignal,
-): Promise<{ status: number; ok: boolean; text: string }> {
+): Promise<{ status: number; ok: boolean; text: string; headers: Headers }> {
   const key = resolveApiKey(endpoint);
   const authorization: Record<string, string> = key ? { authorization: `Bearer ${key}` } : {};
   const timeout = AbortSignal.timeout(timeoutMs ?? endpoint.timeoutMs ?? 300_000);
@@ -86,7 +93,7 @@ async function postRaw(
       signal: signal ? AbortSignal.any([timeout, signal]) : timeout,
       dispatcher: longRequestDispatcher, // a long generation answers after minutes: only the signal bounds it
     } as RequestInit);
-    return { status: response.status, ok: response.ok, text: await response.text() };
+    return { status: response.status, ok: response.ok, text: await response.text(), headers: response.headers };
   } catch (err) {
     throw new InfrastructureError(`policy server ${what}: ${errorMessage(err)}`, { cause: err });
   }
@@ -100,13 +107,24 @@ async function postJson<T>(
   timeoutMs?: number,
   signal?: AbortSignal,
 ): Promise<T> {
-  const { status, ok, text } = await postRaw(endpoint, url, body, what, timeoutMs, signal);
+  return (await postAnswer<T>(endpoint, url, body, what, timeoutMs, signal)).body;
+}
+
+async function postAnswer<T>(
+  endpoint: Endpoint,
+  url: string,
+  body: unknown,
+  what: string,
+  timeoutMs?: number,
+  signal?: AbortSignal,
+): Promise<{ body: T; headers: Headers }> {
+  const { status, ok, text, headers } = await postRaw(endpoint, url, body, what, timeoutMs, signal);
   if (!ok) {
     const message = `policy server ${what}: HTTP ${status}: ${text.slice(0, 500)}`;
     if (status === 400 && isContextOverflowText(text)) throw new ContextOverflowError(message);
     throw new InfrastructureError(message);
   }
-  return JSON.parse(text) as T;
+  return { body: JSON.parse(text) as T, headers };
 }
 
 export async function chatComplete(
@@ -125,23 +143,26 @@ export async function chatComplete(
     fetchOptions: { dispatcher: longRequestDispatcher } as OpenAI.RequestOptions['fetchOptions'],
   });
   try {
-    const completion = await client.chat.completions.create(
-      {
-        model: endpoint.model,
-        messages: messages as OpenAI.Chat.ChatCompletionMessageParam[],
-        temperature: sampling.temperature,
-        top_p: sampling.topP,
-        // top_k is not an OpenAI field: vLLM (and the built-in server) read it; only sent when set.
-        ...(sampling.topK !== undefined && sampling.topK > 0 ? ({ top_k: sampling.topK } as object) : {}),
-        max_tokens: sampling.maxTokens,
-        ...(sampling.seed === undefined ? {} : { seed: sampling.seed }),
-        ...(tools && tools.length ? { tools: tools as OpenAI.Chat.ChatCompletionTool[] } : {}),
-        ...(tools?.length && sampling.parallelToolCalls !== undefined
-          ? { parallel_tool_calls: sampling.parallelToolCalls }
-          : {}),
-      },
-      sampling.signal ? { signal: sampling.signal } : undefined,
-    );
+    const { data: completion, response } = await client.chat.completions
+      .create(
+        {
+          model: endpoint.model,
+          messages: messages as OpenAI.Chat.ChatCompletionMessageParam[],
+          temperature: sampling.temperature,
+          top_p: sampling.topP,
+          // top_k is not an OpenAI field: vLLM (and the built-in server) read it; only sent when set.
+          ...(sampling.topK !== undefined && sampling.topK > 0 ? ({ top_k: sampling.topK } as object) : {}),
+          max_tokens: sampling.maxTokens,
+          ...(sampling.seed === undefined ? {} : { seed: sampling.seed }),
+          ...(tools && tools.length ? { tools: tools as OpenAI.Chat.ChatCompletionTool[] } : {}),
+          ...(tools?.length && sampling.parallelToolCalls !== undefined
+            ? { parallel_tool_calls: sampling.parallelToolCalls }
+            : {}),
+        },
+        sampling.signal ? { signal: sampling.signal } : undefined,
+      )
+      .withResponse();
+    const servedVersion = await checkServed(endpoint, response.headers, sampling.signal);
     const choice = completion.choices[0];
     if (!choice) throw new Error('no choices in the response');
     // vLLM renamed `reasoning_content` (still what DeepSeek-style APIs send) to `reasoning`: either is the reasoning.
@@ -165,8 +186,11 @@ export async function chatComplete(
         output: completion.usage?.completion_tokens ?? 0,
         cached: completion.usage?.prompt_tokens_details?.cached_tokens ?? 0,
       },
+      ...(servedVersion === undefined ? {} : { servedVersion }),
     };
   } catch (err) {
+    // Other weights served it (rollout/served-weights.ts): that cause goes to the episode as it is.
+    if (err instanceof InfrastructureError) throw err;
     const message = `policy chat completion failed: ${errorMessage(err)}`;
     if (err instanceof OpenAI.APIError && err.status === 400 && isContextOverflowText(err.message))
       throw new ContextOverflowError(message, { cause: err });
@@ -180,7 +204,7 @@ export async function completeTokens(
   prompt: number[],
   sampling: SamplingParams,
 ): Promise<TokenCompletion> {
-  const body = await postJson<{
+  const { body, headers } = await postAnswer<{
     choices: { text: string; token_ids?: number[]; finish_reason: string; logprobs?: { token_logprobs?: number[] } }[];
   }>(
     endpoint,
@@ -212,7 +236,14 @@ export async function completeTokens(
     throw new InfrastructureError(
       `policy server token completion: ${choice.token_ids.length} token ids but ${logprobs.length} logprobs`,
     );
-  return { tokenIds: choice.token_ids, logprobs, text: choice.text, finishReason: choice.finish_reason };
+  const servedVersion = await checkServed(endpoint, headers, sampling.signal);
+  return {
+    tokenIds: choice.token_ids,
+    logprobs,
+    text: choice.text,
+    finishReason: choice.finish_reason,
+    ...(servedVersion === undefined ? {} : { servedVersion }),
+  };
 }
 
 export async function tokenizeMessages(

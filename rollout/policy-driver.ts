@@ -39,6 +39,8 @@ export interface Generation {
   contextTokens: number;
   /** Token mode: the sampled ids and their log-probs, which a resumed episode replays (rollout/turn-checkpoints.ts). */
   sampled?: { tokenIds: number[]; logprobs: number[] };
+  /** The weight version the server sampled this turn with, checked per completion (rollout/served-weights.ts). */
+  servedVersion?: number;
 }
 
 export interface Trajectory {
@@ -125,6 +127,7 @@ export function createChatDriver(endpoint: Endpoint, signal?: AbortSignal): Poli
         finishReason: result.finishReason,
         usage: result.usage,
         contextTokens: 0,
+        ...(result.servedVersion === undefined ? {} : { servedVersion: result.servedVersion }),
       });
     },
     replay: (recorded) => taken(recorded),
@@ -222,6 +225,7 @@ export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): Pol
         usage: { input: ids.length, output: out.tokenIds.length, cached: 0 },
         contextTokens: 0,
         sampled: { tokenIds: out.tokenIds, logprobs: out.logprobs },
+        ...(out.servedVersion === undefined ? {} : { servedVersion: out.servedVersion }),
       });
     },
     replay(recorded) {

@@ -770,6 +770,8 @@ async function trainingStep(run: CampaignRun, step: number): Promise<{ record?: 
         policyServers,
         embeddedEngine: config.episode.policy.base_url === 'embedded' ? config.episode.policy.engine : undefined,
         weightVersion: state.weightVersion ?? 0,
+        // What a server that lost the version is synced to again (training-step-workflow.ts resyncServedWeights).
+        ...(state.weightsPath ? { weightsPath: state.weightsPath } : {}),
         gpuQueueWaitMs: config.recovery?.gpu_queue_wait_ms,
         ...(state.taskCursor ? { taskCursor: state.taskCursor } : {}),
         // Overlapped steps (max_staleness > 0): this step's groups, if sampled ahead, and whether to sample the next.

@@ -165,6 +165,8 @@ async function evaluateStep(
       basePath: input.config.learner.model_path,
       deadlineMs: policy.sync_deadline_ms,
       servers,
+      // Runs started before this guard loaded whatever step they evaluated; replay keeps their activity input.
+      ...(patched('refuse-older-export') ? { refuseOlder: true } : {}),
     });
     return { ...episode, policy: { ...policy, weight_version: latest.step } };
   };

@@ -32,6 +32,7 @@ import { startLearnerNodes } from './learner-nodes.ts';
 import { batchFields, episodesToRead, trainedBatchRecord } from './trained-batch-record.ts';
 import { runEpisodeOrInfraError } from './one-episode.ts';
 import { withMissingPollerNamed } from './missing-poller.ts';
+import { SERVED_WEIGHTS_MISMATCH } from '../core/served-weights-cause.ts';
 
 /**
  * One GRPO training step (child workflow `<campaign>/step-<n>`): its tasks (the next ones of the campaign's
@@ -70,6 +71,8 @@ export interface TrainingStepInput {
   embeddedEngine?: 'vllm' | 'builtin';
   /** Weight version the servers hold while this step samples (the previous step's; 0 = base weights). */
   weightVersion: number;
+  /** The export of `weightVersion` (absent: the base weights, or a step started before it was passed). */
+  weightsPath?: string;
   /** @deprecated input of steps started before weight sync covered every server: the embedded server only. */
   policyBaseUrl?: string;
   /** The GPU activities' schedule-to-start limit (`recovery.gpu_queue_wait_ms`; default: activity-options.ts). */
@@ -108,6 +111,10 @@ interface Sampling {
   /** Closed while weights are synced: no episode starts, and the sync waits until none is in flight. */
   gateClosed: boolean;
   done: boolean;
+  /** The export the servers hold (`episode.policy.weight_version`'s): what a server that lost it gets again. */
+  weightsPath?: string;
+  /** A re-sync of servers that served other weights, while one runs (episodes that meet it share it). */
+  resync?: Promise<void>;
 }
 
 function samplingOf(input: TrainingStepInput, step: number, trainVersion: number): Sampling {
@@ -119,6 +126,7 @@ function samplingOf(input: TrainingStepInput, step: number, trainVersion: number
     slots: new ConcurrencySlots(input.training.concurrency),
     gateClosed: false,
     done: false,
+    ...(input.weightsPath ? { weightsPath: input.weightsPath } : {}),
   };
 }
 
@@ -206,6 +214,7 @@ function groupRunner(input: TrainingStepInput, sampling: Sampling, current: bool
     else await condition(() => inFlight < t.concurrency);
     inFlight += 1;
     showSampling();
+    let summary: EpisodeSummary;
     try {
       const retry = attempt.retry ? `~retry-${attempt.retry}` : '';
       const activityInput: EpisodeActivityInput = {
@@ -218,13 +227,17 @@ function groupRunner(input: TrainingStepInput, sampling: Sampling, current: bool
         repetition: rep,
         config: sampling.episode,
       };
-      return await runEpisodeOrInfraError(input.rolloutQueue, activityInput, uniqueIds);
+      summary = await runEpisodeOrInfraError(input.rolloutQueue, activityInput, uniqueIds);
     } finally {
       inFlight -= 1;
       done += 1;
       showSampling();
       if (current) slots.release();
     }
+    // A server sampled with other weights than the campaign's (it restarted on its own, say): synced again before
+    // the episode is refilled. Histories from before the check never saw such a cause: replay never gets here.
+    if (servedOtherWeights(summary) && patched('resync-served-weights')) await resyncServedWeights(input, sampling);
+    return summary;
   };
 
   // An episode sampled from weights more than max_staleness versions behind the ones the learner trains from (one
@@ -256,6 +269,47 @@ function groupRunner(input: TrainingStepInput, sampling: Sampling, current: bool
     const rewards = valid.map((e) => e.reward);
     return { uid, episodes: valid, rewards, lost: valid.length < t.group_size, infraErrors, stale };
   };
+}
+
+/** An episode failed because a policy server answered with other weights than it expected (served-weights.ts). */
+function servedOtherWeights(summary: EpisodeSummary): boolean {
+  return summary.outcome === 'infrastructure_error' && (summary.cause ?? '').startsWith(SERVED_WEIGHTS_MISMATCH);
+}
+
+/**
+ * The campaign's servers brought back to the version the step samples on: each is synced only when it reports
+ * another label (the embedded server restarted when it cannot take them; the episodes then use its address). One
+ * re-sync at a time: episodes that meet other weights meanwhile wait for it.
+ */
+function resyncServedWeights(input: TrainingStepInput, sampling: Sampling): Promise<void> {
+  sampling.resync ??= (async () => {
+    const gpu = withMissingPollerNamed(
+      proxyActivities<GpuActivities>(gpuOptions(input.gpuQueue, '1 hour', input.gpuQueueWaitMs)),
+      input.gpuQueue,
+    );
+    const want = {
+      campaignId: input.campaignId,
+      weightVersion: sampling.episode.policy.weight_version ?? sampling.startVersion,
+      ...(sampling.weightsPath ? { weightsPath: sampling.weightsPath } : {}),
+      basePath: input.learner.model_path,
+      deadlineMs: input.episode.policy.sync_deadline_ms,
+      ...loraServing(input.learner),
+      ...logprobsServing(input.learner),
+    };
+    log.warn('a policy server sampled with other weights: syncing the campaign servers again', {
+      step: sampling.step,
+      weightVersion: want.weightVersion,
+    });
+    if (want.weightVersion > 0 && !want.weightsPath) return; // an older step input: the campaign's pause re-syncs
+    if (input.embeddedEngine) {
+      const server = await gpu.ensurePolicyServer({ ...want, engine: input.embeddedEngine });
+      const policy = { ...sampling.episode.policy, base_url: server.baseUrl, model: server.model };
+      sampling.episode = { ...sampling.episode, policy };
+    } else await gpu.ensurePolicyWeights({ ...want, servers: input.policyServers });
+  })().finally(() => {
+    sampling.resync = undefined;
+  });
+  return sampling.resync;
 }
 
 /** Rounds of groups until the selection (group-selection.ts) is final. */
@@ -411,7 +465,10 @@ async function updatePolicy(
       ...loraServing(input.learner),
       ...logprobsServing(input.learner),
     });
-    if (syncing) sampling.episode = onSyncedWeights(sampling.episode, synced, input.embeddedEngine !== undefined);
+    if (syncing) {
+      sampling.episode = onSyncedWeights(sampling.episode, synced, input.embeddedEngine !== undefined);
+      sampling.weightsPath = exported.path;
+    }
     const seconds = { update: (updated - started) / 1000, drain: (drained - updated) / 1000 };
     return { update, exported, synced, seconds: { ...seconds, sync: (Date.now() - drained) / 1000 } };
   } finally {

@@ -360,7 +360,8 @@ def test_reload_weights_swaps_after_in_flight_requests(server: Client, model_dir
 def test_vllm_dev_mode_weight_sync_routes(server: Client, model_dir: Path, tmp_path: Path) -> None:
     """The routes our weight-sync client calls on vLLM: pause holds new generations until resume."""
     greedy = {"prompt": "Hello", "max_tokens": 2, "temperature": 0, "return_token_ids": True}
-    assert server.get("/weight_info") == {"weight_version": None}
+    boot_id = server.get("/weight_info")["boot_id"]
+    assert server.get("/weight_info") == {"weight_version": None, "boot_id": boot_id}
     before = server.get("/health")["weight_version"]
     assert server.post("/pause?mode=wait", {}) == {"status": "paused"}
     assert server.get("/is_paused") == {"is_paused": True}
@@ -376,7 +377,17 @@ def test_vllm_dev_mode_weight_sync_routes(server: Client, model_dir: Path, tmp_p
     assert server.post("/resume", {}) == {"status": "resumed"}
     thread.join(timeout=60)
     assert held["weight_version"] == before + 1, "the held generation ran on the reloaded weights"
-    assert server.get("/weight_info") == {"weight_version": "c@1"}
+    assert server.get("/weight_info") == {"weight_version": "c@1", "boot_id": boot_id}
+    # Each completion names the weights that served it: the label once the sync wrote it, none after a bare load.
+    req = urllib.request.Request(server.base + "/v1/completions", data=json.dumps(greedy).encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=120) as response:
+        assert response.headers["x-tbt-served-weights"] == "c@1"
+        assert response.headers["x-tbt-boot-id"] == boot_id
+    assert server.post("/collective_rpc", rpc) == {"results": [None]}
+    assert server.get("/weight_info")["weight_version"] is None, "a load drops the label until a sync writes one"
+    with urllib.request.urlopen(req, timeout=120) as response:
+        assert response.headers["x-tbt-served-weights"] == "none"
+    assert server.post("/update_weight_version", {"new_version": "c@1"})["new_version"] == "c@1"
     status, body = server.request("POST", "/collective_rpc", {"method": "other"})
     assert status == 400 and body["error"]["param"] == "method"
     status, body = server.request("POST", "/collective_rpc", {"method": "reload_weights", "kwargs": {}})

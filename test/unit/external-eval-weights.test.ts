@@ -99,6 +99,8 @@ test('external server with a checkpoint: synced to that step, then evaluated and
       basePath: config.learner.model_path,
       deadlineMs: undefined,
       servers: [externalUrl],
+      // A server holding a newer version of the campaign is refused, not moved back (campaign-policy-weights.ts).
+      refuseOlder: true,
     },
   );
   assert.deepEqual(episodeWeights, [7, 7], 'every episode records the weights it ran on');

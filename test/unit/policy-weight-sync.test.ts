@@ -130,13 +130,17 @@ test('one push spans every worker of every server with the receiver; the others 
   for (const s of [a, b]) assert.ok(!routes(s).includes('rpc:reload_weights'));
   assert.deepEqual(routes(c), [
     '/pause',
+    '/update_weight_version',
     'rpc:tbt_weight_transport',
     'rpc:reload_weights',
     '/reset_prefix_cache',
     '/update_weight_version',
-    '/resume',
     '/weight_info',
+    '/resume',
   ]);
+  // Labelled as loading until the load succeeded; the label read back before the server serves again.
+  const labels = c.calls.filter((x) => x.route === '/update_weight_version').map((x) => x.body.new_version);
+  assert.deepEqual(labels, ['loading:camp@3', 'camp@3']);
   // Every server was paused before any receive began: the broadcast never meets a server still sampling.
   const lastPause = Math.max(...[a, b, c].map((s) => s.calls.find((x) => x.route === '/pause')!.at));
   const firstReceive = Math.min(...[a, b].map((s) => s.calls.find((x) => x.route === 'rpc:receive_tbt_weights')!.at));

@@ -18,12 +18,14 @@ from .batcher import Batcher
 from .config import ServerConfig
 from .engine import Engine, read_chat_template
 from .errors import ApiError, BadRequest, Forbidden, MethodNotAllowed, NotFound, Unauthorized
+from ..served_weights import ServedWeights
 
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 << 20
 
-Handler = Callable[[Any], dict[str, Any]]
+# A handler answers a JSON object, or one with response headers (the completions' served weights).
+Handler = Callable[[Any], dict[str, Any] | tuple[dict[str, Any], dict[str, str]]]
 
 # Routes that change what the server serves: bearer token required (inference stays open, on loopback).
 PROTECTED_ROUTES = frozenset(
@@ -60,13 +62,14 @@ class PolicyServer:
             "/collective_rpc": {"POST": self._collective_rpc},
             "/reset_prefix_cache": {"POST": lambda _: {}},  # no prefix cache here
             "/update_weight_version": {"POST": self._update_weight_version},
-            "/weight_info": {"GET": lambda _: {"weight_version": self.weight_label}},
+            "/weight_info": {"GET": lambda _: self.served.info()},
         }
         # Generation requests wait while paused; the batcher runs jobs in order, so a reload queued after
         # /pause starts once the in-flight generations are done (vLLM's `mode=wait`).
         self.accepting = threading.Event()
         self.accepting.set()
-        self.weight_label: str | None = None
+        # The label the last sync wrote and this process's boot id; each completion is answered with what served it.
+        self.served = ServedWeights()
         self.httpd = ThreadingHTTPServer((config.host, config.port), _RequestHandler)
         self.httpd.daemon_threads = True
         self.httpd.app = self  # type: ignore[attr-defined]
@@ -130,21 +133,25 @@ class PolicyServer:
             "max_model_len": self.engine.max_model_len,
         }]}  # fmt: skip
 
-    def _completions(self, data: Any) -> dict[str, Any]:
+    def _completions(self, data: Any) -> tuple[dict[str, Any], dict[str, str]]:
         self.accepting.wait()
+        ticket = self.served.ticket()
         body = protocol.Body(data)
         protocol.check_model_name(body, self.config.model_name)
         parsed = protocol.parse_completion(body, self.engine)
         result = self.batcher.generate(parsed.request).result()
-        return protocol.completion_response(parsed, result, self.engine, self.config.model_name)
+        response = protocol.completion_response(parsed, result, self.engine, self.config.model_name)
+        return response, self.served.headers(ticket)
 
-    def _chat_completions(self, data: Any) -> dict[str, Any]:
+    def _chat_completions(self, data: Any) -> tuple[dict[str, Any], dict[str, str]]:
         self.accepting.wait()
+        ticket = self.served.ticket()
         body = protocol.Body(data)
         protocol.check_model_name(body, self.config.model_name)
         parsed = protocol.parse_chat(body, self.engine)
         result = self.batcher.generate(parsed.request).result()
-        return protocol.chat_response(parsed, result, self.engine, self.config.model_name)
+        response = protocol.chat_response(parsed, result, self.engine, self.config.model_name)
+        return response, self.served.headers(ticket)
 
     def _tokenize(self, data: Any) -> dict[str, Any]:
         return protocol.tokenize(protocol.Body(data), self.engine)
@@ -156,6 +163,7 @@ class PolicyServer:
         path, version = protocol.reload_request(protocol.Body(data))
         folder = self.checked_weights_path(path)
         started = time.monotonic()
+        self.served.loading()
         new_version = self.batcher.reload(folder, version).result()
         return {"weight_version": new_version, "path": path, "seconds": round(time.monotonic() - started, 2)}
 
@@ -177,12 +185,14 @@ class PolicyServer:
         path = kwargs.get("weights_path") if isinstance(kwargs, dict) else None
         if not isinstance(path, str) or not path:
             raise BadRequest("collective_rpc reload_weights needs kwargs.weights_path", param="kwargs")
-        self.batcher.reload(self.checked_weights_path(path), None).result()
+        folder = self.checked_weights_path(path)
+        self.served.loading()
+        self.batcher.reload(folder, None).result()
         return {"results": [None]}
 
     def _update_weight_version(self, data: Any) -> dict[str, Any]:
         version = protocol.Body(data).string("new_version", required=True)
-        self.weight_label = version
+        self.served.set_label(version)
         return {"success": True, "new_version": version}
 
 
@@ -203,15 +213,16 @@ class _RequestHandler(BaseHTTPRequestHandler):
             app.authorize(path, self.headers.get("Authorization"))  # before the body is read
             data = self._read_json() if method == "POST" else None
             handler = app.route(method, path)
-            status, payload = 200, handler(data)
+            status, answer = 200, handler(data)
+            payload, headers = answer if isinstance(answer, tuple) else (answer, {})
         except ApiError as exc:
-            status, payload = exc.status, exc.body()
+            status, payload, headers = exc.status, exc.body(), {}
         except Exception as exc:
             logger.exception("%s %s failed", method, path)
-            status, payload = 500, ApiError(f"internal error: {type(exc).__name__}: {exc}").body()
+            status, payload, headers = 500, ApiError(f"internal error: {type(exc).__name__}: {exc}").body(), {}
         if status >= 400:
             self.close_connection = True  # the request body may be unread: do not reuse the connection
-        self._send(status, payload)
+        self._send(status, payload, headers)
 
     def _read_json(self) -> Any:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -230,10 +241,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except ValueError as exc:
             raise BadRequest(f"the request body is not valid JSON: {exc}") from None
 
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         body = json.dumps(payload, allow_nan=False, separators=(",", ":")).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         if self.close_connection:
             self.send_header("Connection", "close")
