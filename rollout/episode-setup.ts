@@ -75,7 +75,7 @@ export function episodeDependencies(
     environment,
     policy:
       config.policy.mode === 'tokens'
-        ? createTokenDriver(toEndpoint(config.policy), signal)
+        ? createTokenDriver(toEndpoint(config.policy), signal, config.policy.weight_version)
         : createChatDriver(toEndpoint(config.policy), signal),
     user: createSimulatedUser(
       config.user.mode === 'llm'

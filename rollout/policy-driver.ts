@@ -43,7 +43,32 @@ export interface Trajectory {
   tokenIds: number[];
   lossMask: number[];
   logprobs: number[];
+  /**
+   * The weight version that sampled each token, as long as tokenIds; NO_VERSION where the mask is 0. With
+   * `training.partial_rollouts` one episode, even one turn, may carry two versions. Absent when the episode ran on
+   * weights without a version (evaluation) and in trajectories recorded before versions were kept.
+   */
+  versions?: number[];
 }
+
+/** The version of a token no policy sampled (prompt, observation, template tokens: mask 0). */
+export const NO_VERSION = -1;
+
+/**
+ * The version a completion was sampled on: the label the server reported with it (`<campaign>@<n>` or `n`), else
+ * `fallback` (the episode config's `policy.weight_version`, plus one per sync that interrupted the episode).
+ */
+export function tokenVersion(served: unknown, fallback: number | undefined): number | undefined {
+  const text = typeof served === 'number' ? String(served) : typeof served === 'string' ? served : '';
+  const match = /(?:^|@)(\d+)$/.exec(text);
+  return match ? Number(match[1]) : fallback;
+}
+
+/** The weights label a completion reports, where the server reports one. */
+const servedOf = (completion: object): unknown => (completion as { servedVersion?: unknown }).servedVersion;
+
+/** Continuations of one turn after syncs interrupted it (finish_reason `abort`) before the turn is given up. */
+export const MAX_TURN_CONTINUATIONS = 8;
 
 /** How the opening was sent: `systemMessages` is set when it had several system messages. */
 export interface PromptStart {
@@ -168,21 +193,33 @@ function lastIndexOfSequence(haystack: number[], needle: number[]): number {
   return -1;
 }
 
-export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): PolicyDriver {
+/**
+ * `weightVersion`: the version the episode starts on (its config's `policy.weight_version`), the version of its
+ * sampled tokens unless the server reports one per completion. A completion the server interrupted for a weight sync
+ * (finish_reason `abort`, `training.partial_rollouts`) keeps its partial tokens and log-probabilities, and the turn
+ * goes on from them on the new weights with what is left of its max_tokens.
+ */
+export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal, weightVersion?: number): PolicyDriver {
   let tools: unknown[] | undefined;
   const ids: number[] = [];
   const mask: number[] = [];
   const logprobs: number[] = [];
+  const versions: number[] = [];
+  // Every sampled token's version known (else the trajectory carries none); syncs that interrupted the episode.
+  let versionsKnown = true;
+  let interruptions = 0;
   let anchorTokens: number[] | undefined;
   let terminator: number[] = [];
   let opening = 0;
   let thinkPreopened = false;
   // A sampled turn that ended (stop token or string, or cut at its token cap), waiting for its observation.
   let turnOpen = false;
-  const push = (tokens: number[], m: 0 | 1, lp?: number[]) => {
+  const push = (tokens: number[], m: 0 | 1, lp?: number[], version?: number) => {
     ids.push(...tokens);
     mask.push(...tokens.map(() => m));
     logprobs.push(...(lp ?? tokens.map(() => 0)));
+    if (m === 1 && version === undefined && tokens.length > 0) versionsKnown = false;
+    versions.push(...tokens.map(() => (m === 1 ? (version ?? NO_VERSION) : NO_VERSION)));
   };
   return {
     async start(initial, offered) {
@@ -197,14 +234,28 @@ export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): Pol
     },
     async generate(sampling) {
       const prompt = ids.length;
-      const out = await completeTokens(endpoint, ids, { ...sampling, signal });
-      push(out.tokenIds, 1, out.logprobs);
+      let out = await completeTokens(endpoint, ids, { ...sampling, signal });
+      const fallback = () => (weightVersion === undefined ? undefined : weightVersion + interruptions);
+      push(out.tokenIds, 1, out.logprobs, tokenVersion(servedOf(out), fallback()));
+      let text = out.text;
+      // Interrupted by a weight sync: the turn goes on from its partial tokens on the new weights.
+      for (let n = 0; out.finishReason === 'abort' && !signal?.aborted && n < MAX_TURN_CONTINUATIONS; n++) {
+        interruptions += 1;
+        const left = sampling.maxTokens - (ids.length - prompt);
+        if (left <= 0) {
+          out = { ...out, tokenIds: [], logprobs: [], text: '', finishReason: 'length' };
+          break;
+        }
+        out = await completeTokens(endpoint, ids, { ...sampling, maxTokens: left, signal });
+        push(out.tokenIds, 1, out.logprobs, tokenVersion(servedOf(out), fallback()));
+        text += out.text;
+      }
       turnOpen = out.finishReason === 'stop' || out.finishReason === 'length';
       return {
-        raw: out.text,
+        raw: text,
         ...(thinkPreopened ? { thinkPreopened } : {}),
         finishReason: out.finishReason,
-        usage: { input: prompt, output: out.tokenIds.length, cached: 0 },
+        usage: { input: prompt, output: ids.length - prompt, cached: 0 },
         contextTokens: ids.length,
       };
     },
@@ -234,6 +285,11 @@ export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): Pol
       push([...closing, ...rendered.slice(anchor.length)], 0);
     },
     tokensAfterPrompt: () => ids.length - opening,
-    trajectory: () => ({ tokenIds: [...ids], lossMask: [...mask], logprobs: [...logprobs] }),
+    trajectory: () => ({
+      tokenIds: [...ids],
+      lossMask: [...mask],
+      logprobs: [...logprobs],
+      ...(versionsKnown ? { versions: [...versions] } : {}),
+    }),
   };
 }

@@ -26,10 +26,10 @@ import {
   type InfraBackoff,
 } from './activity-options.ts';
 import { ConcurrencySlots } from './concurrency-slots.ts';
-import { episodeLag, sampledStep, type SampledStep } from './sampled-step.ts';
+import { episodeLag, oldestVersion, sampledStep, type SampledStep } from './sampled-step.ts';
 import { selectGroups, type DrawnGroup, type GroupSelection } from './group-selection.ts';
 import { startLearnerNodes } from './learner-nodes.ts';
-import { batchFields, episodesToRead, trainedBatchRecord } from './trained-batch-record.ts';
+import { batchFields, episodesToRead, trainedBatchRecord, versionMixField } from './trained-batch-record.ts';
 import { runEpisodeOrInfraError } from './one-episode.ts';
 import { withMissingPollerNamed } from './missing-poller.ts';
 
@@ -227,10 +227,11 @@ function groupRunner(input: TrainingStepInput, sampling: Sampling, current: bool
     }
   };
 
-  // An episode sampled from weights more than max_staleness versions behind the ones the learner trains from (one
-  // recorded before a restart, say) is dropped and refilled like a lost one; one without a version: current.
+  // An episode whose oldest token was sampled from weights more than max_staleness versions behind the ones the
+  // learner trains from (one recorded before a restart, say) is dropped and refilled like a lost one; one without a
+  // version: current.
   const isStale = (e: EpisodeSummary) =>
-    sampling.trainVersion - (e.weightVersion ?? sampling.trainVersion) > t.max_staleness;
+    sampling.trainVersion - (oldestVersion(e) ?? sampling.trainVersion) > t.max_staleness;
   return async (uid: string): Promise<GroupResult> => {
     const first = await Promise.all(Array.from({ length: t.group_size }, (_, rep) => episode(uid, rep)));
     // The task's own test raised twice (task_error): its group is never trained on and nothing is refilled, since
@@ -457,6 +458,7 @@ function stepRecord(
     staleEpisodes: sample.staleEpisodes,
     syncSeconds: (synced.servers ?? []).map((s) => s.seconds), // absent in results of older activity code
     episodeLag: episodeLag(sample),
+    ...versionMixField(sample.groups),
     phaseSeconds: { sample: sample.seconds, ...seconds },
   };
 }
