@@ -85,11 +85,16 @@ export async function syncPolicyServers(
   label: string,
   deadlineMs: number,
   collective?: CollectivePush,
+  /**
+   * `wait` (default): generations in flight finish on the old weights first. `abort` (`training.partial_rollouts`):
+   * they end at once with the tokens they sampled (finish_reason `abort`), and the driver continues them after.
+   */
+  pauseMode: 'wait' | 'abort' = 'wait',
 ): Promise<PromiseSettledResult<WeightSyncResult>[]> {
   const started = Date.now();
   const signal = AbortSignal.timeout(deadlineMs);
   const servers = targets.map((t) => ({ ...t, root: t.baseUrl.replace(/\/v1\/?$/, ''), call: serverCall(t, signal) }));
-  const paused = await Promise.allSettled(servers.map((s) => s.call('POST', '/pause?mode=wait')));
+  const paused = await Promise.allSettled(servers.map((s) => s.call('POST', `/pause?mode=${pauseMode}`)));
   const live = servers.filter((_, i) => paused[i]!.status === 'fulfilled');
   const loads = await loadWeights(live, weightsPath, collective);
   return Promise.allSettled(

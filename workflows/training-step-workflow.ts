@@ -105,7 +105,10 @@ interface Sampling {
   episode: EpisodeConfig;
   /** Episodes in flight across all groups, bounded by training.concurrency. */
   slots: ConcurrencySlots;
-  /** Closed while weights are synced: no episode starts, and the sync waits until none is in flight. */
+  /**
+   * Closed while weights are synced: no episode starts, and the sync waits until none is in flight (with
+   * `partial_rollouts`, it does not wait: the servers cut the generations in flight short and they go on after).
+   */
   gateClosed: boolean;
   done: boolean;
 }
@@ -391,9 +394,11 @@ async function updatePolicy(
   const exported = await gpu.exportWeights({ campaignId: input.campaignId, stepId });
   const updated = Date.now();
   const syncing = sampling !== undefined && !sampling.done;
+  // Partial rollouts: the episodes in flight are interrupted, not waited for. Only campaigns that ask take the path.
+  const interrupt = syncing && input.training.partial_rollouts === true && patched('partial-rollouts');
   if (syncing) {
     sampling.gateClosed = true;
-    await condition(() => sampling.done || sampling.slots.inFlight === 0);
+    if (!interrupt) await condition(() => sampling.done || sampling.slots.inFlight === 0);
   }
   const drained = Date.now();
   try {
@@ -407,6 +412,7 @@ async function updatePolicy(
       // Only when asked: the default's activity input stays as recorded histories have it.
       ...(input.episode.policy.weight_transport === 'collective' ? { transport: 'collective' as const } : {}),
       ...(input.learner.weight_transport_host ? { transportHost: input.learner.weight_transport_host } : {}),
+      ...(interrupt ? { interrupt: true } : {}),
       basePath: input.learner.model_path,
       deadlineMs: input.episode.policy.sync_deadline_ms,
       ...loraServing(input.learner),

@@ -36,7 +36,8 @@ const server = http.createServer((req, res) => {
   req.on('data', (chunk: Buffer) => (raw += chunk.toString()));
   req.on('end', () => {
     const body = JSON.parse(raw || '{}');
-    const send = (value: unknown) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(value));
+    const send = (value: unknown) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(value));
     if (req.url === '/tokenize')
       return send({ tokens: body.messages ? render(body.messages, body.add_generation_prompt) : chars(body.prompt) });
     if (req.url === '/detokenize') return send({ prompt: (body.tokens as number[]).join(' ') });
@@ -81,7 +82,8 @@ test('a turn interrupted by a sync keeps its partial tokens and goes on from the
   assert.equal(first.raw, 'ABCD\u0002');
   assert.deepEqual(first.usage, { input: opening, output: 5, cached: 0 });
   // The continuation's prompt is every token so far, the partial ones included; its cap what is left of 10.
-  assert.deepEqual(completionBodies[1], { prompt: [...render([{ role: 'user', content: 'hi' }], true), 65, 66, 67], max_tokens: 7 });
+  const opened = render([{ role: 'user', content: 'hi' }], true);
+  assert.deepEqual(completionBodies[1], { prompt: [...opened, 65, 66, 67], max_tokens: 7 });
   await driver.observe([{ role: 'tool', content: 'ok' }]);
   await driver.generate(sampling);
   const t = driver.trajectory()!;

@@ -134,7 +134,7 @@ class Trainer:
                 result = {**self._skipped_result(batch), "non_finite": True, "skip_reason": str(err)}
         result["time_s"] = round(time.perf_counter() - started, 6)
         result["step_id"] = step_id
-        # Trained tokens per sampler version (partial rollouts mix versions within an episode); rows without versions: no key.
+        # Trained tokens per sampler version (partial rollouts mix versions within an episode); no key without them.
         mix = version_mix(batch.trajectories)
         if mix is not None:
             result["version_tokens"] = mix
