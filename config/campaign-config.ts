@@ -252,10 +252,10 @@ export const campaignConfigSchema = z
           ),
         partial_rollouts: z
           .boolean()
-          .default(false)
+          .optional()
           .describe(
-            'With max_staleness >= 1: a weight sync does not wait for the episodes in flight; the servers cut ' +
-              'their generations short (vLLM /pause?mode=abort), keeping the tokens and log-probabilities so far, ' +
+            'Off when absent. With max_staleness >= 1: a weight sync does not wait for the episodes in flight; the ' +
+              'servers cut their generations short (vLLM /pause?mode=abort), keeping the tokens and log-probabilities, ' +
               'and each episode goes on on the new weights. Every token records the version that sampled it; the ' +
               "staleness bound counts an episode's oldest token (docs/async-training.md)",
           ),

@@ -23,6 +23,7 @@ test('bench:async parses its modes and workload and refuses what it cannot run',
 test('each mode sets staleness and partial rollouts; the rollouts workload slows sampling', () => {
   const base = () => ({
     name: 'bench-async',
+    learner: {},
     training: { concurrency: 8, max_staleness: 1 } as Record<string, unknown>,
     episode: { limits: { max_tokens_per_turn: 64 } } as Record<string, unknown>,
   });

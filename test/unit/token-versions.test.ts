@@ -139,7 +139,7 @@ test('lag, staleness and the step mix count the oldest token of an episode', () 
   const summary = summarize('e1', {
     outcome: 'success',
     reward: 1,
-    finishReason: 'stop',
+    finishReason: 'stop' as never,
     usage: usage as never,
     weightVersion: 2,
     trajectory,
