@@ -255,7 +255,7 @@ export const campaignConfigSchema = z
           .optional()
           .describe(
             'Off when absent. With max_staleness >= 1: a weight sync does not wait for the episodes in flight; the ' +
-              'servers cut their generations short (vLLM /pause?mode=abort), keeping the tokens and log-probabilities, ' +
+              'servers cut their generations short (vLLM /pause?mode=abort), keeping their tokens and log-probs, ' +
               'and each episode goes on on the new weights. Every token records the version that sampled it; the ' +
               "staleness bound counts an episode's oldest token (docs/async-training.md)",
           ),
