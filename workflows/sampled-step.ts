@@ -48,8 +48,7 @@ export function oldestVersion(e: Pick<SampledEpisode, 'weightVersion' | 'version
 export function versionMix(groups: SampledStep['groups']): Record<string, number> | undefined {
   const mix: Record<string, number> = {};
   for (const g of groups)
-    for (const e of g.episodes)
-      for (const [v, n] of Object.entries(e.versionTokens ?? {})) mix[v] = (mix[v] ?? 0) + n;
+    for (const e of g.episodes) for (const [v, n] of Object.entries(e.versionTokens ?? {})) mix[v] = (mix[v] ?? 0) + n;
   return Object.keys(mix).length ? mix : undefined;
 }
 

@@ -235,7 +235,7 @@ function versionMixRows(steps: readonly TrainingStep[]): string[][] {
   }, 0);
   return [
     ['steps trained on tokens of several weight versions', mixed.length ? mixed.map((s) => s.step).join(', ') : 'none'],
-    ['trained tokens outside their step\'s main version', tokens ? percent(mixedTokens / tokens) : '—'],
+    ["trained tokens outside their step's main version", tokens ? percent(mixedTokens / tokens) : '—'],
   ];
 }
 

@@ -149,9 +149,7 @@ test('lag, staleness and the step mix count the oldest token of an episode', () 
   assert.equal(oldestVersion({ weightVersion: 4 }), 4);
   const sample = {
     trainVersion: 4,
-    groups: [
-      { uid: 't', episodes: [{ ...summary }, { id: 'e2', reward: 0, outcome: 'success', weightVersion: 3 }] },
-    ],
+    groups: [{ uid: 't', episodes: [{ ...summary }, { id: 'e2', reward: 0, outcome: 'success', weightVersion: 3 }] }],
   } as unknown as SampledStep;
   // e1's oldest token is from version 2 (lag 2) though most of it is from 3; e2 lags 1.
   assert.deepEqual(episodeLag(sample), { mean: 1.5, max: 2 });

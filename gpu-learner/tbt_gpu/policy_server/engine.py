@@ -227,10 +227,6 @@ class Engine:
         next_pos = positions[:, -1] + 1
         active = list(range(len(seqs)))
         while True:
-            if self._abort.is_set():
-                for i in active:
-                    seqs[i].finish = "abort"
-                break
             want_lp = any(seqs[i].request.logprobs is not None for i in active)
             lp = raw_logprobs(logits) if want_lp else None
             keep: list[int] = []
@@ -247,6 +243,10 @@ class Engine:
                 self._append(seq, token)
                 if seq.finish is None:
                     keep.append(row)
+            if keep and self._abort.is_set():  # after a token each: the sampled ones are kept
+                for row in keep:
+                    seqs[active[row]].finish = "abort"
+                keep = []
             if not keep:
                 break
             if len(keep) < len(active):
