@@ -2,7 +2,6 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
-import { parseArgs } from 'node:util';
 import { Client, WorkflowNotFoundError } from '@temporalio/client';
 import { startCampaign } from '../cli/commands/campaign.ts';
 import { up } from '../cli/commands/infra.ts';
@@ -14,26 +13,26 @@ import { defaultRetention, pruneLearnerFolder } from '../infra/retention.ts';
 import { startWorkers, stopWorkers, workerKinds } from '../infra/local-workers.ts';
 import { connectTemporalClient } from '../infra/temporal-connection.ts';
 import { learnerFiles } from '../learner-control/learner-process.ts';
+import { asyncBenchLine, asyncBenchVariant, parseAsyncBenchArgs, type AsyncBenchMode } from './async-options.ts';
 
 /**
  * bench:async: is the overlapped loop faster, with the lag it promises? The campaign of bench/async/config.yaml runs
- * twice in one go, synchronously (`training.max_staleness: 0`) and overlapped (1), with the embedded vLLM policy
+ * three times in one go, synchronously (`training.max_staleness: 0`), overlapped (1), and overlapped with partial
+ * rollouts (`training.partial_rollouts`: a sync interrupts the episodes in flight), with the embedded vLLM policy
  * server pinned to CPU 0 and the CPU learner to CPU 1 in both (TBT_POLICY_CPUS, TBT_LEARNER_CPUS), as inference and
  * training GPUs are separate pools on a cluster. Each run's training time is its first step child's start to its
  * last one's close (Temporal); the campaign is then cancelled (the bench does not need its evaluation), which
  * releases its learner and policy server. Per mode it prints where each step's time went (steps.jsonl: sampling,
  * update and export, the wait for episodes in flight before the sync, the sync) and ends with
- *   async: steps=N sync_minutes=S async_minutes=A speedup=X mean_lag=L max_lag=M
- * (the lag over every trained episode of the overlapped run). Goal: speedup >= 1.4 with max_lag <= 1.
- *   npm run bench:async [-- --steps N] [-- --config FILE]
+ *   async: steps=N sync_minutes=S async_minutes=A partial_minutes=P speedup=X partial_speedup=Y mean_lag=L max_lag=M
+ * (the lag over every trained episode of the overlapped runs, partial included, by its oldest token). Goal: speedup
+ * >= 1.4 with max_lag <= 1. `--workload rollouts` makes rollouts dominate (bench/async-options.ts), where partial
+ * rollouts save the drain; `--modes` runs fewer modes (sync always).
+ *   npm run bench:async [-- --steps N] [-- --config FILE] [-- --workload default|rollouts]
+ *                       [-- --modes sync,async,partial]
  */
 
-const { values } = parseArgs({
-  options: {
-    steps: { type: 'string' },
-    config: { type: 'string', default: path.join(repoRoot, 'bench', 'async', 'config.yaml') },
-  },
-});
+const values = parseAsyncBenchArgs(process.argv.slice(2), path.join(repoRoot, 'bench', 'async', 'config.yaml'));
 
 interface StepLine {
   step: number;
@@ -43,6 +42,7 @@ interface StepLine {
   sync_s: number | null;
   lag_mean: number | null;
   lag_max: number | null;
+  version_mix?: Record<string, number> | null;
   groups: number;
 }
 
@@ -64,17 +64,13 @@ if (!spawned.includes('gpu')) {
 }
 const connection = await connectTemporalClient(env);
 const client = new Client({ connection, namespace: env.TBT_TEMPORAL_NAMESPACE });
-const results: { mode: string; minutes: number; lines: StepLine[] }[] = [];
+const results: { mode: AsyncBenchMode; minutes: number; lines: StepLine[] }[] = [];
 try {
-  for (const [mode, maxStaleness] of [
-    ['sync', 0],
-    ['async', 1],
-  ] as const) {
+  for (const mode of values.modes) {
     let name = '';
     const file = writeConfigVariant(values.config, path.join(folder, `${mode}.yaml`), (config) => {
-      config.name = name = `${config.name}-${mode}`;
-      config.training.max_staleness = maxStaleness;
-      config.training.steps = steps;
+      asyncBenchVariant(config as Parameters<typeof asyncBenchVariant>[0], mode, values.workload, steps);
+      name = String(config.name);
     });
     const stamp = new Date().toISOString().replace(/[-:]/g, '').replace(/\..*/, '').replace('T', '-');
     const { workflowId } = await startCampaign(file, { wait: false, id: `${name}-${stamp}` });
@@ -96,13 +92,11 @@ try {
   await connection.close();
   await stopWorkers(env, spawned);
 }
-const [sync, overlapped] = results as [(typeof results)[0], (typeof results)[0]];
-const lags = overlapped.lines.filter((l) => l.lag_mean !== null);
+const lags = results.filter((r) => r.mode !== 'sync').flatMap((r) => r.lines.filter((l) => l.lag_mean !== null));
 const meanLag = lags.reduce((a, l) => a + l.lag_mean!, 0) / Math.max(1, lags.length);
 const maxLag = Math.max(0, ...lags.map((l) => l.lag_max!));
 console.log(
-  `async: steps=${steps} sync_minutes=${sync.minutes.toFixed(1)} async_minutes=${overlapped.minutes.toFixed(1)} ` +
-    `speedup=${(sync.minutes / overlapped.minutes).toFixed(2)} mean_lag=${meanLag.toFixed(2)} max_lag=${maxLag}`,
+  asyncBenchLine({ steps, minutes: Object.fromEntries(results.map((r) => [r.mode, r.minutes])), meanLag, maxLag }),
 );
 
 /**
@@ -146,6 +140,12 @@ function printMode(mode: string, workflowId: string, minutes: number, lines: Ste
     );
   console.log(
     `sum   sample ${sum('sample_s').toFixed(0)} s, update ${sum('update_s').toFixed(0)} s, drain ` +
-      `${sum('drain_s').toFixed(0)} s, sync ${sum('sync_s').toFixed(0)} s (of ${total.toFixed(0)} s of training)`,
+      `${sum('drain_s').toFixed(0)} s, sync ${sum('sync_s').toFixed(0)} s (of ${total.toFixed(0)} s of training); ` +
+      `sample/update ${(sum('sample_s') / Math.max(1e-9, sum('update_s'))).toFixed(2)}`,
   );
+  // Trained tokens per sampler version over the run (partial rollouts mix versions within an episode).
+  const mix: Record<string, number> = {};
+  for (const l of lines) for (const [v, n] of Object.entries(l.version_mix ?? {})) mix[v] = (mix[v] ?? 0) + n;
+  const mixed = lines.filter((l) => Object.keys(l.version_mix ?? {}).length > 1).length;
+  if (Object.keys(mix).length) console.log(`version mix: ${JSON.stringify(mix)}; ${mixed} steps trained on several`);
 }

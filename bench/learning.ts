@@ -22,7 +22,7 @@ import { writeTemplateSplit } from './learning/template-split.ts';
  * evaluate the base and the trained policy on the held-out half only, and end with one line, the paired
  * comparison over the held-out tasks (same bootstrap as the report), its interval over tasks and over families.
  *   npm run bench:learning [-- --seed N] [-- --config FILE] [-- --max-staleness K] [-- --lora RANK]
- *                          [-- --split instances|templates]
+ *                          [-- --split instances|templates] [-- --partial-rollouts (with --max-staleness >= 1)]
  *   npm run bench:learning -- --recompute learning-results.json   (the line of a recorded run; trains nothing)
  */
 
@@ -31,6 +31,7 @@ const { values } = parseArgs({
     seed: { type: 'string' },
     config: { type: 'string', default: path.join(repoRoot, 'bench', 'learning', 'config.yaml') },
     'max-staleness': { type: 'string' },
+    'partial-rollouts': { type: 'boolean', default: false },
     lora: { type: 'string' },
     split: { type: 'string', default: 'instances' },
     recompute: { type: 'string' },
@@ -53,12 +54,17 @@ async function train(): Promise<void> {
   const staleness = values['max-staleness'] === undefined ? undefined : Number(values['max-staleness']);
   if (staleness !== undefined && !(Number.isInteger(staleness) && staleness >= 0))
     throw new Error(`--max-staleness: expected an integer >= 0, got ${values['max-staleness']}`);
+  // --partial-rollouts: a sync interrupts the episodes in flight instead of waiting (`-partial`); overlapped only.
+  const partial = values['partial-rollouts'] === true;
+  if (partial && !(staleness !== undefined && staleness >= 1))
+    throw new Error('--partial-rollouts: needs --max-staleness 1 (or more): only overlapped steps sample over a sync');
   // --lora RANK: LoRA adapters instead of full fine-tuning (docs/lora.md), named apart (`-lora<RANK>`).
   const loraRank = values.lora === undefined ? undefined : Number(values.lora);
   if (loraRank !== undefined && !(Number.isInteger(loraRank) && loraRank >= 1))
     throw new Error(`--lora: expected a rank (an integer >= 1), got ${values.lora}`);
   const variant = [
     staleness === undefined ? '' : `-k${staleness}`,
+    partial ? '-partial' : '',
     loraRank === undefined ? '' : `-lora${loraRank}`,
     split === 'instances' ? '' : `-${split}`,
   ].join('');
@@ -71,6 +77,7 @@ async function train(): Promise<void> {
           // Temperature 0.6: the ratio must compare the sampled distribution's log-probabilities with the learner's.
           config.learner.sampler_logprobs ??= 'processed';
         }
+        if (partial) config.training.partial_rollouts = true;
         if (loraRank !== undefined) {
           config.learner.lora = { rank: loraRank, alpha: 2 * loraRank };
           // LoRA takes about 10x full fine-tuning's learning rate (Schulman et al., "LoRA Without Regret").

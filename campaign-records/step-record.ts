@@ -28,6 +28,11 @@ export interface StepRecord {
   /** Versions the trained episodes lag behind the weights the update started from (absent: older records). */
   episodeLag?: { mean: number; max: number };
   /**
+   * Trained tokens per sampler weight version (`{"3": 1200, "4": 310}`): with `training.partial_rollouts` an episode
+   * interrupted by a sync mixes two. Absent when no trained episode carried token versions (or older records).
+   */
+  versionMix?: Record<string, number>;
+  /**
    * Wall seconds of the step's phases (workflow time; absent: older records): sampling its groups (done during the
    * previous step when steps overlap), update and export, waiting for episodes in flight before the sync, the sync.
    */

@@ -41,6 +41,8 @@ function stepLine(r: StepRecord): Record<string, unknown> {
     stale_episodes_dropped: r.staleEpisodes ?? 0,
     lag_mean: r.episodeLag?.mean ?? null,
     lag_max: r.episodeLag?.max ?? null,
+    // Trained tokens per sampler version; null when the episodes carried no token versions.
+    version_mix: r.versionMix ?? null,
     weight_sync_s: r.syncSeconds ?? [],
     // Where the step's time went (overlapped steps sample during the previous step's update).
     sample_s: r.phaseSeconds?.sample ?? null,

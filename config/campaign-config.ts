@@ -250,6 +250,15 @@ export const campaignConfigSchema = z
               '(sample, update, sync). 1 or more: the next step samples while this one updates, its weights synced ' +
               'between episodes; older episodes are dropped and refilled (docs/async-training.md)',
           ),
+        partial_rollouts: z
+          .boolean()
+          .optional()
+          .describe(
+            'Off when absent. With max_staleness >= 1: a weight sync does not wait for the episodes in flight; the ' +
+              'servers cut their generations short (vLLM /pause?mode=abort), keeping their tokens and log-probs, ' +
+              'and each episode goes on on the new weights. Every token records the version that sampled it; the ' +
+              "staleness bound counts an episode's oldest token (docs/async-training.md)",
+          ),
         task_order: z
           .enum(['epoch', 'seeded', 'by_family'])
           .default('epoch')
@@ -364,6 +373,7 @@ export const campaignConfigSchema = z
   .strict()
   .superRefine(checkJudgeModeByStage)
   .superRefine(checkLagCorrection)
+  .superRefine(checkPartialRollouts)
   .superRefine(checkSamplerRatio)
   .superRefine(checkLoraServer);
 
@@ -411,6 +421,30 @@ function checkLagCorrection(
       `training.max_staleness ${training.max_staleness} trains on episodes sampled by older weights: set ` +
       'learner.is_cap (2 is typical) or learner.old_logprobs: sampler so the loss corrects for the lag',
   });
+}
+
+/**
+ * Partial rollouts interrupt the episodes of the next step while they sample ahead: only overlapped steps have
+ * such episodes, and only token mode keeps the tokens and log-probabilities a turn goes on from.
+ */
+function checkPartialRollouts(
+  config: { training: { max_staleness: number; partial_rollouts?: boolean }; episode: { policy: { mode: string } } },
+  ctx: z.RefinementCtx,
+): void {
+  const { training, episode } = config;
+  if (!training.partial_rollouts) return;
+  if (training.max_staleness < 1)
+    ctx.addIssue({
+      code: 'custom',
+      path: ['training', 'partial_rollouts'],
+      message: 'partial_rollouts continues episodes across a sync of overlapped steps: set training.max_staleness >= 1',
+    });
+  if (episode.policy.mode !== 'tokens')
+    ctx.addIssue({
+      code: 'custom',
+      path: ['training', 'partial_rollouts'],
+      message: "partial_rollouts keeps each token's version and log-probability: set episode.policy.mode: tokens",
+    });
 }
 
 /**

@@ -133,6 +133,13 @@ export const episodeConfigSchema = z
         .min(0)
         .optional()
         .describe('Set by a campaign: the weight version the servers hold, recorded with each episode; leave unset'),
+      newer_weights: z
+        .boolean()
+        .optional()
+        .describe(
+          'Set by a campaign with training.partial_rollouts: a later version of its weights may serve the ' +
+            "episode's next completions (a sync interrupted it); leave unset",
+        ),
     }),
     sampling: z
       .object({

@@ -23,6 +23,10 @@ export const batchRowSchema = z
       .array(z.number())
       .optional()
       .describe("As long as input_ids: the sampler's log-probability of token t (<= 0 where the mask is 1)"),
+    sampler_versions: z
+      .array(z.number().int().min(-1))
+      .optional()
+      .describe('As long as input_ids: the weight version that sampled token t (>= 0 where the mask is 1, else -1)'),
     advantage: z.number().describe("The episode's advantage, shared by its trained tokens"),
   })
   .describe('One line of a batch file; other keys are allowed and ignored by the learner (metadata)');
@@ -36,6 +40,7 @@ export function batchRow(item: { episodeId: string; advantage: number }, traject
     input_ids: trajectory.tokenIds,
     loss_mask: trajectory.lossMask,
     old_logprobs: trajectory.logprobs,
+    ...(trajectory.versions ? { sampler_versions: trajectory.versions } : {}),
     advantage: item.advantage,
   };
 }

@@ -116,7 +116,8 @@ export async function syncStepWeights(
     return { baseUrl: r.baseUrl, seconds: r.seconds, transport: r.transport };
   };
   const targets = input.servers.map((baseUrl) => ({ baseUrl, token: policySyncToken(files.dir, baseUrl) }));
-  const settled = await syncPolicyServers(targets, input.weightsPath, label, input.deadlineMs, collective);
+  const pauseMode = input.interrupt ? 'abort' : 'wait';
+  const settled = await syncPolicyServers(targets, input.weightsPath, label, input.deadlineMs, collective, pauseMode);
   const done: SyncedServer[] = [];
   for (const [i, r] of settled.entries()) {
     if (r.status === 'fulfilled') {
@@ -143,6 +144,8 @@ export interface StepWeightSync extends PolicyWeights {
   transport?: WeightTransport;
   /** Where the servers reach learner rank 0 for a collective push (`learner.weight_transport_host`). */
   transportHost?: string;
+  /** `training.partial_rollouts`: cut generations in flight short (`/pause?mode=abort`) instead of waiting. */
+  interrupt?: boolean;
 }
 
 export interface SyncedServer {

@@ -92,6 +92,11 @@ export async function syncPolicyServers(
   label: string,
   deadlineMs: number,
   collective?: CollectivePush,
+  /**
+   * `wait` (default): generations in flight finish on the old weights first. `abort` (`training.partial_rollouts`):
+   * they end at once with the tokens they sampled (finish_reason `abort`), and the driver continues them after.
+   */
+  pauseMode: 'wait' | 'abort' = 'wait',
 ): Promise<PromiseSettledResult<WeightSyncResult>[]> {
   const started = Date.now();
   const signal = AbortSignal.timeout(deadlineMs);
@@ -100,7 +105,7 @@ export async function syncPolicyServers(
   // any campaign's weights (the built-in server and our vLLM middleware also drop the label on every load).
   const paused = await Promise.allSettled(
     servers.map(async (s) => {
-      await s.call('POST', '/pause?mode=wait');
+      await s.call('POST', `/pause?mode=${pauseMode}`);
       await s.call('POST', '/update_weight_version', { new_version: `${LOADING_PREFIX}${label}` });
     }),
   );

@@ -102,6 +102,7 @@ export async function recordEpisode(
   const record = await playResumed(saved, play, {
     attemptId,
     weightVersion: request.config.policy.weight_version,
+    newerWeights: request.config.policy.newer_weights === true,
     log: (message, meta) => attempt.log.warn(message, { episodeId: request.episodeId, ...meta }),
     forget: () => withPooledClient(controlUrl, (c) => clearTurnCheckpoints(c, request.episodeId)),
   });
@@ -111,11 +112,10 @@ export async function recordEpisode(
     { onWait: (n) => attempt.heartbeat({ phase: 'saving', retry: n }) },
   );
   if (!stored) return storedByAnotherAttempt(controlUrl, request.episodeId);
-  // An infrastructure-errored episode keeps its turns: the next attempt resumes from them.
-  if (record.outcome !== 'infrastructure_error')
-    await withPooledClient(controlUrl, (c) => clearTurnCheckpoints(c, request.episodeId)).catch((err) =>
-      attempt.log.warn('saved turns of a finished episode not cleared', { error: errorMessage(err) }),
-    );
+  // Stored, even as an infrastructure error, the episode is never played again under its id: its turns go.
+  await withPooledClient(controlUrl, (c) => clearTurnCheckpoints(c, request.episodeId)).catch((err) =>
+    attempt.log.warn('saved turns of a stored episode not cleared', { error: errorMessage(err) }),
+  );
   logOutcome(attempt, request.episodeId, record);
   const { outcome, cause, timings } = record;
   metrics.episodeFinished({ outcome, cause, purpose: request.purpose, seconds: timings.totalMs / 1000 });
@@ -133,6 +133,8 @@ export async function playResumed(
   at: {
     attemptId: string;
     weightVersion: number | undefined;
+    /** Partial rollouts: turns sampled by later versions of the campaign's weights are replayed too. */
+    newerWeights?: boolean;
     log: (message: string, meta: Record<string, unknown>) => void;
     /** Forgets the saved turns (the episode starts over). */
     forget: () => Promise<void>;
@@ -140,7 +142,7 @@ export async function playResumed(
 ): Promise<EpisodeRecord> {
   if (saved.length === 0) return play([]);
   const { attemptId, log, forget } = at;
-  const { turns, refused } = replayableTurns(saved, at.weightVersion);
+  const { turns, refused } = replayableTurns(saved, at.weightVersion, at.newerWeights);
   const entry: ResumeEntry = {
     attempt: attemptId,
     fromTurn: turns.length,

@@ -79,7 +79,10 @@ export function episodeDependencies(
   const policy = { ...toEndpoint(config.policy), ...(servedWeights ? { servedWeights } : {}) };
   return {
     environment,
-    policy: config.policy.mode === 'tokens' ? createTokenDriver(policy, signal) : createChatDriver(policy, signal),
+    policy:
+      config.policy.mode === 'tokens'
+        ? createTokenDriver(policy, signal, config.policy.weight_version)
+        : createChatDriver(policy, signal),
     user: createSimulatedUser(
       config.user.mode === 'llm'
         ? {

@@ -29,14 +29,31 @@ export interface EpisodeSummary {
   cause?: string;
   policyTokens: number;
   /** host:pid of the worker that ran it */ worker?: string;
-  /** Weight version it sampled from (campaign episodes). */
+  /** Weight version it sampled from (campaign episodes): the one its first sampled token came from. */
   weightVersion?: number;
+  /**
+   * Trained (mask-1) tokens per sampler version, keyed by version: with `training.partial_rollouts` an episode
+   * interrupted by a weight sync carries two. Absent when its trajectory carried no versions.
+   */
+  versionTokens?: Record<string, number>;
+}
+
+/** Trained tokens per sampler version of a trajectory (undefined when it carries no versions). */
+export function versionTokens(trajectory: EpisodeRecord['trajectory']): Record<string, number> | undefined {
+  if (!trajectory?.versions) return undefined;
+  const counts: Record<string, number> = {};
+  trajectory.versions.forEach((v, i) => {
+    if (trajectory.lossMask[i] === 1) counts[v] = (counts[v] ?? 0) + 1;
+  });
+  return counts;
 }
 
 export function summarize(
   id: string,
-  r: Pick<EpisodeRecord, 'outcome' | 'reward' | 'finishReason' | 'cause' | 'usage' | 'worker' | 'weightVersion'>,
+  r: Pick<EpisodeRecord, 'outcome' | 'reward' | 'finishReason' | 'cause' | 'usage' | 'worker' | 'weightVersion'> &
+    Partial<Pick<EpisodeRecord, 'trajectory'>>,
 ): EpisodeSummary {
+  const versions = versionTokens(r.trajectory);
   return {
     id,
     outcome: r.outcome,
@@ -46,6 +63,7 @@ export function summarize(
     policyTokens: r.usage.policy.output,
     ...(r.worker ? { worker: r.worker } : {}),
     ...(r.weightVersion === undefined ? {} : { weightVersion: r.weightVersion }),
+    ...(versions && Object.keys(versions).length ? { versionTokens: versions } : {}),
   };
 }
 

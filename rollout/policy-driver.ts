@@ -38,7 +38,7 @@ export interface Generation {
   /** Tokens in the context after this generation (prompt + output), for the episode budget. */
   contextTokens: number;
   /** Token mode: the sampled ids and their log-probs, which a resumed episode replays (rollout/turn-checkpoints.ts). */
-  sampled?: { tokenIds: number[]; logprobs: number[] };
+  sampled?: { tokenIds: number[]; logprobs: number[]; versions?: number[] };
   /** The weight version the server sampled this turn with, checked per completion (rollout/served-weights.ts). */
   servedVersion?: number;
 }
@@ -47,7 +47,32 @@ export interface Trajectory {
   tokenIds: number[];
   lossMask: number[];
   logprobs: number[];
+  /**
+   * The weight version that sampled each token, as long as tokenIds; NO_VERSION where the mask is 0. With
+   * `training.partial_rollouts` one episode, even one turn, may carry two versions. Absent when the episode ran on
+   * weights without a version (evaluation) and in trajectories recorded before versions were kept.
+   */
+  versions?: number[];
 }
+
+/** The version of a token no policy sampled (prompt, observation, template tokens: mask 0). */
+export const NO_VERSION = -1;
+
+/**
+ * The version a completion was sampled on: the label the server reported with it (`<campaign>@<n>` or `n`), else
+ * `fallback` (the episode config's `policy.weight_version`, plus one per sync that interrupted the episode).
+ */
+export function tokenVersion(served: unknown, fallback: number | undefined): number | undefined {
+  const text = typeof served === 'number' ? String(served) : typeof served === 'string' ? served : '';
+  const match = /(?:^|@)(\d+)$/.exec(text);
+  return match ? Number(match[1]) : fallback;
+}
+
+/** The weights label a completion reports, where the server reports one. */
+const servedOf = (completion: object): unknown => (completion as { servedVersion?: unknown }).servedVersion;
+
+/** Continuations of one turn after syncs interrupted it (finish_reason `abort`) before the turn is given up. */
+export const MAX_TURN_CONTINUATIONS = 8;
 
 /** How the opening was sent: `systemMessages` is set when it had several system messages. */
 export interface PromptStart {
@@ -183,25 +208,43 @@ function lastIndexOfSequence(haystack: number[], needle: number[]): number {
   return -1;
 }
 
-export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): PolicyDriver {
+/**
+ * `weightVersion`: the version the episode starts on (its config's `policy.weight_version`), the version of its
+ * sampled tokens unless the server reports one per completion. A completion the server interrupted for a weight sync
+ * (finish_reason `abort`, `training.partial_rollouts`) keeps its partial tokens and log-probabilities, and the turn
+ * goes on from them on the new weights with what is left of its max_tokens.
+ */
+export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal, weightVersion?: number): PolicyDriver {
   let tools: unknown[] | undefined;
   const ids: number[] = [];
   const mask: number[] = [];
   const logprobs: number[] = [];
+  const versions: number[] = [];
+  // Every sampled token's version known (else the trajectory carries none); syncs that interrupted the episode.
+  let versionsKnown = true;
+  let interruptions = 0;
   let anchorTokens: number[] | undefined;
   let terminator: number[] = [];
   let opening = 0;
   let thinkPreopened = false;
   // A sampled turn that ended (stop token or string, or cut at its token cap), waiting for its observation.
   let turnOpen = false;
-  const push = (tokens: number[], m: 0 | 1, lp?: number[]) => {
+  /** `tokenVersions`: the version that sampled each token (mask 1); mask-0 tokens carry NO_VERSION. */
+  const push = (tokens: number[], m: 0 | 1, lp?: number[], tokenVersions?: number[]) => {
     ids.push(...tokens);
     mask.push(...tokens.map(() => m));
     logprobs.push(...(lp ?? tokens.map(() => 0)));
+    versions.push(...tokens.map((_, i) => (m === 1 ? (tokenVersions?.[i] ?? NO_VERSION) : NO_VERSION)));
   };
-  /** The sampled tokens join the trajectory (mask 1); the turn waits for its observation. */
+  /**
+   * The sampled tokens join the trajectory (mask 1); the turn waits for its observation. A turn recorded before
+   * tokens kept their versions takes the version its server reported, if any.
+   */
   const taken = (g: Generation): Generation => {
-    push(g.sampled!.tokenIds, 1, g.sampled!.logprobs);
+    const { tokenIds, logprobs: lp, versions: known } = g.sampled!;
+    const version = tokenVersion(g.servedVersion, undefined);
+    if (!known && version === undefined && tokenIds.length > 0) versionsKnown = false;
+    push(tokenIds, 1, lp, known ?? tokenIds.map(() => version ?? NO_VERSION));
     turnOpen = g.finishReason === 'stop' || g.finishReason === 'length';
     return { ...g, contextTokens: ids.length };
   };
@@ -217,15 +260,41 @@ export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): Pol
       return start;
     },
     async generate(sampling) {
-      const out = await completeTokens(endpoint, ids, { ...sampling, signal });
+      const prompt = ids.length;
+      const sampled = { tokenIds: [] as number[], logprobs: [] as number[], versions: [] as number[] };
+      const fallback = () => (weightVersion === undefined ? undefined : weightVersion + interruptions);
+      let text = '';
+      let served: number | undefined;
+      let finishReason: string;
+      // Interrupted by a weight sync (`abort`): the turn goes on from its partial tokens on the new weights.
+      for (let n = 0; ; n++) {
+        const left = sampling.maxTokens - sampled.tokenIds.length;
+        const context = sampled.tokenIds.length === 0 ? ids : [...ids, ...sampled.tokenIds];
+        const out = await completeTokens(endpoint, context, { ...sampling, maxTokens: left, signal });
+        const version = tokenVersion(servedOf(out), fallback());
+        sampled.tokenIds.push(...out.tokenIds);
+        sampled.logprobs.push(...out.logprobs);
+        sampled.versions.push(...out.tokenIds.map(() => version ?? NO_VERSION));
+        if (version === undefined && out.tokenIds.length > 0) versionsKnown = false;
+        text += out.text;
+        served ??= out.servedVersion;
+        finishReason = out.finishReason;
+        if (finishReason !== 'abort' || signal?.aborted || n >= MAX_TURN_CONTINUATIONS) break;
+        interruptions += 1;
+        if (sampling.maxTokens - sampled.tokenIds.length <= 0) {
+          finishReason = 'length';
+          break;
+        }
+      }
       return taken({
-        raw: out.text,
+        raw: text,
         ...(thinkPreopened ? { thinkPreopened } : {}),
-        finishReason: out.finishReason,
-        usage: { input: ids.length, output: out.tokenIds.length, cached: 0 },
+        finishReason,
+        usage: { input: prompt, output: sampled.tokenIds.length, cached: 0 },
         contextTokens: 0,
-        sampled: { tokenIds: out.tokenIds, logprobs: out.logprobs },
-        ...(out.servedVersion === undefined ? {} : { servedVersion: out.servedVersion }),
+        sampled,
+        // The oldest version that sampled the turn: the one the staleness bound counts.
+        ...(served === undefined ? {} : { servedVersion: served }),
       });
     },
     replay(recorded) {
@@ -258,6 +327,11 @@ export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal): Pol
       push([...closing, ...rendered.slice(anchor.length)], 0);
     },
     tokensAfterPrompt: () => ids.length - opening,
-    trajectory: () => ({ tokenIds: [...ids], lossMask: [...mask], logprobs: [...logprobs] }),
+    trajectory: () => ({
+      tokenIds: [...ids],
+      lossMask: [...mask],
+      logprobs: [...logprobs],
+      ...(versionsKnown ? { versions: [...versions] } : {}),
+    }),
   };
 }

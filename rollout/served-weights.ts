@@ -21,10 +21,14 @@ export interface ServedLabel {
   bootId?: string;
 }
 
-/** The weights an episode must be served with: `label` exactly, or (no label) any owner's `version`. */
+/**
+ * The weights an episode must be served with: `label` exactly, or (no label) any owner's `version`. `newer`
+ * (partial rollouts): a later version of the same owner may serve it too.
+ */
 export interface WeightExpectation {
   version: number;
   label?: string;
+  newer?: boolean;
 }
 
 /** `<owner>@<version>` (learner-control/policy-weight-sync.ts weightLabel), or undefined for any other text. */
@@ -42,18 +46,28 @@ export function parseWeightLabel(label: string | null | undefined): { owner: str
 export function weightExpectation(request: {
   campaign?: string;
   purpose: string;
-  config: { policy: { weight_version?: number } };
+  config: { policy: { weight_version?: number; newer_weights?: boolean } };
 }): WeightExpectation | undefined {
   const version = request.config.policy.weight_version;
   if (version === undefined) return undefined;
   const own = request.campaign !== undefined && (request.purpose === 'train' || request.purpose === 'probe');
-  return own ? { version, label: `${request.campaign}@${version}` } : { version };
+  const newer = own && request.config.policy.newer_weights === true ? { newer: true } : {};
+  return own ? { version, label: `${request.campaign}@${version}`, ...newer } : { version };
+}
+
+/** The version `served` stands for if it is what `expected` asks for; undefined if it is not. */
+export function servedVersionIfExpected(expected: WeightExpectation, served: ServedLabel): number | undefined {
+  if (expected.label !== undefined && served.label === expected.label) return expected.version;
+  const parsed = parseWeightLabel(served.label);
+  if (!parsed) return undefined;
+  if (expected.label === undefined) return parsed.version === expected.version ? parsed.version : undefined;
+  const owner = parseWeightLabel(expected.label)?.owner;
+  return expected.newer && parsed.owner === owner && parsed.version > expected.version ? parsed.version : undefined;
 }
 
 /** Whether `served` is what `expected` asks for. */
 export function servedAsExpected(expected: WeightExpectation, served: ServedLabel): boolean {
-  if (expected.label !== undefined) return served.label === expected.label;
-  return parseWeightLabel(served.label)?.version === expected.version;
+  return servedVersionIfExpected(expected, served) !== undefined;
 }
 
 /** The episode's cause when a completion came from other weights: names the server and both versions. */
@@ -77,17 +91,20 @@ export function servedWeightsError(
 export class ServedWeightsWatch {
   private completions = 0;
   private mismatched = false;
+  private oldest?: number;
 
   constructor(readonly expected: WeightExpectation) {}
 
   /** Checks one completion's served weights; returns the version it was served with. */
   observe(server: string, served: ServedLabel): number {
     this.completions += 1;
-    if (!servedAsExpected(this.expected, served)) {
+    const version = servedVersionIfExpected(this.expected, served);
+    if (version === undefined) {
       this.mismatched = true;
       throw servedWeightsError(server, this.expected, served);
     }
-    return this.expected.version;
+    this.oldest = Math.min(this.oldest ?? version, version);
+    return version;
   }
 
   /** Completions checked so far. */
@@ -95,9 +112,12 @@ export class ServedWeightsWatch {
     return this.completions;
   }
 
-  /** The version every completion was served with; undefined when none ran or one was served by other weights. */
+  /**
+   * The (oldest) version the completions were served with; undefined when none ran or one was served by other
+   * weights.
+   */
   version(): number | undefined {
-    return this.completions > 0 && !this.mismatched ? this.expected.version : undefined;
+    return this.completions > 0 && !this.mismatched ? this.oldest : undefined;
   }
 }
 

@@ -5,7 +5,7 @@ import type { TurnCheckpoint } from './turn-checkpoints.ts';
 /**
  * An episode's completed turns in the control database (`episode_turns`), for a later attempt to resume from
  * (rollout/turn-checkpoints.ts). Only the attempt that owns the episode's `running` row saves; the turns go when the
- * episode is stored with an outcome that ends it (an infrastructure-errored one keeps them: its next attempt resumes).
+ * episode is stored (an infrastructure-errored one too: the workflow plays it again under a new id).
  */
 
 /** Saves one turn if `attempt` still owns the running episode; false when it no longer does. */

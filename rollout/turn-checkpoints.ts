@@ -45,17 +45,20 @@ export class ReplayDiverged extends Error {}
 
 /**
  * The saved turns a new attempt can replay: a run of turns from 0 without a gap (a turn whose save failed ends it),
- * and none sampled by other weights than this attempt's, unless partial rollouts allow mixed versions.
+ * and none sampled by other weights than this attempt's; with partial rollouts (`newer`), later versions too.
  */
 export function replayableTurns(
   saved: TurnCheckpoint[],
   weightVersion: number | undefined,
+  newer = false,
 ): { turns: TurnCheckpoint[]; refused?: string } {
   const sorted = [...saved].sort((a, b) => a.turn - b.turn);
   const turns: TurnCheckpoint[] = [];
+  const later = (v: number | undefined) =>
+    newer && v !== undefined && weightVersion !== undefined && v > weightVersion;
   for (const cp of sorted) {
     if (cp.turn !== turns.length) break;
-    if (cp.weightVersion !== weightVersion)
+    if (cp.weightVersion !== weightVersion && !later(cp.weightVersion))
       return {
         turns: [],
         refused:

@@ -30,7 +30,27 @@ export interface SampledStep {
   taskCursor?: TaskCursor;
 }
 
-export type SampledEpisode = Pick<EpisodeSummary, 'id' | 'reward' | 'outcome' | 'weightVersion'>;
+export type SampledEpisode = Pick<EpisodeSummary, 'id' | 'reward' | 'outcome' | 'weightVersion' | 'versionTokens'>;
+
+/**
+ * The version of an episode's oldest token, which its lag and the staleness bound count: with partial rollouts the
+ * oldest of the versions its tokens carry, else the version it started on (undefined: it predates versioning).
+ */
+export function oldestVersion(e: Pick<SampledEpisode, 'weightVersion' | 'versionTokens'>): number | undefined {
+  const versions = Object.keys(e.versionTokens ?? {}).map(Number);
+  return versions.length ? Math.min(...versions) : e.weightVersion;
+}
+
+/**
+ * Trained tokens per sampler version over the groups' episodes (the step's version mix); undefined when none of
+ * them carried versions.
+ */
+export function versionMix(groups: SampledStep['groups']): Record<string, number> | undefined {
+  const mix: Record<string, number> = {};
+  for (const g of groups)
+    for (const e of g.episodes) for (const [v, n] of Object.entries(e.versionTokens ?? {})) mix[v] = (mix[v] ?? 0) + n;
+  return Object.keys(mix).length ? mix : undefined;
+}
 
 export function sampledStep(
   selection: GroupSelection<DrawnGroup & { episodes: EpisodeSummary[] }>,
@@ -45,6 +65,7 @@ export function sampledStep(
         reward: e.reward,
         outcome: e.outcome,
         ...(e.weightVersion === undefined ? {} : { weightVersion: e.weightVersion }),
+        ...(e.versionTokens ? { versionTokens: e.versionTokens } : {}),
       })),
     })),
     informativeGroups: selection.informative.length,
@@ -59,12 +80,12 @@ export function sampledStep(
 }
 
 /**
- * Versions each trained episode lags behind the weights the learner trains from (an episode without a version
- * predates versioning: no lag). Mean and most over the step's trained episodes; 0 and 0 when none.
+ * Versions each trained episode's oldest token lags behind the weights the learner trains from (an episode without
+ * a version predates versioning: no lag). Mean and most over the step's trained episodes; 0 and 0 when none.
  */
 export function episodeLag(sample: SampledStep): { mean: number; max: number } {
   const lags = sample.groups.flatMap((g) =>
-    g.episodes.map((e) => sample.trainVersion - (e.weightVersion ?? sample.trainVersion)),
+    g.episodes.map((e) => sample.trainVersion - (oldestVersion(e) ?? sample.trainVersion)),
   );
   if (lags.length === 0) return { mean: 0, max: 0 };
   return { mean: lags.reduce((a, b) => a + b, 0) / lags.length, max: Math.max(...lags) };

@@ -1,6 +1,6 @@
 import type { StepRecord } from '../activities/campaign-activities.ts';
 import type { TrainedEpisode } from '../campaign-records/trained-episodes.ts';
-import { episodeLag, type SampledEpisode, type SampledStep } from './sampled-step.ts';
+import { episodeLag, versionMix, type SampledEpisode, type SampledStep } from './sampled-step.ts';
 
 /**
  * What a step's record says of the batch trained. Usually the groups the step drew; but a step that runs again (a
@@ -25,6 +25,12 @@ export function batchFields(groups: SampledStep['groups']): BatchFields {
     leakedInfraEpisodes: episodes.filter((e) => e.outcome !== 'success' && e.outcome !== 'agent_failure').length,
     meanReward: rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : 0,
   };
+}
+
+/** The record's `versionMix` of these groups: absent when no episode carried token versions. */
+export function versionMixField(groups: SampledStep['groups']): Pick<StepRecord, 'versionMix'> {
+  const mix = versionMix(groups);
+  return mix ? { versionMix: mix } : {};
 }
 
 /** The trained episodes the workflow does not hold (the step drew others this time): to read from the store. */
@@ -62,6 +68,7 @@ export function trainedBatchRecord(
     ...record,
     ...batchFields(groups),
     episodeLag: episodeLag({ ...sample, groups }),
+    ...versionMixField(groups),
     batchMismatch: true,
     trainedEpisodeIds: trainedIds,
   };

@@ -26,10 +26,10 @@ import {
   type InfraBackoff,
 } from './activity-options.ts';
 import { ConcurrencySlots } from './concurrency-slots.ts';
-import { episodeLag, sampledStep, type SampledStep } from './sampled-step.ts';
+import { episodeLag, oldestVersion, sampledStep, type SampledStep } from './sampled-step.ts';
 import { selectGroups, type DrawnGroup, type GroupSelection } from './group-selection.ts';
 import { startLearnerNodes } from './learner-nodes.ts';
-import { batchFields, episodesToRead, trainedBatchRecord } from './trained-batch-record.ts';
+import { batchFields, episodesToRead, trainedBatchRecord, versionMixField } from './trained-batch-record.ts';
 import { runEpisodeOrInfraError } from './one-episode.ts';
 import { withMissingPollerNamed } from './missing-poller.ts';
 import { SERVED_WEIGHTS_MISMATCH } from '../core/served-weights-cause.ts';
@@ -108,7 +108,10 @@ interface Sampling {
   episode: EpisodeConfig;
   /** Episodes in flight across all groups, bounded by training.concurrency. */
   slots: ConcurrencySlots;
-  /** Closed while weights are synced: no episode starts, and the sync waits until none is in flight. */
+  /**
+   * Closed while weights are synced: no episode starts, and the sync waits until none is in flight (with
+   * `partial_rollouts`, it does not wait: the servers cut the generations in flight short and they go on after).
+   */
   gateClosed: boolean;
   done: boolean;
   /** The export the servers hold (`episode.policy.weight_version`'s): what a server that lost it gets again. */
@@ -122,7 +125,10 @@ function samplingOf(input: TrainingStepInput, step: number, trainVersion: number
     step,
     startVersion: sampledWeightVersion(input),
     trainVersion,
-    episode: input.episode,
+    // Partial rollouts: a sync may interrupt an episode, whose next completions the new weights serve.
+    episode: input.training.partial_rollouts
+      ? { ...input.episode, policy: { ...input.episode.policy, newer_weights: true } }
+      : input.episode,
     slots: new ConcurrencySlots(input.training.concurrency),
     gateClosed: false,
     done: false,
@@ -240,10 +246,11 @@ function groupRunner(input: TrainingStepInput, sampling: Sampling, current: bool
     return summary;
   };
 
-  // An episode sampled from weights more than max_staleness versions behind the ones the learner trains from (one
-  // recorded before a restart, say) is dropped and refilled like a lost one; one without a version: current.
+  // An episode whose oldest token was sampled from weights more than max_staleness versions behind the ones the
+  // learner trains from (one recorded before a restart, say) is dropped and refilled like a lost one; one without a
+  // version: current.
   const isStale = (e: EpisodeSummary) =>
-    sampling.trainVersion - (e.weightVersion ?? sampling.trainVersion) > t.max_staleness;
+    sampling.trainVersion - (oldestVersion(e) ?? sampling.trainVersion) > t.max_staleness;
   return async (uid: string): Promise<GroupResult> => {
     const first = await Promise.all(Array.from({ length: t.group_size }, (_, rep) => episode(uid, rep)));
     // The task's own test raised twice (task_error): its group is never trained on and nothing is refilled, since
@@ -444,9 +451,11 @@ async function updatePolicy(
   const exported = await gpu.exportWeights({ campaignId: input.campaignId, stepId });
   const updated = Date.now();
   const syncing = sampling !== undefined && !sampling.done;
+  // Partial rollouts: the episodes in flight are interrupted, not waited for. Only campaigns that ask take the path.
+  const interrupt = syncing && input.training.partial_rollouts === true && patched('partial-rollouts');
   if (syncing) {
     sampling.gateClosed = true;
-    await condition(() => sampling.done || sampling.slots.inFlight === 0);
+    if (!interrupt) await condition(() => sampling.done || sampling.slots.inFlight === 0);
   }
   const drained = Date.now();
   try {
@@ -460,6 +469,7 @@ async function updatePolicy(
       // Only when asked: the default's activity input stays as recorded histories have it.
       ...(input.episode.policy.weight_transport === 'collective' ? { transport: 'collective' as const } : {}),
       ...(input.learner.weight_transport_host ? { transportHost: input.learner.weight_transport_host } : {}),
+      ...(interrupt ? { interrupt: true } : {}),
       basePath: input.learner.model_path,
       deadlineMs: input.episode.policy.sync_deadline_ms,
       ...loraServing(input.learner),
@@ -514,6 +524,7 @@ function stepRecord(
     staleEpisodes: sample.staleEpisodes,
     syncSeconds: (synced.servers ?? []).map((s) => s.seconds), // absent in results of older activity code
     episodeLag: episodeLag(sample),
+    ...versionMixField(sample.groups),
     phaseSeconds: { sample: sample.seconds, ...seconds },
   };
 }

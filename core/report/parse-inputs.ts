@@ -138,6 +138,8 @@ const stepSchema = z.object({
   // Steps recorded before overlapped training have no lag; null when the step trained on nothing.
   lag_mean: z.number().nonnegative().nullable().optional(),
   lag_max: z.number().nonnegative().nullable().optional(),
+  // Steps whose episodes carried no token versions have none.
+  version_mix: z.record(z.string(), count).nullable().optional(),
   // Steps recorded before LoRA trained every weight.
   training_mode: z.enum(['full', 'lora']).optional(),
 });

@@ -45,6 +45,8 @@ export interface TrainingStep {
   /** Versions the trained episodes lagged behind the weights the update started from (overlapped steps). */
   lag_mean?: number | null;
   lag_max?: number | null;
+  /** Trained tokens per sampler weight version (partial rollouts mix them); absent or null: not recorded. */
+  version_mix?: Record<string, number> | null;
   /** Which weights the step trained: all of them, or LoRA adapters only (absent in older runs: full). */
   training_mode?: 'full' | 'lora';
 }

@@ -215,8 +215,28 @@ function totalsTable(t: TrainingStats): Table {
         gradNorms.length ? `${decimal(median(gradNorms), 3)} / ${decimal(Math.max(...gradNorms), 3)}` : '—',
       ],
       ['learner update time (rollouts not included)', duration(t.wall)],
+      ...versionMixRows(t.steps),
     ],
   };
+}
+
+/**
+ * Trained tokens per sampler weight version over every step, and the steps that trained on more than one
+ * (`training.partial_rollouts`); no rows when no step recorded a mix.
+ */
+function versionMixRows(steps: readonly TrainingStep[]): string[][] {
+  const mixes = steps.filter((s) => s.version_mix && Object.keys(s.version_mix).length > 0);
+  if (mixes.length === 0) return [];
+  const mixed = mixes.filter((s) => Object.keys(s.version_mix!).length > 1);
+  const tokens = mixes.reduce((n, s) => n + Object.values(s.version_mix!).reduce((a, b) => a + b, 0), 0);
+  const mixedTokens = mixed.reduce((n, s) => {
+    const counts = Object.values(s.version_mix!);
+    return n + counts.reduce((a, b) => a + b, 0) - Math.max(...counts);
+  }, 0);
+  return [
+    ['steps trained on tokens of several weight versions', mixed.length ? mixed.map((s) => s.step).join(', ') : 'none'],
+    ["trained tokens outside their step's main version", tokens ? percent(mixedTokens / tokens) : '—'],
+  ];
 }
 
 export function trainingSection(input: StepsInput): SectionPart {

@@ -16,7 +16,11 @@ from tbt_gpu.learner.batch import BatchError, load_batch
 SCHEMA = json.loads((pathlib.Path(batch.__file__).parent / "batch_row.schema.json").read_text(encoding="utf-8"))
 
 # Also within what batch.py checks beyond the schema: lengths equal to input_ids, ids below load()'s vocab_size.
-ROW = {**trajectory("ep-1", [5, 6, 7, 8], 2, -0.75, old=[0.0, 0.0, -0.5, -1.25]), "group_id": "g-1"}
+ROW = {
+    **trajectory("ep-1", [5, 6, 7, 8], 2, -0.75, old=[0.0, 0.0, -0.5, -1.25]),
+    "sampler_versions": [-1, -1, 3, 4],
+    "group_id": "g-1",
+}
 
 _TYPES: dict[str, Any] = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float)}
 
@@ -67,9 +71,11 @@ def test_a_row_valid_under_the_schema_loads(tmp_path) -> None:
     loaded = load(tmp_path, ROW).trajectories[0]
     assert (loaded.trajectory_id, loaded.input_ids, loaded.loss_mask) == ("ep-1", (5, 6, 7, 8), (0, 0, 1, 1))
     assert (loaded.advantage, loaded.old_logprobs) == (-0.75, (0.0, 0.0, -0.5, -1.25))
+    assert loaded.sampler_versions == (-1, -1, 3, 4)
     without_optional = {k: v for k, v in ROW.items() if k not in batch.OPTIONAL}
     assert schema_errors(without_optional, SCHEMA) == []
     assert load(tmp_path, without_optional).trajectories[0].old_logprobs is None
+    assert load(tmp_path, without_optional).trajectories[0].sampler_versions is None
 
 
 @pytest.mark.parametrize("field", SCHEMA["required"])

@@ -394,6 +394,31 @@ def test_vllm_dev_mode_weight_sync_routes(server: Client, model_dir: Path, tmp_p
     assert status == 400 and body["error"]["param"] == "kwargs"
 
 
+def test_pause_abort_returns_partial_tokens_and_logprobs(server: Client) -> None:
+    """Partial rollouts: `/pause?mode=abort` ends the generation in flight with what it sampled (finish_reason
+    `abort`, a log-probability per token); after /resume the client goes on from those tokens."""
+    long = {"prompt": [1, 2, 3], "max_tokens": 400, "temperature": 0, "ignore_eos": True, "logprobs": 0,
+            "return_token_ids": True}  # fmt: skip
+    in_flight: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: in_flight.update(server.post("/v1/completions", long)))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.get("/health")["batcher"]["busy"] and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    assert server.post("/pause?mode=abort", {}) == {"status": "paused"}
+    thread.join(timeout=60)
+    choice = in_flight["choices"][0]
+    assert choice["finish_reason"] == "abort"
+    assert 0 < len(choice["token_ids"]) < 400
+    assert len(choice["logprobs"]["token_logprobs"]) == len(choice["token_ids"])
+    assert server.post("/resume", {}) == {"status": "resumed"}
+    rest = {**long, "prompt": [1, 2, 3, *choice["token_ids"]], "max_tokens": 2}
+    assert server.post("/v1/completions", rest)["choices"][0]["finish_reason"] == "length"
+    status, body = server.request("POST", "/pause?mode=sideways", {})
+    assert status == 400 and body["error"]["param"] == "mode"
+
+
 def test_finding_15_reload_weights_needs_the_token_and_a_weights_folder(
     server: Client, model_dir: Path, tmp_path: Path
 ) -> None:

@@ -142,3 +142,17 @@ test('what an episode expects: its campaign label, or for an evaluation the vers
   assert.deepEqual(parseWeightLabel('a@b@12'), { owner: 'a@b', version: 12 });
   assert.equal(parseWeightLabel('loading:c@1'), undefined);
 });
+
+test('partial rollouts: a later version of the campaign may serve the episode, and it records the oldest', () => {
+  const request = { campaign: 'c', purpose: 'train', config: { policy: { weight_version: 2, newer_weights: true } } };
+  const expected = weightExpectation(request)!;
+  assert.deepEqual(expected, { version: 2, label: 'c@2', newer: true });
+  const watch = new ServedWeightsWatch(expected);
+  assert.equal(watch.observe('s', { label: 'c@3' }), 3, 'interrupted by a sync: the next completion is on 3');
+  assert.equal(watch.observe('s', { label: 'c@2' }), 2);
+  assert.equal(watch.version(), 2, 'the oldest version that sampled it, which the staleness bound counts');
+  assert.throws(() => watch.observe('s', { label: 'c@1' }), /served weights mismatch/, 'never an older one');
+  assert.throws(() => new ServedWeightsWatch(expected).observe('s', { label: 'other@3' }), /mismatch/);
+  const strict = weightExpectation({ ...request, config: { policy: { weight_version: 2 } } })!;
+  assert.throws(() => new ServedWeightsWatch(strict).observe('s', { label: 'c@3' }), /mismatch/, 'off by default');
+});

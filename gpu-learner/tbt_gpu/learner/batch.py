@@ -3,7 +3,9 @@
 One line per trajectory, in the format of batch_row.schema.json next to this file (generated from the writer's
 zod schema, learner-control/batch-row.ts; tests hold both sides to it). What a JSON Schema cannot say is checked
 here too: token ids below the vocabulary size, sequences within the model context, masks and log-probabilities as
-long as input_ids, unique ids. Values of `old_logprobs` where the mask is 0 are ignored.
+long as input_ids, unique ids. Values of `old_logprobs` where the mask is 0 are ignored. `sampler_versions` names
+the weight version that sampled each token: with partial rollouts one trajectory may carry several; the loss needs
+nothing of it (each token's own sampler log-probability is its ratio's denominator), the step's metrics report the mix.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 REQUIRED = ("trajectory_id", "input_ids", "loss_mask", "advantage")
-OPTIONAL = ("old_logprobs",)
+OPTIONAL = ("old_logprobs", "sampler_versions")
 """Read when present; any other key is ignored (metadata such as group ids)."""
 
 
@@ -41,6 +43,8 @@ class Trajectory:
     old_logprobs: tuple[float, ...] | None
     line: int
     """1-based line in the batch file (for messages and a stable order)."""
+    sampler_versions: tuple[int, ...] | None = None
+    """The weight version that sampled each token (-1 where the mask is 0); None when the row carried none."""
 
     @property
     def length(self) -> int:
@@ -127,6 +131,17 @@ def _parse_line(path: str, line_no: int, text: str, vocab_size: int, max_seq_len
                 raise fail("old_logprobs", f"item {i} is {value!r}; a log-probability is <= 0")
         old_logprobs = tuple(float(v) for v in old)
 
+    versions = record.get("sampler_versions")
+    sampler_versions: tuple[int, ...] | None = None
+    if versions is not None:
+        if not isinstance(versions, list) or len(versions) != len(input_ids):
+            got = len(versions) if isinstance(versions, list) else type(versions).__name__
+            raise fail("sampler_versions", f"must be a list as long as input_ids ({len(input_ids)}), got {got}")
+        for i, (value, m) in enumerate(zip(versions, loss_mask, strict=True)):
+            if not _is_int(value) or value < (0 if m == 1 else -1):
+                raise fail("sampler_versions", f"item {i} is {value!r}, not a version (>= 0 where the mask is 1)")
+        sampler_versions = tuple(versions)
+
     return Trajectory(
         trajectory_id=trajectory_id,
         input_ids=tuple(input_ids),
@@ -134,7 +149,23 @@ def _parse_line(path: str, line_no: int, text: str, vocab_size: int, max_seq_len
         advantage=float(advantage),
         old_logprobs=old_logprobs,
         line=line_no,
+        sampler_versions=sampler_versions,
     )
+
+
+def version_mix(trajectories: tuple[Trajectory, ...]) -> dict[str, int] | None:
+    """Trained (mask-1) tokens per sampler version, keyed by the version as text (a JSON object); None when no
+    trajectory carried versions."""
+    mix: dict[int, int] = {}
+    carried = False
+    for traj in trajectories:
+        if traj.sampler_versions is None:
+            continue
+        carried = True
+        for version, m in zip(traj.sampler_versions, traj.loss_mask, strict=True):
+            if m == 1:
+                mix[version] = mix.get(version, 0) + 1
+    return {str(v): mix[v] for v in sorted(mix)} if carried else None
 
 
 def load_batch(path: str | pathlib.Path, *, vocab_size: int, max_seq_len: int) -> Batch:

@@ -15,7 +15,16 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from . import faults
-from .batch import Batch, MicroBatch, collate, load_batch, pack_micro_batches, plan_rank_micro_batches, prompt_rows
+from .batch import (
+    Batch,
+    MicroBatch,
+    collate,
+    load_batch,
+    pack_micro_batches,
+    plan_rank_micro_batches,
+    prompt_rows,
+    version_mix,
+)
 from .context_parallel import cp_micro_batch, enable_context_parallel, new_cp_groups, plan_cp_micro_batches
 from .distributed import DistInfo, any_rank, sum_across_ranks
 from .errors import NonFiniteError, StepCancelled, StepRefused
@@ -125,6 +134,10 @@ class Trainer:
                 result = {**self._skipped_result(batch), "non_finite": True, "skip_reason": str(err)}
         result["time_s"] = round(time.perf_counter() - started, 6)
         result["step_id"] = step_id
+        # Trained tokens per sampler version (partial rollouts mix versions within an episode); no key without them.
+        mix = version_mix(batch.trajectories)
+        if mix is not None:
+            result["version_tokens"] = mix
         # Which weights train (the report and steps.jsonl say it): full, or LoRA adapters of this rank.
         result["mode"] = "lora" if self.cfg.lora.enabled else "full"
         result["trainable_parameters"] = self.model_info.trainable_parameters

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from . import protocol
 from .batcher import Batcher
@@ -167,11 +167,19 @@ class PolicyServer:
         new_version = self.batcher.reload(folder, version).result()
         return {"weight_version": new_version, "path": path, "seconds": round(time.monotonic() - started, 2)}
 
-    def _pause(self, _: Any) -> dict[str, Any]:
+    def _pause(self, data: Any) -> dict[str, Any]:
+        """`mode=wait` (default): generations in flight finish first, on the old weights. `mode=abort` (partial
+        rollouts): they end at once with what they sampled (finish_reason `abort`) and new ones wait for /resume."""
+        mode = data.get("mode", "wait") if isinstance(data, dict) else "wait"
+        if mode not in ("wait", "abort", "keep"):
+            raise BadRequest(f"pause mode {mode!r}: use wait, abort or keep", param="mode")
         self.accepting.clear()
+        if mode == "abort":
+            self.engine.abort_running()
         return {"status": "paused"}
 
     def _resume(self, _: Any) -> dict[str, Any]:
+        self.engine.allow_running()
         self.accepting.set()
         return {"status": "resumed"}
 
@@ -212,6 +220,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         try:
             app.authorize(path, self.headers.get("Authorization"))  # before the body is read
             data = self._read_json() if method == "POST" else None
+            if path == "/pause":  # vLLM takes its mode in the query: /pause?mode=abort
+                query = {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
+                data = {**(data if isinstance(data, dict) else {}), **query}
             handler = app.route(method, path)
             status, answer = 200, handler(data)
             payload, headers = answer if isinstance(answer, tuple) else (answer, {})

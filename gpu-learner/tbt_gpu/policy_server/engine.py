@@ -45,7 +45,8 @@ class GenerationResult:
     token_ids: list[int]
     """Every sampled token, including a final EOS or stop token (the text leaves those out)."""
     text: str
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "abort"]
+    """`abort`: cut short by `abort_running` (a weight sync with partial rollouts): the tokens so far, kept."""
     stop_reason: int | str | None
     """The stop string or non-EOS stop token id that ended the sequence; None for EOS or length."""
     logprobs: list[float] | None
@@ -75,7 +76,7 @@ class _Sequence:
         self.token_ids: list[int] = []
         self.logprobs: list[float] = []
         self.top: list[list[tuple[int, float]]] = []
-        self.finish: Literal["stop", "length"] | None = None
+        self.finish: Literal["stop", "length", "abort"] | None = None
         self.stop_reason: int | str | None = None
         self.stop_text_at: int | None = None
 
@@ -112,6 +113,7 @@ class Engine:
         self.weight_version = 0
         self.weights_path = str(self.model_dir)
         self._tok_lock = threading.Lock()
+        self._abort = threading.Event()
         logger.info(
             "loaded %s in %.1f s (max_model_len %d, eos %s)",
             self.model_dir,
@@ -195,6 +197,15 @@ class Engine:
 
     # ---- generation ------------------------------------------------------------------------------
 
+    def abort_running(self) -> None:
+        """Ends the batch in flight (and any that starts before `allow_running`) before its next token: each
+        sequence returns the tokens and log-probabilities it has, finish_reason `abort` (vLLM's `/pause?mode=abort`).
+        The caller continues it from them, on new weights once they are loaded."""
+        self._abort.set()
+
+    def allow_running(self) -> None:
+        self._abort.clear()
+
     @torch.inference_mode()
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         """Generate for all requests in one batch: left padding, per-sequence sampling and stopping."""
@@ -232,6 +243,10 @@ class Engine:
                 self._append(seq, token)
                 if seq.finish is None:
                     keep.append(row)
+            if keep and self._abort.is_set():  # after a token each: the sampled ones are kept
+                for row in keep:
+                    seqs[active[row]].finish = "abort"
+                keep = []
             if not keep:
                 break
             if len(keep) < len(active):
