@@ -7,6 +7,7 @@
  * The pure functions take fabricated rows in test/unit/crash-resume-checks.test.ts.
  */
 import type pg from 'pg';
+import { withClient } from '../infra/control-database.ts';
 import { check, type Check } from './campaign-run-checks.ts';
 
 /** One row of `episode_turns` as a kill found it: a completed agent turn of a running episode. */
@@ -266,4 +267,51 @@ export async function storedEpisodes(c: pg.ClientBase, ids: readonly string[]): 
       },
     ]),
   );
+}
+
+// --- What a suite calls (scripts/crash-test.ts, scripts/fault-test.ts) --------------------------------------------
+// A connection per query: an idle one held through a worker restart could drop, and an unheard 'error' would end
+// the suite.
+
+/** Polls the campaign's saved turns until a live attempt has saved one; false after `timeoutMs` or once `stop()`. */
+export async function waitForLiveSavedTurn(
+  url: string,
+  campaign: string,
+  dead: DeadAttempts,
+  timeoutMs: number,
+  stop: () => boolean = () => false,
+): Promise<boolean> {
+  const from = Date.now();
+  while (Date.now() - from < timeoutMs && !stop()) {
+    if (liveSavedTurn(await withClient(url, (c) => savedTurnHeads(c, campaign)), dead)) return true;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  return false;
+}
+
+/** The episodes kill number `kill` interrupted: read right after it, while nothing can save. */
+export async function interruptedNow(
+  url: string,
+  campaign: string,
+  kill: number,
+  dead: DeadAttempts,
+): Promise<Interruption[]> {
+  return interruptionsAt(kill, await withClient(url, (c) => savedTurns(c, campaign)), dead);
+}
+
+/** After the campaign ended: the interrupted episodes as stored, the saved turns left, and the checks of them. */
+export async function checkResumed(
+  url: string,
+  campaign: string,
+  kills: { killed: string[] }[],
+  interruptions: readonly Interruption[],
+): Promise<{ checks: Check[]; tally: ResumeTally }> {
+  const { stored, left } = await withClient(url, async (c) => ({
+    stored: await storedEpisodes(
+      c,
+      interruptions.map((i) => i.episodeId),
+    ),
+    left: await leftTurnRows(c, campaign),
+  }));
+  return resumeChecks(kills, interruptions, stored, left);
 }

@@ -26,25 +26,19 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import type pg from 'pg';
 import { readEnvironment, repoRoot } from '../config/environment.ts';
 import { loadCampaignConfig } from '../config/campaign-config.ts';
 import { writeConfigVariant } from '../config/config-variant.ts';
 import { learnerFiles } from '../learner-control/learner-process.ts';
 import { mulberry32 } from '../core/metrics.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
-import { withClient } from '../infra/control-database.ts';
 import { workerPid } from '../infra/local-workers.ts';
 import { check, type Facts } from './campaign-run-checks.ts';
 import {
-  interruptionsAt,
-  leftTurnRows,
-  liveSavedTurn,
-  resumeChecks,
+  checkResumed,
+  interruptedNow,
   resumeLine,
-  savedTurnHeads,
-  savedTurns,
-  storedEpisodes,
+  waitForLiveSavedTurn,
   type DeadAttempts,
   type Interruption,
   type ResumeTally,
@@ -257,8 +251,6 @@ async function runResume(baseline: Facts): Promise<CrashRunSummary> {
   const kills: ResumeKill[] = [];
   const interruptions: Interruption[] = [];
   const dead: DeadAttempts = new Set();
-  // A connection per query: an idle one held through a restart could drop, and an unheard 'error' ends the suite.
-  const db = <T>(fn: (c: pg.Client) => Promise<T>) => withClient(suite.ctx.controlUrl, fn);
   for (const plan of plans) {
     const kill: ResumeKill = {
       phase: phaseLabel(plan.phase),
@@ -273,22 +265,14 @@ async function runResume(baseline: Facts): Promise<CrashRunSummary> {
       break;
     }
     await sleep(plan.delayS * 1000);
-    const waitFrom = now();
-    let live = false;
-    while (!live && now() - waitFrom < LIVE_TURN_WAIT_MS) {
-      live = liveSavedTurn(await db((c) => savedTurnHeads(c, campaignId)), dead);
-      if (!live) await sleep(500);
-    }
-    if (!live) {
+    if (!(await waitForLiveSavedTurn(suite.ctx.controlUrl, campaignId, dead, LIVE_TURN_WAIT_MS))) {
       log(`  no running episode saved a turn within ${LIVE_TURN_WAIT_MS / 1000}s after ${kill.phase} +${kill.delayS}s`);
       continue;
     }
     kill.killed = killVictim('rollout', campaignId);
     kill.atS = secs(now() - started);
     // No worker killed, nothing interrupted: its attempts stay live.
-    const found = kill.killed.length
-      ? interruptionsAt(kills.length, await db((c) => savedTurns(c, campaignId)), dead)
-      : [];
+    const found = kill.killed.length ? await interruptedNow(suite.ctx.controlUrl, campaignId, kills.length, dead) : [];
     interruptions.push(...found);
     kill.interrupted = found.length;
     kill.turnsSaved = found.reduce((a, i) => a + i.savedTurns, 0);
@@ -302,14 +286,7 @@ async function runResume(baseline: Facts): Promise<CrashRunSummary> {
     log(`  restarted in ${r.seconds}s: ${r.out.replace(/\n/g, ' | ')}`);
   }
   const end = await driver.waitForEnd(campaignId, started);
-  const { stored, left } = await db(async (c) => ({
-    stored: await storedEpisodes(
-      c,
-      interruptions.map((i) => i.episodeId),
-    ),
-    left: await leftTurnRows(c, campaignId),
-  }));
-  const { checks, tally } = resumeChecks(kills, interruptions, stored, left);
+  const { checks, tally } = await checkResumed(suite.ctx.controlUrl, campaignId, kills, interruptions);
   const { summary } = await finishRun(suite, {
     name: 'kill rollout (resume)',
     id: campaignId,
