@@ -1,6 +1,7 @@
 /**
  * Kill -9 crash suite (on demand, not part of `npm test`):
- *   `npm run test:crash [-- --seed N --only a,b --baseline ID --phases train --max-staleness 1]`.
+ *   `npm run test:crash [-- --seed N --only a,b --baseline ID --phases train --max-staleness 1]`,
+ *   `npm run test:crash -- --scenario resume [--kills 2 --max-turns 4 --seed N]` (turn-level resume, below).
  *
  * Runs the 4-step campaign of config/crash-test.yaml (tiny suite, the bundled SmolLM2-135M on CPU, real learner
  * updates) once uninterrupted as the baseline, then once per victim: the rollout worker, the GPU worker together
@@ -12,6 +13,12 @@
  * on its predecessor, on exactly the recorded episodes), the per-step training episode keys equal the baseline's,
  * and no episode counted twice (scripts/campaign-run-checks.ts, shared with the fault suite).
  * Exit 1 if any check fails; summary in $TBT_STATE_DIR/crash-test/summary.json.
+ *
+ * `--scenario resume` runs the campaign with multi-turn episodes (`--max-turns`, 4) as its own baseline, then once
+ * with the rollout worker killed `--kills` times (2), each at a seeded point of a distinct training step and only
+ * once a running episode has a saved turn in `episode_turns`; what the turns were at each kill is read right after
+ * it. Besides every check above: each interrupted episode resumed at its last completed turn and its trajectory
+ * starts with the tokens saved before the kill (scripts/crash-resume-checks.ts); last line `crash-resume: ...`.
  *
  * Uses the servers and workers of the current environment (TBT_STATE_DIR, TBT_TEMPORAL_PORT, TBT_PG_PORT,
  * TBT_TASK_QUEUE_PREFIX): isolate it from other work with those variables.
@@ -27,6 +34,15 @@ import { mulberry32 } from '../core/metrics.ts';
 import { isAlive, readPid } from '../infra/daemon.ts';
 import { workerPid } from '../infra/local-workers.ts';
 import { check, type Facts } from './campaign-run-checks.ts';
+import {
+  checkResumed,
+  interruptedNow,
+  resumeLine,
+  waitForLiveSavedTurn,
+  type DeadAttempts,
+  type Interruption,
+  type ResumeTally,
+} from './crash-resume-checks.ts';
 import { now, phaseLabel, secs, sleep, timeStamp, type Phase } from './campaign-run-driver.ts';
 import { finishRun, reuseBaseline, runBaseline, startRun, openSuite } from './campaign-run.ts';
 import { checksCell, printTable, suiteFailures, writeSummary, type RunSummary } from './campaign-run-summary.ts';
@@ -41,6 +57,9 @@ const { values: opts } = parseArgs({
     'keep-checkpoints': { type: 'boolean', default: false },
     phases: { type: 'string', default: 'all' },
     'max-staleness': { type: 'string' },
+    scenario: { type: 'string', default: 'victims' },
+    kills: { type: 'string', default: '2' },
+    'max-turns': { type: 'string', default: '4' },
   },
 });
 
@@ -57,6 +76,22 @@ if (opts['max-staleness'] !== undefined) {
       c.training.max_staleness = k;
       c.learner.is_cap ??= 2;
       c.learner.sampler_logprobs ??= 'processed'; // sampled at temperature 0.7: compare like with like
+    },
+  );
+}
+if (!['victims', 'resume'].includes(opts.scenario!))
+  throw new Error(`--scenario must be victims or resume, not ${opts.scenario}`);
+// --scenario resume: the same campaign with episodes of several agent turns, so that a kill can land between them.
+if (opts.scenario === 'resume') {
+  const turns = Number(opts['max-turns']);
+  if (!Number.isInteger(turns) || turns < 2) throw new Error(`--max-turns: expected an integer >= 2, got ${turns}`);
+  opts.config = writeConfigVariant(
+    opts.config!,
+    path.join(env.TBT_STATE_DIR, 'crash-test', 'config-resume.yaml'),
+    (c) => {
+      c.name = `${c.name}-resume`;
+      const episode = (c.episode ??= {}) as { limits?: Record<string, unknown> };
+      (episode.limits ??= {}).max_agent_turns = turns;
     },
   );
 }
@@ -143,9 +178,10 @@ function restart(victim: Victim): { seconds: number; out: string } {
 }
 
 interface CrashRunSummary extends RunSummary {
-  victim: Victim | 'none';
+  victim: Victim | 'resume' | 'none';
   killPoint?: { phase: string; delayS: number; observed: string; killed: string[] };
   restartS?: number;
+  resume?: { kills: ResumeKill[]; interruptions: Interruption[]; tally: ResumeTally; line: string };
 }
 
 async function runVictim(victim: Victim, baseline: Facts): Promise<CrashRunSummary> {
@@ -170,10 +206,115 @@ async function runVictim(victim: Victim, baseline: Facts): Promise<CrashRunSumma
   return { ...summary, victim, killPoint, restartS: r.seconds };
 }
 
+// --- The resume scenario: kill -9 of the rollout worker between the turns of multi-turn episodes -------------------
+/** Seconds after the chosen training step starts before the suite looks for a running episode with a saved turn. */
+const resumeDelayWindow: [number, number] = [0, 15];
+/** How long a kill waits for a running episode with a saved turn (of an attempt no kill has seen) before it passes. */
+const LIVE_TURN_WAIT_MS = 180_000;
+
+interface ResumeKill {
+  phase: string;
+  delayS: number;
+  /** Seconds into the run when the worker died; undefined when no live saved turn came in time. */
+  atS?: number;
+  killed: string[];
+  interrupted: number;
+  turnsSaved: number;
+  restartS?: number;
+}
+
+/** `--kills` distinct training steps (ascending), each with a delay: the seeded points of the kills. */
+function drawResumePlans(n: number): { phase: Phase; delayS: number }[] {
+  if (!Number.isInteger(n) || n < 1 || n > STEPS) throw new Error(`--kills: expected 1..${STEPS}, got ${n}`);
+  const steps = Array.from({ length: STEPS }, (_, i) => i + 1);
+  const chosen: number[] = [];
+  while (chosen.length < n) chosen.push(steps.splice(Math.floor(random() * steps.length), 1)[0]!);
+  const [lo, hi] = resumeDelayWindow;
+  return chosen
+    .sort((a, b) => a - b)
+    .map((step) => ({ phase: { kind: 'step', step }, delayS: Math.round((lo + random() * (hi - lo)) * 10) / 10 }));
+}
+
+/**
+ * One run of the resume scenario: at each seeded point, wait until a running episode of the campaign has a turn
+ * saved by a live attempt, kill -9 the rollout worker, read the saved turns at once (the reference: nothing saves
+ * while the worker is down), restart it. After the end, every crash check plus the resume checks.
+ */
+async function runResume(baseline: Facts): Promise<CrashRunSummary> {
+  const campaignId = `crash-resume-${stamp}`;
+  const plans = drawResumePlans(Number(opts.kills));
+  log(
+    `run ${campaignId}: kill -9 rollout inside multi-turn episodes, at ` +
+      plans.map((p) => `${phaseLabel(p.phase)} +${p.delayS}s`).join(', '),
+  );
+  const started = await startRun(opts.config!, campaignId);
+  const kills: ResumeKill[] = [];
+  const interruptions: Interruption[] = [];
+  const dead: DeadAttempts = new Set();
+  for (const plan of plans) {
+    const kill: ResumeKill = {
+      phase: phaseLabel(plan.phase),
+      delayS: plan.delayS,
+      killed: [],
+      interrupted: 0,
+      turnsSaved: 0,
+    };
+    kills.push(kill);
+    if (!(await driver.waitForPhase(campaignId, plan.phase, started))) {
+      log(`  ${kill.phase} never started; no more kills`);
+      break;
+    }
+    await sleep(plan.delayS * 1000);
+    if (!(await waitForLiveSavedTurn(suite.ctx.controlUrl, campaignId, dead, LIVE_TURN_WAIT_MS))) {
+      log(`  no running episode saved a turn within ${LIVE_TURN_WAIT_MS / 1000}s after ${kill.phase} +${kill.delayS}s`);
+      continue;
+    }
+    kill.killed = killVictim('rollout', campaignId);
+    kill.atS = secs(now() - started);
+    // No worker killed, nothing interrupted: its attempts stay live.
+    const found = kill.killed.length ? await interruptedNow(suite.ctx.controlUrl, campaignId, kills.length, dead) : [];
+    interruptions.push(...found);
+    kill.interrupted = found.length;
+    kill.turnsSaved = found.reduce((a, i) => a + i.savedTurns, 0);
+    log(
+      `  kill ${kills.length} at ${kill.atS}s: ${kill.killed.join(', ') || 'nothing was running!'}; interrupted ` +
+        (found.map((i) => `${i.episodeId.slice(campaignId.length + 1)} (${i.savedTurns} saved)`).join(', ') || 'none'),
+    );
+    await sleep(1000);
+    const r = restart('rollout');
+    kill.restartS = r.seconds;
+    log(`  restarted in ${r.seconds}s: ${r.out.replace(/\n/g, ' | ')}`);
+  }
+  const end = await driver.waitForEnd(campaignId, started);
+  const { checks, tally } = await checkResumed(suite.ctx.controlUrl, campaignId, kills, interruptions);
+  const { summary } = await finishRun(suite, {
+    name: 'kill rollout (resume)',
+    id: campaignId,
+    started,
+    end,
+    baseline,
+    extra: checks,
+  });
+  const line = resumeLine(tally, summary.passed);
+  log(line);
+  const restartS = kills.reduce((a, k) => a + (k.restartS ?? 0), 0);
+  const killPoint = {
+    phase: kills.map((k) => `${k.phase} +${k.delayS}s`).join('; '),
+    delayS: plans[0]!.delayS,
+    observed: `${tally.interrupted} episode(s), ${tally.turnsSaved} turn(s) saved`,
+    killed: kills.flatMap((k) => k.killed),
+  };
+  return { ...summary, victim: 'resume', killPoint, restartS, resume: { kills, interruptions, tally, line } };
+}
+
+type RunKind = Victim | 'resume';
+const allRunKinds: RunKind[] = [...allVictims, 'resume'];
+
 async function main(): Promise<number> {
-  const victims = opts.only === 'none' ? [] : opts.only ? (opts.only.split(',') as Victim[]) : allVictims;
+  const defaults: RunKind[] = opts.scenario === 'resume' ? ['resume'] : allVictims;
+  const victims = opts.only === 'none' ? [] : opts.only ? (opts.only.split(',') as RunKind[]) : defaults;
   for (const v of victims)
-    if (!allVictims.includes(v)) throw new Error(`--only: unknown victim ${v} (one of ${allVictims.join(', ')})`);
+    if (!allRunKinds.includes(v)) throw new Error(`--only: unknown victim ${v} (one of ${allRunKinds.join(', ')})`);
   log(
     `seed ${seed} (repeat with --seed ${seed}); config ${opts.config}; state ${env.TBT_STATE_DIR}; queue prefix ` +
       `${env.TBT_TASK_QUEUE_PREFIX}; victims ${victims.join(', ')}`,
@@ -185,7 +326,7 @@ async function main(): Promise<number> {
     ? await reuseBaseline(suite, opts.baseline)
     : await runBaseline(suite, opts.config!, `crash-baseline-${stamp}`);
   runs.push({ ...base.summary, victim: 'none' });
-  for (const victim of victims) runs.push(await runVictim(victim, base.f));
+  for (const victim of victims) runs.push(await (victim === 'resume' ? runResume(base.f) : runVictim(victim, base.f)));
   await driver.close();
 
   console.log(`\ncrash suite, seed ${seed}, ${secs(now() - suiteStarted)}s in all`);
@@ -204,18 +345,18 @@ async function main(): Promise<number> {
   const failed = suiteFailures(runs, STEPS);
   writeSummary(path.join(outDir, 'summary.json'), {
     seed,
+    scenario: opts.scenario,
     config: opts.config,
     stamp,
     totalS: secs(now() - suiteStarted),
     passed: failed.length === 0,
     runs,
   });
-  if (failed.length) {
-    console.log(`\nFAILED (${failed.length}):\n${failed.map((f) => `  ${f}`).join('\n')}`);
-    return 1;
-  }
-  console.log('\nall crash checks passed');
-  return 0;
+  if (failed.length) console.log(`\nFAILED (${failed.length}):\n${failed.map((f) => `  ${f}`).join('\n')}`);
+  else console.log('\nall crash checks passed');
+  // The resume scenario's last line: ok only when every check of the suite passed.
+  for (const r of runs) if (r.resume) console.log(resumeLine(r.resume.tally, failed.length === 0));
+  return failed.length ? 1 : 0;
 }
 
 main().then(

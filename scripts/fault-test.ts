@@ -21,7 +21,9 @@
  *   k      every rollout worker gone for 10 minutes (--rollout-outage-min) mid-step: the campaign pauses naming the
  *          rollout queue (recovery.rollout_queue_wait_ms), and goes on once they are back;
  *   l      the rollout worker SIGTERMed mid-step (a deploy: TBT_ROLLOUT_DRAIN_S) and started again; LoRA
- *          (config/fault-test-lora.yaml, vLLM; --no-lora: the plain config).
+ *          (config/fault-test-lora.yaml, vLLM; --no-lora: the plain config);
+ *   m      the rollout worker SIGKILLed (an OOM kill) once a running episode has saved a turn: each interrupted
+ *          episode resumes at its last saved turn with the same tokens (the crash suite's resume checks).
  * a, b and c each share their outage with a partner (the baseline, f, h), which starts once the endpoint closes and
  * the faulted campaign only waits (`--sequential`: every run alone), so that the suite fits in an hour on 2 cores.
  * Each run must complete and pass the crash suite's checks (scripts/campaign-run-checks.ts) against the baseline,
@@ -52,6 +54,13 @@ import type { CampaignStatus } from '../workflows/campaign-workflow.ts';
 import { EndpointProxy } from './campaign-endpoint-proxy.ts';
 import { clearRecoverySignal, connectCode, endRecovery, startInRecovery } from './fault-postgres-recovery.ts';
 import { check, type Check } from './campaign-run-checks.ts';
+import {
+  checkResumed,
+  interruptedNow,
+  resumeLine,
+  waitForLiveSavedTurn,
+  type Interruption,
+} from './crash-resume-checks.ts';
 import { inPhase, now, phaseLabel, secs, sleep, statusLine, timeStamp, type Phase } from './campaign-run-driver.ts';
 import { finishRun, injectedCheck, reuseBaseline, runBaseline, startRun, openSuite } from './campaign-run.ts';
 import { checksCell, printTable, suiteFailures, writeSummary, type RunSummary } from './campaign-run-summary.ts';
@@ -132,6 +141,7 @@ const plans = {
   j: { phase: { kind: 'step', step: 1 } as Phase },
   k: { phase: anyStep(), delayS: uniform(1, 8) },
   l: { phase: anyStep(), delayS: uniform(1, 8) },
+  m: { phase: anyStep(), delayS: uniform(0, 8) },
 };
 
 // --- One faulted run --------------------------------------------------------------------------------------------
@@ -149,6 +159,12 @@ interface FaultRun {
 
 /** Workers stopped on purpose right now, by any run: no waiting loop or restore brings them back meanwhile. */
 const held = new Set<WorkerKind>();
+/** Scenario m's kill and what it interrupted (scripts/crash-resume-checks.ts). */
+const resumeState = {
+  dead: new Set<string>(),
+  kills: [] as { killed: string[] }[],
+  interruptions: [] as Interruption[],
+};
 
 const at = (run: FaultRun) => `+${Math.round(secs(now() - run.started))}s`;
 function note(run: FaultRun, what: string): void {
@@ -281,6 +297,8 @@ interface Scenario {
   setup?(): Promise<void>;
   teardown?(): Promise<void>;
   inject(run: FaultRun): Promise<void>;
+  /** Checks of the run's stored results, once its campaign ended (into run.extra). */
+  after?(run: FaultRun): Promise<void>;
 }
 
 const scenarios: Record<Letter, Scenario> = {
@@ -615,6 +633,43 @@ const scenarios: Record<Letter, Scenario> = {
       );
     },
   },
+  m: {
+    title: 'rollout worker SIGKILL between the turns of an episode (an OOM kill); it resumes at its last turn',
+    async inject(run) {
+      const s = await arrive(run, plans.m.phase, plans.m.delayS, 'rollout worker SIGKILL inside an episode');
+      if (!s) return;
+      // Held down from here, so that the waiting loop does not restart it before its saved turns are read.
+      held.add('rollout');
+      try {
+        const url = databaseUrl(env);
+        const live = await waitForLiveSavedTurn(url, run.id, resumeState.dead, 180_000, () => run.ended);
+        const pid = live ? workerPid(env, 'rollout') : undefined;
+        if (pid !== undefined) process.kill(pid, 'SIGKILL');
+        resumeState.kills.push({ killed: pid === undefined ? [] : [`rollout worker ${pid}`] });
+        const found = pid === undefined ? [] : await interruptedNow(url, run.id, 1, resumeState.dead);
+        resumeState.interruptions.push(...found);
+        note(
+          run,
+          `rollout worker ${pid ?? '(not killed: no running episode saved a turn)'} SIGKILL; interrupted ` +
+            (found.map((i) => `${i.episodeId.slice(run.id.length + 1)} (${i.savedTurns} saved)`).join(', ') || 'none'),
+        );
+        await sleep(1000);
+      } finally {
+        releaseWorker(run, 'rollout');
+      }
+    },
+    async after(run) {
+      const r = await checkResumed(databaseUrl(env), run.id, resumeState.kills, resumeState.interruptions);
+      run.extra.push(...r.checks);
+      note(
+        run,
+        resumeLine(
+          r.tally,
+          r.checks.every((c) => c.pass),
+        ),
+      );
+    },
+  },
 };
 
 /**
@@ -670,6 +725,7 @@ async function runScenario(letter: Letter, baseline: () => Promise<Checked>, idl
   run.ended = true;
   idle();
   await injection;
+  await scenario.after?.(run);
   await scenario.teardown?.();
   await restoreStack();
   // A run that timed out is ended here, so that it cannot overlap the runs after it.
