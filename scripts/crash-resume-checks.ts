@@ -15,7 +15,7 @@ export interface SavedTurnRow {
   episodeId: string;
   turn: number;
   attempt: string;
-  /** `checkpoint->'generation'->'tokenIds'`: the turn's sampled token ids (token mode), null when absent. */
+  /** `checkpoint->'generation'->'sampled'->'tokenIds'`: the turn's sampled token ids (token mode), null when absent. */
   tokenIds: number[] | null;
 }
 
@@ -107,21 +107,21 @@ export function resumeAfter(interruption: Interruption, entries: readonly Resume
   return entries.slice(own + 1).find((e) => e.attempt !== interruption.attempt);
 }
 
-/** Why the final trajectory does not start with the turns saved at the kill; undefined when it does. */
+/**
+ * Why the final trajectory does not start with the turns saved at the kill; undefined when it does. Compared as the
+ * sampled tokens (loss mask 1) in order: two generations with no observation between them (a turn cut at its token
+ * cap goes on) make one stretch of the trajectory.
+ */
 export function trajectoryMismatch(interruption: Interruption, stored: StoredEpisode | undefined): string | undefined {
   if (!stored?.trajectory) return 'no token trajectory stored';
-  if (interruption.tokenIds.some((t) => t === null)) return 'a saved turn has no generation.tokenIds';
-  // A generation of no tokens leaves no sampled stretch in the trajectory.
-  const saved = (interruption.tokenIds as number[][]).filter((t) => t.length > 0);
-  const segments = sampledSegments(stored.trajectory);
-  for (let i = 0; i < saved.length; i++) {
-    const got = segments[i];
-    if (got === undefined) return `the trajectory has ${segments.length} sampled turn(s), ${saved.length} were saved`;
-    if (JSON.stringify(got) !== JSON.stringify(saved[i]))
-      return `turn ${i}: saved [${saved[i]!.slice(0, 8).join(' ')} ...] (${saved[i]!.length}), stored [${got
-        .slice(0, 8)
-        .join(' ')} ...] (${got.length})`;
-  }
+  if (interruption.tokenIds.some((t) => t === null)) return 'a saved turn has no generation.sampled.tokenIds';
+  const saved = (interruption.tokenIds as number[][]).flat();
+  const sampled = sampledSegments(stored.trajectory).flat();
+  if (sampled.length < saved.length)
+    return `the trajectory has ${sampled.length} sampled tokens, the saved turns ${saved.length}`;
+  const at = saved.findIndex((t, i) => sampled[i] !== t);
+  if (at >= 0)
+    return `sampled token ${at}: saved ${saved[at]}, stored ${sampled[at]} (of ${saved.length} saved tokens)`;
   return undefined;
 }
 
@@ -224,7 +224,7 @@ const CAMPAIGN_TURNS = `FROM episode_turns WHERE left(episode_id, length($1) + 1
 /** Every saved turn of the campaign's running episodes, with its sampled token ids. */
 export async function savedTurns(c: pg.ClientBase, campaign: string): Promise<SavedTurnRow[]> {
   const { rows } = await c.query<{ episode_id: string; turn: number; attempt: string; token_ids: unknown }>(
-    `SELECT episode_id, turn, attempt, checkpoint->'generation'->'tokenIds' AS token_ids ${CAMPAIGN_TURNS}
+    `SELECT episode_id, turn, attempt, checkpoint->'generation'->'sampled'->'tokenIds' AS token_ids ${CAMPAIGN_TURNS}
      ORDER BY episode_id, turn`,
     [campaign],
   );

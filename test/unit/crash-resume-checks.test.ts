@@ -94,11 +94,12 @@ test('the resume entry is the one after the interrupted attempt', () => {
 test('the trajectory must start with the turns saved at the kill, token by token', () => {
   const [i] = interruptionsAt(1, [row(A, 0, 'a1', [5, 6]), row(A, 1, 'a1', [7])], new Set());
   assert.equal(trajectoryMismatch(i!, stored(A, [], [[5, 6], [7], [8]])), undefined);
-  assert.match(trajectoryMismatch(i!, stored(A, [], [[5, 6], [9], [8]]))!, /^turn 1: saved \[7/);
-  assert.match(trajectoryMismatch(i!, stored(A, [], [[5, 6]]))!, /1 sampled turn\(s\), 2 were saved/);
+  assert.equal(trajectoryMismatch(i!, stored(A, [], [[5, 6, 7, 8]])), undefined, 'one stretch for turns cut short');
+  assert.match(trajectoryMismatch(i!, stored(A, [], [[5, 6], [9], [8]]))!, /^sampled token 2: saved 7, stored 9/);
+  assert.match(trajectoryMismatch(i!, stored(A, [], [[5, 6]]))!, /has 2 sampled tokens, the saved turns 3/);
   assert.equal(trajectoryMismatch(i!, undefined), 'no token trajectory stored');
   const [noTokens] = interruptionsAt(1, [row(A, 0, 'a1', null)], new Set());
-  assert.match(trajectoryMismatch(noTokens!, stored(A, [], [[5]]))!, /no generation.tokenIds/);
+  assert.match(trajectoryMismatch(noTokens!, stored(A, [], [[5]]))!, /no generation.sampled.tokenIds/);
   // A generation of no tokens leaves no segment: the next saved turn is compared with the next segment.
   const [empty] = interruptionsAt(1, [row(A, 0, 'a1', []), row(A, 1, 'a1', [7])], new Set());
   assert.equal(trajectoryMismatch(empty!, stored(A, [], [[7], [8]])), undefined);
