@@ -127,3 +127,41 @@ test('a judge mode for every stage at once (episode.judge_mode) is refused, nami
   fs.writeFileSync(file, stringify(doc));
   assert.throws(() => loadCampaignConfig(file), /episode\.judge_mode: the judge mode is set per stage: use training\./);
 });
+
+test('partial_rollouts needs overlapped steps and token mode: refused naming the field, accepted with both', () => {
+  const partial = (maxStaleness: number, mode: string) => {
+    const doc = parse(fs.readFileSync(path.join(repoRoot, 'config', 'local.yaml'), 'utf8')) as Record<string, any>;
+    doc.training = { ...doc.training, partial_rollouts: true, max_staleness: maxStaleness };
+    // Overlapped steps need a lag correction (checked above): given, so only partial_rollouts' own rule is met.
+    doc.learner = { ...doc.learner, is_cap: 2, sampler_logprobs: 'processed' };
+    doc.episode.policy = { ...doc.episode.policy, mode };
+    const file = path.join(testTempDir('tbt-config-'), 'campaign.yaml');
+    fs.writeFileSync(file, stringify(doc));
+    return file;
+  };
+  // Each refusal on its own line of the message, at the field's path and line.
+  const at = 'campaign\\.yaml:\\d+: training\\.partial_rollouts: ';
+  const staleness = new RegExp(
+    `${at}partial_rollouts continues episodes across a sync of overlapped steps: set ` +
+      'training\\.max_staleness >= 1',
+  );
+  const tokens = new RegExp(
+    `${at}partial_rollouts keeps each token's version and log-probability: set episode\\.policy\\.mode: tokens`,
+  );
+  const refused = (file: string, reasons: RegExp[], not: RegExp[]) =>
+    assert.throws(
+      () => loadCampaignConfig(file),
+      (err: Error) => {
+        for (const r of reasons) assert.match(err.message, r);
+        for (const r of not) assert.doesNotMatch(err.message, r);
+        return true;
+      },
+    );
+  refused(partial(0, 'tokens'), [staleness], [tokens]);
+  refused(partial(1, 'chat'), [tokens], [staleness]);
+  refused(partial(0, 'chat'), [staleness, tokens], []);
+  const accepted = loadCampaignConfig(partial(1, 'tokens'));
+  assert.equal(accepted.training.partial_rollouts, true);
+  assert.equal(accepted.training.max_staleness, 1);
+  assert.equal(loadCampaignConfig(partial(2, 'tokens')).training.partial_rollouts, true);
+});

@@ -4,6 +4,7 @@ import { after, before, test } from 'node:test';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Worker } from '@temporalio/worker';
 import { withFailureMapping } from '../../activities/temporal-failure.ts';
+import { BadInputError } from '../../core/errors.ts';
 import { loadCampaignConfig } from '../../config/campaign-config.ts';
 import { repoRoot } from '../../config/environment.ts';
 import { scheduledEvaluationWorkflow } from '../../workflows/scheduled-evaluation-workflow.ts';
@@ -21,6 +22,8 @@ const externalUrl = 'http://vllm.test:8000/v1';
 
 let checkpoint: { step: number; exportPath: string | null; pool: string[] };
 const synced: Record<string, unknown>[] = [];
+/** When set, the sync refuses as campaign-policy-weights.ts does for a server on a newer version. */
+let refusal: string | undefined;
 const episodeWeights: unknown[] = [];
 const activities = withFailureMapping({
   async latestCheckpoint() {
@@ -28,6 +31,7 @@ const activities = withFailureMapping({
   },
   async ensurePolicyWeights(input: Record<string, unknown>) {
     synced.push(input);
+    if (refusal && input.refuseOlder) throw new BadInputError(refusal);
   },
   async ensurePolicyServer() {
     throw new Error('an external policy needs no embedded server');
@@ -113,4 +117,21 @@ test('external server, no checkpoint: nothing loaded, labelled external, no step
   assert.equal(synced.length, 0, 'no sync: the server is evaluated as it serves');
   assert.match(children.join(' '), /^ext-c0\/eval-run-external-/);
   assert.doesNotMatch(children.join(' '), /step0/);
+});
+
+test('a server on a newer version refuses an older step: the evaluation fails as bad input, no episode', async () => {
+  checkpoint = { step: 3, exportPath: '/state/learners/c3/exports/step-3', pool: ['t1', 't2'] };
+  refusal = `policy server ${externalUrl} holds campaign ext-c3's weight version 5: evaluating step 3 would load`;
+  try {
+    await assert.rejects(evaluate('ext-c3'), (err: Error) => {
+      const cause = (err as { cause?: { cause?: Error & { type?: string } } }).cause?.cause;
+      assert.equal(cause?.type, 'BadInputError');
+      assert.match(cause?.message ?? '', /holds campaign ext-c3's weight version 5: evaluating step 3/);
+      return true;
+    });
+  } finally {
+    refusal = undefined;
+  }
+  assert.equal(synced.length, 1, 'a bad input is not retried');
+  assert.deepEqual(episodeWeights, [], 'no episode ran on the servers');
 });
