@@ -156,3 +156,27 @@ test('lag, staleness and the step mix count the oldest token of an episode', () 
   assert.deepEqual(versionMix(sample.groups), { 2: 1, 3: 2 });
   assert.equal(versionMix([{ uid: 't', episodes: [{ id: 'x', reward: 0, outcome: 'success' }] }]), undefined);
 });
+
+test('a resumed episode replays its recorded turns with their tokens, log-probs and versions', async () => {
+  script = [
+    { token_ids: [65, 66], logprobs: [-0.1, -0.2], finish_reason: 'abort' },
+    { token_ids: [67, END], logprobs: [-0.3, -0.4], finish_reason: 'stop' },
+  ];
+  const live = createTokenDriver(await endpoint(), undefined, 3);
+  await live.start([{ role: 'user', content: 'hi' }]);
+  const recorded = structuredClone(await live.generate(sampling));
+  await live.observe([{ role: 'tool', content: 'ok' }]);
+  // A new attempt: nothing is sampled for the recorded turn, and the trajectory is the one that never stopped.
+  const asked = completionBodies.length;
+  const resumed = createTokenDriver(await endpoint(), undefined, 3);
+  await resumed.start([{ role: 'user', content: 'hi' }]);
+  const replayed = resumed.replay(recorded);
+  assert.equal(replayed.contextTokens, recorded.contextTokens);
+  await resumed.observe([{ role: 'tool', content: 'ok' }]);
+  assert.equal(completionBodies.length, asked, 'no completion was requested');
+  assert.deepEqual(resumed.trajectory(), live.trajectory());
+  assert.deepEqual(
+    resumed.trajectory()!.versions!.filter((v) => v !== NO_VERSION),
+    [3, 3, 4, 4],
+  );
+});
