@@ -243,8 +243,9 @@ export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal, weig
   const taken = (g: Generation): Generation => {
     const { tokenIds, logprobs: lp, versions: known } = g.sampled!;
     const version = tokenVersion(g.servedVersion, undefined);
-    if (!known && version === undefined && tokenIds.length > 0) versionsKnown = false;
-    push(tokenIds, 1, lp, known ?? tokenIds.map(() => version ?? NO_VERSION));
+    const tokenVersions = known ?? tokenIds.map(() => version ?? NO_VERSION);
+    if (tokenVersions.includes(NO_VERSION)) versionsKnown = false;
+    push(tokenIds, 1, lp, tokenVersions);
     turnOpen = g.finishReason === 'stop' || g.finishReason === 'length';
     return { ...g, contextTokens: ids.length };
   };
@@ -275,7 +276,6 @@ export function createTokenDriver(endpoint: Endpoint, signal?: AbortSignal, weig
         sampled.tokenIds.push(...out.tokenIds);
         sampled.logprobs.push(...out.logprobs);
         sampled.versions.push(...out.tokenIds.map(() => version ?? NO_VERSION));
-        if (version === undefined && out.tokenIds.length > 0) versionsKnown = false;
         text += out.text;
         served ??= out.servedVersion;
         finishReason = out.finishReason;
