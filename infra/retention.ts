@@ -172,7 +172,9 @@ export async function pruneEpisodeRecords(
       };
       // Saved turns of pruned episodes (an episode stored as an infrastructure error keeps its turns).
       if (!options.dryRun)
-        await c.query('DELETE FROM episode_turns t WHERE NOT EXISTS (SELECT 1 FROM episodes e WHERE e.id = t.episode_id)');
+        await c.query(
+          'DELETE FROM episode_turns t WHERE NOT EXISTS (SELECT 1 FROM episodes e WHERE e.id = t.episode_id)',
+        );
       await c.query('COMMIT');
       return report;
     } catch (err) {

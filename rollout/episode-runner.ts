@@ -135,7 +135,7 @@ export interface EpisodeRecord {
   contextOverflow?: string;
   /** NUL characters and lone surrogates replaced by U+FFFD so that Postgres could store the record. */
   unstorableCharacters?: number;
-  /** Attempts that found turns an earlier attempt had saved, and what they did with them (rollout/turn-checkpoints.ts). */
+  /** Attempts that found turns an earlier attempt saved, and what they did with them (rollout/turn-checkpoints.ts). */
   resume?: ResumeEntry[];
 }
 

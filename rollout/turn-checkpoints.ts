@@ -54,8 +54,7 @@ export function replayableTurns(
 ): { turns: TurnCheckpoint[]; refused?: string } {
   const sorted = [...saved].sort((a, b) => a.turn - b.turn);
   const turns: TurnCheckpoint[] = [];
-  const later = (v: number | undefined) =>
-    newer && v !== undefined && weightVersion !== undefined && v > weightVersion;
+  const later = (v: number | undefined) => newer && v !== undefined && weightVersion !== undefined && v > weightVersion;
   for (const cp of sorted) {
     if (cp.turn !== turns.length) break;
     if (cp.weightVersion !== weightVersion && !later(cp.weightVersion))
@@ -77,7 +76,8 @@ export function toolReplayMismatch(
   turn: number,
 ): string | undefined {
   if (!recorded) return `turn ${turn}: the replay called ${live.name}, which the recording did not`;
-  if (recorded.name !== live.name) return `turn ${turn}: the replay called ${live.name}, the recording ${recorded.name}`;
+  if (recorded.name !== live.name)
+    return `turn ${turn}: the replay called ${live.name}, the recording ${recorded.name}`;
   if (recorded.isError !== live.isError || recorded.text !== live.text)
     return (
       `turn ${turn}: ${live.name} returned ${clip(live.text)}${live.isError ? ' (error)' : ''} on replay, ` +

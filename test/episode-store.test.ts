@@ -64,7 +64,7 @@ test('finding 8: an episode with NUL and lone surrogates is saved (as U+FFFD), n
   });
 });
 
-test('saved turns: only the attempt that owns the running episode saves, in turn order, until they are cleared', async () => {
+test('saved turns: only the owning attempt saves them, in turn order, until they are cleared', async () => {
   const url = await controlReady();
   const id = `test:turns:${Date.now()}`;
   const meta = { id, taskUid: 't', suite: 's', scenario: 'sc', domain: 'd', purpose: 'adhoc' as const };

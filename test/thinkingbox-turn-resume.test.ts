@@ -135,9 +135,7 @@ test('killed after its first tool turn, the episode resumes on fresh servers wit
     record.toolCalls.map((c) => c.name),
     ['return_book', 'checkout_book'],
   );
-  assert.deepEqual(record.resume, [
-    { attempt: 'host:1:2:z', fromTurn: 1, savedTurns: 1, replayedToolCalls: 1 },
-  ]);
+  assert.deepEqual(record.resume, [{ attempt: 'host:1:2:z', fromTurn: 1, savedTurns: 1, replayedToolCalls: 1 }]);
   assert.equal(forgotten, 0);
 });
 

@@ -64,9 +64,9 @@ async def tag_served_weights(request: Any, call_next: Callable[[Any], Awaitable[
         if response.status_code == 200 and label is not None:
             SERVED.set_label(label)
         return response
-    if request.method == "POST" and path in ("/collective_rpc", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
-        if loads_weights(path, await request.body()):
-            SERVED.loading()
+    loaders = ("/collective_rpc", "/v1/load_lora_adapter", "/v1/unload_lora_adapter")
+    if request.method == "POST" and path in loaders and loads_weights(path, await request.body()):
+        SERVED.loading()
     response = await call_next(request)
     if path == "/weight_info":
         response.headers[BOOT_HEADER] = SERVED.boot_id

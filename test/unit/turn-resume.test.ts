@@ -210,11 +210,12 @@ test('a diverged replay starts the episode over from its prompt, and the record 
 
 test('a resume records the turn it went on from and the calls it replayed', async () => {
   const killed = await attempt({ dieAfter: 3 });
-  const record = await playResumed(
-    killed.saved,
-    async (replay) => (await attempt({ replay })).record!,
-    { attemptId: 'host:1:2:y', weightVersion: undefined, log: () => {}, forget: async () => assert.fail('kept') },
-  );
+  const record = await playResumed(killed.saved, async (replay) => (await attempt({ replay })).record!, {
+    attemptId: 'host:1:2:y',
+    weightVersion: undefined,
+    log: () => {},
+    forget: async () => assert.fail('kept'),
+  });
   assert.deepEqual(record.resume, [{ attempt: 'host:1:2:y', fromTurn: 3, savedTurns: 3, replayedToolCalls: 2 }]);
 });
 

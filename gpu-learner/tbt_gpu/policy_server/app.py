@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from ..served_weights import ServedWeights
 from . import protocol
 from .batcher import Batcher
 from .config import ServerConfig
 from .engine import Engine, read_chat_template
 from .errors import ApiError, BadRequest, Forbidden, MethodNotAllowed, NotFound, Unauthorized
-from ..served_weights import ServedWeights
 
 logger = logging.getLogger(__name__)
 
@@ -200,6 +200,7 @@ class PolicyServer:
 
     def _update_weight_version(self, data: Any) -> dict[str, Any]:
         version = protocol.Body(data).string("new_version", required=True)
+        assert version is not None
         self.served.set_label(version)
         return {"success": True, "new_version": version}
 
