@@ -279,8 +279,8 @@ interface EpisodeInPlay {
   /** When the episode's own time began (moved back by the time of the turns a resumed attempt restores). */
   started: number;
   /** The turn in play, recorded as it happens (or replayed from its checkpoint). */
-  current?: { checkpoint?: TurnCheckpoint; generation?: Generation; toolResults: TurnCheckpoint['toolResults'] };
-  userReply?: TurnCheckpoint['userReply'];
+  current?: Partial<Pick<TurnCheckpoint, 'generation' | 'userReply'>> &
+    Pick<TurnCheckpoint, 'toolResults'> & { checkpoint?: TurnCheckpoint };
 }
 
 /**
@@ -309,7 +309,6 @@ export async function playEpisode(
     let finish: FinishReason | undefined;
     for (let turn = 0; finish === undefined; turn++) {
       run.current = { checkpoint: deps.replay?.[turn], toolResults: [] };
-      run.userReply = undefined;
       finish = await agentTurn(run, turn);
       if (finish === undefined) await turnCompleted(run, turn);
     }
@@ -575,7 +574,7 @@ async function userTurn(run: EpisodeInPlay, text: string): Promise<FinishReason 
   const reply = recorded
     ? (recorded.userReply ?? null)
     : await run.timed('userMs', () => deps.user.reply(run.transcript, run.userReplies));
-  if (reply) run.userReply = reply;
+  if (reply && run.current) run.current.userReply = reply;
   // Only a scripted user runs out (the LLM user, like the reference's, may not end the conversation): say so, as
   // the agent did not end it and its limits were not reached.
   if (!reply) return 'user_script_ended';
@@ -611,7 +610,7 @@ function toolResultTaken(run: EpisodeInPlay, turn: number, live: TurnCheckpoint[
  * run every recorded tool call.
  */
 async function turnCompleted(run: EpisodeInPlay, turn: number): Promise<void> {
-  const { checkpoint, generation, toolResults } = run.current!;
+  const { checkpoint, generation, toolResults, userReply } = run.current!;
   if (checkpoint) {
     if (toolResults.length !== checkpoint.toolResults.length)
       throw new ReplayDiverged(
@@ -625,7 +624,7 @@ async function turnCompleted(run: EpisodeInPlay, turn: number): Promise<void> {
     elapsedMs: Date.now() - run.started,
     generation,
     toolResults,
-    ...(run.userReply ? { userReply: run.userReply } : {}),
+    ...(userReply ? { userReply } : {}),
   });
 }
 

@@ -29,7 +29,7 @@ export interface EpisodeSummary {
   cause?: string;
   policyTokens: number;
   /** host:pid of the worker that ran it */ worker?: string;
-  /** Weight version it sampled from (campaign episodes): the one its first sampled token came from. */
+  /** Weight version it sampled from (campaign episodes): the oldest its completions were served with. */
   weightVersion?: number;
   /**
    * Trained (mask-1) tokens per sampler version, keyed by version: with `training.partial_rollouts` an episode

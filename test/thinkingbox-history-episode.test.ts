@@ -1,19 +1,13 @@
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { importThinkingbox } from '../cli/commands/tasks.ts';
 import { episodeConfigSchema } from '../config/episode-config.ts';
-import { repoRoot } from '../config/environment.ts';
 import type { ImportedTask } from '../config/thinkingbox-schema.ts';
-import { prepareDatasetEnvironment } from '../datasets/thinkingbox/dataset-environment.ts';
-import { loadImportedSuite, type ThinkingBoxSuite } from '../datasets/thinkingbox/imported-suite.ts';
+import type { ThinkingBoxSuite } from '../datasets/thinkingbox/imported-suite.ts';
 import { thinkingboxEnvironment } from '../datasets/thinkingbox/thinkingbox-environment.ts';
 import { episodeDependencies, episodeRunOptions } from '../rollout/episode-setup.ts';
 import { playEpisode } from '../rollout/episode-runner.ts';
-import { thinkingboxResources } from '../rollout/thinkingbox-resources.ts';
+import { fixtureResources, importFixtureSuite } from './helpers/thinkingbox-fixture.ts';
 import { OpenAIWireProtocolDouble, type ChatRequestBody } from './helpers/openai-wire-double.ts';
-import { testTempDir } from './helpers/temp-dir.ts';
 
 /**
  * A ThinkingBox task's history and direct responses in an episode against the fixture's real servers (no
@@ -22,28 +16,12 @@ import { testTempDir } from './helpers/temp-dir.ts';
  * the JSON result and shown as an assistant message (and in `x.tool_direct_responses`).
  */
 
-const fixture = path.join(repoRoot, 'examples', 'thinkingbox-fixture');
-const work = testTempDir('tbt-tb-history-');
-fs.chmodSync(work, 0o755); // dataset code runs as an unprivileged uid: its files must be readable by others
-const imported = path.join(work, 'imported');
-const resources = thinkingboxResources({
-  warm_processes: 0,
-  server_start: 'template',
-  server_start_timeout_ms: 60_000,
-  test_timeout_ms: 60_000,
-  native_grading: true,
-});
+const resources = fixtureResources();
 const doubles: OpenAIWireProtocolDouble[] = [];
 let suite: ThinkingBoxSuite;
 
 before(() => {
-  const io = { out: () => undefined, err: (s: string) => errors.push(s) };
-  const errors: string[] = [];
-  const list = path.join(fixture, 'releases', 'fixture_v1', 'testlist_fixture_v1.yaml');
-  const code = importThinkingbox(['--data', path.join(fixture, 'dataset'), '--list', list, '--out', imported], io);
-  assert.equal(code, 0, errors.join('\n'));
-  suite = loadImportedSuite(imported).suite!;
-  prepareDatasetEnvironment(suite.imported.server_packages, () => undefined);
+  suite = importFixtureSuite('tbt-tb-history-');
 });
 after(async () => {
   await resources.servers.close();

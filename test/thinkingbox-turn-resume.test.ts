@@ -1,21 +1,15 @@
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { importThinkingbox } from '../cli/commands/tasks.ts';
 import { episodeConfigSchema } from '../config/episode-config.ts';
-import { repoRoot } from '../config/environment.ts';
 import type { ImportedTask } from '../config/thinkingbox-schema.ts';
-import { prepareDatasetEnvironment } from '../datasets/thinkingbox/dataset-environment.ts';
-import { loadImportedSuite, type ThinkingBoxSuite } from '../datasets/thinkingbox/imported-suite.ts';
+import type { ThinkingBoxSuite } from '../datasets/thinkingbox/imported-suite.ts';
 import { thinkingboxEnvironment } from '../datasets/thinkingbox/thinkingbox-environment.ts';
 import { playResumed } from '../rollout/episode-recording.ts';
 import { playEpisode, type EpisodeRecord } from '../rollout/episode-runner.ts';
 import { episodeDependencies, episodeRunOptions } from '../rollout/episode-setup.ts';
-import { thinkingboxResources } from '../rollout/thinkingbox-resources.ts';
 import type { TurnCheckpoint } from '../rollout/turn-checkpoints.ts';
+import { fixtureResources, importFixtureSuite } from './helpers/thinkingbox-fixture.ts';
 import { OpenAIWireProtocolDouble } from './helpers/openai-wire-double.ts';
-import { testTempDir } from './helpers/temp-dir.ts';
 
 /**
  * Turn-level resume against the fixture's real ThinkingBox servers, whose state lives in their processes' memory
@@ -25,28 +19,12 @@ import { testTempDir } from './helpers/temp-dir.ts';
  * makes the episode start over from its prompt, with the reason in the record.
  */
 
-const fixture = path.join(repoRoot, 'examples', 'thinkingbox-fixture');
-const work = testTempDir('tbt-tb-resume-');
-fs.chmodSync(work, 0o755); // dataset code runs as an unprivileged uid: its files must be readable by others
-const imported = path.join(work, 'imported');
-const resources = thinkingboxResources({
-  warm_processes: 0,
-  server_start: 'template',
-  server_start_timeout_ms: 60_000,
-  test_timeout_ms: 60_000,
-  native_grading: true,
-});
+const resources = fixtureResources();
 const doubles: OpenAIWireProtocolDouble[] = [];
 let suite: ThinkingBoxSuite;
 
 before(() => {
-  const errors: string[] = [];
-  const io = { out: () => undefined, err: (s: string) => errors.push(s) };
-  const list = path.join(fixture, 'releases', 'fixture_v1', 'testlist_fixture_v1.yaml');
-  const code = importThinkingbox(['--data', path.join(fixture, 'dataset'), '--list', list, '--out', imported], io);
-  assert.equal(code, 0, errors.join('\n'));
-  suite = loadImportedSuite(imported).suite!;
-  prepareDatasetEnvironment(suite.imported.server_packages, () => undefined);
+  suite = importFixtureSuite('tbt-tb-resume-');
 });
 after(async () => {
   await resources.servers.close();
